@@ -1,0 +1,113 @@
+//! The admin API client the deploy, invoke, ls, status and rm commands share.
+
+use anyhow::{Context, bail};
+use faas_gateway::admin::{DeployBody, DeployResponse, ListResponse, WorkflowStatus};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use std::path::PathBuf;
+
+/// Where the platform is and how to authenticate.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// The gateway's URL.
+    #[arg(long, env = "FAAS_URL", default_value = "http://127.0.0.1:3000")]
+    pub url: String,
+    /// The admin token; defaults to the one `faas up` wrote into its data dir.
+    #[arg(long, env = "FAAS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The data dir of a local `faas up`, where its token is read from.
+    #[arg(long, env = "FAAS_DATA_DIR", default_value = ".faas")]
+    pub data_dir: PathBuf,
+}
+
+/// A client of one gateway's admin API.
+pub struct Client {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Client {
+    /// A client for `server`, with the token from the flag, the environment or the
+    /// local data dir.
+    pub fn new(server: &ServerArgs) -> anyhow::Result<Self> {
+        let token = match &server.token {
+            Some(token) => token.clone(),
+            None => {
+                let path = server.data_dir.join("token");
+                std::fs::read_to_string(&path)
+                    .with_context(|| {
+                        format!(
+                            "no --token or FAAS_TOKEN given, and no token file at {} (start `faas up` there, or pass the token)",
+                            path.display()
+                        )
+                    })?
+                    .trim()
+                    .to_owned()
+            }
+        };
+        Ok(Self {
+            http: reqwest::Client::new(),
+            url: server.url.trim_end_matches('/').to_owned(),
+            token,
+        })
+    }
+
+    /// The gateway's base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn admin(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}/admin/v1/{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
+    /// Uploads a workflow.
+    pub async fn deploy(&self, body: &DeployBody) -> anyhow::Result<DeployResponse> {
+        let response = self.admin(Method::POST, "workflows").json(body).send().await;
+        decode(response, "deploying").await
+    }
+
+    /// Lists deployed workflows.
+    pub async fn list(&self) -> anyhow::Result<ListResponse> {
+        decode(self.admin(Method::GET, "workflows").send().await, "listing").await
+    }
+
+    /// One workflow's status.
+    pub async fn status(&self, name: &str) -> anyhow::Result<WorkflowStatus> {
+        let response = self.admin(Method::GET, &format!("workflows/{name}")).send().await;
+        decode(response, "reading status").await
+    }
+
+    /// Removes a workflow.
+    pub async fn remove(&self, name: &str) -> anyhow::Result<()> {
+        let response = self
+            .admin(Method::DELETE, &format!("workflows/{name}"))
+            .send()
+            .await;
+        decode::<serde_json::Value>(response, "removing").await.map(|_| ())
+    }
+}
+
+/// Turns an admin response into `T`, or into an error carrying the server's message.
+async fn decode<T: serde::de::DeserializeOwned>(
+    response: reqwest::Result<Response>,
+    doing: &str,
+) -> anyhow::Result<T> {
+    let response = response.with_context(|| format!("{doing}: the gateway is unreachable"))?;
+    let status = response.status();
+    let body = response.bytes().await.context("reading the gateway's answer")?;
+    if status.is_success() {
+        return serde_json::from_slice(&body)
+            .with_context(|| format!("{doing}: unexpected answer from the gateway"));
+    }
+    let message = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|value| value["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+    if status == StatusCode::UNAUTHORIZED {
+        bail!("{doing}: the gateway refused the token ({message})");
+    }
+    bail!("{doing}: {message} (HTTP {status})")
+}

@@ -1,0 +1,95 @@
+//! `faas deploy`: build, upload, and print the routes.
+
+use crate::build::{build_manifest, manifest_dir};
+use crate::client::{Client, ServerArgs};
+use crate::output::{OutputArgs, OutputFormat};
+use anyhow::Context;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use faas_gateway::DeployRequest;
+use faas_gateway::admin::DeployBody;
+use faas_workflow::Workflow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Arguments of `faas deploy`.
+#[derive(Debug, clap::Args)]
+pub struct DeployArgs {
+    /// The workflow manifest.
+    #[arg(default_value = "workflow.toml")]
+    manifest: PathBuf,
+    /// Upload the components as they are, without running build commands.
+    #[arg(long)]
+    no_build: bool,
+    #[command(flatten)]
+    server: ServerArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+/// Runs `faas deploy`.
+pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args.server)?;
+    let request = prepare(&args.manifest, !args.no_build).await?;
+    let body = DeployBody {
+        file_name: request.file_name,
+        manifest: request.manifest,
+        components: request
+            .components
+            .iter()
+            .map(|(name, bytes)| (name.clone(), BASE64.encode(bytes)))
+            .collect(),
+    };
+    let response = client.deploy(&body).await?;
+    match args.output.output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&response)?),
+        OutputFormat::Text => {
+            let workflow = &response.workflow;
+            println!(
+                "{} {} (tenant {}, revision {})",
+                response.status, workflow.name, workflow.tenant, workflow.revision
+            );
+            for route in &workflow.routes {
+                println!("  {}{} -> {}", client.url(), route.route, route.function);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads (and, if `build`, first builds) everything a deploy of `manifest` uploads.
+///
+/// # Errors
+/// If the manifest is invalid, a build fails or a component file is missing.
+pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployRequest> {
+    let workflow = if build {
+        build_manifest(manifest).await?
+    } else {
+        Workflow::from_file(manifest)?
+    };
+    let text = std::fs::read_to_string(manifest)
+        .with_context(|| format!("reading {}", manifest.display()))?;
+    let dir = manifest_dir(manifest);
+    let mut components = BTreeMap::new();
+    for (name, function) in &workflow.functions {
+        let path = function.component_path(&dir);
+        let bytes = std::fs::read(&path).with_context(|| {
+            format!(
+                "{}: function `{name}`: cannot read component {}{}",
+                manifest.display(),
+                path.display(),
+                if function.build.is_some() && !build {
+                    " (run without --no-build to build it)"
+                } else {
+                    ""
+                }
+            )
+        })?;
+        components.insert(name.clone(), bytes);
+    }
+    Ok(DeployRequest {
+        file_name: manifest.display().to_string(),
+        manifest: text,
+        components,
+    })
+}

@@ -1,0 +1,109 @@
+//! `faas`: run the platform, build, deploy and invoke workflows.
+
+mod build;
+mod client;
+mod deploy;
+mod invoke;
+mod output;
+mod up;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// A WebAssembly-native function platform with scale-to-zero.
+#[derive(Debug, Parser)]
+#[command(name = "faas", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run gateway, scheduler and one worker in this process, with the demo workflows.
+    Up(up::UpArgs),
+    /// Build the functions a workflow.toml names (their `build` commands).
+    Build {
+        /// The workflow manifest.
+        #[arg(default_value = "workflow.toml")]
+        manifest: PathBuf,
+    },
+    /// Build if needed, upload a workflow, wait until it is ready and print its routes.
+    Deploy(deploy::DeployArgs),
+    /// Send an HTTP request to a deployed route (or a workflow's first route).
+    Invoke(invoke::InvokeArgs),
+    /// List deployed workflows.
+    Ls {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(flatten)]
+        output: output::OutputArgs,
+    },
+    /// Show one deployed workflow.
+    Status {
+        /// The workflow's name.
+        name: String,
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(flatten)]
+        output: output::OutputArgs,
+    },
+    /// Remove a deployed workflow.
+    Rm {
+        /// The workflow's name.
+        name: String,
+        #[command(flatten)]
+        server: client::ServerArgs,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FAAS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: starting the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Up(args) => up::run(args).await,
+        Command::Build { manifest } => build::build_manifest(&manifest).await.map(|_| ()),
+        Command::Deploy(args) => deploy::run(args).await,
+        Command::Invoke(args) => invoke::run(args).await,
+        Command::Ls { server, output } => {
+            let list = client::Client::new(&server)?.list().await?;
+            output::print_list(&list, output.output)
+        }
+        Command::Status {
+            name,
+            server,
+            output,
+        } => {
+            let status = client::Client::new(&server)?.status(&name).await?;
+            output::print_status(&status, output.output)
+        }
+        Command::Rm { name, server } => {
+            client::Client::new(&server)?.remove(&name).await?;
+            println!("removed {name}");
+            Ok(())
+        }
+    }
+}

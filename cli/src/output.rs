@@ -1,0 +1,80 @@
+//! Printing lists and statuses as text for people or JSON for scripts.
+
+use faas_gateway::admin::{ListResponse, WorkflowStatus};
+
+/// How to print a result.
+#[derive(Debug, Clone, Copy, Default, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned text.
+    #[default]
+    Text,
+    /// Pretty JSON, as the admin API returns it.
+    Json,
+}
+
+/// The `--output` flag.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OutputArgs {
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// Prints the workflow list.
+pub fn print_list(list: &ListResponse, format: OutputFormat) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(list)?),
+        OutputFormat::Text => {
+            println!(
+                "{:<24} {:<16} {:>8} {:<8} ROUTES",
+                "NAME", "TENANT", "REVISION", "STATE"
+            );
+            for workflow in &list.workflows {
+                let routes: Vec<&str> = workflow.routes.iter().map(|r| r.route.as_str()).collect();
+                println!(
+                    "{:<24} {:<16} {:>8} {:<8} {}",
+                    workflow.name,
+                    workflow.tenant,
+                    workflow.revision,
+                    workflow.state,
+                    routes.join(", ")
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints one workflow's status.
+pub fn print_status(status: &WorkflowStatus, format: OutputFormat) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(status)?),
+        OutputFormat::Text => {
+            println!("name:     {}", status.name);
+            println!("tenant:   {}", status.tenant);
+            println!("state:    {}", status.state);
+            println!("revision: {}", status.revision);
+            println!("worker:   {}", status.worker);
+            println!("digest:   {}", status.digest);
+            println!("routes:");
+            for route in &status.routes {
+                println!("  {} -> {}", route.route, route.function);
+            }
+            println!("functions:");
+            for function in &status.functions {
+                let fuel = function
+                    .fuel
+                    .map_or_else(|| "unlimited".to_owned(), |fuel| fuel.to_string());
+                println!(
+                    "  {} ({}, {} MiB, {} ms, fuel {fuel}) {}",
+                    function.name,
+                    function.kind,
+                    function.memory_mb,
+                    function.timeout_ms,
+                    &function.digest[..12.min(function.digest.len())]
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! The gateway: the platform's HTTP front door.
+//!
+//! It accepts HTTP/1.1 and HTTP/2 (cleartext, prior knowledge) on one port and sorts
+//! requests into four kinds:
+//! - `/healthz`, `/readyz`, `/metrics`: probes and Prometheus metrics;
+//! - `/admin/v1/...`: the deploy API ([`admin`]), behind a bearer token;
+//! - anything else: an invocation ([`invoke`]): the route table picks the workflow and
+//!   function, the scheduler's placement picks the worker, the worker runs it.
+//!
+//! Architecture invariant: the gateway never runs guest code. It parses, routes,
+//! limits and accounts; only the worker touches Wasmtime.
+
+pub mod admin;
+mod auth;
+pub mod config;
+mod invoke;
+mod metrics;
+pub mod registry;
+mod response;
+mod server;
+
+pub use config::GatewayConfig;
+pub use registry::{DeployOutcome, DeployRequest, Registry};
+pub use server::{Gateway, RunningGateway};

@@ -1,0 +1,119 @@
+//! Prometheus metrics: requests and latency per workflow, failures per cause.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    workflow: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkflowLabels {
+    workflow: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    workflow: String,
+    function: String,
+    cause: String,
+}
+
+/// The gateway's metrics and the registry that exposes them.
+pub(crate) struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<WorkflowLabels, Histogram>,
+    failures: Family<FailureLabels, Counter>,
+    workflows: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 us to ~26 s: covers a warm hello world and a function at its deadline.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::with_prefix("faas");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<WorkflowLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let failures = Family::<FailureLabels, Counter>::default();
+        let workflows = Gauge::default();
+        registry.register(
+            "requests",
+            "Invocations by workflow and response status",
+            requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Time from request to response head, by workflow",
+            latency.clone(),
+        );
+        registry.register(
+            "function_failures",
+            "Invocations a function failed, by cause (trap, timeout, memory_limit, ...)",
+            failures.clone(),
+        );
+        registry.register(
+            "deployed_workflows",
+            "Workflows currently deployed",
+            workflows.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            latency,
+            failures,
+            workflows,
+        }
+    }
+
+    /// Counts one invocation of `workflow` and its latency.
+    pub(crate) fn observe_request(&self, workflow: &str, status: u16, elapsed: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                workflow: workflow.to_owned(),
+                status,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&WorkflowLabels {
+                workflow: workflow.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one function failure.
+    pub(crate) fn observe_failure(&self, workflow: &str, function: &str, cause: &str) {
+        self.failures
+            .get_or_create(&FailureLabels {
+                workflow: workflow.to_owned(),
+                function: function.to_owned(),
+                cause: cause.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records how many workflows are deployed.
+    pub(crate) fn set_workflows(&self, count: usize) {
+        self.workflows.set(count as i64);
+    }
+
+    /// The OpenMetrics text exposition.
+    pub(crate) fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}

@@ -1,0 +1,79 @@
+//! The body type every gateway response uses, and JSON error responses.
+
+use bytes::Bytes;
+use http::{Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use serde::Serialize;
+
+/// Errors a response body can fail with while streaming.
+pub(crate) type BoxError = faas_worker::BodyError;
+
+/// The body of every response: our own are `Full`, a function's may stream.
+pub(crate) type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A complete body.
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// A JSON response.
+pub(crate) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    let bytes = serde_json::to_vec_pretty(value).unwrap_or_else(|err| {
+        format!("{{\"error\":{{\"message\":\"serializing the response: {err}\"}}}}").into()
+    });
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(full(bytes))
+        .expect("static response parts are valid")
+}
+
+/// The JSON error body: `{"error": {"kind": ..., "message": ..., ...details}}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ErrorBody<'a, D: Serialize> {
+    error: ErrorDetail<'a, D>,
+}
+
+#[derive(Debug, Serialize)]
+struct ErrorDetail<'a, D: Serialize> {
+    kind: &'a str,
+    message: String,
+    #[serde(flatten)]
+    details: D,
+}
+
+/// A JSON error response with `kind`, `message` and extra `details` fields.
+pub(crate) fn error_with<D: Serialize>(
+    status: StatusCode,
+    kind: &str,
+    message: impl Into<String>,
+    details: D,
+) -> Response<Body> {
+    json(
+        status,
+        &ErrorBody {
+            error: ErrorDetail {
+                kind,
+                message: message.into(),
+                details,
+            },
+        },
+    )
+}
+
+/// A JSON error response with just `kind` and `message`.
+pub(crate) fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response<Body> {
+    error_with(status, kind, message, serde_json::Map::new())
+}
+
+/// A plain-text response.
+pub(crate) fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(full(body))
+        .expect("static response parts are valid")
+}

@@ -1,0 +1,180 @@
+//! Accepting connections (HTTP/1.1 and HTTP/2 on one port), dispatching requests, and
+//! shutting down gracefully.
+
+use crate::config::GatewayConfig;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::response::{self, Body};
+use crate::{admin, invoke};
+use http::{Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Largest request head (request line plus headers) accepted over HTTP/1.1.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// What every request handler shares.
+pub(crate) struct App {
+    pub config: GatewayConfig,
+    pub registry: Arc<Registry>,
+    pub metrics: Metrics,
+    pub shutting_down: AtomicBool,
+    /// Set once the initial workflows are deployed; `/readyz` answers 503 before.
+    pub ready: AtomicBool,
+}
+
+/// A gateway, configured but not yet listening.
+pub struct Gateway {
+    app: Arc<App>,
+}
+
+impl Gateway {
+    /// A gateway serving the workflows of `registry`.
+    pub fn new(config: GatewayConfig, registry: Arc<Registry>) -> Self {
+        Self {
+            app: Arc::new(App {
+                config,
+                registry,
+                metrics: Metrics::new(),
+                shutting_down: AtomicBool::new(false),
+                ready: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Binds the listening socket and starts serving in the background.
+    ///
+    /// # Errors
+    /// If the address cannot be bound.
+    pub async fn start(self) -> std::io::Result<RunningGateway> {
+        let listener = TcpListener::bind(self.app.config.listen).await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = watch::channel(false);
+        let app = self.app.clone();
+        let task = tokio::spawn(accept_loop(app, listener, stopped));
+        tracing::info!(%addr, "gateway listening");
+        Ok(RunningGateway {
+            addr,
+            app: self.app,
+            stop,
+            task,
+        })
+    }
+}
+
+/// A gateway that is serving; dropping it does not stop it, [`Self::shutdown`] does.
+pub struct RunningGateway {
+    addr: SocketAddr,
+    app: Arc<App>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl RunningGateway {
+    /// The address it listens on (useful when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The registry of deployed workflows.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.app.registry
+    }
+
+    /// Marks the gateway ready: `/readyz` answers 200 from now on.
+    pub fn set_ready(&self) {
+        self.app.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops accepting connections, lets requests in flight finish (up to the
+    /// configured grace period), then returns.
+    pub async fn shutdown(self) {
+        self.app.shutting_down.store(true, Ordering::Relaxed);
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+async fn accept_loop(app: Arc<App>, listener: TcpListener, mut stopped: watch::Receiver<bool>) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(app.config.read_timeout)
+        .max_buf_size(MAX_HEAD_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEAD_BYTES as u32);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    // Usually out of file descriptors: back off instead of spinning.
+                    tracing::warn!("accept failed: {err}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = service_fn(move |request| {
+            let app = app.clone();
+            async move { Ok::<_, Infallible>(dispatch(&app, request).await) }
+        });
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!("connection ended with an error: {err}");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("gateway stopping; waiting for requests in flight");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("gateway stopped"),
+        () = tokio::time::sleep(app.config.shutdown_grace) => {
+            tracing::warn!("grace period over; dropping remaining connections");
+        }
+    }
+}
+
+async fn dispatch(app: &App, request: Request<Incoming>) -> Response<Body> {
+    let path = request.uri().path();
+    match path {
+        "/healthz" => response::text(StatusCode::OK, "ok\n"),
+        "/readyz" if app.shutting_down.load(Ordering::Relaxed) => {
+            response::text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+        }
+        "/readyz" if !app.ready.load(Ordering::Relaxed) => {
+            response::text(StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+        }
+        "/readyz" => response::text(StatusCode::OK, "ready\n"),
+        "/metrics" => Response::builder()
+            .header(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )
+            .body(response::full(app.metrics.encode()))
+            .expect("static response parts are valid"),
+        _ if path.starts_with(admin::PREFIX) || path == admin::PREFIX.trim_end_matches('/') => {
+            admin::handle(app, request).await
+        }
+        _ => invoke::invoke(app, request).await,
+    }
+}

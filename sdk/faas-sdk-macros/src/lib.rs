@@ -1,0 +1,39 @@
+//! Attribute macros of the guest SDK. Use them through `faas_sdk`, not directly.
+
+use proc_macro::TokenStream;
+use quote::quote;
+use syn::{ItemFn, parse_macro_input};
+
+/// Exports `fn(faas_sdk::http::Request) -> impl IntoResponse` as the component's
+/// `wasi:http/incoming-handler`.
+#[proc_macro_attribute]
+pub fn http(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if !attr.is_empty() {
+        return syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "#[faas_sdk::http] takes no arguments",
+        )
+        .to_compile_error()
+        .into();
+    }
+    let handler = parse_macro_input!(item as ItemFn);
+    let name = &handler.sig.ident;
+    quote! {
+        #handler
+
+        #[doc(hidden)]
+        struct __FaasHttpHandler;
+
+        impl ::faas_sdk::__private::IncomingHandler for __FaasHttpHandler {
+            fn handle(
+                request: ::faas_sdk::__private::IncomingRequest,
+                out: ::faas_sdk::__private::ResponseOutparam,
+            ) {
+                ::faas_sdk::__private::serve(request, out, #name)
+            }
+        }
+
+        ::faas_sdk::__private::wasip2::http::proxy::export!(__FaasHttpHandler);
+    }
+    .into()
+}

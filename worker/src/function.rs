@@ -1,0 +1,82 @@
+//! Loaded functions: a component compiled once and pre-instantiated, ready to give
+//! every event a fresh instance.
+
+use crate::config::Limits;
+use crate::state::InstanceState;
+use faas_workflow::FunctionKind;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use wasmtime::component::InstancePre;
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+
+/// How a loaded function is entered.
+pub(crate) enum Entry {
+    /// Through `wasi:http/incoming-handler`.
+    Http(ProxyPre<InstanceState>),
+    /// Through the platform's step `handler` (run by the workflow executor).
+    Step(#[allow(dead_code)] InstancePre<InstanceState>),
+}
+
+/// One function of a deployed workflow, compiled and linked.
+pub struct LoadedFunction {
+    pub(crate) name: Arc<str>,
+    pub(crate) digest: String,
+    pub(crate) entry: Entry,
+    pub(crate) limits: Limits,
+    pub(crate) config: Arc<BTreeMap<String, String>>,
+}
+
+impl LoadedFunction {
+    /// The function's name in workflow.toml.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// SHA-256 of the component's bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// What kind of function this is.
+    pub fn kind(&self) -> FunctionKind {
+        match self.entry {
+            Entry::Http(_) => FunctionKind::Http,
+            Entry::Step(_) => FunctionKind::Step,
+        }
+    }
+
+    /// The limits each of its instances runs under.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+}
+
+/// Every function of one workflow version. Requests hold it by `Arc`, so replacing a
+/// workflow never disturbs the requests still running on the old version.
+pub struct LoadedWorkflow {
+    pub(crate) tenant: Arc<str>,
+    pub(crate) name: Arc<str>,
+    pub(crate) functions: HashMap<String, Arc<LoadedFunction>>,
+}
+
+impl LoadedWorkflow {
+    /// The tenant that owns the workflow.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The workflow's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The function called `name`, if the workflow has one.
+    pub fn function(&self, name: &str) -> Option<&Arc<LoadedFunction>> {
+        self.functions.get(name)
+    }
+
+    /// The workflow's functions, in no particular order.
+    pub fn functions(&self) -> impl Iterator<Item = &Arc<LoadedFunction>> {
+        self.functions.values()
+    }
+}

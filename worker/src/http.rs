@@ -1,0 +1,163 @@
+//! Serving one HTTP request with a fresh instance of an HTTP function.
+
+use crate::error::InvokeError;
+use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
+use crate::state::MemoryLimitExceeded;
+use crate::worker::Worker;
+use bytes::Bytes;
+use http_body::Body;
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use std::time::Duration;
+use wasmtime::Trap;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi_http::WasiHttpView;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+
+/// Errors a function's response body can fail with while it streams.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The response of an HTTP function; its body may still be streaming from the guest.
+pub type HttpResponse = hyper::Response<UnsyncBoxBody<Bytes, BodyError>>;
+
+/// Extra time, beyond a function's deadline, before the host gives up on it while it
+/// waits on the host (where the epoch deadline cannot fire).
+const HOST_WAIT_GRACE: Duration = Duration::from_millis(100);
+
+impl Worker {
+    /// Runs `function` of `workflow` on `request` in a fresh instance.
+    ///
+    /// Returns as soon as the guest has set the response head; the body streams from
+    /// the instance, which lives until it finishes (still under its deadline).
+    ///
+    /// # Errors
+    /// An [`InvokeError`] saying why this request failed; the function stays loaded
+    /// and the next request gets a new instance.
+    pub async fn handle_http<B>(
+        &self,
+        workflow: &LoadedWorkflow,
+        function: &str,
+        request: hyper::Request<B>,
+    ) -> Result<HttpResponse, InvokeError>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<wasmtime_wasi_http::Error>,
+    {
+        let loaded = workflow
+            .function(function)
+            .ok_or_else(|| InvokeError::UnknownFunction {
+                function: function.to_owned(),
+            })?;
+        let Entry::Http(pre) = &loaded.entry else {
+            return Err(bad_response(loaded, "it is a step function, not an HTTP function"));
+        };
+        let (mut store, output) = self.new_store(workflow, loaded);
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let mut http = store.data_mut().http();
+        let wiring = http
+            .new_incoming_request(Scheme::Http, request)
+            .and_then(|request| Ok((request, http.new_response_outparam(sender)?)));
+        let (request, out) =
+            wiring.map_err(|err: wasmtime::Error| bad_response(loaded, &format!("{err:#}")))?;
+
+        let pre = pre.clone();
+        let task = tokio::spawn(async move {
+            let proxy = match pre.instantiate_async(&mut store).await {
+                Ok(proxy) => proxy,
+                Err(err) => return Err(Failure::Instantiate(err)),
+            };
+            proxy
+                .wasi_http_incoming_handler()
+                .call_handle(&mut store, request, out)
+                .await
+                .map_err(Failure::Run)
+        });
+
+        let deadline = loaded.limits.timeout + HOST_WAIT_GRACE;
+        let outcome = tokio::time::timeout(deadline, async {
+            match receiver.await {
+                Ok(Ok(response)) => Ok(response.map(box_body)),
+                Ok(Err(code)) => Err(bad_response(loaded, &format!("error code {code:?}"))),
+                // The guest dropped its response-outparam: it failed or returned early.
+                Err(_) => Err(match task.await {
+                    Ok(Ok(())) => bad_response(loaded, "it returned without setting a response"),
+                    Ok(Err(failure)) => classify(loaded, failure, &output),
+                    Err(join) => bad_response(loaded, &format!("instance task failed: {join}")),
+                }),
+            }
+        })
+        .await;
+        outcome.unwrap_or_else(|_| {
+            Err(InvokeError::Timeout {
+                function: loaded.name.to_string(),
+                timeout: loaded.limits.timeout,
+            })
+        })
+    }
+}
+
+/// Where a guest failed: starting, or running.
+enum Failure {
+    Instantiate(wasmtime::Error),
+    Run(wasmtime::Error),
+}
+
+/// Turns a Wasmtime error into the failure the user needs to see.
+fn classify(function: &LoadedFunction, failure: Failure, output: &MemoryOutputPipe) -> InvokeError {
+    let name = function.name.to_string();
+    let err = match failure {
+        Failure::Instantiate(err) => {
+            if err.is::<wasmtime::PoolConcurrencyLimitError>() {
+                return InvokeError::Overloaded {
+                    function: name,
+                    message: format!("{err:#}"),
+                };
+            }
+            err
+        }
+        Failure::Run(err) => err,
+    };
+    if err.is::<MemoryLimitExceeded>() {
+        return InvokeError::MemoryLimit {
+            function: name,
+            limit_mb: function.limits.memory_mb,
+        };
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => InvokeError::Timeout {
+            function: name,
+            timeout: function.limits.timeout,
+        },
+        Some(Trap::OutOfFuel) => InvokeError::OutOfFuel {
+            function: name,
+            fuel: function.limits.fuel.unwrap_or(u64::MAX),
+        },
+        _ => {
+            tracing::debug!(function = &*function.name, "guest trapped: {err:?}");
+            let mut message = err.root_cause().to_string();
+            let guest_output = output.contents();
+            let guest_output = String::from_utf8_lossy(&guest_output);
+            let guest_output = guest_output.trim();
+            if !guest_output.is_empty() {
+                message.push_str("; guest output: ");
+                message.push_str(guest_output);
+            }
+            InvokeError::Trap {
+                function: name,
+                message,
+            }
+        }
+    }
+}
+
+fn box_body(body: HyperOutgoingBody) -> UnsyncBoxBody<Bytes, BodyError> {
+    body.map_err(|err| Box::new(err) as BodyError).boxed_unsync()
+}
+
+fn bad_response(function: &LoadedFunction, message: &str) -> InvokeError {
+    InvokeError::BadResponse {
+        function: function.name.to_string(),
+        message: message.to_owned(),
+    }
+}

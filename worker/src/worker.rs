@@ -1,0 +1,204 @@
+//! The [`Worker`]: owns the engine, the linker and the compiled-code cache, loads
+//! workflows and creates one store per event.
+
+use crate::cache::{CacheOutcome, ComponentCache};
+use crate::config::{Limits, WorkerConfig};
+use crate::engine::{EpochClock, build_engine, deadline_ticks};
+use crate::error::{LoadError, StartError};
+use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
+use crate::host;
+use crate::kv::KeyValueStore;
+use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
+use faas_workflow::{Function, FunctionKind, Workflow};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::component::Linker;
+use wasmtime::{Engine, Store};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+
+/// The name under which a step function exports its handler.
+const STEP_HANDLER_EXPORT: &str = "faas:platform/handler@0.1.0";
+
+/// Runs functions. One per process in embedded mode; cheap to share behind an `Arc`.
+pub struct Worker {
+    engine: Engine,
+    linker: Linker<InstanceState>,
+    cache: ComponentCache,
+    kv: Arc<KeyValueStore>,
+    config: WorkerConfig,
+    _clock: EpochClock,
+}
+
+impl Worker {
+    /// Starts a worker: builds the engine (pooling allocator unless turned off) and
+    /// starts the epoch clock that enforces deadlines.
+    ///
+    /// # Errors
+    /// If the engine cannot be created (e.g. the pooling allocator cannot reserve its
+    /// address space).
+    pub fn new(config: WorkerConfig) -> Result<Self, StartError> {
+        let engine = build_engine(&config).map_err(|err| StartError(format!("{err:#}")))?;
+        let mut linker = Linker::new(&engine);
+        host::add_to_linker(&mut linker).map_err(|err| StartError(format!("{err:#}")))?;
+        let cache = ComponentCache::new(&config.cache_dir, &engine);
+        Ok(Self {
+            _clock: EpochClock::start(engine.clone()),
+            engine,
+            linker,
+            cache,
+            kv: Arc::new(KeyValueStore::memory()),
+            config,
+        })
+    }
+
+    /// Uses `kv` as the key-value backend instead of a private in-memory store.
+    pub fn with_key_value(mut self, kv: Arc<KeyValueStore>) -> Self {
+        self.kv = kv;
+        self
+    }
+
+    /// The configuration the worker was started with.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Compiles (or loads from cache) and links every function of `workflow`.
+    ///
+    /// `components` maps each function name to its component's bytes. Nothing is
+    /// instantiated: instances are created per event.
+    ///
+    /// # Errors
+    /// [`LoadError`] naming the first function that is missing, invalid, asks for too
+    /// much memory, or does not fit its kind's world.
+    pub async fn load_workflow(
+        &self,
+        workflow: &Workflow,
+        mut components: BTreeMap<String, Vec<u8>>,
+    ) -> Result<LoadedWorkflow, LoadError> {
+        let mut functions = HashMap::new();
+        for (name, spec) in &workflow.functions {
+            let bytes = components
+                .remove(name)
+                .ok_or_else(|| LoadError::MissingComponent {
+                    function: name.clone(),
+                })?;
+            let function = self.load_function(name, spec, bytes).await?;
+            functions.insert(name.clone(), Arc::new(function));
+        }
+        Ok(LoadedWorkflow {
+            tenant: workflow.tenant.as_str().into(),
+            name: workflow.name.as_str().into(),
+            functions,
+        })
+    }
+
+    async fn load_function(
+        &self,
+        name: &str,
+        spec: &Function,
+        bytes: Vec<u8>,
+    ) -> Result<LoadedFunction, LoadError> {
+        let limits = self.limits_for(name, spec)?;
+        let digest = ComponentCache::digest(&bytes);
+        let (engine, cache, owned_name) =
+            (self.engine.clone(), self.cache.clone(), name.to_owned());
+        // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
+        let (component, outcome) =
+            tokio::task::spawn_blocking(move || cache.load(&engine, &owned_name, &bytes))
+                .await
+                .map_err(|err| LoadError::Compile {
+                    function: name.to_owned(),
+                    message: format!("compiler task failed: {err}"),
+                })??;
+        tracing::info!(
+            function = name,
+            digest = &digest[..12],
+            cached = outcome == CacheOutcome::Hit,
+            "component loaded"
+        );
+        let link_error = |message: String| LoadError::Link {
+            function: name.to_owned(),
+            message,
+        };
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|err| link_error(format!("{err:#}")))?;
+        let entry = match spec.kind {
+            FunctionKind::Http => Entry::Http(ProxyPre::new(pre).map_err(|err| {
+                link_error(format!(
+                    "an HTTP function must export wasi:http/incoming-handler@0.2.x: {err:#}"
+                ))
+            })?),
+            FunctionKind::Step => {
+                if component.get_export_index(None, STEP_HANDLER_EXPORT).is_none() {
+                    return Err(link_error(format!(
+                        "a step function must export {STEP_HANDLER_EXPORT}"
+                    )));
+                }
+                Entry::Step(pre)
+            }
+        };
+        Ok(LoadedFunction {
+            name: name.into(),
+            digest,
+            entry,
+            limits,
+            config: Arc::new(spec.config.clone()),
+        })
+    }
+
+    /// The worker's defaults overridden by what the function's workflow.toml asks for.
+    fn limits_for(&self, name: &str, spec: &Function) -> Result<Limits, LoadError> {
+        let defaults = self.config.default_limits;
+        let memory_mb = spec.limits.memory_mb.unwrap_or(defaults.memory_mb);
+        if memory_mb > self.config.max_memory_mb {
+            return Err(LoadError::MemoryTooLarge {
+                function: name.to_owned(),
+                asked: memory_mb,
+                max: self.config.max_memory_mb,
+            });
+        }
+        Ok(Limits {
+            memory_mb,
+            timeout: spec
+                .limits
+                .timeout_ms
+                .map_or(defaults.timeout, Duration::from_millis),
+            fuel: spec.limits.fuel.or(defaults.fuel),
+        })
+    }
+
+    /// A fresh store for one event of `function`, with its limits armed. Also returns
+    /// the pipe that collects the guest's stdout and stderr.
+    pub(crate) fn new_store(
+        &self,
+        workflow: &LoadedWorkflow,
+        function: &LoadedFunction,
+    ) -> (Store<InstanceState>, MemoryOutputPipe) {
+        let output = MemoryOutputPipe::new(GUEST_OUTPUT_BYTES);
+        let event = EventContext {
+            tenant: workflow.tenant.clone(),
+            workflow: workflow.name.clone(),
+            function: function.name.clone(),
+            config: function.config.clone(),
+            kv: self.kv.clone(),
+        };
+        let max_memory = function.limits.memory_mb as usize * (1 << 20);
+        let mut store = Store::new(
+            &self.engine,
+            InstanceState::new(event, max_memory, output.clone()),
+        );
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(deadline_ticks(function.limits.timeout));
+        store.epoch_deadline_trap();
+        // Fuel is always metered, so that any function may set a fuel limit; no limit
+        // means as much as a u64 holds.
+        store
+            .set_fuel(function.limits.fuel.unwrap_or(u64::MAX))
+            .expect("fuel metering is enabled on every engine");
+        (store, output)
+    }
+}

@@ -1,0 +1,67 @@
+//! "UI tests" in the style of Spin's: every `tests/ui/*.toml` is a broken manifest and
+//! its sibling `*.err` holds the exact message it must produce. Run with `BLESS=1` to
+//! rewrite the `.err` files from the current output, then review the diff: each message
+//! must point at the right line, column and field.
+
+use std::fs;
+use std::path::Path;
+
+use faas_workflow::Workflow;
+
+#[test]
+fn every_broken_manifest_reports_its_expected_error() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
+    let bless = std::env::var_os("BLESS").is_some_and(|v| v == "1");
+    let mut cases: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .collect();
+    cases.sort();
+    assert!(!cases.is_empty(), "no ui tests found in {}", dir.display());
+
+    let mut failures = Vec::new();
+    for toml_path in &cases {
+        let file_name = toml_path.file_name().unwrap().to_str().unwrap();
+        let err_path = toml_path.with_extension("err");
+        let text = fs::read_to_string(toml_path).unwrap();
+        let actual = match Workflow::parse(file_name, &text) {
+            Ok(_) => format!("<no error: {file_name} parsed successfully>"),
+            Err(e) => e.to_string(),
+        };
+        if bless {
+            fs::write(&err_path, format!("{actual}\n")).unwrap();
+            continue;
+        }
+        let expected = fs::read_to_string(&err_path)
+            .unwrap_or_else(|_| format!("<missing {}>", err_path.display()));
+        if expected.trim_end() != actual {
+            failures.push(format!(
+                "{file_name}\n  expected: {}\n  actual:   {actual}",
+                expected.trim_end()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} ui tests failed (rerun with BLESS=1 to update, then review):\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_expected_error_file_has_a_manifest() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
+    for entry in fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "err") {
+            assert!(
+                path.with_extension("toml").exists(),
+                "{} has no .toml sibling",
+                path.display()
+            );
+        }
+    }
+}
