@@ -65,7 +65,11 @@ impl Client {
 
     /// Uploads a workflow.
     pub async fn deploy(&self, body: &DeployBody) -> anyhow::Result<DeployResponse> {
-        let response = self.admin(Method::POST, "workflows").json(body).send().await;
+        let response = self
+            .admin(Method::POST, "workflows")
+            .json(body)
+            .send()
+            .await;
         decode(response, "deploying").await
     }
 
@@ -76,7 +80,10 @@ impl Client {
 
     /// One workflow's status.
     pub async fn status(&self, name: &str) -> anyhow::Result<WorkflowStatus> {
-        let response = self.admin(Method::GET, &format!("workflows/{name}")).send().await;
+        let response = self
+            .admin(Method::GET, &format!("workflows/{name}"))
+            .send()
+            .await;
         decode(response, "reading status").await
     }
 
@@ -86,7 +93,9 @@ impl Client {
             .admin(Method::DELETE, &format!("workflows/{name}"))
             .send()
             .await;
-        decode::<serde_json::Value>(response, "removing").await.map(|_| ())
+        decode::<serde_json::Value>(response, "removing")
+            .await
+            .map(|_| ())
     }
 }
 
@@ -97,7 +106,10 @@ async fn decode<T: serde::de::DeserializeOwned>(
 ) -> anyhow::Result<T> {
     let response = response.with_context(|| format!("{doing}: the gateway is unreachable"))?;
     let status = response.status();
-    let body = response.bytes().await.context("reading the gateway's answer")?;
+    let body = response
+        .bytes()
+        .await
+        .context("reading the gateway's answer")?;
     if status.is_success() {
         return serde_json::from_slice(&body)
             .with_context(|| format!("{doing}: unexpected answer from the gateway"));

@@ -77,7 +77,10 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<()> {
         }
         println!();
     }
-    let bytes = response.bytes().await.context("reading the response body")?;
+    let bytes = response
+        .bytes()
+        .await
+        .context("reading the response body")?;
     std::io::stdout().write_all(&bytes)?;
     if !status.is_success() {
         bail!("{path} answered {status}");

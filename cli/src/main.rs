@@ -60,8 +60,9 @@ enum Command {
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FAAS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")),
+            tracing_subscriber::EnvFilter::try_from_env("FAAS_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
+            }),
         )
         .with_writer(std::io::stderr)
         .init();

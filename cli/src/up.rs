@@ -30,6 +30,10 @@ pub struct UpArgs {
     /// Directory for compiled components and the token.
     #[arg(long, env = "FAAS_DATA_DIR", default_value = ".faas")]
     data_dir: PathBuf,
+    /// Directory for precompiled components; defaults to <data-dir>/cache. Processes
+    /// may share one.
+    #[arg(long, env = "FAAS_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
     /// A workflow.toml to build and deploy at start (repeatable). Without any, the demo
     /// workflows under functions/ are deployed when present.
     #[arg(long = "deploy", value_name = "WORKFLOW_TOML")]
@@ -67,7 +71,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     write_token(&args.data_dir.join("token"), &token)?;
 
-    let mut worker_config = WorkerConfig::new(args.data_dir.join("cache"));
+    let mut worker_config = WorkerConfig::new(
+        args.cache_dir
+            .clone()
+            .unwrap_or_else(|| args.data_dir.join("cache")),
+    );
     worker_config.default_limits = Limits {
         memory_mb: args.memory_mb,
         timeout: Duration::from_millis(args.timeout_ms),

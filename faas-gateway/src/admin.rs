@@ -164,7 +164,12 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
     match (request.method().clone(), segments.as_slice()) {
         (Method::POST, ["workflows"]) => deploy(app, request).await,
         (Method::GET, ["workflows"]) => {
-            let workflows = app.registry.list().iter().map(|d| d.as_ref().into()).collect();
+            let workflows = app
+                .registry
+                .list()
+                .iter()
+                .map(|d| d.as_ref().into())
+                .collect();
             response::json(StatusCode::OK, &ListResponse { workflows })
         }
         (Method::GET, ["workflows", name]) => match app.registry.get(name) {

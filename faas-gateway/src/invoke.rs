@@ -31,7 +31,10 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
             None => response::error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "no_worker",
-                format!("worker {} of workflow `{workflow}` is gone", deployment.worker),
+                format!(
+                    "worker {} of workflow `{workflow}` is gone",
+                    deployment.worker
+                ),
             ),
             Some(worker) => match worker
                 .handle_http(&deployment.loaded, &function, request)
@@ -81,7 +84,8 @@ async fn read_body(
         return Err(too_large());
     }
     let (parts, body) = request.into_parts();
-    let collected = tokio::time::timeout(app.config.read_timeout, Limited::new(body, limit).collect());
+    let collected =
+        tokio::time::timeout(app.config.read_timeout, Limited::new(body, limit).collect());
     match collected.await {
         Err(_) => Err(response::error(
             StatusCode::REQUEST_TIMEOUT,

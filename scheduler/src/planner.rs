@@ -126,7 +126,10 @@ mod tests {
     #[test]
     fn placing_without_workers_fails() {
         let mut planner = Planner::default();
-        assert_eq!(planner.place(&key("t", "a")), Err(PlacementError::NoWorkers));
+        assert_eq!(
+            planner.place(&key("t", "a")),
+            Err(PlacementError::NoWorkers)
+        );
     }
 
     #[test]

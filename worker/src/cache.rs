@@ -68,13 +68,12 @@ impl ComponentCache {
                 }
             }
         }
-        let compiled =
-            engine
-                .precompile_component(bytes)
-                .map_err(|err| LoadError::Compile {
-                    function: function.to_owned(),
-                    message: format!("{err:#}"),
-                })?;
+        let compiled = engine
+            .precompile_component(bytes)
+            .map_err(|err| LoadError::Compile {
+                function: function.to_owned(),
+                message: format!("{err:#}"),
+            })?;
         self.store(&path, &compiled)?;
         // SAFETY: as above; the file was written by us a moment ago.
         let component = unsafe { Component::deserialize_file(engine, &path) }.map_err(|err| {

@@ -50,7 +50,10 @@ impl Worker {
                 function: function.to_owned(),
             })?;
         let Entry::Http(pre) = &loaded.entry else {
-            return Err(bad_response(loaded, "it is a step function, not an HTTP function"));
+            return Err(bad_response(
+                loaded,
+                "it is a step function, not an HTTP function",
+            ));
         };
         let (mut store, output) = self.new_store(workflow, loaded);
         let (sender, receiver) = tokio::sync::oneshot::channel();
@@ -152,7 +155,8 @@ fn classify(function: &LoadedFunction, failure: Failure, output: &MemoryOutputPi
 }
 
 fn box_body(body: HyperOutgoingBody) -> UnsyncBoxBody<Bytes, BodyError> {
-    body.map_err(|err| Box::new(err) as BodyError).boxed_unsync()
+    body.map_err(|err| Box::new(err) as BodyError)
+        .boxed_unsync()
 }
 
 fn bad_response(function: &LoadedFunction, message: &str) -> InvokeError {

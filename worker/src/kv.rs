@@ -131,15 +131,24 @@ mod tests {
         assert_eq!(store.increment("t", "n", 2).await.unwrap(), 2);
         assert_eq!(store.increment("t", "n", 3).await.unwrap(), 5);
         store.set("t", "s", b"text".to_vec()).await.unwrap();
-        assert!(matches!(store.increment("t", "s", 1).await, Err(KvError::Store(_))));
+        assert!(matches!(
+            store.increment("t", "s", 1).await,
+            Err(KvError::Store(_))
+        ));
     }
 
     #[tokio::test]
     async fn oversized_keys_and_values_are_refused() {
         let store = KeyValueStore::memory();
         let long_key = "k".repeat(MAX_KEY_BYTES + 1);
-        assert!(matches!(store.get("t", &long_key).await, Err(KvError::TooLarge(_))));
+        assert!(matches!(
+            store.get("t", &long_key).await,
+            Err(KvError::TooLarge(_))
+        ));
         let big = vec![0; MAX_VALUE_BYTES + 1];
-        assert!(matches!(store.set("t", "k", big).await, Err(KvError::TooLarge(_))));
+        assert!(matches!(
+            store.set("t", "k", big).await,
+            Err(KvError::TooLarge(_))
+        ));
     }
 }

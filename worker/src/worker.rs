@@ -133,7 +133,10 @@ impl Worker {
                 ))
             })?),
             FunctionKind::Step => {
-                if component.get_export_index(None, STEP_HANDLER_EXPORT).is_none() {
+                if component
+                    .get_export_index(None, STEP_HANDLER_EXPORT)
+                    .is_none()
+                {
                     return Err(link_error(format!(
                         "a step function must export {STEP_HANDLER_EXPORT}"
                     )));

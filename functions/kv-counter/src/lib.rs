@@ -1,4 +1,5 @@
-//! A counter kept in the tenant's key-value store.
+//! A counter kept in the tenant's key-value store. The counter's name is the last
+//! segment of the path, whatever route leads here:
 //!
 //! - `POST /counter/<name>` adds 1 (or the body's integer) and returns the new value;
 //! - `GET /counter/<name>` returns the current value;
@@ -9,8 +10,8 @@ use faas_sdk::key_value;
 
 #[faas_sdk::http]
 fn handle(req: Request) -> Result<Response, key_value::Error> {
-    let name = req.path().trim_start_matches("/counter").trim_matches('/');
-    if name.is_empty() {
+    let name = req.path().rsplit('/').next().unwrap_or_default();
+    if name.is_empty() || name == "counter" {
         return Ok(Response::text(400, "usage: /counter/<name>\n"));
     }
     let key = format!("counter:{name}");

@@ -1,8 +1,16 @@
 //! A function that misbehaves on purpose, to show that a bad guest fails only its own
 //! request: `/misbehave/trap` traps, `/misbehave/loop` never returns,
 //! `/misbehave/hog` allocates until it hits the memory limit, `/misbehave/ok` answers.
+//! `/misbehave/slow?ms=N` sleeps N ms, then answers with its config's `label`: tests use
+//! it to hold a request in flight across a redeploy or a shutdown. `/misbehave/count`
+//! counts the requests its instance has seen.
 
 use faas_sdk::http::{Request, Response};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Counts requests seen by this instance: always 1 when every request gets a fresh
+/// instance, which is what `/misbehave/count` shows.
+static SEEN: AtomicU32 = AtomicU32::new(0);
 
 #[faas_sdk::http]
 fn handle(req: Request) -> Response {
@@ -20,6 +28,16 @@ fn handle(req: Request) -> Response {
                 hoard.push(vec![1u8; 1 << 20]);
                 std::hint::black_box(&hoard);
             }
+        }
+        "/misbehave/slow" => {
+            let ms = req.query_param("ms").and_then(|ms| ms.parse().ok()).unwrap_or(100);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            let label = faas_sdk::config::get("label").unwrap_or_default();
+            Response::text(200, format!("slept {ms} ms as {label}\n"))
+        }
+        "/misbehave/count" => {
+            let seen = SEEN.fetch_add(1, Ordering::SeqCst) + 1;
+            Response::text(200, format!("{seen}\n"))
         }
         _ => Response::text(200, "still fine\n"),
     }

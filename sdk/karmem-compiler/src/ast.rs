@@ -132,7 +132,9 @@ impl Primitive {
     /// Encoded size in bytes.
     pub fn size(self) -> u32 {
         match self {
-            Primitive::Byte | Primitive::Bool | Primitive::Char | Primitive::U8 | Primitive::I8 => 1,
+            Primitive::Byte | Primitive::Bool | Primitive::Char | Primitive::U8 | Primitive::I8 => {
+                1
+            }
             Primitive::U16 | Primitive::I16 => 2,
             Primitive::U32 | Primitive::I32 | Primitive::F32 => 4,
             Primitive::U64 | Primitive::I64 | Primitive::F64 => 8,
@@ -293,7 +295,8 @@ impl FieldType {
     }
     /// Whether the data lives elsewhere in the buffer (slices and tables).
     pub fn is_out_of_line(&self) -> bool {
-        matches!(self.shape, Shape::Slice | Shape::LimitedSlice(_)) || matches!(self.base, BaseType::Table(_))
+        matches!(self.shape, Shape::Slice | Shape::LimitedSlice(_))
+            || matches!(self.base, BaseType::Table(_))
     }
 }
 

@@ -53,10 +53,15 @@ impl Builder {
         let code = crate::generate_rust_with(&schema, &self.options);
         let dir = match &self.out_dir {
             Some(d) => d.clone(),
-            None => PathBuf::from(std::env::var_os("OUT_DIR").ok_or(CompileError::MissingEnv("OUT_DIR"))?),
+            None => PathBuf::from(
+                std::env::var_os("OUT_DIR").ok_or(CompileError::MissingEnv("OUT_DIR"))?,
+            ),
         };
         let out = dir.join(format!("{}.rs", schema.name));
-        std::fs::write(&out, code).map_err(|source| CompileError::Io { path: out.clone(), source })?;
+        std::fs::write(&out, code).map_err(|source| CompileError::Io {
+            path: out.clone(),
+            source,
+        })?;
         Ok(out)
     }
 }

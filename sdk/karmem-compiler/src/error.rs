@@ -30,7 +30,12 @@ pub struct SchemaError {
 impl SchemaError {
     /// An error at `span` of `file`.
     pub fn new(file: &str, span: Span, message: impl Into<String>) -> Self {
-        SchemaError { file: file.to_string(), line: span.line, column: span.column, message: message.into() }
+        SchemaError {
+            file: file.to_string(),
+            line: span.line,
+            column: span.column,
+            message: message.into(),
+        }
     }
 }
 

@@ -64,7 +64,10 @@ impl Cursor<'_> {
         Some(c)
     }
     fn span(&self) -> Span {
-        Span { line: self.line, column: self.column }
+        Span {
+            line: self.line,
+            column: self.column,
+        }
     }
 }
 
@@ -72,12 +75,19 @@ impl Cursor<'_> {
 /// leading UTF-8 byte-order mark is ignored (the reference parser does the same).
 pub fn tokenize(file: &str, src: &str) -> Result<Vec<Token>, SchemaError> {
     let src = src.strip_prefix('\u{feff}').unwrap_or(src);
-    let mut cur = Cursor { chars: src.chars().peekable(), line: 1, column: 1 };
+    let mut cur = Cursor {
+        chars: src.chars().peekable(),
+        line: 1,
+        column: 1,
+    };
     let mut out = Vec::new();
     loop {
         let span = cur.span();
         let Some(c) = cur.peek() else {
-            out.push(Token { tok: Tok::Eof, span });
+            out.push(Token {
+                tok: Tok::Eof,
+                span,
+            });
             return Ok(out);
         };
         if c.is_whitespace() {
@@ -99,7 +109,13 @@ pub fn tokenize(file: &str, src: &str) -> Result<Vec<Token>, SchemaError> {
                         match cur.bump() {
                             Some('/') if prev == '*' => break,
                             Some(c) => prev = c,
-                            None => return Err(SchemaError::new(file, span, "unterminated block comment")),
+                            None => {
+                                return Err(SchemaError::new(
+                                    file,
+                                    span,
+                                    "unterminated block comment",
+                                ));
+                            }
                         }
                     }
                 }
@@ -109,19 +125,29 @@ pub fn tokenize(file: &str, src: &str) -> Result<Vec<Token>, SchemaError> {
         }
         let tok = if c.is_alphabetic() || c == '_' {
             let mut s = String::new();
-            while let Some(c) = cur.peek().filter(|c| c.is_alphanumeric() || *c == '_' || *c == '.') {
+            while let Some(c) = cur
+                .peek()
+                .filter(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+            {
                 s.push(c);
                 cur.bump();
             }
             Tok::Ident(s)
         } else if c.is_ascii_digit() {
             let mut s = String::new();
-            while let Some(c) = cur.peek().filter(|c| c.is_ascii_alphanumeric() || *c == '_') {
+            while let Some(c) = cur
+                .peek()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            {
                 s.push(c);
                 cur.bump();
             }
             if !s.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(SchemaError::new(file, span, format!("invalid number `{s}`")));
+                return Err(SchemaError::new(
+                    file,
+                    span,
+                    format!("invalid number `{s}`"),
+                ));
             }
             Tok::Number(s)
         } else if c == '`' {
@@ -131,7 +157,11 @@ pub fn tokenize(file: &str, src: &str) -> Result<Vec<Token>, SchemaError> {
                 match cur.bump() {
                     Some('`') => break,
                     Some('\n') | None => {
-                        return Err(SchemaError::new(file, span, "unterminated backtick-quoted value"));
+                        return Err(SchemaError::new(
+                            file,
+                            span,
+                            "unterminated backtick-quoted value",
+                        ));
                     }
                     Some(c) => s.push(c),
                 }
@@ -149,7 +179,11 @@ pub fn tokenize(file: &str, src: &str) -> Result<Vec<Token>, SchemaError> {
             cur.bump();
             Tok::Sym(c)
         } else {
-            return Err(SchemaError::new(file, span, format!("unexpected character {c:?}")));
+            return Err(SchemaError::new(
+                file,
+                span,
+                format!("unexpected character {c:?}"),
+            ));
         };
         out.push(Token { tok, span });
     }

@@ -23,8 +23,8 @@ mod resolve;
 use std::path::Path;
 
 pub use ast::{
-    Access, ArgDef, BaseType, EnumDef, EnumVariant, FieldDef, FieldType, FunctionDef, Interface, MemoryDef,
-    Primitive, Schema, Shape, Span, StructDef, StructKind, StructSize, Tag,
+    Access, ArgDef, BaseType, EnumDef, EnumVariant, FieldDef, FieldType, FunctionDef, Interface,
+    MemoryDef, Primitive, Schema, Shape, Span, StructDef, StructKind, StructSize, Tag,
 };
 pub use codegen::{Options, field_idents, rust_type_name, snake_case};
 pub use dynamic::{CodecError, decode_to_json, encode_from_json};
@@ -40,8 +40,13 @@ pub fn parse_str(file_name: &str, src: &str) -> Result<Schema, SchemaError> {
 /// Reads and parses a schema file. Errors name the file as given.
 pub fn parse_file(path: &Path) -> Result<Schema, SchemaError> {
     let name = path.display().to_string();
-    let src = std::fs::read_to_string(path)
-        .map_err(|e| SchemaError::new(&name, Span { line: 0, column: 0 }, format!("cannot read file: {e}")))?;
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        SchemaError::new(
+            &name,
+            Span { line: 0, column: 0 },
+            format!("cannot read file: {e}"),
+        )
+    })?;
     parse_str(&name, &src)
 }
 

@@ -161,7 +161,10 @@ impl Parser<'_> {
 
     fn unexpected<T>(&self, expected: &str) -> Result<T, SchemaError> {
         let t = self.peek();
-        self.err(t.span, format!("expected {expected}, found {}", t.tok.describe()))
+        self.err(
+            t.span,
+            format!("expected {expected}, found {}", t.tok.describe()),
+        )
     }
 
     fn is_sym(&self, c: char) -> bool {
@@ -199,7 +202,9 @@ impl Parser<'_> {
         match &self.peek().tok {
             Tok::Number(s) => {
                 let span = self.peek().span;
-                let n = s.parse::<u32>().or_else(|_| self.err(span, format!("{what} `{s}` does not fit in 32 bits")))?;
+                let n = s
+                    .parse::<u32>()
+                    .or_else(|_| self.err(span, format!("{what} `{s}` does not fit in 32 bits")))?;
                 self.next();
                 Ok((n, span))
             }
@@ -231,7 +236,10 @@ impl Parser<'_> {
                 }
                 self.expect_sym(')')?;
             }
-            tags.push(RawTag { tag: Tag { name, value }, span });
+            tags.push(RawTag {
+                tag: Tag { name, value },
+                span,
+            });
         }
         Ok(tags)
     }
@@ -250,8 +258,12 @@ impl Parser<'_> {
             match &t.tok {
                 Tok::Eof => break,
                 Tok::Ident(kw) if kw == "enum" => items.push(RawItem::Enum(self.enum_decl()?)),
-                Tok::Ident(kw) if kw == "struct" => items.push(RawItem::Struct(self.struct_decl()?)),
-                Tok::Ident(kw) if kw == "interface" => items.push(RawItem::Interface(self.interface_decl()?)),
+                Tok::Ident(kw) if kw == "struct" => {
+                    items.push(RawItem::Struct(self.struct_decl()?))
+                }
+                Tok::Ident(kw) if kw == "interface" => {
+                    items.push(RawItem::Interface(self.interface_decl()?))
+                }
                 _ => return self.unexpected("`enum`, `struct` or `interface`"),
             }
         }
@@ -273,15 +285,31 @@ impl Parser<'_> {
                 let t = self.next();
                 match t.tok {
                     Tok::Number(n) => value = Some((if neg { format!("-{n}") } else { n }, t.span)),
-                    other => return self.err(t.span, format!("expected enum value, found {}", other.describe())),
+                    other => {
+                        return self.err(
+                            t.span,
+                            format!("expected enum value, found {}", other.describe()),
+                        );
+                    }
                 }
             }
             // Tags on variants are accepted (and ignored) like the reference does.
             self.tags()?;
             self.expect_sym(';')?;
-            variants.push(RawVariant { name: vname, span: vspan, value });
+            variants.push(RawVariant {
+                name: vname,
+                span: vspan,
+                value,
+            });
         }
-        Ok(RawEnum { name, span, repr, repr_span, tags, variants })
+        Ok(RawEnum {
+            name,
+            span,
+            repr,
+            repr_span,
+            tags,
+            variants,
+        })
     }
 
     fn struct_decl(&mut self) -> Result<RawStruct, SchemaError> {
@@ -304,9 +332,23 @@ impl Parser<'_> {
             let text = format!("{text_prefix}{base}");
             let ftags = self.tags()?;
             self.expect_sym(';')?;
-            fields.push(RawField { name: fname, span: fspan, shape, base, text, ty_span, tags: ftags });
+            fields.push(RawField {
+                name: fname,
+                span: fspan,
+                shape,
+                base,
+                text,
+                ty_span,
+                tags: ftags,
+            });
         }
-        Ok(RawStruct { name, span, kind, tags, fields })
+        Ok(RawStruct {
+            name,
+            span,
+            kind,
+            tags,
+            fields,
+        })
     }
 
     /// Optional `[N]`, `[]` or `[<N]` before a type name.
@@ -320,7 +362,11 @@ impl Parser<'_> {
         let limited = self.eat_sym('<');
         let (n, _) = self.expect_number("array length")?;
         self.expect_sym(']')?;
-        Ok(if limited { (RawShape::Limited(n), format!("[<{n}]")) } else { (RawShape::Array(n), format!("[{n}]")) })
+        Ok(if limited {
+            (RawShape::Limited(n), format!("[<{n}]"))
+        } else {
+            (RawShape::Array(n), format!("[{n}]"))
+        })
     }
 
     fn interface_decl(&mut self) -> Result<RawInterface, SchemaError> {
@@ -340,7 +386,9 @@ impl Parser<'_> {
         let mut memories = Vec::new();
         let mut functions = Vec::new();
         while !self.eat_sym('}') {
-            if matches!(&self.peek().tok, Tok::Ident(k) if k == "fn") && matches!(self.peek_at(1), Tok::Ident(_)) {
+            if matches!(&self.peek().tok, Tok::Ident(k) if k == "fn")
+                && matches!(self.peek_at(1), Tok::Ident(_))
+            {
                 self.next();
                 let (fname, fspan) = self.expect_ident("function name")?;
                 functions.push(self.signature(fname, fspan)?);
@@ -360,14 +408,24 @@ impl Parser<'_> {
                 _ => return self.unexpected("`memory` or `fn`"),
             }
         }
-        Ok(RawInterface { name, span, patterns, tags, memories, functions })
+        Ok(RawInterface {
+            name,
+            span,
+            patterns,
+            tags,
+            memories,
+            functions,
+        })
     }
 
     fn access(&mut self) -> Result<Access, SchemaError> {
         let (word, span) = self.expect_ident("access (`none`, `read`, `write` or `readwrite`)")?;
         match Access::from_keyword(&word) {
             Some(a) => Ok(a),
-            None => self.err(span, format!("unknown access `{word}`, expected `none`, `read`, `write` or `readwrite`")),
+            None => self.err(
+                span,
+                format!("unknown access `{word}`, expected `none`, `read`, `write` or `readwrite`"),
+            ),
         }
     }
 
@@ -382,7 +440,11 @@ impl Parser<'_> {
                     self.next();
                     self.expect_sym(':')?;
                     let a = self.access()?;
-                    let slot = if k == "import" { &mut importer } else { &mut exporter };
+                    let slot = if k == "import" {
+                        &mut importer
+                    } else {
+                        &mut exporter
+                    };
                     if slot.replace(a).is_some() {
                         return self.err(t.span, format!("`{k}` given twice"));
                     }
@@ -408,22 +470,42 @@ impl Parser<'_> {
             }
         }
         self.expect_sym(';')?;
-        let Some(importer) = importer else { return self.err(open, "memory needs `import: <access>`") };
-        let Some(exporter) = exporter else { return self.err(open, "memory needs `export: <access>`") };
+        let Some(importer) = importer else {
+            return self.err(open, "memory needs `import: <access>`");
+        };
+        let Some(exporter) = exporter else {
+            return self.err(open, "memory needs `export: <access>`");
+        };
         let Some((max_pages, pspan)) = pages else {
             return self.err(open, "memory needs a maximum size in 64 KiB pages");
         };
         if max_pages == 0 || max_pages > 65536 {
-            return self.err(pspan, format!("maximum size must be 1..=65536 pages (4 GiB), got {max_pages}"));
+            return self.err(
+                pspan,
+                format!("maximum size must be 1..=65536 pages (4 GiB), got {max_pages}"),
+            );
         }
-        Ok(RawMemory { name, span, importer, exporter, max_pages })
+        Ok(RawMemory {
+            name,
+            span,
+            importer,
+            exporter,
+            max_pages,
+        })
     }
 
     fn arg(&mut self, name: String, span: Span) -> Result<RawArg, SchemaError> {
         let (type_name, type_span) = self.expect_ident("argument type")?;
         self.expect_sym('@')?;
         let (memory, memory_span) = self.expect_ident("memory name after `@`")?;
-        Ok(RawArg { name, span, type_name, type_span, memory, memory_span })
+        Ok(RawArg {
+            name,
+            span,
+            type_name,
+            type_span,
+            memory,
+            memory_span,
+        })
     }
 
     /// `( args ) [-> Type @ memory] ;`
@@ -444,6 +526,11 @@ impl Parser<'_> {
             result = Some(self.arg("result".into(), rspan)?);
         }
         self.expect_sym(';')?;
-        Ok(RawFunction { name, span, args, result })
+        Ok(RawFunction {
+            name,
+            span,
+            args,
+            result,
+        })
     }
 }

@@ -51,16 +51,26 @@ pub(crate) fn classify<'s>(schema: &'s Schema, field: &FieldDef) -> Kind<'s> {
             Shape::Array(n) => Kind::PrimArray(*p, n),
             Shape::Slice | Shape::LimitedSlice(_) => Kind::PrimSlice(*p, limit(shape)),
         },
-        BaseType::Enum(name) => Kind::Enum(schema.find_enum(name).expect("validated schema: enum exists")),
+        BaseType::Enum(name) => Kind::Enum(
+            schema
+                .find_enum(name)
+                .expect("validated schema: enum exists"),
+        ),
         BaseType::Inline(name) => {
-            let s = schema.find_struct(name).expect("validated schema: struct exists");
+            let s = schema
+                .find_struct(name)
+                .expect("validated schema: struct exists");
             match shape {
                 Shape::Single => Kind::Inline(s),
                 Shape::Array(n) => Kind::InlineArray(s, n),
                 Shape::Slice | Shape::LimitedSlice(_) => Kind::InlineSlice(s, limit(shape)),
             }
         }
-        BaseType::Table(name) => Kind::Table(schema.find_struct(name).expect("validated schema: struct exists")),
+        BaseType::Table(name) => Kind::Table(
+            schema
+                .find_struct(name)
+                .expect("validated schema: struct exists"),
+        ),
     }
 }
 

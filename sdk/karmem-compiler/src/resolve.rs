@@ -5,7 +5,9 @@ use std::collections::HashSet;
 
 use crate::ast::*;
 use crate::error::SchemaError;
-use crate::parser::{RawArg, RawEnum, RawInterface, RawItem, RawSchema, RawShape, RawStruct, RawTag};
+use crate::parser::{
+    RawArg, RawEnum, RawInterface, RawItem, RawSchema, RawShape, RawStruct, RawTag,
+};
 
 struct Resolver<'a> {
     file: &'a str,
@@ -21,20 +23,34 @@ fn plain_tags(tags: &[RawTag]) -> Vec<Tag> {
 
 /// `@packed`, `@packed()`, `@packed(true)` mean true; `@packed(false)` false.
 fn packed_tag(file: &str, tags: &[RawTag]) -> Result<Option<bool>, SchemaError> {
-    let Some(t) = tags.iter().find(|t| t.tag.name == "packed") else { return Ok(None) };
+    let Some(t) = tags.iter().find(|t| t.tag.name == "packed") else {
+        return Ok(None);
+    };
     match t.tag.value.as_str() {
         "" | "true" => Ok(Some(true)),
         "false" => Ok(Some(false)),
-        v => Err(SchemaError::new(file, t.span, format!("invalid value `{v}` for @packed, expected true or false"))),
+        v => Err(SchemaError::new(
+            file,
+            t.span,
+            format!("invalid value `{v}` for @packed, expected true or false"),
+        )),
     }
 }
 
 fn check_type_name(file: &str, name: &str, span: Span, what: &str) -> Result<(), SchemaError> {
     if !name.starts_with(|c: char| c.is_ascii_uppercase()) {
-        return Err(SchemaError::new(file, span, format!("{what} `{name}` must start with an uppercase letter")));
+        return Err(SchemaError::new(
+            file,
+            span,
+            format!("{what} `{name}` must start with an uppercase letter"),
+        ));
     }
     if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(SchemaError::new(file, span, format!("{what} `{name}` may only use ASCII letters, digits and `_`")));
+        return Err(SchemaError::new(
+            file,
+            span,
+            format!("{what} `{name}` may only use ASCII letters, digits and `_`"),
+        ));
     }
     Ok(())
 }
@@ -42,7 +58,13 @@ fn check_type_name(file: &str, name: &str, span: Span, what: &str) -> Result<(),
 /// Resolves and validates a parsed file.
 pub(crate) fn resolve(file: &str, raw: RawSchema) -> Result<Schema, SchemaError> {
     let packed = packed_tag(file, &raw.tags)?.unwrap_or(false);
-    let mut r = Resolver { file, packed, enums: Vec::new(), structs: Vec::new(), names: HashSet::new() };
+    let mut r = Resolver {
+        file,
+        packed,
+        enums: Vec::new(),
+        structs: Vec::new(),
+        names: HashSet::new(),
+    };
     let mut raw_interfaces = Vec::new();
     for item in raw.items {
         match item {
@@ -61,7 +83,11 @@ pub(crate) fn resolve(file: &str, raw: RawSchema) -> Result<Schema, SchemaError>
     let mut interfaces: Vec<Interface> = Vec::new();
     for i in raw_interfaces {
         if interfaces.iter().any(|o| o.name == i.name) {
-            return Err(SchemaError::new(file, i.span, format!("duplicated interface name `{}`", i.name)));
+            return Err(SchemaError::new(
+                file,
+                i.span,
+                format!("duplicated interface name `{}`", i.name),
+            ));
         }
         interfaces.push(r.interface(i)?);
     }
@@ -116,15 +142,38 @@ impl Resolver<'_> {
                 None => (index as i128, false, v.span),
             };
             if value < min || value > max {
-                return self.err(span, format!("enum value {value} is out of range for {}", repr.schema_name()));
+                return self.err(
+                    span,
+                    format!(
+                        "enum value {value} is out of range for {}",
+                        repr.schema_name()
+                    ),
+                );
             }
-            variants.push(EnumVariant { name: v.name, value, explicit, span: v.span });
+            variants.push(EnumVariant {
+                name: v.name,
+                value,
+                explicit,
+                span: v.span,
+            });
         }
         if !variants.iter().any(|v| v.value == 0) {
-            return self.err(e.span, format!("enum `{}` must have a variant with value 0 (the default)", e.name));
+            return self.err(
+                e.span,
+                format!(
+                    "enum `{}` must have a variant with value 0 (the default)",
+                    e.name
+                ),
+            );
         }
         self.claim_name(&e.name, e.span)?;
-        Ok(EnumDef { name: e.name, repr, variants, tags: plain_tags(&e.tags), span: e.span })
+        Ok(EnumDef {
+            name: e.name,
+            repr,
+            variants,
+            tags: plain_tags(&e.tags),
+            span: e.span,
+        })
     }
 
     fn struct_def(&mut self, s: RawStruct) -> Result<StructDef, SchemaError> {
@@ -133,7 +182,13 @@ impl Resolver<'_> {
         if let Some(t) = s.tags.iter().find(|t| t.tag.name == "id")
             && t.tag.value.parse::<u64>().is_err()
         {
-            return self.err(t.span, format!("invalid @id `{}`, expected an unsigned 64-bit integer", t.tag.value));
+            return self.err(
+                t.span,
+                format!(
+                    "invalid @id `{}`, expected an unsigned 64-bit integer",
+                    t.tag.value
+                ),
+            );
         }
         if s.fields.is_empty() {
             return self.err(s.span, format!("struct `{}` has no fields", s.name));
@@ -158,9 +213,18 @@ impl Resolver<'_> {
                     (BaseType::Inline(st.name.clone()), st.size.total)
                 }
             } else if f.base == s.name {
-                return self.err(f.ty_span, format!("struct `{}` cannot contain itself", s.name));
+                return self.err(
+                    f.ty_span,
+                    format!("struct `{}` cannot contain itself", s.name),
+                );
             } else {
-                return self.err(f.ty_span, format!("unknown type `{}` (types must be declared before they are used)", f.base));
+                return self.err(
+                    f.ty_span,
+                    format!(
+                        "unknown type `{}` (types must be declared before they are used)",
+                        f.base
+                    ),
+                );
             };
             let shape = match f.shape {
                 RawShape::Single => Shape::Single,
@@ -188,7 +252,11 @@ impl Resolver<'_> {
             }
             fields.push(FieldDef {
                 name: f.name,
-                ty: FieldType { base, shape, text: f.text },
+                ty: FieldType {
+                    base,
+                    shape,
+                    text: f.text,
+                },
                 offset: offset as u32,
                 size: size as u32,
                 elem_size: elem,
@@ -200,7 +268,11 @@ impl Resolver<'_> {
         // Unpacked inline structs are padded to `content + (8 - content % 8)` (a full 8
         // bytes when already a multiple of 8: a quirk of the reference we must keep).
         // Tables are never padded.
-        let padding = if !packed && !is_table { 8 - content % 8 } else { 0 };
+        let padding = if !packed && !is_table {
+            8 - content % 8
+        } else {
+            0
+        };
         let Some(total) = content.checked_add(padding) else {
             return self.err(s.span, format!("struct `{}` is larger than 4 GiB", s.name));
         };
@@ -215,7 +287,12 @@ impl Resolver<'_> {
             kind: s.kind,
             packed,
             fields,
-            size: StructSize { content, padding, total, minimum },
+            size: StructSize {
+                content,
+                padding,
+                total,
+                minimum,
+            },
             tags: plain_tags(&s.tags),
             span: s.span,
         })
@@ -228,7 +305,10 @@ impl Resolver<'_> {
                 return self.err(m.span, format!("duplicated memory `{}`", m.name));
             }
             if !m.importer.can_write() && !m.exporter.can_write() {
-                return self.err(m.span, format!("memory `{}` cannot be written by either side", m.name));
+                return self.err(
+                    m.span,
+                    format!("memory `{}` cannot be written by either side", m.name),
+                );
             }
             memories.push(MemoryDef {
                 name: m.name,
@@ -240,7 +320,9 @@ impl Resolver<'_> {
         }
         let mut functions: Vec<FunctionDef> = Vec::new();
         for f in i.functions {
-            if functions.iter().any(|o| o.name == f.name) || memories.iter().any(|m| m.name == f.name) {
+            if functions.iter().any(|o| o.name == f.name)
+                || memories.iter().any(|m| m.name == f.name)
+            {
                 return self.err(f.span, format!("duplicated member name `{}`", f.name));
             }
             let mut args: Vec<ArgDef> = Vec::new();
@@ -254,19 +336,50 @@ impl Resolver<'_> {
                 Some(a) => Some(self.arg(&i.name, &memories, a)?),
                 None => None,
             };
-            functions.push(FunctionDef { name: f.name, args, result, span: f.span });
+            functions.push(FunctionDef {
+                name: f.name,
+                args,
+                result,
+                span: f.span,
+            });
         }
-        Ok(Interface { name: i.name, patterns: i.patterns, memories, functions, tags: plain_tags(&i.tags), span: i.span })
+        Ok(Interface {
+            name: i.name,
+            patterns: i.patterns,
+            memories,
+            functions,
+            tags: plain_tags(&i.tags),
+            span: i.span,
+        })
     }
 
     /// Checks that an argument's type is a struct and its memory is declared.
-    fn arg(&self, interface: &str, memories: &[MemoryDef], a: RawArg) -> Result<ArgDef, SchemaError> {
+    fn arg(
+        &self,
+        interface: &str,
+        memories: &[MemoryDef],
+        a: RawArg,
+    ) -> Result<ArgDef, SchemaError> {
         if !self.structs.iter().any(|s| s.name == a.type_name) {
-            return self.err(a.type_span, format!("unknown struct type `{}`", a.type_name));
+            return self.err(
+                a.type_span,
+                format!("unknown struct type `{}`", a.type_name),
+            );
         }
         if !memories.iter().any(|m| m.name == a.memory) {
-            return self.err(a.memory_span, format!("memory `{}` is not declared in interface `{interface}`", a.memory));
+            return self.err(
+                a.memory_span,
+                format!(
+                    "memory `{}` is not declared in interface `{interface}`",
+                    a.memory
+                ),
+            );
         }
-        Ok(ArgDef { name: a.name, type_name: a.type_name, memory: a.memory, span: a.span })
+        Ok(ArgDef {
+            name: a.name,
+            type_name: a.type_name,
+            memory: a.memory,
+            span: a.span,
+        })
     }
 }

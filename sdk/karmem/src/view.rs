@@ -161,13 +161,21 @@ impl<'a, T: Primitive> PrimSlice<'a, T> {
     /// An array of exactly `len` elements stored in `bytes`.
     #[inline]
     pub fn array(bytes: &'a [u8], len: usize) -> Self {
-        PrimSlice { bytes, len, _t: PhantomData }
+        PrimSlice {
+            bytes,
+            len,
+            _t: PhantomData,
+        }
     }
     /// A slice over `bytes` holding as many whole elements as fit, at most `limit`.
     #[inline]
     pub fn slice(bytes: &'a [u8], limit: usize) -> Self {
         let len = (bytes.len() / T::SIZE).min(limit);
-        PrimSlice { bytes, len, _t: PhantomData }
+        PrimSlice {
+            bytes,
+            len,
+            _t: PhantomData,
+        }
     }
     /// Number of elements.
     #[inline]
@@ -187,7 +195,12 @@ impl<'a, T: Primitive> PrimSlice<'a, T> {
     /// Iterates over the elements.
     #[inline]
     pub fn iter(&self) -> PrimIter<'a, T> {
-        PrimIter { bytes: self.bytes, index: 0, len: self.len, _t: PhantomData }
+        PrimIter {
+            bytes: self.bytes,
+            index: 0,
+            len: self.len,
+            _t: PhantomData,
+        }
     }
     /// Copies the elements into a vector.
     pub fn to_vec(&self) -> alloc::vec::Vec<T> {
@@ -264,7 +277,12 @@ impl<'a, V: InlineView<'a>> InlineSlice<'a, V> {
     /// An array of exactly `len` elements stored in `bytes`.
     #[inline]
     pub fn array(data: &'a [u8], bytes: &'a [u8], len: usize) -> Self {
-        InlineSlice { data, bytes, len, _v: PhantomData }
+        InlineSlice {
+            data,
+            bytes,
+            len,
+            _v: PhantomData,
+        }
     }
     /// A slice over `bytes` holding as many whole elements as fit, at most `limit`.
     #[inline]
@@ -272,7 +290,12 @@ impl<'a, V: InlineView<'a>> InlineSlice<'a, V> {
         // A zero-sized element cannot be encoded by the reference compiler; guard the
         // division anyway so arbitrary schemas cannot make the reader panic.
         let len = bytes.len().checked_div(V::SIZE).unwrap_or(0).min(limit);
-        InlineSlice { data, bytes, len, _v: PhantomData }
+        InlineSlice {
+            data,
+            bytes,
+            len,
+            _v: PhantomData,
+        }
     }
     /// Number of elements.
     #[inline]
@@ -291,12 +314,18 @@ impl<'a, V: InlineView<'a>> InlineSlice<'a, V> {
             return None;
         }
         let start = index * V::SIZE;
-        Some(V::from_parts(self.data, field(self.bytes, start, start + V::SIZE)))
+        Some(V::from_parts(
+            self.data,
+            field(self.bytes, start, start + V::SIZE),
+        ))
     }
     /// Iterates over the elements.
     #[inline]
     pub fn iter(&self) -> InlineSliceIter<'a, V> {
-        InlineSliceIter { slice: *self, index: 0 }
+        InlineSliceIter {
+            slice: *self,
+            index: 0,
+        }
     }
 }
 

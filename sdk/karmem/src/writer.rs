@@ -55,9 +55,14 @@ impl<'b> Writer<'b> {
     #[inline]
     fn reserve(&mut self, n: usize) -> Result<usize, Error> {
         let start = self.len;
-        let end = start.checked_add(n).ok_or(Error::OffsetOverflow { needed: usize::MAX })?;
+        let end = start
+            .checked_add(n)
+            .ok_or(Error::OffsetOverflow { needed: usize::MAX })?;
         if end > self.buf.len() {
-            return Err(Error::CapacityExceeded { needed: end, capacity: self.buf.len() });
+            return Err(Error::CapacityExceeded {
+                needed: end,
+                capacity: self.buf.len(),
+            });
         }
         // Offsets and byte lengths are u32 on the wire.
         if end > u32::MAX as usize {
@@ -90,7 +95,10 @@ impl<'b> Writer<'b> {
     /// Appends `items` encoded back to back and returns their offset.
     #[inline]
     pub fn alloc_prims<T: Primitive>(&mut self, items: &[T]) -> Result<u32, Error> {
-        let n = items.len().checked_mul(T::SIZE).ok_or(Error::OffsetOverflow { needed: usize::MAX })?;
+        let n = items
+            .len()
+            .checked_mul(T::SIZE)
+            .ok_or(Error::OffsetOverflow { needed: usize::MAX })?;
         let start = self.reserve(n)?;
         if let Some(space) = self.buf.get_mut(start..start + n) {
             for (chunk, item) in space.chunks_exact_mut(T::SIZE).zip(items) {
@@ -123,7 +131,13 @@ impl<'b> Writer<'b> {
     /// Writes a slice header at `at`: data offset and byte length, plus the element size
     /// when the containing struct is unpacked.
     #[inline]
-    pub fn put_slice_header(&mut self, at: usize, offset: u32, byte_len: usize, elem_size: Option<u32>) {
+    pub fn put_slice_header(
+        &mut self,
+        at: usize,
+        offset: u32,
+        byte_len: usize,
+        elem_size: Option<u32>,
+    ) {
         self.put::<u32>(at, offset);
         self.put::<u32>(at + 4, byte_len as u32);
         if let Some(size) = elem_size {
@@ -133,7 +147,12 @@ impl<'b> Writer<'b> {
 
     /// Appends a slice of primitives and points the header at `at` to it.
     #[inline]
-    pub fn slice_of<T: Primitive>(&mut self, at: usize, items: &[T], packed: bool) -> Result<(), Error> {
+    pub fn slice_of<T: Primitive>(
+        &mut self,
+        at: usize,
+        items: &[T],
+        packed: bool,
+    ) -> Result<(), Error> {
         let offset = self.alloc_prims(items)?;
         let elem = (!packed).then_some(T::SIZE as u32);
         self.put_slice_header(at, offset, items.len() * T::SIZE, elem);
@@ -151,8 +170,16 @@ impl<'b> Writer<'b> {
     /// Allocates `count` zeroed elements of `elem_size` bytes, points the header at `at` to
     /// them and returns the offset of the first element.
     #[inline]
-    pub fn slice_alloc(&mut self, at: usize, count: usize, elem_size: usize, packed: bool) -> Result<u32, Error> {
-        let n = count.checked_mul(elem_size).ok_or(Error::OffsetOverflow { needed: usize::MAX })?;
+    pub fn slice_alloc(
+        &mut self,
+        at: usize,
+        count: usize,
+        elem_size: usize,
+        packed: bool,
+    ) -> Result<u32, Error> {
+        let n = count
+            .checked_mul(elem_size)
+            .ok_or(Error::OffsetOverflow { needed: usize::MAX })?;
         let offset = self.alloc(n)?;
         self.put_slice_header(at, offset, n, (!packed).then_some(elem_size as u32));
         Ok(offset)
@@ -169,6 +196,9 @@ impl<'b> Writer<'b> {
 
 impl core::fmt::Debug for Writer<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Writer").field("len", &self.len).field("capacity", &self.buf.len()).finish()
+        f.debug_struct("Writer")
+            .field("len", &self.len)
+            .field("capacity", &self.buf.len())
+            .finish()
     }
 }

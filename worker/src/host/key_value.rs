@@ -22,12 +22,20 @@ impl Host for InstanceState {
 
     async fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<Result<(), Error>> {
         let event = &self.event;
-        Ok(event.kv.set(&event.tenant, &key, value).await.map_err(Error::from))
+        Ok(event
+            .kv
+            .set(&event.tenant, &key, value)
+            .await
+            .map_err(Error::from))
     }
 
     async fn delete(&mut self, key: String) -> wasmtime::Result<Result<(), Error>> {
         let event = &self.event;
-        Ok(event.kv.delete(&event.tenant, &key).await.map_err(Error::from))
+        Ok(event
+            .kv
+            .delete(&event.tenant, &key)
+            .await
+            .map_err(Error::from))
     }
 
     async fn increment(&mut self, key: String, delta: i64) -> wasmtime::Result<Result<i64, Error>> {

@@ -23,7 +23,7 @@ mod bindings {
     });
 }
 
-pub(crate) use bindings::faas::platform as platform;
+pub(crate) use bindings::faas::platform;
 
 /// Registers WASI 0.2, `wasi:http` and every platform interface.
 pub(crate) fn add_to_linker(linker: &mut Linker<InstanceState>) -> wasmtime::Result<()> {

@@ -24,7 +24,11 @@ fn arg(rt: &str, a: &ArgDef) -> String {
 
 fn spec(rt: &str, i: &Interface) -> String {
     let mut s = String::new();
-    let _ = write!(s, "{rt}::interface::InterfaceSpec {{\n        name: {:?},\n        patterns: &[", i.name);
+    let _ = write!(
+        s,
+        "{rt}::interface::InterfaceSpec {{\n        name: {:?},\n        patterns: &[",
+        i.name
+    );
     for p in &i.patterns {
         let _ = write!(s, "{p:?}, ");
     }
@@ -47,16 +51,30 @@ fn fn_const(name: &str) -> String {
 
 /// Emits `INTERFACES` and one module per interface with its memories and functions.
 pub(super) fn generate(out: &mut String, schema: &Schema, rt: &str) {
-    let _ = writeln!(out, "/// Interfaces declared by the schema: shared memories (capacity and access rights)");
+    let _ = writeln!(
+        out,
+        "/// Interfaces declared by the schema: shared memories (capacity and access rights)"
+    );
     let _ = writeln!(out, "/// and the functions whose arguments live in them.");
-    let _ = write!(out, "pub const INTERFACES: &[{rt}::interface::InterfaceSpec] = &[");
+    let _ = write!(
+        out,
+        "pub const INTERFACES: &[{rt}::interface::InterfaceSpec] = &["
+    );
     for i in &schema.interfaces {
-        let _ = write!(out, "\n    {}::SPEC,", names::escape(names::snake_case(&i.name), &[]));
+        let _ = write!(
+            out,
+            "\n    {}::SPEC,",
+            names::escape(names::snake_case(&i.name), &[])
+        );
     }
     let _ = writeln!(out, "\n];\n");
     for i in &schema.interfaces {
         let module = names::escape(names::snake_case(&i.name), &[]);
-        let _ = writeln!(out, "/// Interface `{}`: its memories and functions as constants.", i.name);
+        let _ = writeln!(
+            out,
+            "/// Interface `{}`: its memories and functions as constants.",
+            i.name
+        );
         let _ = writeln!(out, "pub mod {module} {{");
         for m in &i.memories {
             let _ = writeln!(
@@ -92,7 +110,11 @@ pub(super) fn generate(out: &mut String, schema: &Schema, rt: &str) {
             let _ = writeln!(out, "\n        ],\n        result: {result},\n    }};");
         }
         let _ = writeln!(out, "    /// The whole interface.");
-        let _ = writeln!(out, "    pub const SPEC: {rt}::interface::InterfaceSpec = {};", spec(rt, i));
+        let _ = writeln!(
+            out,
+            "    pub const SPEC: {rt}::interface::InterfaceSpec = {};",
+            spec(rt, i)
+        );
         let _ = writeln!(out, "}}\n");
     }
 }

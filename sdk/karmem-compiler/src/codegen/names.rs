@@ -1,11 +1,11 @@
 //! Mapping schema names to Rust identifiers.
 
 const KEYWORDS: &[&str] = &[
-    "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for", "if", "impl", "in",
-    "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "self", "Self", "static", "struct",
-    "super", "trait", "true", "type", "unsafe", "use", "where", "while", "async", "await", "dyn", "abstract",
-    "become", "box", "do", "final", "macro", "override", "priv", "typeof", "unsized", "virtual", "yield", "try",
-    "gen",
+    "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for",
+    "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
+    "self", "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where",
+    "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
+    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
 ];
 
 /// `PlainSchema` -> `plain_schema`, `HTTPCode` -> `http_code`, `Value2` -> `value2`.
@@ -16,7 +16,9 @@ pub fn snake_case(name: &str) -> String {
         if c.is_uppercase() && i > 0 {
             let prev = chars[i - 1];
             let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
-            if (prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower)) && !out.ends_with('_') {
+            if (prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower))
+                && !out.ends_with('_')
+            {
                 out.push('_');
             }
         }
@@ -75,6 +77,9 @@ mod tests {
         assert_eq!(shouty_case("DarkRed"), "DARK_RED");
         assert_eq!(escape(snake_case("Type"), &[]), "type_");
         assert_eq!(escape("root".into(), &["root"]), "root_");
-        assert_eq!(dedupe(vec!["id".into(), "id".into(), "x".into()]), vec!["id", "id_2", "x"]);
+        assert_eq!(
+            dedupe(vec!["id".into(), "id".into(), "x".into()]),
+            vec!["id", "id_2", "x"]
+        );
     }
 }

@@ -25,7 +25,9 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 /// The table at `offset`: empty when fewer than `minimum` bytes remain or its size runs
 /// past the buffer.
 fn table_at(data: &[u8], offset: u32, minimum: u32) -> &[u8] {
-    let Some(rest) = data.get(offset as usize..) else { return &[] };
+    let Some(rest) = data.get(offset as usize..) else {
+        return &[];
+    };
     if rest.len() < minimum as usize {
         return &[];
     }
@@ -37,7 +39,9 @@ fn struct_at<'a>(s: &StructDef, data: &'a [u8], offset: u32) -> &'a [u8] {
         return table_at(data, offset, s.size.minimum);
     }
     match data.get(offset as usize..) {
-        Some(rest) if rest.len() >= s.size.content as usize => &rest[..rest.len().min(s.size.total as usize)],
+        Some(rest) if rest.len() >= s.size.content as usize => {
+            &rest[..rest.len().min(s.size.total as usize)]
+        }
         _ => &[],
     }
 }
@@ -45,7 +49,9 @@ fn struct_at<'a>(s: &StructDef, data: &'a [u8], offset: u32) -> &'a [u8] {
 /// Data of the slice whose header is `header` (empty when out of bounds).
 fn slice_data<'a>(data: &'a [u8], header: &[u8]) -> &'a [u8] {
     let (offset, size) = (u32_at(header, 0) as usize, u32_at(header, 4) as usize);
-    data.get(offset..).and_then(|r| r.get(..size)).unwrap_or(&[])
+    data.get(offset..)
+        .and_then(|r| r.get(..size))
+        .unwrap_or(&[])
 }
 
 /// Reads one scalar from `b` (which holds at least its size, or is empty for default).
@@ -89,29 +95,47 @@ fn decode_struct(schema: &Schema, s: &StructDef, data: &[u8], bytes: &[u8]) -> V
                 let d = slice_data(data, fb);
                 let size = p.size() as usize;
                 let n = cap(d.len() / size, limit);
-                Value::Array((0..n).map(|i| prim(p, sub(d, i * size, (i + 1) * size))).collect())
+                Value::Array(
+                    (0..n)
+                        .map(|i| prim(p, sub(d, i * size, (i + 1) * size)))
+                        .collect(),
+                )
             }
             Kind::PrimArray(p, n) => {
                 let size = p.size() as usize;
-                Value::Array((0..n as usize).map(|i| prim(p, sub(fb, i * size, (i + 1) * size))).collect())
+                Value::Array(
+                    (0..n as usize)
+                        .map(|i| prim(p, sub(fb, i * size, (i + 1) * size)))
+                        .collect(),
+                )
             }
             Kind::Inline(i) => decode_struct(schema, i, data, fb),
             Kind::InlineArray(i, n) => {
                 let size = i.size.total as usize;
                 Value::Array(
-                    (0..n as usize).map(|k| decode_struct(schema, i, data, sub(fb, k * size, (k + 1) * size))).collect(),
+                    (0..n as usize)
+                        .map(|k| decode_struct(schema, i, data, sub(fb, k * size, (k + 1) * size)))
+                        .collect(),
                 )
             }
             Kind::InlineSlice(i, limit) => {
                 let d = slice_data(data, fb);
                 let size = i.size.total as usize;
                 let n = cap(d.len().checked_div(size).unwrap_or(0), limit);
-                Value::Array((0..n).map(|k| decode_struct(schema, i, data, sub(d, k * size, (k + 1) * size))).collect())
+                Value::Array(
+                    (0..n)
+                        .map(|k| decode_struct(schema, i, data, sub(d, k * size, (k + 1) * size)))
+                        .collect(),
+                )
             }
             Kind::Table(t) => {
                 // Tables check the field against their size (null viewer otherwise);
                 // inline structs follow the offset unchecked, as the reference does.
-                let tb = if s.is_table() && bytes.len() < o + 4 { &[][..] } else { table_at(data, u32_at(bytes, o), t.size.minimum) };
+                let tb = if s.is_table() && bytes.len() < o + 4 {
+                    &[][..]
+                } else {
+                    table_at(data, u32_at(bytes, o), t.size.minimum)
+                };
                 decode_struct(schema, t, data, tb)
             }
         };
@@ -128,6 +152,9 @@ fn decode_struct(schema: &Schema, s: &StructDef, data: &[u8], bytes: &[u8]) -> V
 pub fn decode_to_json(schema: &Schema, type_name: &str, bytes: &[u8]) -> Result<Value, CodecError> {
     let s = schema
         .resolve_type(type_name)
-        .ok_or_else(|| CodecError::UnknownType { schema: schema.name.clone(), name: type_name.to_string() })?;
+        .ok_or_else(|| CodecError::UnknownType {
+            schema: schema.name.clone(),
+            name: type_name.to_string(),
+        })?;
     Ok(decode_struct(schema, s, bytes, struct_at(s, bytes, 0)))
 }

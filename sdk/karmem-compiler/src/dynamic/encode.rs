@@ -15,12 +15,19 @@ struct Enc<'s> {
 }
 
 fn err<T>(path: &str, message: impl Into<String>) -> Result<T, CodecError> {
-    Err(CodecError::Value { path: path.to_string(), message: message.into() })
+    Err(CodecError::Value {
+        path: path.to_string(),
+        message: message.into(),
+    })
 }
 
 fn describe(v: &Value) -> String {
     let s = v.to_string();
-    if s.len() > 40 { format!("{}...", &s[..s.floor_char_boundary(40)]) } else { s }
+    if s.len() > 40 {
+        format!("{}...", &s[..s.floor_char_boundary(40)])
+    } else {
+        s
+    }
 }
 
 fn integer(path: &str, p: Primitive, v: &Value) -> Result<i128, CodecError> {
@@ -32,7 +39,12 @@ fn integer(path: &str, p: Primitive, v: &Value) -> Result<i128, CodecError> {
             (None, Some(i)) => i128::from(i),
             _ => return err(path, format!("expected an integer, got {n}")),
         },
-        other => return err(path, format!("expected an integer, got {}", describe(other))),
+        other => {
+            return err(
+                path,
+                format!("expected an integer, got {}", describe(other)),
+            );
+        }
     };
     if n < min || n > max {
         return err(path, format!("{n} is out of range for {}", p.schema_name()));
@@ -46,17 +58,28 @@ fn scalar(path: &str, p: Primitive, v: &Value) -> Result<Vec<u8>, CodecError> {
         Primitive::Bool => match v {
             Value::Null => vec![0],
             Value::Bool(b) => vec![u8::from(*b)],
-            other => return err(path, format!("expected true or false, got {}", describe(other))),
+            other => {
+                return err(
+                    path,
+                    format!("expected true or false, got {}", describe(other)),
+                );
+            }
         },
         Primitive::F32 | Primitive::F64 => {
             let x = match v {
                 Value::Null => 0.0,
                 other => match float_from_json(other) {
                     Some(x) => x,
-                    None => return err(path, format!("expected a number, got {}", describe(other))),
+                    None => {
+                        return err(path, format!("expected a number, got {}", describe(other)));
+                    }
                 },
             };
-            if p == Primitive::F32 { (x as f32).to_le_bytes().to_vec() } else { x.to_le_bytes().to_vec() }
+            if p == Primitive::F32 {
+                (x as f32).to_le_bytes().to_vec()
+            } else {
+                x.to_le_bytes().to_vec()
+            }
         }
         _ => {
             let n = integer(path, p, v)?;
@@ -71,7 +94,10 @@ fn enum_value(path: &str, e: &EnumDef, v: &Value) -> Result<Vec<u8>, CodecError>
     if let Value::String(name) = v {
         return match e.variants.iter().find(|x| &x.name == name) {
             Some(x) => Ok(x.value.to_le_bytes()[..e.repr.size() as usize].to_vec()),
-            None => err(path, format!("`{name}` is not a variant of enum {}", e.name)),
+            None => err(
+                path,
+                format!("`{name}` is not a variant of enum {}", e.name),
+            ),
         };
     }
     scalar(path, e.repr, v)
@@ -89,7 +115,15 @@ fn string(path: &str, v: &Value) -> Result<Vec<u8>, CodecError> {
     match v {
         Value::Null => Ok(Vec::new()),
         other => bytes_from_json(other).map_or_else(
-            || err(path, format!("expected a string or {{\"invalid_utf8_hex\": ...}}, got {}", describe(other))),
+            || {
+                err(
+                    path,
+                    format!(
+                        "expected a string or {{\"invalid_utf8_hex\": ...}}, got {}",
+                        describe(other)
+                    ),
+                )
+            },
             Ok,
         ),
     }
@@ -130,12 +164,23 @@ impl Enc<'_> {
     }
 
     /// Writes the fields of `s`, whose bytes start at `at`, from the JSON object `v`.
-    fn fields(&mut self, s: &StructDef, at: usize, v: &Value, path: &str) -> Result<(), CodecError> {
+    fn fields(
+        &mut self,
+        s: &StructDef,
+        at: usize,
+        v: &Value,
+        path: &str,
+    ) -> Result<(), CodecError> {
         let empty = serde_json::Map::new();
         let obj = match v {
             Value::Null => &empty,
             Value::Object(m) => m,
-            other => return err(path, format!("expected an object for {}, got {}", s.name, describe(other))),
+            other => {
+                return err(
+                    path,
+                    format!("expected an object for {}, got {}", s.name, describe(other)),
+                );
+            }
         };
         if let Some(k) = obj.keys().find(|k| !s.fields.iter().any(|f| &f.name == *k)) {
             return err(path, format!("{} has no field `{k}`", s.name));
@@ -162,7 +207,10 @@ impl Enc<'_> {
                 Kind::CharArray(n) => {
                     let b = string(&fpath, fv)?;
                     if b.len() > n as usize {
-                        return err(&fpath, format!("string of {} bytes does not fit in [{n}]char", b.len()));
+                        return err(
+                            &fpath,
+                            format!("string of {} bytes does not fit in [{n}]char", b.len()),
+                        );
                     }
                     self.put(fat, &b);
                 }
@@ -179,7 +227,10 @@ impl Enc<'_> {
                 Kind::PrimArray(p, n) => {
                     let items = array(&fpath, fv)?;
                     if items.len() > n as usize {
-                        return err(&fpath, format!("{} elements do not fit in [{n}]", items.len()));
+                        return err(
+                            &fpath,
+                            format!("{} elements do not fit in [{n}]", items.len()),
+                        );
                     }
                     for (i, item) in items.iter().enumerate() {
                         let b = scalar(&format!("{fpath}[{i}]"), p, item)?;
@@ -190,13 +241,21 @@ impl Enc<'_> {
                 Kind::InlineArray(i, n) => {
                     let items = array(&fpath, fv)?;
                     if items.len() > n as usize {
-                        return err(&fpath, format!("{} elements do not fit in [{n}]", items.len()));
+                        return err(
+                            &fpath,
+                            format!("{} elements do not fit in [{n}]", items.len()),
+                        );
                     }
                     // Every element is written, defaults included: a default element
                     // still allocates its (empty) slices and tables, as the reference does.
                     for k in 0..n as usize {
                         let item = items.get(k).unwrap_or(&Value::Null);
-                        self.fields(i, fat + k * i.size.total as usize, item, &format!("{fpath}[{k}]"))?;
+                        self.fields(
+                            i,
+                            fat + k * i.size.total as usize,
+                            item,
+                            &format!("{fpath}[{k}]"),
+                        )?;
                     }
                 }
                 Kind::InlineSlice(i, _) => {
@@ -226,11 +285,21 @@ impl Enc<'_> {
 ///
 /// The layout is the reference writer's, so the bytes are identical to what the Go
 /// implementation and the generated writers produce. Missing fields take their default.
-pub fn encode_from_json(schema: &Schema, type_name: &str, value: &Value) -> Result<Vec<u8>, CodecError> {
+pub fn encode_from_json(
+    schema: &Schema,
+    type_name: &str,
+    value: &Value,
+) -> Result<Vec<u8>, CodecError> {
     let s = schema
         .resolve_type(type_name)
-        .ok_or_else(|| CodecError::UnknownType { schema: schema.name.clone(), name: type_name.to_string() })?;
-    let mut enc = Enc { schema, buf: Vec::new() };
+        .ok_or_else(|| CodecError::UnknownType {
+            schema: schema.name.clone(),
+            name: type_name.to_string(),
+        })?;
+    let mut enc = Enc {
+        schema,
+        buf: Vec::new(),
+    };
     if s.is_table() {
         enc.table(s, value, &s.name)?;
     } else {

@@ -20,7 +20,9 @@ fn non_finite(x: f64) -> Value {
 
 /// A `float64` as JSON (shortest round-trip form; non-finite values as strings).
 pub fn f64_to_json(x: f64) -> Value {
-    Number::from_f64(x).map(Value::Number).unwrap_or_else(|| non_finite(x))
+    Number::from_f64(x)
+        .map(Value::Number)
+        .unwrap_or_else(|| non_finite(x))
 }
 
 /// A `float32` as JSON, printed in its shortest 32-bit form (`0.1`, not
@@ -74,7 +76,10 @@ pub fn bytes_from_json(v: &Value) -> Option<Vec<u8>> {
             if hex.len() % 2 != 0 {
                 return None;
             }
-            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect()
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect()
         }
         _ => None,
     }
@@ -87,7 +92,10 @@ mod tests {
     #[test]
     fn f32_prints_shortest_form() {
         assert_eq!(f32_to_json(0.1).to_string(), "0.1");
-        assert_eq!(f32_to_json(f32::MAX).as_f64().map(|x| x as f32), Some(f32::MAX));
+        assert_eq!(
+            f32_to_json(f32::MAX).as_f64().map(|x| x as f32),
+            Some(f32::MAX)
+        );
         assert_eq!(f32_to_json(f32::NAN), Value::String("NaN".into()));
     }
 
@@ -96,6 +104,9 @@ mod tests {
         let v = bytes_to_json(&[0x61, 0xff, 0x00]);
         assert_eq!(v, serde_json::json!({"invalid_utf8_hex": "61ff00"}));
         assert_eq!(bytes_from_json(&v), Some(vec![0x61, 0xff, 0x00]));
-        assert_eq!(bytes_from_json(&serde_json::json!({"invalid_utf8_hex": "6"})), None);
+        assert_eq!(
+            bytes_from_json(&serde_json::json!({"invalid_utf8_hex": "6"})),
+            None
+        );
     }
 }

@@ -13,7 +13,9 @@ mod json;
 
 pub use decode::decode_to_json;
 pub use encode::encode_from_json;
-pub use json::{INVALID_UTF8_KEY, bytes_from_json, bytes_to_json, f32_to_json, f64_to_json, float_from_json};
+pub use json::{
+    INVALID_UTF8_KEY, bytes_from_json, bytes_to_json, f32_to_json, f64_to_json, float_from_json,
+};
 
 /// Errors of the dynamic codec.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

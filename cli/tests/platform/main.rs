@@ -1,0 +1,10 @@
+//! End-to-end tests: real `faas up` processes, real HTTP over sockets, real components
+//! built from `functions/`. Grouped by feature, one module each.
+
+mod support;
+
+mod admin;
+mod deploy;
+mod limits;
+mod manifest;
+mod server;

@@ -1,0 +1,108 @@
+//! Bad workflow files and bad components are refused with errors that say where.
+
+use crate::support::{Platform, TOKEN, client, error_of, repo};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+const BAD_FIELD: &str = r#"name = "hello"
+tenant = "demo"
+
+[functions.hello]
+component = "hello.wasm"
+colour = "blue"
+
+[[triggers.http]]
+route = "/hello"
+function = "hello"
+"#;
+
+#[test]
+fn the_cli_reports_a_bad_workflow_toml_with_its_line_and_field() {
+    let platform = Platform::start();
+    let dir = faas_testing::temp_dir();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, BAD_FIELD).unwrap();
+    let output = platform.faas(&["deploy", path.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bad.toml:6:1: functions.hello.colour"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unknown field `colour`"), "{stderr}");
+}
+
+#[test]
+fn the_api_reports_a_bad_workflow_toml_with_its_line_and_field() {
+    let platform = Platform::start();
+    let manifest = BAD_FIELD
+        .replace("colour = \"blue\"\n", "")
+        .replace("function = \"hello\"", "function = \"helo\"");
+    let upload = serde_json::json!({
+        "file_name": "workflow.toml",
+        "manifest": manifest,
+        "components": {"hello": BASE64.encode(faas_testing::component("hello"))},
+    });
+    let response = client()
+        .post(platform.at("/admin/v1/workflows"))
+        .bearer_auth(TOKEN)
+        .json(&upload)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error = error_of(response);
+    assert_eq!(error["kind"], "manifest");
+    assert_eq!(error["line"], 9);
+    assert_eq!(error["field"], "triggers.http[0].function");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.starts_with("workflow.toml:9:"), "{message}");
+    assert!(message.contains("unknown function `helo`"), "{message}");
+}
+
+#[test]
+fn a_broken_component_is_refused_and_the_live_version_keeps_serving() {
+    let platform = Platform::start();
+    platform.deploy(&repo("functions/hello/workflow.toml"));
+    let manifest = std::fs::read_to_string(repo("functions/hello/workflow.toml")).unwrap();
+    let upload = serde_json::json!({
+        "file_name": "workflow.toml",
+        "manifest": manifest.replace("Hello", "Broken"),
+        "components": {"hello": BASE64.encode(b"not a component")},
+    });
+    let response = client()
+        .post(platform.at("/admin/v1/workflows"))
+        .bearer_auth(TOKEN)
+        .json(&upload)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error = error_of(response);
+    assert_eq!(error["kind"], "component");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("function `hello`")
+    );
+    assert_eq!(platform.get("/hello").text().unwrap(), "Hello, world!\n");
+}
+
+#[test]
+fn a_component_that_is_not_an_http_function_is_refused() {
+    let platform = Platform::start();
+    let dir = faas_testing::temp_dir();
+    // A step function must export the step handler; the HTTP hello does not.
+    let manifest = format!(
+        "name = \"steps\"\ntenant = \"t\"\n\n[functions.step]\ncomponent = \"{}\"\nkind = \"step\"\n",
+        faas_testing::component_path("hello").display()
+    );
+    let path = dir.path().join("workflow.toml");
+    std::fs::write(&path, manifest).unwrap();
+    let output = platform.faas(&["deploy", path.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("must export faas:platform/handler"),
+        "{stderr}"
+    );
+}
