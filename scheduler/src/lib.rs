@@ -62,8 +62,26 @@ pub trait Placement: Send + Sync {
     /// [`PlacementError`] when no worker can take it.
     fn place(&self, workflow: &WorkflowKey) -> Result<WorkerId, PlacementError>;
 
+    /// The workers `replicas` whole copies of `workflow` run on, placing new replicas
+    /// (or dropping extra ones) as needed.
+    ///
+    /// # Errors
+    /// [`PlacementError`] when too few workers have room; nothing changes then.
+    fn place_replicas(
+        &self,
+        workflow: &WorkflowKey,
+        replicas: usize,
+    ) -> Result<Vec<WorkerId>, PlacementError>;
+
     /// Forgets `workflow`, freeing its capacity.
     fn remove(&self, workflow: &WorkflowKey);
+
+    /// Removes a worker that went away; its replicas are placed again elsewhere.
+    /// Returns the workflows that lost a replica which fits nowhere.
+    fn remove_worker(&self, worker: &WorkerId) -> Vec<WorkflowKey>;
+
+    /// Every replica of `workflow`.
+    fn replicas_of(&self, workflow: &WorkflowKey) -> Vec<WorkerId>;
 
     /// Where `workflow` runs, if it is placed.
     fn placement_of(&self, workflow: &WorkflowKey) -> Option<WorkerId>;
@@ -98,8 +116,24 @@ impl Placement for EmbeddedPlacement {
         self.planner().place(workflow)
     }
 
+    fn place_replicas(
+        &self,
+        workflow: &WorkflowKey,
+        replicas: usize,
+    ) -> Result<Vec<WorkerId>, PlacementError> {
+        self.planner().place_replicas(workflow, replicas)
+    }
+
     fn remove(&self, workflow: &WorkflowKey) {
         self.planner().remove(workflow);
+    }
+
+    fn remove_worker(&self, worker: &WorkerId) -> Vec<WorkflowKey> {
+        self.planner().remove_worker(worker)
+    }
+
+    fn replicas_of(&self, workflow: &WorkflowKey) -> Vec<WorkerId> {
+        self.planner().replicas_of(workflow).to_vec()
     }
 
     fn placement_of(&self, workflow: &WorkflowKey) -> Option<WorkerId> {

@@ -12,11 +12,12 @@ pub struct WorkerSpec {
     pub capacity: usize,
 }
 
-/// Workers, their capacity, and which workflow is on which.
+/// Workers, their capacity, and which workflow replicas are on which.
 #[derive(Debug, Default, Clone)]
 pub struct Planner {
     workers: BTreeMap<WorkerId, usize>,
-    placements: BTreeMap<WorkflowKey, WorkerId>,
+    /// Every replica of a workflow is whole (all its functions) and on its own worker.
+    placements: BTreeMap<WorkflowKey, Vec<WorkerId>>,
 }
 
 impl Planner {
@@ -25,47 +26,92 @@ impl Planner {
         self.workers.insert(worker.id, worker.capacity);
     }
 
-    /// Removes a worker and places its workflows again on the others. Returns the
-    /// workflows that could not be placed anywhere (they are no longer placed).
+    /// Removes a worker and places the replicas it held again on the others. Returns
+    /// the workflows that lost a replica that could not be placed anywhere.
     pub fn remove_worker(&mut self, id: &WorkerId) -> Vec<WorkflowKey> {
         self.workers.remove(id);
-        let orphans: Vec<WorkflowKey> = self
+        let mut unplaced = Vec::new();
+        let affected: Vec<WorkflowKey> = self
             .placements
             .iter()
-            .filter(|(_, worker)| *worker == id)
+            .filter(|(_, workers)| workers.contains(id))
             .map(|(key, _)| key.clone())
             .collect();
-        let mut unplaced = Vec::new();
-        for key in orphans {
-            self.placements.remove(&key);
-            if self.place(&key).is_err() {
-                unplaced.push(key);
+        for key in affected {
+            let workers = self.placements.get_mut(&key).expect("just listed");
+            workers.retain(|worker| worker != id);
+            match self.choose(&key) {
+                Some(worker) => self.placements.get_mut(&key).expect("present").push(worker),
+                None => unplaced.push(key),
             }
         }
+        self.placements.retain(|_, workers| !workers.is_empty());
         unplaced
     }
 
-    /// Places `workflow` (or returns where it already is).
-    ///
-    /// New workflows go to the worker holding most of the tenant's workflows that
-    /// still has room; failing that, to the least loaded worker with room. Ties break
-    /// by worker id, so placement is deterministic.
+    /// Places `workflow` once (or returns where its first replica already is).
     ///
     /// # Errors
     /// [`PlacementError`] when there is no worker or none has room.
     pub fn place(&mut self, workflow: &WorkflowKey) -> Result<WorkerId, PlacementError> {
-        if let Some(worker) = self.placements.get(workflow) {
-            return Ok(worker.clone());
-        }
+        Ok(self.place_replicas(workflow, 1)?.remove(0))
+    }
+
+    /// Places `replicas` whole copies of `workflow` on distinct workers (keeping the
+    /// replicas it already has) and returns their workers.
+    ///
+    /// Each new replica goes to the worker holding most of the tenant's workflows that
+    /// still has room and no replica of this workflow; failing that, to the least
+    /// loaded such worker. Ties break by worker id, so placement is deterministic.
+    ///
+    /// # Errors
+    /// [`PlacementError`] when there is no worker, or too few have room; nothing is
+    /// placed then.
+    pub fn place_replicas(
+        &mut self,
+        workflow: &WorkflowKey,
+        replicas: usize,
+    ) -> Result<Vec<WorkerId>, PlacementError> {
         if self.workers.is_empty() {
             return Err(PlacementError::NoWorkers);
         }
-        let with_room = self
-            .workers
+        let before = self.placements.get(workflow).cloned().unwrap_or_default();
+        let mut placed = before.clone();
+        placed.truncate(replicas.max(1));
+        self.placements.insert(workflow.clone(), placed.clone());
+        while placed.len() < replicas.max(1) {
+            let Some(worker) = self.choose(workflow) else {
+                self.restore(workflow, before);
+                return Err(PlacementError::NoCapacity(workflow.clone()));
+            };
+            placed.push(worker);
+            self.placements.insert(workflow.clone(), placed.clone());
+        }
+        Ok(placed)
+    }
+
+    /// Forgets `workflow`.
+    pub fn remove(&mut self, workflow: &WorkflowKey) {
+        self.placements.remove(workflow);
+    }
+
+    /// Where `workflow`'s first replica is placed.
+    pub fn placement_of(&self, workflow: &WorkflowKey) -> Option<&WorkerId> {
+        self.placements.get(workflow).and_then(|workers| workers.first())
+    }
+
+    /// Where every replica of `workflow` is placed.
+    pub fn replicas_of(&self, workflow: &WorkflowKey) -> &[WorkerId] {
+        self.placements.get(workflow).map_or(&[], Vec::as_slice)
+    }
+
+    /// The best worker for one more replica of `workflow`, if any has room.
+    fn choose(&self, workflow: &WorkflowKey) -> Option<WorkerId> {
+        let taken = self.replicas_of(workflow);
+        self.workers
             .iter()
-            .filter(|(id, capacity)| self.load(id) < **capacity)
-            .map(|(id, _)| id);
-        let chosen = with_room
+            .filter(|(id, capacity)| !taken.contains(id) && self.load(id) < **capacity)
+            .map(|(id, _)| id)
             .max_by_key(|id| {
                 (
                     self.tenant_load(id, &workflow.tenant),
@@ -74,29 +120,27 @@ impl Planner {
                 )
             })
             .cloned()
-            .ok_or_else(|| PlacementError::NoCapacity(workflow.clone()))?;
-        self.placements.insert(workflow.clone(), chosen.clone());
-        Ok(chosen)
     }
 
-    /// Forgets `workflow`.
-    pub fn remove(&mut self, workflow: &WorkflowKey) {
-        self.placements.remove(workflow);
-    }
-
-    /// Where `workflow` is placed.
-    pub fn placement_of(&self, workflow: &WorkflowKey) -> Option<&WorkerId> {
-        self.placements.get(workflow)
+    fn restore(&mut self, workflow: &WorkflowKey, before: Vec<WorkerId>) {
+        if before.is_empty() {
+            self.placements.remove(workflow);
+        } else {
+            self.placements.insert(workflow.clone(), before);
+        }
     }
 
     fn load(&self, worker: &WorkerId) -> usize {
-        self.placements.values().filter(|w| *w == worker).count()
+        self.placements
+            .values()
+            .filter(|workers| workers.contains(worker))
+            .count()
     }
 
     fn tenant_load(&self, worker: &WorkerId, tenant: &str) -> usize {
         self.placements
             .iter()
-            .filter(|(key, w)| *w == worker && key.tenant == tenant)
+            .filter(|(key, workers)| workers.contains(worker) && key.tenant == tenant)
             .count()
     }
 }
@@ -204,6 +248,59 @@ mod tests {
         let b = planner.placement_of(&key("acme", "b")).unwrap().clone();
         assert_ne!(a, home);
         assert_eq!(a, b, "the tenant stays together after failover");
+    }
+
+    #[test]
+    fn replicas_go_to_distinct_workers() {
+        let mut planner = Planner::default();
+        for name in ["w1", "w2", "w3"] {
+            planner.add_worker(worker(name, 10));
+        }
+        let replicas = planner.place_replicas(&key("t", "a"), 3).unwrap();
+        let mut distinct = replicas.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3);
+        assert_eq!(planner.replicas_of(&key("t", "a")), replicas.as_slice());
+    }
+
+    #[test]
+    fn more_replicas_than_workers_fails_and_places_nothing() {
+        let mut planner = Planner::default();
+        planner.add_worker(worker("w1", 10));
+        planner.add_worker(worker("w2", 10));
+        assert_eq!(
+            planner.place_replicas(&key("t", "a"), 3),
+            Err(PlacementError::NoCapacity(key("t", "a")))
+        );
+        assert!(planner.replicas_of(&key("t", "a")).is_empty());
+    }
+
+    #[test]
+    fn growing_and_shrinking_replicas_keeps_existing_ones() {
+        let mut planner = Planner::default();
+        for name in ["w1", "w2", "w3"] {
+            planner.add_worker(worker(name, 10));
+        }
+        let one = planner.place_replicas(&key("t", "a"), 1).unwrap();
+        let two = planner.place_replicas(&key("t", "a"), 2).unwrap();
+        assert_eq!(two[0], one[0]);
+        let back = planner.place_replicas(&key("t", "a"), 1).unwrap();
+        assert_eq!(back, one);
+    }
+
+    #[test]
+    fn a_lost_replica_is_replaced_on_a_worker_without_one() {
+        let mut planner = Planner::default();
+        for name in ["w1", "w2", "w3"] {
+            planner.add_worker(worker(name, 10));
+        }
+        let replicas = planner.place_replicas(&key("t", "a"), 2).unwrap();
+        assert!(planner.remove_worker(&replicas[0]).is_empty());
+        let now = planner.replicas_of(&key("t", "a")).to_vec();
+        assert_eq!(now.len(), 2);
+        assert!(!now.contains(&replicas[0]));
+        assert_ne!(now[0], now[1]);
     }
 
     #[test]

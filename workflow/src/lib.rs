@@ -1,13 +1,18 @@
 //! `workflow.toml`: the manifest that describes a deployable workflow (its functions,
 //! their components and limits, and the HTTP routes that trigger them).
 //!
+//! Version 2 of the format adds steps: `[steps.<name>]` runs a `step` function on typed
+//! regions ([`SchemaType`]), `[[edges]]` chain the steps (and may fan out and join
+//! branches), `[workflow]` limits a run, and an HTTP trigger may name the entry `step`
+//! instead of a `function` to start a run. Every v1 manifest is a valid v2 manifest.
+//!
 //! [`Workflow::parse`] / [`Workflow::from_file`] turn the TOML into a validated
 //! [`Workflow`]; every problem comes back as a [`ManifestError`] naming the file, line,
 //! column and field. The [`Workflow`] types serialize to JSON for the trip between CLI,
 //! gateway and worker.
 //!
 //! ```
-//! use faas_workflow::Workflow;
+//! use faas_workflow::{TriggerTarget, Workflow};
 //!
 //! let wf = Workflow::parse("workflow.toml", r#"
 //!     name = "hello"
@@ -20,7 +25,10 @@
 //!     route = "/hello/..."
 //!     function = "hello"
 //! "#).unwrap();
-//! assert_eq!(wf.route_for("/hello/world").unwrap().function, "hello");
+//! assert_eq!(
+//!     wf.route_for("/hello/world").unwrap().target,
+//!     TriggerTarget::Function("hello".into())
+//! );
 //! ```
 
 #![warn(missing_docs)]
@@ -30,9 +38,14 @@ mod locate;
 mod model;
 mod raw;
 mod route;
+mod schema_type;
 mod validate;
 
 pub use error::{Diagnostic, ManifestError};
-pub use model::{Function, FunctionKind, HttpTrigger, Limits, Workflow};
+pub use model::{
+    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, OnFailure,
+    RetryPolicy, RunSettings, Step, TriggerTarget, Workflow,
+};
 pub use route::{Route, RouteError};
+pub use schema_type::{SchemaType, SchemaTypeError};
 pub use validate::{MAX_NAME_LEN, is_valid_name};

@@ -1,14 +1,17 @@
 //! The validated, deployable workflow. These types are what the CLI, gateway and worker
 //! pass around (as JSON between processes); they carry no TOML spans.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ManifestError, Source};
 use crate::route::Route;
+use crate::schema_type::SchemaType;
 
 /// A parsed and validated `workflow.toml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,8 +25,19 @@ pub struct Workflow {
     pub description: Option<String>,
     /// Functions by name (never empty once validated).
     pub functions: BTreeMap<String, Function>,
+    /// `[steps.<name>]` by name; empty for a v1 manifest. Once validated the steps form
+    /// one chain from the entry step, see [`Workflow::chain`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps: BTreeMap<String, Step>,
+    /// `[[edges]]` in file order: each step has at most one incoming and one outgoing
+    /// edge, there are no cycles, and every step is reachable from the entry step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edges: Vec<Edge>,
+    /// `[workflow]`: limits of one run of the steps.
+    #[serde(default)]
+    pub settings: RunSettings,
     /// `[[triggers.http]]` in file order; routes are unique and each names an `http`
-    /// function.
+    /// function or the entry step.
     #[serde(default)]
     pub http_triggers: Vec<HttpTrigger>,
 }
@@ -94,13 +108,230 @@ impl Limits {
     pub const TIMEOUT_MS: RangeInclusive<u64> = 1..=600_000;
 }
 
-/// One `[[triggers.http]]` entry: requests matching `route` go to `function`.
+/// One `[[triggers.http]]` entry: requests matching `route` go to `target`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HttpTrigger {
     /// Which request paths this trigger handles.
     pub route: Route,
-    /// The `http` function that handles them.
+    /// What handles them. Serialized inline, as in the manifest:
+    /// `{"route": "/hello", "function": "hello"}` or `{"route": "/wc", "step": "split"}`.
+    #[serde(flatten)]
+    pub target: TriggerTarget,
+}
+
+/// What an HTTP trigger invokes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerTarget {
+    /// `function = "..."`: an `http` function handles the request.
+    Function(String),
+    /// `step = "..."`: the request body starts a run at this step, the entry step.
+    Step(String),
+}
+
+impl fmt::Display for TriggerTarget {
+    /// A function target displays as the function's name (as v1 printed it), a step
+    /// target as `step <name>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TriggerTarget::Function(name) => f.write_str(name),
+            TriggerTarget::Step(name) => write!(f, "step {name}"),
+        }
+    }
+}
+
+/// One `[steps.<name>]` entry: a `step` function invoked by the workflow engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// The function it runs, of kind [`FunctionKind::Step`].
     pub function: String,
+    /// The type of the regions it receives.
+    pub input: SchemaType,
+    /// The type of the regions it returns.
+    pub output: SchemaType,
+    /// How often a failed invocation is tried again.
+    #[serde(default)]
+    pub retry: RetryPolicy,
+}
+
+/// `retries = { attempts = 3, backoff_ms = 20 }`: how a failed step is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Total attempts, the first included, within [`RetryPolicy::ATTEMPTS`]; 1 means no
+    /// retry.
+    pub attempts: u32,
+    /// Milliseconds to wait before the first retry, within [`RetryPolicy::BACKOFF_MS`];
+    /// the wait doubles before each further retry.
+    pub backoff_ms: u64,
+}
+
+impl RetryPolicy {
+    /// Accepted values of `attempts`.
+    pub const ATTEMPTS: RangeInclusive<u32> = 1..=10;
+    /// Accepted values of `backoff_ms` (up to a minute).
+    pub const BACKOFF_MS: RangeInclusive<u64> = 0..=60_000;
+
+    /// The wait before the first retry.
+    pub fn backoff(&self) -> Duration {
+        Duration::from_millis(self.backoff_ms)
+    }
+
+    /// The wait before retry number `retry` (1 for the first retry, i.e. the second
+    /// attempt): the backoff doubled `retry - 1` times. Zero for `retry == 0`.
+    pub fn backoff_before(&self, retry: u32) -> Duration {
+        let Some(doublings) = retry.checked_sub(1) else {
+            return Duration::ZERO;
+        };
+        let factor = 1u64.checked_shl(doublings).unwrap_or(u64::MAX);
+        Duration::from_millis(self.backoff_ms.saturating_mul(factor))
+    }
+}
+
+impl Default for RetryPolicy {
+    /// One attempt, no retry.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 1,
+            backoff_ms: 0,
+        }
+    }
+}
+
+/// One `[[edges]]` entry: the outputs of step `from` become the input of step `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edge {
+    /// The step whose outputs the edge carries.
+    pub from: String,
+    /// The step that receives them.
+    pub to: String,
+    /// The type of the regions carried: `from`'s output and `to`'s input.
+    #[serde(rename = "type")]
+    pub schema_type: SchemaType,
+    /// Whether the edge passes the outputs on, fans out, or joins branches.
+    #[serde(default)]
+    pub mode: EdgeMode,
+}
+
+/// How an edge hands `from`'s outputs to `to`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeMode {
+    /// `to` runs once in the current branch, with all of `from`'s outputs.
+    #[default]
+    Sequence,
+    /// `fan_out = ...`: `to` (and the steps after it, up to the join) runs in several
+    /// branches.
+    FanOut(FanOut),
+    /// `join = { ... }`: the branches of the preceding fan-out end here; `to` runs once
+    /// with the outputs of every branch.
+    Join(JoinPolicy),
+}
+
+/// How many branches a fan-out starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FanOut {
+    /// `fan_out = "each"`: one branch per output region of `from`, which gets that region.
+    Each,
+    /// `fan_out = 4`: that many branches, each gets all of `from`'s outputs; within
+    /// [`FanOut::STATIC`].
+    Static(u32),
+}
+
+impl FanOut {
+    /// Accepted numbers of branches of a static fan-out.
+    pub const STATIC: RangeInclusive<u32> = 1..=1024;
+}
+
+/// `join = { timeout_ms = 5000, on_failure = "continue" }`: how branches are joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinPolicy {
+    /// How long to wait for the branches, in milliseconds, within
+    /// [`JoinPolicy::TIMEOUT_MS`]; branches still running then count as failed.
+    pub timeout_ms: u64,
+    /// What a failed branch does to the run.
+    pub on_failure: OnFailure,
+}
+
+impl JoinPolicy {
+    /// Accepted values of `timeout_ms` (up to ten minutes).
+    pub const TIMEOUT_MS: RangeInclusive<u64> = 1..=600_000;
+    /// `timeout_ms` when not given.
+    pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+    /// `timeout_ms` as a duration.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+}
+
+impl Default for JoinPolicy {
+    /// A 30 s timeout; a failed branch fails the run.
+    fn default() -> Self {
+        JoinPolicy {
+            timeout_ms: JoinPolicy::DEFAULT_TIMEOUT_MS,
+            on_failure: OnFailure::Fail,
+        }
+    }
+}
+
+/// What a join does when a branch fails (or times out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// `on_failure = "fail"`: the run fails.
+    #[default]
+    Fail,
+    /// `on_failure = "continue"`: `to` runs with the outputs of the branches that
+    /// succeeded.
+    Continue,
+}
+
+/// `[workflow]`: limits of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// Most step instances running at once in one run, within
+    /// [`RunSettings::CONCURRENCY`].
+    pub concurrency: u32,
+    /// Deadline of a whole run in milliseconds, within [`RunSettings::TIMEOUT_MS`].
+    pub timeout_ms: u64,
+    /// Whole copies of the workflow to run, each on its own worker, within
+    /// [`RunSettings::REPLICAS`]. Applies to HTTP functions too.
+    #[serde(default = "RunSettings::default_replicas")]
+    pub replicas: u32,
+}
+
+impl RunSettings {
+    /// Accepted values of `concurrency`.
+    pub const CONCURRENCY: RangeInclusive<u32> = 1..=1024;
+    /// Accepted values of `timeout_ms` (up to an hour).
+    pub const TIMEOUT_MS: RangeInclusive<u64> = 1..=3_600_000;
+    /// `concurrency` when not given.
+    pub const DEFAULT_CONCURRENCY: u32 = 16;
+    /// `timeout_ms` when not given (a minute).
+    pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+    /// Accepted values of `replicas`.
+    pub const REPLICAS: RangeInclusive<u32> = 1..=64;
+
+    fn default_replicas() -> u32 {
+        1
+    }
+
+    /// `timeout_ms` as a duration.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+}
+
+impl Default for RunSettings {
+    /// 16 step instances at once, a one-minute deadline, one replica.
+    fn default() -> Self {
+        RunSettings {
+            concurrency: RunSettings::DEFAULT_CONCURRENCY,
+            timeout_ms: RunSettings::DEFAULT_TIMEOUT_MS,
+            replicas: RunSettings::default_replicas(),
+        }
+    }
 }
 
 impl Workflow {
@@ -143,6 +374,51 @@ impl Workflow {
             .iter()
             .filter(|t| t.route.matches(path))
             .max_by_key(|t| t.route.specificity())
+    }
+
+    /// The step runs start at: the one no edge leads into. `None` when there are no
+    /// steps.
+    pub fn entry_step(&self) -> Option<&str> {
+        self.steps
+            .keys()
+            .find(|name| !self.edges.iter().any(|edge| edge.to == **name))
+            .map(String::as_str)
+    }
+
+    /// The steps in execution order from the entry step, each with the edge leading
+    /// into it (`None` for the entry step). Empty when there are no steps.
+    ///
+    /// A validated workflow's steps form a single chain, so this lists every step once;
+    /// the edges' [`EdgeMode`] says where branches fan out and join.
+    pub fn chain(&self) -> Vec<(&str, Option<&Edge>)> {
+        let Some(entry) = self.entry_step() else {
+            return Vec::new();
+        };
+        let mut chain = vec![(entry, None)];
+        let mut current = entry;
+        // Bounded by the edge count, so an unvalidated cyclic workflow cannot loop.
+        for _ in 0..self.edges.len() {
+            let Some(edge) = self.edges.iter().find(|edge| edge.from == current) else {
+                break;
+            };
+            chain.push((edge.to.as_str(), Some(edge)));
+            current = &edge.to;
+        }
+        chain
+    }
+
+    /// Every Karmem schema file a step or edge type mentions, as written.
+    pub fn karmem_files(&self) -> BTreeSet<String> {
+        let step_types = self
+            .steps
+            .values()
+            .flat_map(|step| [&step.input, &step.output]);
+        let edge_types = self.edges.iter().map(|edge| &edge.schema_type);
+        step_types
+            .chain(edge_types)
+            .filter_map(SchemaType::karmem_file)
+            .map(str::to_owned)
+            .collect()
     }
 }
 

@@ -6,11 +6,13 @@
 //! misspelt optional field (`memroy_mb`) would otherwise be silently ignored.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Unexpected, Visitor};
 use serde_spanned::Spanned;
 
-use crate::model::FunctionKind;
+use crate::model::{FunctionKind, OnFailure};
 
 /// The whole file.
 #[derive(Debug, Deserialize)]
@@ -22,6 +24,10 @@ pub(crate) struct RawWorkflow {
     /// Optional here so that a file without functions gets our "at least one function"
     /// message rather than serde's "missing field".
     pub functions: Option<Spanned<BTreeMap<Spanned<String>, RawFunction>>>,
+    pub steps: Option<BTreeMap<Spanned<String>, RawStep>>,
+    #[serde(default)]
+    pub edges: Vec<Spanned<RawEdge>>,
+    pub workflow: Option<RawSettings>,
     pub triggers: Option<RawTriggers>,
 }
 
@@ -39,18 +45,106 @@ pub(crate) struct RawFunction {
     pub config: BTreeMap<String, String>,
 }
 
+/// `[steps.<name>]`. Types stay strings here: parsing them in the validator gives
+/// messages naming the rule rather than serde's generic ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStep {
+    pub function: Spanned<String>,
+    pub input: Spanned<String>,
+    pub output: Spanned<String>,
+    pub retries: Option<RawRetries>,
+}
+
+/// `retries = { attempts = 3, backoff_ms = 20 }` in a step.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetries {
+    pub attempts: Option<Spanned<u32>>,
+    pub backoff_ms: Option<Spanned<u64>>,
+}
+
+/// `[[edges]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEdge {
+    pub from: Spanned<String>,
+    pub to: Spanned<String>,
+    #[serde(rename = "type")]
+    pub schema_type: Spanned<String>,
+    pub fan_out: Option<Spanned<RawFanOut>>,
+    pub join: Option<Spanned<RawJoin>>,
+}
+
+/// `fan_out = "each"` or `fan_out = 4`; the count's range is checked by the validator.
+#[derive(Debug)]
+pub(crate) enum RawFanOut {
+    Each,
+    Static(i64),
+}
+
+impl<'de> Deserialize<'de> for RawFanOut {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FanOutVisitor;
+
+        impl Visitor<'_> for FanOutVisitor {
+            type Value = RawFanOut;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"each\" or a number of branches")
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawFanOut, E> {
+                match value {
+                    "each" => Ok(RawFanOut::Each),
+                    _ => Err(E::invalid_value(Unexpected::Str(value), &self)),
+                }
+            }
+
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<RawFanOut, E> {
+                Ok(RawFanOut::Static(value))
+            }
+
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<RawFanOut, E> {
+                Ok(RawFanOut::Static(i64::try_from(value).unwrap_or(i64::MAX)))
+            }
+        }
+
+        deserializer.deserialize_any(FanOutVisitor)
+    }
+}
+
+/// `join = { timeout_ms = 5000, on_failure = "continue" }` on an edge.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawJoin {
+    pub timeout_ms: Option<Spanned<u64>>,
+    pub on_failure: Option<OnFailure>,
+}
+
+/// `[workflow]`: run settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSettings {
+    pub concurrency: Option<Spanned<u32>>,
+    pub timeout_ms: Option<Spanned<u64>>,
+    pub replicas: Option<Spanned<u32>>,
+}
+
 /// `[triggers]`: one array per trigger type.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTriggers {
     #[serde(default)]
-    pub http: Vec<RawHttpTrigger>,
+    pub http: Vec<Spanned<RawHttpTrigger>>,
 }
 
-/// `[[triggers.http]]`.
+/// `[[triggers.http]]`. `function` and `step` are both optional here so that the
+/// validator can say "exactly one of them".
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawHttpTrigger {
     pub route: Spanned<String>,
-    pub function: Spanned<String>,
+    pub function: Option<Spanned<String>>,
+    pub step: Option<Spanned<String>>,
 }

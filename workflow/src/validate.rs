@@ -1,9 +1,9 @@
 //! From text to a validated [`Workflow`]: TOML syntax, then schema (serde), then the
-//! rules serde cannot express (names, ranges, references between triggers and
-//! functions).
+//! rules serde cannot express (names, ranges, references between triggers, steps and
+//! functions, the shape of the step graph).
 
-use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::{Range, RangeInclusive};
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -12,9 +12,15 @@ use toml::de::DeTable;
 
 use crate::error::{Diagnostic, Source};
 use crate::locate::{self, Segment};
-use crate::model::{Function, FunctionKind, HttpTrigger, Limits, Workflow};
-use crate::raw::{RawFunction, RawWorkflow};
+use crate::model::{
+    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, RetryPolicy,
+    RunSettings, Step, TriggerTarget, Workflow,
+};
+use crate::raw::{
+    RawEdge, RawFanOut, RawFunction, RawHttpTrigger, RawJoin, RawSettings, RawStep, RawWorkflow,
+};
 use crate::route::Route;
+use crate::schema_type::SchemaType;
 
 /// The longest workflow, tenant or function name: one DNS label, since names end up in
 /// hostnames and resource names.
@@ -74,11 +80,42 @@ fn schema_error(source: Source<'_>, error: &toml::de::Error) -> Diagnostic {
 }
 
 /// Applies the rules serde cannot, collecting every violation and reporting the one
-/// earliest in the file, so the user fixes the file top to bottom (the stray-function
-/// check excepted, see `check`).
+/// earliest in the file, so the user fixes the file top to bottom. Rules about the
+/// workflow as a whole (the shape of the step graph, unused functions) are only checked
+/// once everything else is right, see `check`.
 struct Checker<'a> {
     source: Source<'a>,
     errors: Vec<(usize, Diagnostic)>,
+}
+
+/// A step as checked so far; its types are `None` if they did not parse.
+struct CheckedStep {
+    /// Where its name is written.
+    span: Range<usize>,
+    function: String,
+    input: Option<SchemaType>,
+    input_span: Range<usize>,
+    output: Option<SchemaType>,
+    retry: RetryPolicy,
+}
+
+/// An edge as checked so far; `schema_type` is `None` if it did not parse.
+struct CheckedEdge {
+    /// The whole `[[edges]]` table.
+    span: Range<usize>,
+    from: String,
+    to: String,
+    schema_type: Option<SchemaType>,
+    mode: EdgeMode,
+    /// `fan_out` or `join`, whichever is set.
+    mode_span: Range<usize>,
+}
+
+/// A trigger's `step`, kept for the entry-step check.
+struct StepTrigger {
+    index: usize,
+    span: Range<usize>,
+    step: String,
 }
 
 impl<'a> Checker<'a> {
@@ -99,21 +136,41 @@ impl<'a> Checker<'a> {
         self.name("tenant", &raw.tenant);
 
         let functions = self.functions(raw.functions);
-        let http_triggers = self.http_triggers(&functions, raw.triggers.map(|t| t.http));
+        let steps = self.steps(&functions, raw.steps.unwrap_or_default());
+        let edges = self.edges(&steps, raw.edges);
+        let settings = self.settings(raw.workflow);
+        let (http_triggers, step_triggers) =
+            self.http_triggers(&functions, &steps, raw.triggers.map(|t| t.http));
 
-        // A function no trigger can reach is dead weight, and usually the other half of a
-        // typo in a trigger; so it is only reported once everything else is right, where
-        // the typo itself would have been reported instead. Only `http` functions are
-        // checked: `step` functions are invoked by the workflow engine, and v1 has no
-        // trigger that could name them.
+        // The shape of the step graph is only judged once every edge is known to connect
+        // two distinct, existing steps with at most one edge in and out of each: a typo
+        // in an edge would otherwise also show up as an unreachable step, earlier in the
+        // file than the typo itself.
+        if self.errors.is_empty() {
+            self.graph(&steps, &edges, &step_triggers);
+        }
+
+        // A function nothing uses is dead weight, and usually the other half of a typo in
+        // a trigger or step; so it is only reported once everything else is right, where
+        // the typo itself would have been reported instead. A v1 manifest has no steps
+        // and may declare `step` functions for later, so those are only checked when
+        // there are steps.
         if self.errors.is_empty() {
             for (name, (span, function)) in &functions {
-                let used = http_triggers.iter().any(|t| t.function == *name);
-                if function.kind == FunctionKind::Http && !used {
+                let unused_by = match function.kind {
+                    FunctionKind::Http => http_triggers
+                        .iter()
+                        .all(|t| !matches!(&t.target, TriggerTarget::Function(f) if f == name))
+                        .then_some("trigger"),
+                    FunctionKind::Step => (!steps.is_empty()
+                        && steps.values().all(|step| step.function != *name))
+                    .then_some("step"),
+                };
+                if let Some(user) = unused_by {
                     self.error(
                         span.clone(),
                         function_field(name),
-                        format!("function `{name}` is not used by any trigger"),
+                        format!("function `{name}` is not used by any {user}"),
                     );
                 }
             }
@@ -122,6 +179,30 @@ impl<'a> Checker<'a> {
         if let Some((_, first)) = self.errors.into_iter().min_by_key(|(offset, _)| *offset) {
             return Err(first);
         }
+        // No errors: every type parsed.
+        let steps = steps
+            .into_iter()
+            .filter_map(|(name, step)| {
+                let step = Step {
+                    function: step.function,
+                    input: step.input?,
+                    output: step.output?,
+                    retry: step.retry,
+                };
+                Some((name, step))
+            })
+            .collect();
+        let edges = edges
+            .into_iter()
+            .filter_map(|edge| {
+                Some(Edge {
+                    from: edge.from,
+                    to: edge.to,
+                    schema_type: edge.schema_type?,
+                    mode: edge.mode,
+                })
+            })
+            .collect();
         Ok(Workflow {
             name: raw.name.into_inner(),
             tenant: raw.tenant.into_inner(),
@@ -130,6 +211,9 @@ impl<'a> Checker<'a> {
                 .into_iter()
                 .map(|(name, (_, function))| (name, function))
                 .collect(),
+            steps,
+            edges,
+            settings,
             http_triggers,
         })
     }
@@ -188,10 +272,10 @@ impl<'a> Checker<'a> {
             );
         }
         if let Some(memory) = &raw.memory_mb {
-            self.in_range(field, "memory_mb", memory, Limits::MEMORY_MB);
+            self.in_range(format!("{field}.memory_mb"), memory, Limits::MEMORY_MB);
         }
         if let Some(timeout) = &raw.timeout_ms {
-            self.in_range(field, "timeout_ms", timeout, Limits::TIMEOUT_MS);
+            self.in_range(format!("{field}.timeout_ms"), timeout, Limits::TIMEOUT_MS);
         }
         if let Some(fuel) = raw.fuel.as_ref().filter(|fuel| *fuel.get_ref() == 0) {
             self.error(
@@ -213,40 +297,415 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn in_range<T>(
-        &mut self,
-        function_field: &str,
-        key: &str,
-        value: &Spanned<T>,
-        range: std::ops::RangeInclusive<T>,
-    ) where
+    /// Reports `value` at `field` unless it is within `range`.
+    fn in_range<T>(&mut self, field: String, value: &Spanned<T>, range: RangeInclusive<T>)
+    where
         T: PartialOrd + std::fmt::Display,
     {
         if !range.contains(value.get_ref()) {
-            self.error(
-                value.span(),
-                format!("{function_field}.{key}"),
-                format!(
-                    "{} is out of range: must be between {} and {}",
-                    value.get_ref(),
-                    range.start(),
-                    range.end()
-                ),
-            );
+            self.error(value.span(), field, out_of_range(value.get_ref(), &range));
         }
     }
 
-    /// Checks each HTTP trigger; returns those with a valid route.
+    /// Parses a type, reporting it at `field` if it is invalid.
+    fn schema_type(&mut self, field: String, raw: &Spanned<String>) -> Option<SchemaType> {
+        SchemaType::parse(raw.get_ref())
+            .map_err(|e| self.error(raw.span(), field, e.to_string()))
+            .ok()
+    }
+
+    /// Checks each step on its own (not how the edges connect them).
+    fn steps(
+        &mut self,
+        functions: &BTreeMap<String, (Range<usize>, Function)>,
+        raw: BTreeMap<Spanned<String>, RawStep>,
+    ) -> BTreeMap<String, CheckedStep> {
+        let mut steps = BTreeMap::new();
+        for (name, raw) in raw {
+            let span = name.span();
+            let name = name.into_inner();
+            let field = step_field(&name);
+            if !is_valid_name(&name) {
+                self.error(span.clone(), field.clone(), invalid_name(&name));
+            }
+
+            let function = raw.function.get_ref();
+            match functions.get(function) {
+                None => self.error(
+                    raw.function.span(),
+                    format!("{field}.function"),
+                    unknown("function", function, functions.keys()),
+                ),
+                Some((_, f)) if f.kind != FunctionKind::Step => self.error(
+                    raw.function.span(),
+                    format!("{field}.function"),
+                    format!(
+                        "function `{function}` has kind `{}`, but steps need kind `step`",
+                        f.kind.as_str()
+                    ),
+                ),
+                Some(_) => {}
+            }
+            let input = self.schema_type(format!("{field}.input"), &raw.input);
+            let output = self.schema_type(format!("{field}.output"), &raw.output);
+
+            let mut retry = RetryPolicy::default();
+            if let Some(retries) = raw.retries {
+                if let Some(attempts) = retries.attempts {
+                    let field = format!("{field}.retries.attempts");
+                    self.in_range(field, &attempts, RetryPolicy::ATTEMPTS);
+                    retry.attempts = attempts.into_inner();
+                }
+                if let Some(backoff) = retries.backoff_ms {
+                    let field = format!("{field}.retries.backoff_ms");
+                    self.in_range(field, &backoff, RetryPolicy::BACKOFF_MS);
+                    retry.backoff_ms = backoff.into_inner();
+                }
+            }
+
+            let step = CheckedStep {
+                span,
+                function: raw.function.into_inner(),
+                input,
+                input_span: raw.input.span(),
+                output,
+                retry,
+            };
+            steps.insert(name, step);
+        }
+        steps
+    }
+
+    /// Checks each edge on its own and against the steps it connects: that they exist,
+    /// differ, agree on the type, and have no other edge in (for `to`) or out (for
+    /// `from`).
+    fn edges(
+        &mut self,
+        steps: &BTreeMap<String, CheckedStep>,
+        raw: Vec<Spanned<RawEdge>>,
+    ) -> Vec<CheckedEdge> {
+        let mut edges = Vec::new();
+        // Step -> index of the first edge into / out of it.
+        let mut incoming: HashMap<String, usize> = HashMap::new();
+        let mut outgoing: HashMap<String, usize> = HashMap::new();
+        for (i, raw) in raw.into_iter().enumerate() {
+            let field = format!("edges[{i}]");
+            let span = raw.span();
+            let raw = raw.into_inner();
+
+            let schema_type = self.schema_type(format!("{field}.type"), &raw.schema_type);
+            let from = steps.get(raw.from.get_ref());
+            let to = steps.get(raw.to.get_ref());
+            for (key, name, step) in [("from", &raw.from, from), ("to", &raw.to, to)] {
+                if step.is_none() {
+                    self.error(
+                        name.span(),
+                        format!("{field}.{key}"),
+                        unknown("step", name.get_ref(), steps.keys()),
+                    );
+                }
+            }
+            if raw.from.get_ref() == raw.to.get_ref() {
+                self.error(
+                    raw.to.span(),
+                    format!("{field}.to"),
+                    format!(
+                        "an edge cannot lead from step `{}` back to itself",
+                        raw.to.get_ref()
+                    ),
+                );
+            } else if from.is_some() && to.is_some() {
+                let name = raw.from.get_ref();
+                if let Some(j) = outgoing.get(name) {
+                    self.error(
+                        raw.from.span(),
+                        format!("{field}.from"),
+                        format!("step `{name}` already has an outgoing edge (edges[{j}])"),
+                    );
+                } else {
+                    outgoing.insert(name.clone(), i);
+                }
+                let name = raw.to.get_ref();
+                if let Some(j) = incoming.get(name) {
+                    self.error(
+                        raw.to.span(),
+                        format!("{field}.to"),
+                        format!("step `{name}` already has an incoming edge (edges[{j}])"),
+                    );
+                } else {
+                    incoming.insert(name.clone(), i);
+                }
+            }
+
+            // The edge carries what `from` returns and `to` takes; checked only where
+            // both sides are known, so one typo gives one error.
+            if let Some(carried) = &schema_type {
+                let ends = [
+                    (
+                        raw.from.get_ref(),
+                        from.and_then(|s| s.output.as_ref()),
+                        "returns",
+                    ),
+                    (raw.to.get_ref(), to.and_then(|s| s.input.as_ref()), "takes"),
+                ];
+                for (name, step_type, verb) in ends {
+                    if let Some(step_type) = step_type.filter(|t| *t != carried) {
+                        self.error(
+                            raw.schema_type.span(),
+                            format!("{field}.type"),
+                            format!(
+                                "edge carries `{carried}` but step `{name}` {verb} `{step_type}`"
+                            ),
+                        );
+                    }
+                }
+            }
+
+            let (mode, mode_span) = self.edge_mode(&field, raw.fan_out, raw.join);
+            edges.push(CheckedEdge {
+                span,
+                from: raw.from.into_inner(),
+                to: raw.to.into_inner(),
+                schema_type,
+                mode,
+                mode_span,
+            });
+        }
+        edges
+    }
+
+    /// An edge's `fan_out` or `join`, and the span of whichever is set.
+    fn edge_mode(
+        &mut self,
+        field: &str,
+        fan_out: Option<Spanned<RawFanOut>>,
+        join: Option<Spanned<RawJoin>>,
+    ) -> (EdgeMode, Range<usize>) {
+        if let (Some(fan_out), Some(join)) = (&fan_out, &join) {
+            // Point at whichever comes second: that is the one that does not fit.
+            let (span, key) = if join.span().start > fan_out.span().start {
+                (join.span(), "join")
+            } else {
+                (fan_out.span(), "fan_out")
+            };
+            self.error(
+                span,
+                format!("{field}.{key}"),
+                "an edge either fans out (`fan_out`) or joins (`join`), not both",
+            );
+        }
+        if let Some(fan_out) = fan_out {
+            let span = fan_out.span();
+            let fan_out = match fan_out.into_inner() {
+                RawFanOut::Each => FanOut::Each,
+                RawFanOut::Static(n) => {
+                    let range = FanOut::STATIC;
+                    match u32::try_from(n).ok().filter(|n| range.contains(n)) {
+                        Some(n) => FanOut::Static(n),
+                        None => {
+                            let message = out_of_range(&n, &range);
+                            self.error(span.clone(), format!("{field}.fan_out"), message);
+                            FanOut::Static(*range.start())
+                        }
+                    }
+                }
+            };
+            return (EdgeMode::FanOut(fan_out), span);
+        }
+        if let Some(join) = join {
+            let span = join.span();
+            let join = join.into_inner();
+            let mut policy = JoinPolicy::default();
+            if let Some(timeout) = join.timeout_ms {
+                let timeout_field = format!("{field}.join.timeout_ms");
+                self.in_range(timeout_field, &timeout, JoinPolicy::TIMEOUT_MS);
+                policy.timeout_ms = timeout.into_inner();
+            }
+            if let Some(on_failure) = join.on_failure {
+                policy.on_failure = on_failure;
+            }
+            return (EdgeMode::Join(policy), span);
+        }
+        (EdgeMode::Sequence, 0..0)
+    }
+
+    fn settings(&mut self, raw: Option<RawSettings>) -> RunSettings {
+        let mut settings = RunSettings::default();
+        let Some(raw) = raw else {
+            return settings;
+        };
+        if let Some(concurrency) = raw.concurrency {
+            let field = "workflow.concurrency".to_owned();
+            self.in_range(field, &concurrency, RunSettings::CONCURRENCY);
+            settings.concurrency = concurrency.into_inner();
+        }
+        if let Some(timeout) = raw.timeout_ms {
+            let field = "workflow.timeout_ms".to_owned();
+            self.in_range(field, &timeout, RunSettings::TIMEOUT_MS);
+            settings.timeout_ms = timeout.into_inner();
+        }
+        if let Some(replicas) = raw.replicas {
+            let field = "workflow.replicas".to_owned();
+            self.in_range(field, &replicas, RunSettings::REPLICAS);
+            settings.replicas = replicas.into_inner();
+        }
+        settings
+    }
+
+    /// The rules about the step graph as a whole. Relies on what `edges` established:
+    /// every edge connects two distinct steps, and no step has two edges in or two out.
+    /// So the graph is a set of disjoint chains and cycles.
+    fn graph(
+        &mut self,
+        steps: &BTreeMap<String, CheckedStep>,
+        edges: &[CheckedEdge],
+        step_triggers: &[StepTrigger],
+    ) {
+        if steps.is_empty() {
+            return;
+        }
+        // Step -> index of the edge out of it.
+        let next: HashMap<&str, usize> = edges
+            .iter()
+            .enumerate()
+            .map(|(i, edge)| (edge.from.as_str(), i))
+            .collect();
+        // A chain starts at each step no edge leads into.
+        let chains: Vec<Vec<&str>> = steps
+            .keys()
+            .map(String::as_str)
+            .filter(|name| !edges.iter().any(|edge| edge.to == *name))
+            .map(|head| {
+                let mut chain = vec![head];
+                while let Some(&i) = next.get(chain[chain.len() - 1]) {
+                    chain.push(edges[i].to.as_str());
+                }
+                chain
+            })
+            .collect();
+
+        // Steps on no chain are on cycles. Report each cycle once, at its last edge in
+        // the file, following it round from that edge's `to`.
+        let on_chains: HashSet<&str> = chains.iter().flatten().copied().collect();
+        let mut reported: HashSet<&str> = HashSet::new();
+        for (i, edge) in edges.iter().enumerate().rev() {
+            if on_chains.contains(edge.from.as_str()) || reported.contains(edge.from.as_str()) {
+                continue;
+            }
+            let mut cycle = vec![edge.to.as_str()];
+            // Every step on a cycle has an edge out, so this comes back round to edge
+            // `i`; the bound is only a guard.
+            for _ in 0..edges.len() {
+                let Some(&j) = next.get(cycle[cycle.len() - 1]) else {
+                    break;
+                };
+                cycle.push(edges[j].to.as_str());
+                if j == i {
+                    break;
+                }
+            }
+            reported.extend(cycle.iter().copied());
+            self.error(
+                edge.span.clone(),
+                format!("edges[{i}]"),
+                format!("edge closes a cycle: {}", cycle.join(" -> ")),
+            );
+        }
+        if !reported.is_empty() {
+            return;
+        }
+
+        // Runs start at the head of the longest chain (the first in the file among
+        // equals); any other chain could never run.
+        let Some(chain) = chains
+            .iter()
+            .max_by_key(|chain| (chain.len(), std::cmp::Reverse(steps[chain[0]].span.start)))
+        else {
+            return;
+        };
+        let entry = chain[0];
+        for (name, step) in steps {
+            if !chain.contains(&name.as_str()) {
+                self.error(
+                    step.span.clone(),
+                    step_field(name),
+                    format!("step `{name}` is not reachable from the entry step `{entry}`"),
+                );
+            }
+        }
+
+        let entry_step = &steps[entry];
+        if let Some(input) = entry_step.input.as_ref().filter(|t| !t.is_builtin()) {
+            self.error(
+                entry_step.input_span.clone(),
+                format!("{}.input", step_field(entry)),
+                format!(
+                    "the entry step receives the HTTP request body, so its input must be \
+                     `bytes`, `text` or `json`, not `{input}`"
+                ),
+            );
+        }
+
+        // Along the chain, a fan-out opens branches and a join closes them: joins need an
+        // open fan-out and fan-outs do not nest.
+        let mut open_fan_out: Option<usize> = None;
+        for window in chain.windows(2) {
+            let i = next[window[0]];
+            let edge = &edges[i];
+            match edge.mode {
+                EdgeMode::Sequence => {}
+                EdgeMode::FanOut(_) => match open_fan_out {
+                    Some(j) => self.error(
+                        edge.mode_span.clone(),
+                        format!("edges[{i}].fan_out"),
+                        format!(
+                            "cannot fan out again before the fan-out at edges[{j}] is joined \
+                             (fan-outs do not nest)"
+                        ),
+                    ),
+                    None => open_fan_out = Some(i),
+                },
+                EdgeMode::Join(_) => match open_fan_out {
+                    Some(_) => open_fan_out = None,
+                    None => self.error(
+                        edge.mode_span.clone(),
+                        format!("edges[{i}].join"),
+                        format!("nothing to join: no edge before `{}` fans out", edge.from),
+                    ),
+                },
+            }
+        }
+
+        for trigger in step_triggers {
+            if trigger.step != entry {
+                self.error(
+                    trigger.span.clone(),
+                    format!("triggers.http[{}].step", trigger.index),
+                    format!(
+                        "runs start at the entry step `{entry}`, not `{}`",
+                        trigger.step
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Checks each HTTP trigger; returns those with a valid route, and the `step`s they
+    /// name (for the entry-step check).
     fn http_triggers(
         &mut self,
         functions: &BTreeMap<String, (Range<usize>, Function)>,
-        raw: Option<Vec<crate::raw::RawHttpTrigger>>,
-    ) -> Vec<HttpTrigger> {
+        steps: &BTreeMap<String, CheckedStep>,
+        raw: Option<Vec<Spanned<RawHttpTrigger>>>,
+    ) -> (Vec<HttpTrigger>, Vec<StepTrigger>) {
         let mut triggers = Vec::new();
+        let mut step_triggers = Vec::new();
         // Route -> line of its first definition, for the duplicate message.
         let mut seen: HashMap<Route, usize> = HashMap::new();
         for (i, raw) in raw.unwrap_or_default().into_iter().enumerate() {
             let field = format!("triggers.http[{i}]");
+            let span = raw.span();
+            let raw = raw.into_inner();
             let route_span = raw.route.span();
             let route = match Route::parse(raw.route.get_ref()) {
                 Ok(route) => Some(route),
@@ -268,42 +727,72 @@ impl<'a> Checker<'a> {
                 }
             }
 
-            let name = raw.function.get_ref();
-            match functions.get(name) {
-                None => {
-                    let defined: Vec<&str> = functions.keys().map(String::as_str).collect();
-                    let defined = if defined.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        defined.join(", ")
-                    };
+            let target = match (raw.function, raw.step) {
+                (Some(_), Some(_)) => {
                     self.error(
-                        raw.function.span(),
-                        format!("{field}.function"),
-                        format!("unknown function `{name}` (defined: {defined})"),
+                        span,
+                        field,
+                        "a trigger names either `function` or `step`, not both",
                     );
+                    None
                 }
-                Some((_, function)) if function.kind != FunctionKind::Http => {
-                    self.error(
-                        raw.function.span(),
-                        format!("{field}.function"),
-                        format!(
-                            "function `{name}` has kind `{}`, but HTTP triggers need kind `http`",
-                            function.kind.as_str()
-                        ),
-                    );
+                (None, None) => {
+                    self.error(span, field, "a trigger needs `function` or `step`");
+                    None
                 }
-                Some(_) => {}
-            }
+                (Some(function), None) => {
+                    self.trigger_function(&field, functions, &function);
+                    Some(TriggerTarget::Function(function.into_inner()))
+                }
+                (None, Some(step)) => {
+                    let name = step.get_ref();
+                    if !steps.contains_key(name) {
+                        self.error(
+                            step.span(),
+                            format!("{field}.step"),
+                            unknown("step", name, steps.keys()),
+                        );
+                    }
+                    step_triggers.push(StepTrigger {
+                        index: i,
+                        span: step.span(),
+                        step: name.clone(),
+                    });
+                    Some(TriggerTarget::Step(step.into_inner()))
+                }
+            };
 
-            if let Some(route) = route {
-                triggers.push(HttpTrigger {
-                    route,
-                    function: raw.function.into_inner(),
-                });
+            if let (Some(route), Some(target)) = (route, target) {
+                triggers.push(HttpTrigger { route, target });
             }
         }
-        triggers
+        (triggers, step_triggers)
+    }
+
+    /// A trigger's `function` must be an `http` function.
+    fn trigger_function(
+        &mut self,
+        field: &str,
+        functions: &BTreeMap<String, (Range<usize>, Function)>,
+        name: &Spanned<String>,
+    ) {
+        match functions.get(name.get_ref()) {
+            None => self.error(
+                name.span(),
+                format!("{field}.function"),
+                unknown("function", name.get_ref(), functions.keys()),
+            ),
+            Some((_, function)) if function.kind != FunctionKind::Http => self.error(
+                name.span(),
+                format!("{field}.function"),
+                format!(
+                    "function `{}` has kind `{}`, but HTTP triggers need kind `http`",
+                    name.get_ref(),
+                    function.kind.as_str()
+                ),
+            ),
+            Some(_) => {}
+        }
     }
 }
 
@@ -312,6 +801,36 @@ fn function_field(name: &str) -> String {
         Segment::Key("functions".to_owned()),
         Segment::Key(name.to_owned()),
     ])
+}
+
+fn step_field(name: &str) -> String {
+    locate::render(&[
+        Segment::Key("steps".to_owned()),
+        Segment::Key(name.to_owned()),
+    ])
+}
+
+/// `unknown step `mrege` (defined: count, merge, split)`.
+fn unknown<'n>(what: &str, name: &str, defined: impl Iterator<Item = &'n String>) -> String {
+    let defined: Vec<&str> = defined.map(String::as_str).collect();
+    let defined = if defined.is_empty() {
+        "none".to_owned()
+    } else {
+        defined.join(", ")
+    };
+    format!("unknown {what} `{name}` (defined: {defined})")
+}
+
+fn out_of_range<V, T>(value: &V, range: &RangeInclusive<T>) -> String
+where
+    V: std::fmt::Display,
+    T: std::fmt::Display,
+{
+    format!(
+        "{value} is out of range: must be between {} and {}",
+        range.start(),
+        range.end()
+    )
 }
 
 fn invalid_name(name: &str) -> String {

@@ -1,9 +1,13 @@
 //! Valid manifests: what they parse to, and the behaviour of the parsed workflow.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use faas_workflow::{Function, FunctionKind, HttpTrigger, Limits, ManifestError, Route, Workflow};
+use faas_workflow::{
+    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, ManifestError,
+    OnFailure, RetryPolicy, Route, RunSettings, SchemaType, Step, TriggerTarget, Workflow,
+};
 
 fn parse(text: &str) -> Workflow {
     Workflow::parse("workflow.toml", text).unwrap_or_else(|e| panic!("{e}"))
@@ -14,6 +18,10 @@ fn parse_err(text: &str) -> ManifestError {
         Ok(wf) => panic!("expected an error, got {wf:?}"),
         Err(e) => e,
     }
+}
+
+fn function(name: &str) -> TriggerTarget {
+    TriggerTarget::Function(name.to_owned())
 }
 
 fn good_dir() -> PathBuf {
@@ -41,9 +49,12 @@ fn a_manifest_with_every_field_parses_into_the_full_model() {
                 config: BTreeMap::from([("greeting".to_owned(), "hi".to_owned())]),
             },
         )]),
+        steps: BTreeMap::new(),
+        edges: Vec::new(),
+        settings: RunSettings::default(),
         http_triggers: vec![HttpTrigger {
             route: Route::parse("/hello").unwrap(),
-            function: "hello".into(),
+            target: function("hello"),
         }],
     };
     assert_eq!(wf, expected);
@@ -174,15 +185,15 @@ fn route_for_prefers_exact_routes_then_longer_prefixes() {
         function = "me"
         "#,
     );
-    let target = |path: &str| wf.route_for(path).map(|t| t.function.as_str());
-    assert_eq!(target("/"), Some("root"));
-    assert_eq!(target("/apiary"), Some("root"));
-    assert_eq!(target("/api"), Some("api"));
-    assert_eq!(target("/api/orders"), Some("api"));
-    assert_eq!(target("/api/users"), Some("users"));
-    assert_eq!(target("/api/users/42"), Some("users"));
-    assert_eq!(target("/api/users/me"), Some("me"));
-    assert_eq!(target("/api/users/me/avatar"), Some("users"));
+    let target = |path: &str| wf.route_for(path).map(|t| t.target.clone());
+    assert_eq!(target("/"), Some(function("root")));
+    assert_eq!(target("/apiary"), Some(function("root")));
+    assert_eq!(target("/api"), Some(function("api")));
+    assert_eq!(target("/api/orders"), Some(function("api")));
+    assert_eq!(target("/api/users"), Some(function("users")));
+    assert_eq!(target("/api/users/42"), Some(function("users")));
+    assert_eq!(target("/api/users/me"), Some(function("me")));
+    assert_eq!(target("/api/users/me/avatar"), Some(function("users")));
 }
 
 #[test]
@@ -220,8 +231,11 @@ fn an_exact_route_and_a_prefix_route_on_the_same_path_may_coexist() {
         function = "files"
         "#,
     );
-    assert_eq!(wf.route_for("/files").unwrap().function, "index");
-    assert_eq!(wf.route_for("/files/a.txt").unwrap().function, "files");
+    assert_eq!(wf.route_for("/files").unwrap().target, function("index"));
+    assert_eq!(
+        wf.route_for("/files/a.txt").unwrap().target,
+        function("files")
+    );
 }
 
 #[test]
@@ -237,6 +251,7 @@ fn the_json_shape_uses_plain_strings_for_routes_and_kinds() {
     let wf = Workflow::from_file(&good_dir().join("hello.toml")).unwrap();
     let json = serde_json::to_value(&wf).unwrap();
     assert_eq!(json["http_triggers"][0]["route"], "/hello");
+    assert_eq!(json["http_triggers"][0]["function"], "hello");
     assert_eq!(json["functions"]["hello"]["kind"], "http");
     assert_eq!(json["functions"]["hello"]["limits"]["memory_mb"], 64);
 }
@@ -309,4 +324,376 @@ fn an_unreadable_file_is_a_read_error_without_a_position() {
     assert_eq!(err.line(), 0);
     assert_eq!(err.field(), "");
     assert!(err.to_string().contains("does-not-exist.toml"));
+}
+
+fn karmem(file: &str, name: &str) -> SchemaType {
+    SchemaType::Karmem {
+        file: file.into(),
+        name: name.into(),
+    }
+}
+
+#[test]
+fn a_v2_manifest_parses_into_steps_edges_settings_and_step_triggers() {
+    let wf = Workflow::from_file(&good_dir().join("wordcount.toml")).unwrap();
+    let chunk = karmem("wordcount.km", "Chunk");
+    let counts = karmem("schemas/counts.km", "Counts");
+    assert_eq!(
+        wf.steps,
+        BTreeMap::from([
+            (
+                "split".to_owned(),
+                Step {
+                    function: "split".into(),
+                    input: SchemaType::Bytes,
+                    output: chunk.clone(),
+                    retry: RetryPolicy {
+                        attempts: 3,
+                        backoff_ms: 20
+                    },
+                }
+            ),
+            (
+                "count".to_owned(),
+                Step {
+                    function: "count".into(),
+                    input: chunk.clone(),
+                    output: counts.clone(),
+                    retry: RetryPolicy::default(),
+                }
+            ),
+            (
+                "merge".to_owned(),
+                Step {
+                    function: "merge".into(),
+                    input: counts.clone(),
+                    output: SchemaType::Json,
+                    retry: RetryPolicy::default(),
+                }
+            ),
+        ])
+    );
+    assert_eq!(
+        wf.edges,
+        vec![
+            Edge {
+                from: "count".into(),
+                to: "merge".into(),
+                schema_type: counts,
+                mode: EdgeMode::Join(JoinPolicy {
+                    timeout_ms: 5000,
+                    on_failure: OnFailure::Continue
+                }),
+            },
+            Edge {
+                from: "split".into(),
+                to: "count".into(),
+                schema_type: chunk,
+                mode: EdgeMode::FanOut(FanOut::Each),
+            },
+        ]
+    );
+    assert_eq!(
+        wf.settings,
+        RunSettings {
+            concurrency: 8,
+            timeout_ms: 120_000,
+            replicas: 1,
+        }
+    );
+    assert_eq!(
+        wf.route_for("/wordcount").unwrap().target,
+        TriggerTarget::Step("split".into())
+    );
+    assert_eq!(wf.route_for("/health").unwrap().target, function("health"));
+}
+
+#[test]
+fn the_chain_follows_the_edges_from_the_entry_step_whatever_their_order_in_the_file() {
+    let wf = Workflow::from_file(&good_dir().join("wordcount.toml")).unwrap();
+    assert_eq!(wf.entry_step(), Some("split"));
+    let chain: Vec<(&str, Option<(&str, &str)>)> = wf
+        .chain()
+        .into_iter()
+        .map(|(step, edge)| (step, edge.map(|e| (e.from.as_str(), e.to.as_str()))))
+        .collect();
+    assert_eq!(
+        chain,
+        [
+            ("split", None),
+            ("count", Some(("split", "count"))),
+            ("merge", Some(("count", "merge"))),
+        ]
+    );
+}
+
+#[test]
+fn karmem_files_lists_every_schema_file_any_type_mentions_once() {
+    let wf = Workflow::from_file(&good_dir().join("wordcount.toml")).unwrap();
+    assert_eq!(
+        wf.karmem_files(),
+        BTreeSet::from(["schemas/counts.km".to_owned(), "wordcount.km".to_owned()])
+    );
+}
+
+#[test]
+fn omitted_v2_fields_take_their_defaults() {
+    let wf = parse(
+        r#"
+        name = "pipe"
+        tenant = "demo"
+        [functions.upper]
+        component = "upper.wasm"
+        kind = "step"
+        [functions.fanned]
+        component = "fanned.wasm"
+        kind = "step"
+        [functions.joined]
+        component = "joined.wasm"
+        kind = "step"
+        [steps.upper]
+        function = "upper"
+        input = "text"
+        output = "text"
+        retries = {}
+        [steps.fanned]
+        function = "fanned"
+        input = "text"
+        output = "text"
+        [steps.joined]
+        function = "joined"
+        input = "text"
+        output = "text"
+        [[edges]]
+        from = "upper"
+        to = "fanned"
+        type = "text"
+        fan_out = 1024
+        [[edges]]
+        from = "fanned"
+        to = "joined"
+        type = "text"
+        join = {}
+        "#,
+    );
+    assert_eq!(wf.steps["upper"].retry, RetryPolicy::default());
+    assert_eq!(wf.steps["upper"].retry.attempts, 1);
+    assert_eq!(wf.steps["fanned"].retry.backoff_ms, 0);
+    assert_eq!(wf.edges[0].mode, EdgeMode::FanOut(FanOut::Static(1024)));
+    assert_eq!(
+        wf.edges[1].mode,
+        EdgeMode::Join(JoinPolicy {
+            timeout_ms: 30_000,
+            on_failure: OnFailure::Fail
+        })
+    );
+    assert_eq!(
+        wf.settings,
+        RunSettings {
+            concurrency: 16,
+            timeout_ms: 60_000,
+            replicas: 1,
+        }
+    );
+    // No trigger starts a run yet: allowed, runs may be started some other way later.
+    assert!(wf.http_triggers.is_empty());
+    assert!(wf.karmem_files().is_empty());
+}
+
+#[test]
+fn an_edge_without_fan_out_or_join_is_a_sequence() {
+    let wf = parse(
+        r#"
+        name = "pipe"
+        tenant = "demo"
+        [functions.a]
+        component = "a.wasm"
+        kind = "step"
+        [functions.b]
+        component = "b.wasm"
+        kind = "step"
+        [steps.a]
+        function = "a"
+        input = "json"
+        output = "json"
+        [steps.b]
+        function = "b"
+        input = "json"
+        output = "json"
+        [[edges]]
+        from = "a"
+        to = "b"
+        type = "json"
+        "#,
+    );
+    assert_eq!(wf.edges[0].mode, EdgeMode::Sequence);
+}
+
+#[test]
+fn a_single_step_is_its_own_entry_and_whole_chain() {
+    let wf = parse(
+        r#"
+        name = "echo"
+        tenant = "demo"
+        [functions.echo]
+        component = "echo.wasm"
+        kind = "step"
+        [steps.echo]
+        function = "echo"
+        input = "bytes"
+        output = "bytes"
+        [[triggers.http]]
+        route = "/echo"
+        step = "echo"
+        "#,
+    );
+    assert_eq!(wf.entry_step(), Some("echo"));
+    assert_eq!(wf.chain(), vec![("echo", None)]);
+}
+
+#[test]
+fn a_v1_manifest_has_no_steps_no_entry_and_default_run_settings() {
+    let wf = Workflow::from_file(&good_dir().join("hello.toml")).unwrap();
+    assert!(wf.steps.is_empty());
+    assert!(wf.edges.is_empty());
+    assert_eq!(wf.entry_step(), None);
+    assert!(wf.chain().is_empty());
+    assert_eq!(wf.settings, RunSettings::default());
+}
+
+#[test]
+fn a_fan_out_may_be_left_unjoined_and_a_new_one_may_start_after_a_join() {
+    let mut text = String::from("name = \"w\"\ntenant = \"demo\"\n");
+    for step in ["a", "b", "c", "d", "e"] {
+        text += &format!(
+            "[functions.{step}]\ncomponent = \"{step}.wasm\"\nkind = \"step\"\n\
+             [steps.{step}]\nfunction = \"{step}\"\ninput = \"json\"\noutput = \"json\"\n"
+        );
+    }
+    for (from, to, mode) in [
+        ("a", "b", "fan_out = \"each\""),
+        ("b", "c", "join = {}"),
+        ("c", "d", "fan_out = 3"),
+        ("d", "e", ""),
+    ] {
+        text += &format!("[[edges]]\nfrom = \"{from}\"\nto = \"{to}\"\ntype = \"json\"\n{mode}\n");
+    }
+    let wf = parse(&text);
+    let order: Vec<&str> = wf.chain().into_iter().map(|(step, _)| step).collect();
+    assert_eq!(order, ["a", "b", "c", "d", "e"]);
+    assert_eq!(wf.edges[2].mode, EdgeMode::FanOut(FanOut::Static(3)));
+}
+
+#[test]
+fn steps_that_all_lie_on_a_cycle_are_reported_as_a_cycle() {
+    let err = parse_err(
+        r#"
+        name = "loop"
+        tenant = "demo"
+        [functions.ping]
+        component = "ping.wasm"
+        kind = "step"
+        [functions.pong]
+        component = "pong.wasm"
+        kind = "step"
+        [steps.ping]
+        function = "ping"
+        input = "json"
+        output = "json"
+        [steps.pong]
+        function = "pong"
+        input = "json"
+        output = "json"
+        [[edges]]
+        from = "ping"
+        to = "pong"
+        type = "json"
+        [[edges]]
+        from = "pong"
+        to = "ping"
+        type = "json"
+        "#,
+    );
+    assert_eq!(err.field(), "edges[1]");
+    assert_eq!(err.message(), "edge closes a cycle: ping -> pong -> ping");
+}
+
+#[test]
+fn a_dangling_edge_is_reported_rather_than_the_step_it_leaves_unreachable() {
+    let text = std::fs::read_to_string(good_dir().join("wordcount.toml"))
+        .unwrap()
+        .replace("to = \"merge\"", "to = \"mrege\"");
+    let err = parse_err(&text);
+    assert_eq!(err.field(), "edges[0].to");
+    assert_eq!(
+        err.message(),
+        "unknown step `mrege` (defined: count, merge, split)"
+    );
+}
+
+#[test]
+fn a_misspelt_step_function_is_reported_rather_than_the_function_it_leaves_unused() {
+    let text = std::fs::read_to_string(good_dir().join("wordcount.toml"))
+        .unwrap()
+        .replace("function = \"count\"", "function = \"cnt\"");
+    assert_eq!(parse_err(&text).field(), "steps.count.function");
+}
+
+#[test]
+fn a_step_function_of_a_v1_manifest_without_steps_is_not_reported_as_unused() {
+    // v1 allowed declaring `step` functions before anything could use them.
+    let wf = parse(
+        r#"
+        name = "shop"
+        tenant = "demo"
+        [functions.checkout]
+        component = "checkout.wasm"
+        [functions.charge]
+        component = "charge.wasm"
+        kind = "step"
+        [[triggers.http]]
+        route = "/checkout"
+        function = "checkout"
+        "#,
+    );
+    assert!(wf.steps.is_empty());
+}
+
+#[test]
+fn a_v2_workflow_round_trips_through_json() {
+    let wf = Workflow::from_file(&good_dir().join("wordcount.toml")).unwrap();
+    let json = serde_json::to_string(&wf).unwrap();
+    let back: Workflow = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, wf);
+}
+
+#[test]
+fn triggers_serialize_their_target_inline_as_in_the_manifest() {
+    let wf = Workflow::from_file(&good_dir().join("wordcount.toml")).unwrap();
+    let json = serde_json::to_value(&wf).unwrap();
+    assert_eq!(
+        json["http_triggers"][0],
+        serde_json::json!({"route": "/wordcount", "step": "split"})
+    );
+    assert_eq!(
+        json["http_triggers"][1],
+        serde_json::json!({"route": "/health", "function": "health"})
+    );
+    assert_eq!(json["steps"]["split"]["input"], "bytes");
+    assert_eq!(json["edges"][1]["type"], "wordcount.km:Chunk");
+}
+
+#[test]
+fn retry_backoff_doubles_before_each_further_retry() {
+    let retry = RetryPolicy {
+        attempts: 4,
+        backoff_ms: 20,
+    };
+    assert_eq!(retry.backoff(), Duration::from_millis(20));
+    assert_eq!(retry.backoff_before(0), Duration::ZERO);
+    assert_eq!(retry.backoff_before(1), Duration::from_millis(20));
+    assert_eq!(retry.backoff_before(2), Duration::from_millis(40));
+    assert_eq!(retry.backoff_before(3), Duration::from_millis(80));
+    // Saturates rather than overflowing.
+    assert_eq!(retry.backoff_before(100), Duration::from_millis(u64::MAX));
 }
