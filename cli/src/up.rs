@@ -123,7 +123,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         for trigger in &deployment.workflow.http_triggers {
             println!(
                 "  deployed {}: {url}{} -> {}",
-                deployment.workflow.name, trigger.route, trigger.function
+                deployment.workflow.name, trigger.route, trigger.target
             );
         }
     }

@@ -136,7 +136,7 @@ impl From<&Deployment> for WorkflowStatus {
                 .iter()
                 .map(|trigger| RouteStatus {
                     route: trigger.route.to_string(),
-                    function: trigger.function.clone(),
+                    function: trigger.target.to_string(),
                 })
                 .collect(),
             functions,

@@ -4,6 +4,7 @@
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
+use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
@@ -20,9 +21,20 @@ struct FailureDetails<'a> {
 pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
     let path = request.uri().path();
-    let Some((deployment, function)) = app.registry.route(path) else {
+    let Some((deployment, target)) = app.registry.route(path) else {
         let message = format!("no workflow serves {path}");
         return response::error(StatusCode::NOT_FOUND, "no_route", message);
+    };
+    let function = match target {
+        TriggerTarget::Function(function) => function,
+        TriggerTarget::Step(step) => {
+            let message = format!(
+                "{path} starts a run of workflow `{}` at step `{step}`; \
+                 workflow runs are not implemented yet",
+                deployment.workflow.name
+            );
+            return response::error(StatusCode::NOT_IMPLEMENTED, "workflow_runs", message);
+        }
     };
     let workflow = deployment.workflow.name.as_str();
     let response = match read_body(app, request).await {

@@ -8,7 +8,7 @@
 
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
 use faas_worker::{LoadError, LoadedWorkflow, Worker};
-use faas_workflow::{ManifestError, Route, Workflow};
+use faas_workflow::{ManifestError, Route, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -72,8 +72,8 @@ pub enum DeployError {
 pub struct RouteEntry {
     /// The route pattern.
     pub route: Route,
-    /// The function it invokes.
-    pub function: String,
+    /// The function it invokes, or the step that starts a run.
+    pub target: TriggerTarget,
     /// The deployment that owns it.
     pub deployment: Arc<Deployment>,
 }
@@ -188,13 +188,13 @@ impl Registry {
         self.read().deployments.get(name).cloned()
     }
 
-    /// The function `path` routes to, and its deployment.
-    pub fn route(&self, path: &str) -> Option<(Arc<Deployment>, String)> {
+    /// What `path` routes to, and its deployment.
+    pub fn route(&self, path: &str) -> Option<(Arc<Deployment>, TriggerTarget)> {
         let routes = self.read().routes.clone();
         routes
             .iter()
             .find(|entry| entry.route.matches(path))
-            .map(|entry| (entry.deployment.clone(), entry.function.clone()))
+            .map(|entry| (entry.deployment.clone(), entry.target.clone()))
     }
 
     /// The worker called `id`.
@@ -241,7 +241,7 @@ fn route_table(deployments: &BTreeMap<String, Arc<Deployment>>) -> Vec<RouteEntr
                 .iter()
                 .map(|trigger| RouteEntry {
                     route: trigger.route.clone(),
-                    function: trigger.function.clone(),
+                    target: trigger.target.clone(),
                     deployment: deployment.clone(),
                 })
         })

@@ -2,11 +2,11 @@
 //! every event a fresh instance.
 
 use crate::config::Limits;
+use crate::host::StepFunctionPre;
 use crate::state::InstanceState;
-use faas_workflow::FunctionKind;
+use faas_workflow::{FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use wasmtime::component::InstancePre;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 /// How a loaded function is entered.
@@ -14,7 +14,7 @@ pub(crate) enum Entry {
     /// Through `wasi:http/incoming-handler`.
     Http(ProxyPre<InstanceState>),
     /// Through the platform's step `handler` (run by the workflow executor).
-    Step(#[allow(dead_code)] InstancePre<InstanceState>),
+    Step(StepFunctionPre<InstanceState>),
 }
 
 /// One function of a deployed workflow, compiled and linked.
@@ -54,6 +54,7 @@ impl LoadedFunction {
 /// Every function of one workflow version. Requests hold it by `Arc`, so replacing a
 /// workflow never disturbs the requests still running on the old version.
 pub struct LoadedWorkflow {
+    pub(crate) manifest: Arc<Workflow>,
     pub(crate) tenant: Arc<str>,
     pub(crate) name: Arc<str>,
     pub(crate) functions: HashMap<String, Arc<LoadedFunction>>,
@@ -68,6 +69,11 @@ impl LoadedWorkflow {
     /// The workflow's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The manifest it was loaded from.
+    pub fn manifest(&self) -> &Workflow {
+        &self.manifest
     }
 
     /// The function called `name`, if the workflow has one.

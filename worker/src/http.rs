@@ -2,15 +2,13 @@
 
 use crate::error::InvokeError;
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
-use crate::state::MemoryLimitExceeded;
+use crate::failure::{Failure, classify};
 use crate::worker::Worker;
 use bytes::Bytes;
 use http_body::Body;
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use std::time::Duration;
-use wasmtime::Trap;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
@@ -97,60 +95,6 @@ impl Worker {
                 timeout: loaded.limits.timeout,
             })
         })
-    }
-}
-
-/// Where a guest failed: starting, or running.
-enum Failure {
-    Instantiate(wasmtime::Error),
-    Run(wasmtime::Error),
-}
-
-/// Turns a Wasmtime error into the failure the user needs to see.
-fn classify(function: &LoadedFunction, failure: Failure, output: &MemoryOutputPipe) -> InvokeError {
-    let name = function.name.to_string();
-    let err = match failure {
-        Failure::Instantiate(err) => {
-            if err.is::<wasmtime::PoolConcurrencyLimitError>() {
-                return InvokeError::Overloaded {
-                    function: name,
-                    message: format!("{err:#}"),
-                };
-            }
-            err
-        }
-        Failure::Run(err) => err,
-    };
-    if err.is::<MemoryLimitExceeded>() {
-        return InvokeError::MemoryLimit {
-            function: name,
-            limit_mb: function.limits.memory_mb,
-        };
-    }
-    match err.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => InvokeError::Timeout {
-            function: name,
-            timeout: function.limits.timeout,
-        },
-        Some(Trap::OutOfFuel) => InvokeError::OutOfFuel {
-            function: name,
-            fuel: function.limits.fuel.unwrap_or(u64::MAX),
-        },
-        _ => {
-            tracing::debug!(function = &*function.name, "guest trapped: {err:?}");
-            let mut message = err.root_cause().to_string();
-            let guest_output = output.contents();
-            let guest_output = String::from_utf8_lossy(&guest_output);
-            let guest_output = guest_output.trim();
-            if !guest_output.is_empty() {
-                message.push_str("; guest output: ");
-                message.push_str(guest_output);
-            }
-            InvokeError::Trap {
-                function: name,
-                message,
-            }
-        }
     }
 }
 

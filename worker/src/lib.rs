@@ -18,14 +18,18 @@ mod engine;
 mod error;
 mod function;
 mod host;
+mod failure;
 mod http;
 pub mod kv;
+mod run;
 mod state;
 mod worker;
 
 pub use config::{Limits, WorkerConfig};
 pub use error::{InvokeError, LoadError, StartError};
 pub use function::{LoadedFunction, LoadedWorkflow};
+pub use host::Region;
+pub use run::{RunError, RunOutcome, RunRecord, RunStatus, StepRecord};
 pub use http::{BodyError, HttpResponse};
 pub use kv::KeyValueStore;
 pub use worker::Worker;

@@ -6,7 +6,7 @@ use crate::config::{Limits, WorkerConfig};
 use crate::engine::{EpochClock, build_engine, deadline_ticks};
 use crate::error::{LoadError, StartError};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
-use crate::host;
+use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
 use faas_workflow::{Function, FunctionKind, Workflow};
@@ -88,6 +88,7 @@ impl Worker {
             functions.insert(name.clone(), Arc::new(function));
         }
         Ok(LoadedWorkflow {
+            manifest: Arc::new(workflow.clone()),
             tenant: workflow.tenant.as_str().into(),
             name: workflow.name.as_str().into(),
             functions,
@@ -132,17 +133,11 @@ impl Worker {
                     "an HTTP function must export wasi:http/incoming-handler@0.2.x: {err:#}"
                 ))
             })?),
-            FunctionKind::Step => {
-                if component
-                    .get_export_index(None, STEP_HANDLER_EXPORT)
-                    .is_none()
-                {
-                    return Err(link_error(format!(
-                        "a step function must export {STEP_HANDLER_EXPORT}"
-                    )));
-                }
-                Entry::Step(pre)
-            }
+            FunctionKind::Step => Entry::Step(StepFunctionPre::new(pre).map_err(|err| {
+                link_error(format!(
+                    "a step function must export {STEP_HANDLER_EXPORT}: {err:#}"
+                ))
+            })?),
         };
         Ok(LoadedFunction {
             name: name.into(),

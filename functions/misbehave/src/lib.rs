@@ -30,7 +30,10 @@ fn handle(req: Request) -> Response {
             }
         }
         "/misbehave/slow" => {
-            let ms = req.query_param("ms").and_then(|ms| ms.parse().ok()).unwrap_or(100);
+            let ms = req
+                .query_param("ms")
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(100);
             std::thread::sleep(std::time::Duration::from_millis(ms));
             let label = faas_sdk::config::get("label").unwrap_or_default();
             Response::text(200, format!("slept {ms} ms as {label}\n"))

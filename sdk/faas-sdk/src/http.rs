@@ -2,8 +2,7 @@
 //! [`macro@crate::http`].
 
 use wasip2::http::types::{
-    Fields, IncomingBody, IncomingRequest, Method, OutgoingBody, OutgoingResponse,
-    ResponseOutparam,
+    Fields, IncomingBody, IncomingRequest, Method, OutgoingBody, OutgoingResponse, ResponseOutparam,
 };
 use wasip2::io::streams::StreamError;
 
@@ -221,7 +220,9 @@ fn write_response(out: ResponseOutparam, response: Response) {
         let fallback = Response::text(500, format!("invalid status {}\n", response.status));
         return write_response(out, fallback);
     }
-    let body = outgoing.body().expect("a new response's body is taken once");
+    let body = outgoing
+        .body()
+        .expect("a new response's body is taken once");
     ResponseOutparam::set(out, Ok(outgoing));
     let stream = body.write().expect("a new body's stream is taken once");
     // `blocking-write-and-flush` accepts at most 4096 bytes per call.

@@ -15,6 +15,18 @@
 //! standard `wasi:http/proxy` component (it also runs on `wasmtime serve`, as long as
 //! it does not use the platform interfaces below).
 //!
+//! A workflow step is a function over regions:
+//!
+//! ```ignore
+//! use faas_sdk::step::{Context, Region};
+//!
+//! #[faas_sdk::step]
+//! fn shout(ctx: Context, inputs: Vec<Region>) -> Result<Vec<Region>, String> {
+//!     let text = String::from_utf8(inputs[0].bytes()).map_err(|e| e.to_string())?;
+//!     Ok(vec![Region::from_bytes("text", text.to_uppercase().as_bytes())])
+//! }
+//! ```
+//!
 //! The platform interfaces a function may use: [`key_value`] (tenant-scoped store),
 //! [`config`] (the function's `config` table in workflow.toml) and [`log`].
 
@@ -22,6 +34,7 @@ pub mod config;
 pub mod http;
 pub mod key_value;
 pub mod log;
+pub mod step;
 
 /// Marks `fn(Request) -> impl IntoResponse` as the component's HTTP handler.
 ///
@@ -29,19 +42,29 @@ pub mod log;
 /// response; the SDK does the `wasi:http` plumbing.
 pub use faas_sdk_macros::http;
 
-/// Bindings generated from the platform's `platform` world (imports only). Function
-/// authors use the safe wrappers in this crate instead.
+/// Marks `fn(step::Context, Vec<step::Region>) -> Result<Vec<step::Region>, String>` as
+/// the component's workflow step handler.
+pub use faas_sdk_macros::step;
+
+/// Bindings generated from the `step-function` world. Its exports are only emitted by
+/// the export macro (which `#[faas_sdk::step]` calls), so HTTP functions carry the
+/// platform imports alone. Function authors use the wrappers in this crate instead.
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "platform",
+        world: "step-function",
         path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "_export_step",
+        default_bindings_module: "faas_sdk::bindings",
     });
 }
 
 /// Items the macros expand to; not part of the public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::bindings::_export_step as export_step;
+    pub use crate::bindings::exports::faas::platform::handler::Guest as StepHandler;
     pub use crate::http::serve;
     pub use wasip2;
     pub use wasip2::exports::http::incoming_handler::Guest as IncomingHandler;

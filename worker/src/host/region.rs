@@ -6,13 +6,24 @@ use crate::state::InstanceState;
 use std::sync::Arc;
 use wasmtime::component::Resource;
 
-/// The host side of a `region` resource.
-#[derive(Debug, Clone)]
-pub struct RegionData {
+/// One value handed between workflow steps: the host side of a `region` resource.
+/// Cloning shares the bytes; nothing is copied until a guest reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Region {
     /// The Karmem schema type of the value.
     pub schema_type: String,
     /// The encoded value; shared, never mutated once created.
     pub bytes: Arc<[u8]>,
+}
+
+impl Region {
+    /// A region of `schema_type` holding `bytes`.
+    pub fn new(schema_type: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
+        Self {
+            schema_type: schema_type.into(),
+            bytes: bytes.into(),
+        }
+    }
 }
 
 impl Host for InstanceState {}
@@ -22,27 +33,27 @@ impl HostRegion for InstanceState {
         &mut self,
         schema_type: String,
         bytes: Vec<u8>,
-    ) -> wasmtime::Result<Resource<RegionData>> {
-        let region = RegionData {
+    ) -> wasmtime::Result<Resource<Region>> {
+        let region = Region {
             schema_type,
             bytes: bytes.into(),
         };
         Ok(self.table.push(region)?)
     }
 
-    async fn schema_type(&mut self, region: Resource<RegionData>) -> wasmtime::Result<String> {
+    async fn schema_type(&mut self, region: Resource<Region>) -> wasmtime::Result<String> {
         Ok(self.table.get(&region)?.schema_type.clone())
     }
 
-    async fn len(&mut self, region: Resource<RegionData>) -> wasmtime::Result<u64> {
+    async fn len(&mut self, region: Resource<Region>) -> wasmtime::Result<u64> {
         Ok(self.table.get(&region)?.bytes.len() as u64)
     }
 
-    async fn bytes(&mut self, region: Resource<RegionData>) -> wasmtime::Result<Vec<u8>> {
+    async fn bytes(&mut self, region: Resource<Region>) -> wasmtime::Result<Vec<u8>> {
         Ok(self.table.get(&region)?.bytes.to_vec())
     }
 
-    async fn drop(&mut self, region: Resource<RegionData>) -> wasmtime::Result<()> {
+    async fn drop(&mut self, region: Resource<Region>) -> wasmtime::Result<()> {
         self.table.delete(region)?;
         Ok(())
     }

@@ -1,0 +1,191 @@
+//! Walking a workflow's chain of steps: sequences, fan-outs and joins.
+
+use super::record::{Recorder, RunRecord, RunStatus};
+use super::step::{Position, run_step};
+use super::{RunError, RunOutcome};
+use crate::function::LoadedWorkflow;
+use crate::host::Region;
+use crate::worker::Worker;
+use faas_workflow::{Edge, EdgeMode, FanOut, JoinPolicy, OnFailure};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+/// What every step of one run shares.
+pub(crate) struct RunShared {
+    pub worker: Arc<Worker>,
+    pub workflow: Arc<LoadedWorkflow>,
+    pub run_id: String,
+    pub recorder: Recorder,
+    /// Bounds how many step instances of this run exist at once.
+    pub concurrency: Semaphore,
+}
+
+/// Runs the whole workflow under its run deadline and records what happened.
+pub(crate) async fn run(
+    worker: Arc<Worker>,
+    workflow: Arc<LoadedWorkflow>,
+    input: Region,
+) -> RunOutcome {
+    let settings = workflow.manifest().settings.clone();
+    let run = Arc::new(RunShared {
+        worker,
+        run_id: new_run_id(),
+        recorder: Recorder::default(),
+        concurrency: Semaphore::new(settings.concurrency.max(1) as usize),
+        workflow,
+    });
+    let started_at = SystemTime::now();
+    let clock = Instant::now();
+    let deadline = Duration::from_millis(settings.timeout_ms);
+    let result = match tokio::time::timeout(deadline, execute(&run, input)).await {
+        Ok(result) => result,
+        Err(_) => Err(RunError::Timeout(deadline)),
+    };
+    let record = RunRecord {
+        run_id: run.run_id.clone(),
+        workflow: run.workflow.name().to_owned(),
+        started_at_ms: started_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as u64),
+        duration_ms: clock.elapsed().as_secs_f64() * 1e3,
+        status: if result.is_ok() {
+            RunStatus::Succeeded
+        } else {
+            RunStatus::Failed
+        },
+        error: result.as_ref().err().map(ToString::to_string),
+        steps: run.recorder.take(),
+    };
+    RunOutcome { record, result }
+}
+
+async fn execute(run: &Arc<RunShared>, input: Region) -> Result<Vec<Region>, RunError> {
+    let manifest = run.workflow.manifest();
+    let chain: Vec<(String, Option<Edge>)> = manifest
+        .chain()
+        .into_iter()
+        .map(|(step, edge)| (step.to_owned(), edge.cloned()))
+        .collect();
+    if chain.is_empty() {
+        return Err(RunError::NoSteps(run.workflow.name().to_owned()));
+    }
+    let mut current = vec![input];
+    let mut index = 0;
+    while index < chain.len() {
+        let (step, edge) = &chain[index];
+        if let Some(Edge {
+            mode: EdgeMode::FanOut(fan_out),
+            ..
+        }) = edge
+        {
+            // The segment runs from this step up to (not including) the step that joins.
+            let end = chain[index + 1..]
+                .iter()
+                .position(|(_, edge)| matches!(edge, Some(e) if matches!(e.mode, EdgeMode::Join(_))))
+                .map_or(chain.len(), |offset| index + 1 + offset);
+            let segment: Arc<[String]> = chain[index..end].iter().map(|(s, _)| s.clone()).collect();
+            let branch_inputs: Vec<Vec<Region>> = match fan_out {
+                FanOut::Static(count) => (0..*count).map(|_| current.clone()).collect(),
+                FanOut::Each => current.into_iter().map(|region| vec![region]).collect(),
+            };
+            let (policy, joining) = match chain.get(end) {
+                Some((joining, Some(Edge {
+                    mode: EdgeMode::Join(policy),
+                    ..
+                }))) => (policy.clone(), joining.clone()),
+                // No join: the branches' outputs are the run's output, and all must succeed.
+                _ => (
+                    JoinPolicy {
+                        timeout_ms: manifest.settings.timeout_ms,
+                        on_failure: OnFailure::Fail,
+                    },
+                    "the end of the run".to_owned(),
+                ),
+            };
+            current = fan_out_and_join(run, segment, branch_inputs, &policy, &joining).await?;
+            index = end;
+            continue;
+        }
+        let position = Position {
+            step,
+            branch: 0,
+            branches: 1,
+        };
+        current = run_step(run, position, current).await?;
+        index += 1;
+    }
+    Ok(current)
+}
+
+/// Runs `segment` once per branch, concurrently, and gathers the branches' outputs in
+/// branch order as the join's policy says.
+async fn fan_out_and_join(
+    run: &Arc<RunShared>,
+    segment: Arc<[String]>,
+    branch_inputs: Vec<Vec<Region>>,
+    policy: &JoinPolicy,
+    joining: &str,
+) -> Result<Vec<Region>, RunError> {
+    let branches = branch_inputs.len() as u32;
+    let mut tasks = JoinSet::new();
+    for (branch, inputs) in branch_inputs.into_iter().enumerate() {
+        let (run, segment) = (run.clone(), segment.clone());
+        tasks.spawn(async move {
+            let mut current = inputs;
+            for step in segment.iter() {
+                let position = Position {
+                    step,
+                    branch: branch as u32,
+                    branches,
+                };
+                current = run_step(&run, position, current).await?;
+            }
+            Ok::<_, RunError>((branch, current))
+        });
+    }
+    let timeout = Duration::from_millis(policy.timeout_ms);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut results: Vec<Option<Vec<Region>>> = vec![None; branches as usize];
+    let mut finished = 0;
+    while finished < branches as usize {
+        let next = match tokio::time::timeout_at(deadline, tasks.join_next()).await {
+            Err(_) => break,
+            Ok(None) => break,
+            Ok(Some(next)) => next,
+        };
+        finished += 1;
+        match next {
+            Ok(Ok((branch, outputs))) => results[branch] = Some(outputs),
+            Ok(Err(err)) if policy.on_failure == OnFailure::Fail => return Err(err),
+            Ok(Err(err)) => tracing::warn!(joining, "dropping a failed branch: {err}"),
+            Err(join) => {
+                return Err(RunError::StepFailed {
+                    step: segment[0].clone(),
+                    branch: 0,
+                    attempts: 1,
+                    cause: super::StepFailure::Returned(format!("branch task failed: {join}")),
+                });
+            }
+        }
+    }
+    let missing = branches as usize - finished;
+    if missing > 0 {
+        tasks.abort_all();
+        if policy.on_failure == OnFailure::Fail {
+            return Err(RunError::JoinTimeout {
+                step: joining.to_owned(),
+                missing,
+                timeout,
+            });
+        }
+        tracing::warn!(joining, missing, "joining without branches that timed out");
+    }
+    Ok(results.into_iter().flatten().flatten().collect())
+}
+
+/// A random 64-bit run id, hex-encoded.
+fn new_run_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}

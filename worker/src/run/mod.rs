@@ -1,0 +1,120 @@
+//! The workflow executor: runs a workflow's steps on this worker, each step a fresh
+//! instance of its precompiled component.
+//!
+//! A workflow is a chain of steps (see `Workflow::chain`). An edge may fan out (a
+//! static number of branches, or one branch per output region) and a later edge may
+//! join the branches again. Between a fan-out and its join every branch runs the
+//! steps of that segment on its own, concurrently, bounded by the run's concurrency
+//! limit. A failed attempt is retried per the step's policy; a step that still fails
+//! fails its branch, which fails the run unless the join's policy is to continue.
+
+mod chain;
+mod record;
+mod step;
+
+pub use record::{RunRecord, RunStatus, StepRecord};
+
+use crate::error::InvokeError;
+use crate::function::LoadedWorkflow;
+use crate::host::Region;
+use crate::worker::Worker;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a run failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunError {
+    /// The workflow has no steps to run.
+    #[error("workflow `{0}` has no steps")]
+    NoSteps(String),
+    /// A step failed on every attempt its retry policy allows.
+    #[error("step `{step}` (branch {branch}) failed after {attempts} attempt(s): {cause}")]
+    StepFailed {
+        /// The step.
+        step: String,
+        /// Its fan-out branch (0 outside fan-outs).
+        branch: u32,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last attempt's failure.
+        cause: StepFailure,
+    },
+    /// Branches of a fan-out did not finish before their join's timeout.
+    #[error("{missing} branch(es) did not reach step `{step}` within {}ms", timeout.as_millis())]
+    JoinTimeout {
+        /// The joining step.
+        step: String,
+        /// How many branches were missing.
+        missing: usize,
+        /// The join's timeout.
+        timeout: Duration,
+    },
+    /// The whole run passed its deadline.
+    #[error("the run did not finish within {}ms", .0.as_millis())]
+    Timeout(Duration),
+}
+
+impl RunError {
+    /// The HTTP status this failure maps to.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::Timeout(_) | Self::JoinTimeout { .. } => 504,
+            Self::StepFailed {
+                cause: StepFailure::Invoke(err),
+                ..
+            } if err.status() == 504 => 504,
+            _ => 500,
+        }
+    }
+
+    /// A one-word cause for error bodies.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NoSteps(_) => "no_steps",
+            Self::StepFailed { .. } => "step_failed",
+            Self::JoinTimeout { .. } => "join_timeout",
+            Self::Timeout(_) => "run_timeout",
+        }
+    }
+}
+
+/// Why one attempt of a step failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StepFailure {
+    /// The instance trapped, timed out, ran out of memory or fuel...
+    #[error("{0}")]
+    Invoke(std::sync::Arc<InvokeError>),
+    /// The step's handler returned an error.
+    #[error("the step returned an error: {0}")]
+    Returned(String),
+    /// The step returned a region of another type than its manifest declares.
+    #[error("returned a region of type `{found}`, but the step's output type is `{expected}`")]
+    WrongOutputType {
+        /// The declared output type.
+        expected: String,
+        /// The type returned.
+        found: String,
+    },
+}
+
+/// The result of a run and its record (kept for `faas runs` either way).
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// What happened, step by step.
+    pub record: RunRecord,
+    /// The final step's output regions, or why the run failed.
+    pub result: Result<Vec<Region>, RunError>,
+}
+
+impl Worker {
+    /// Runs `workflow` from its entry step on `input` and returns the final step's
+    /// output with the run's record. Runs on this worker only: every step is a fresh
+    /// instance of a function of `workflow`.
+    pub async fn run_workflow(
+        self: &Arc<Self>,
+        workflow: &Arc<LoadedWorkflow>,
+        input: Region,
+    ) -> RunOutcome {
+        chain::run(self.clone(), workflow.clone(), input).await
+    }
+}

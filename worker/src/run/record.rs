@@ -1,0 +1,68 @@
+//! What a run did, step by step: kept by the gateway for `faas runs` and turned into
+//! per-step metrics.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Every step needed succeeded.
+    Succeeded,
+    /// The run failed; [`RunRecord::error`] says why.
+    Failed,
+}
+
+/// One run of a workflow.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Unique id of the run.
+    pub run_id: String,
+    /// The workflow.
+    pub workflow: String,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    /// How long it took, in milliseconds.
+    pub duration_ms: f64,
+    /// How it ended.
+    pub status: RunStatus,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// Every step invocation, in the order they finished.
+    pub steps: Vec<StepRecord>,
+}
+
+/// One step of a run, in one branch, with all its attempts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// The step's name.
+    pub step: String,
+    /// Its fan-out branch (0 outside fan-outs).
+    pub branch: u32,
+    /// Attempts made (more than 1 when retried).
+    pub attempts: u32,
+    /// Time from the first attempt's start to the last attempt's end, in milliseconds.
+    pub duration_ms: f64,
+    /// Whether the last attempt succeeded.
+    pub succeeded: bool,
+    /// The last failure, if any attempt failed.
+    pub error: Option<String>,
+}
+
+/// Collects step records from concurrently running branches.
+#[derive(Debug, Default)]
+pub(crate) struct Recorder(Mutex<Vec<StepRecord>>);
+
+impl Recorder {
+    pub(crate) fn push(&self, record: StepRecord) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(record);
+    }
+
+    pub(crate) fn take(&self) -> Vec<StepRecord> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+}

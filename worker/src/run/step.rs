@@ -1,0 +1,167 @@
+//! One step invocation: a fresh instance, its input regions handed in, its output
+//! regions taken back and checked, retried per the step's policy.
+
+use super::record::StepRecord;
+use super::{RunError, StepFailure};
+use crate::failure::{Failure, classify};
+use crate::function::{Entry, LoadedFunction};
+use crate::host::{Region, StepContext};
+use crate::run::chain::RunShared;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// Extra time beyond a step's deadline before the host gives up on it while it waits on
+/// the host (where the epoch deadline cannot fire).
+const HOST_WAIT_GRACE: Duration = Duration::from_millis(100);
+
+/// Where a step invocation sits in its run.
+pub(crate) struct Position<'a> {
+    pub step: &'a str,
+    pub branch: u32,
+    pub branches: u32,
+}
+
+/// Runs `position.step` on `inputs`, retrying per its policy.
+///
+/// # Errors
+/// [`RunError::StepFailed`] when the last allowed attempt fails.
+pub(crate) async fn run_step(
+    run: &RunShared,
+    position: Position<'_>,
+    inputs: Vec<Region>,
+) -> Result<Vec<Region>, RunError> {
+    let manifest = run.workflow.manifest();
+    let step = &manifest.steps[position.step];
+    let function = run
+        .workflow
+        .function(&step.function)
+        .expect("the manifest's validation ties every step to a loaded function");
+    let expected = step.output.to_string();
+    let attempts = step.retry.attempts.max(1);
+    let mut backoff = Duration::from_millis(step.retry.backoff_ms);
+    let started = Instant::now();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let context = StepContext {
+            tenant: run.workflow.tenant().to_owned(),
+            workflow: run.workflow.name().to_owned(),
+            run_id: run.run_id.clone(),
+            step: position.step.to_owned(),
+            attempt,
+            branch: position.branch,
+            branches: position.branches,
+        };
+        let span = tracing::info_span!(
+            "step",
+            run_id = %run.run_id,
+            workflow = run.workflow.name(),
+            step = position.step,
+            branch = position.branch,
+            attempt
+        );
+        let result = {
+            let _permit = run.concurrency.acquire().await.expect("never closed");
+            attempt_once(run, function, context, inputs.clone(), &expected)
+                .instrument(span)
+                .await
+        };
+        let record = |error: Option<String>| StepRecord {
+            step: position.step.to_owned(),
+            branch: position.branch,
+            attempts: attempt,
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+            succeeded: error.is_none(),
+            error,
+        };
+        match result {
+            Ok(outputs) => {
+                run.recorder.push(record(None));
+                return Ok(outputs);
+            }
+            Err(cause) if attempt < attempts => {
+                tracing::warn!(
+                    step = position.step,
+                    branch = position.branch,
+                    attempt,
+                    "step failed, retrying in {}ms: {cause}",
+                    backoff.as_millis()
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = backoff.saturating_mul(2);
+            }
+            Err(cause) => {
+                run.recorder.push(record(Some(cause.to_string())));
+                return Err(RunError::StepFailed {
+                    step: position.step.to_owned(),
+                    branch: position.branch,
+                    attempts: attempt,
+                    cause,
+                });
+            }
+        }
+    }
+}
+
+/// One attempt: a fresh store and instance, gone when this returns.
+async fn attempt_once(
+    run: &RunShared,
+    function: &LoadedFunction,
+    context: StepContext,
+    inputs: Vec<Region>,
+    expected_output: &str,
+) -> Result<Vec<Region>, StepFailure> {
+    let Entry::Step(pre) = &function.entry else {
+        return Err(StepFailure::Returned(format!(
+            "function `{}` is not a step function",
+            function.name()
+        )));
+    };
+    let invoke = |err| StepFailure::Invoke(Arc::new(err));
+    let (mut store, output) = run.worker.new_store(&run.workflow, function);
+    let mut handles = Vec::with_capacity(inputs.len());
+    for region in inputs {
+        let handle = store.data_mut().table.push(region).map_err(|err| {
+            StepFailure::Returned(format!("cannot hand over an input region: {err}"))
+        })?;
+        handles.push(handle);
+    }
+    let call = async {
+        let instance = pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(Failure::Instantiate)?;
+        instance
+            .faas_platform_handler()
+            .call_handle(&mut store, &context, &handles)
+            .await
+            .map_err(Failure::Run)
+    };
+    let returned = match tokio::time::timeout(function.limits.timeout + HOST_WAIT_GRACE, call).await
+    {
+        Err(_) => {
+            return Err(invoke(crate::InvokeError::Timeout {
+                function: function.name().to_owned(),
+                timeout: function.limits.timeout,
+            }));
+        }
+        Ok(Err(failure)) => return Err(invoke(classify(function, failure, &output))),
+        Ok(Ok(Err(message))) => return Err(StepFailure::Returned(message)),
+        Ok(Ok(Ok(handles))) => handles,
+    };
+    let mut outputs = Vec::with_capacity(returned.len());
+    for handle in returned {
+        let region = store.data_mut().table.delete(handle).map_err(|err| {
+            StepFailure::Returned(format!("returned an invalid region handle: {err}"))
+        })?;
+        if region.schema_type != expected_output {
+            return Err(StepFailure::WrongOutputType {
+                expected: expected_output.to_owned(),
+                found: region.schema_type,
+            });
+        }
+        outputs.push(region);
+    }
+    Ok(outputs)
+}
