@@ -1,7 +1,9 @@
 //! The admin API client the deploy, invoke, ls, status and rm commands share.
 
 use anyhow::{Context, bail};
-use faas_gateway::admin::{DeployBody, DeployResponse, ListResponse, WorkflowStatus};
+use faas_gateway::admin::{
+    DeployBody, DeployResponse, ListResponse, RunsResponse, WorkersResponse, WorkflowStatus,
+};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use std::path::PathBuf;
 
@@ -85,6 +87,24 @@ impl Client {
             .send()
             .await;
         decode(response, "reading status").await
+    }
+
+    /// A workflow's recent runs, newest first.
+    pub async fn runs(&self, name: &str) -> anyhow::Result<RunsResponse> {
+        let response = self
+            .admin(Method::GET, &format!("workflows/{name}/runs"))
+            .send()
+            .await;
+        decode(response, "reading runs").await
+    }
+
+    /// The workers and what runs on them.
+    pub async fn workers(&self) -> anyhow::Result<WorkersResponse> {
+        decode(
+            self.admin(Method::GET, "workers").send().await,
+            "listing workers",
+        )
+        .await
     }
 
     /// Removes a workflow.

@@ -5,6 +5,7 @@ mod client;
 mod deploy;
 mod invoke;
 mod output;
+mod schema;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +48,27 @@ enum Command {
         server: client::ServerArgs,
         #[command(flatten)]
         output: output::OutputArgs,
+    },
+    /// List a workflow's recent runs with their status and per-step durations.
+    Runs {
+        /// The workflow's name.
+        name: String,
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(flatten)]
+        output: output::OutputArgs,
+    },
+    /// List the workers and the workflows placed on each.
+    Workers {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(flatten)]
+        output: output::OutputArgs,
+    },
+    /// Karmem schemas: generate Rust code, decode or encode a message without compiling.
+    Schema {
+        #[command(subcommand)]
+        command: schema::SchemaCommand,
     },
     /// Remove a deployed workflow.
     Rm {
@@ -101,6 +123,19 @@ async fn run(command: Command) -> anyhow::Result<()> {
             let status = client::Client::new(&server)?.status(&name).await?;
             output::print_status(&status, output.output)
         }
+        Command::Runs {
+            name,
+            server,
+            output,
+        } => {
+            let runs = client::Client::new(&server)?.runs(&name).await?;
+            output::print_runs(&runs, output.output)
+        }
+        Command::Workers { server, output } => {
+            let workers = client::Client::new(&server)?.workers().await?;
+            output::print_workers(&workers, output.output)
+        }
+        Command::Schema { command } => schema::run(command),
         Command::Rm { name, server } => {
             client::Client::new(&server)?.remove(&name).await?;
             println!("removed {name}");

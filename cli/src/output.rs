@@ -1,6 +1,7 @@
 //! Printing lists and statuses as text for people or JSON for scripts.
 
-use faas_gateway::admin::{ListResponse, WorkflowStatus};
+use faas_gateway::admin::{ListResponse, RunsResponse, WorkersResponse, WorkflowStatus};
+use faas_worker::RunStatus;
 
 /// How to print a result.
 #[derive(Debug, Clone, Copy, Default, clap::ValueEnum)]
@@ -54,7 +55,7 @@ pub fn print_status(status: &WorkflowStatus, format: OutputFormat) -> anyhow::Re
             println!("tenant:   {}", status.tenant);
             println!("state:    {}", status.state);
             println!("revision: {}", status.revision);
-            println!("worker:   {}", status.worker);
+            println!("workers:  {}", status.workers.join(", "));
             println!("digest:   {}", status.digest);
             println!("routes:");
             for route in &status.routes {
@@ -73,6 +74,62 @@ pub fn print_status(status: &WorkflowStatus, format: OutputFormat) -> anyhow::Re
                     function.timeout_ms,
                     &function.digest[..12.min(function.digest.len())]
                 );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints a workflow's recent runs with per-step durations.
+pub fn print_runs(runs: &RunsResponse, format: OutputFormat) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(runs)?),
+        OutputFormat::Text => {
+            println!("{:<18} {:<10} {:>10}  STEPS", "RUN", "STATUS", "MS");
+            for run in &runs.runs {
+                let status = match run.status {
+                    RunStatus::Succeeded => "succeeded",
+                    RunStatus::Failed => "failed",
+                };
+                let steps: Vec<String> = run
+                    .steps
+                    .iter()
+                    .map(|step| {
+                        let mut text =
+                            format!("{}[{}] {:.1}ms", step.step, step.branch, step.duration_ms);
+                        if step.attempts > 1 {
+                            text.push_str(&format!(" x{}", step.attempts));
+                        }
+                        if !step.succeeded {
+                            text.push_str(" FAILED");
+                        }
+                        text
+                    })
+                    .collect();
+                println!(
+                    "{:<18} {:<10} {:>10.1}  {}",
+                    run.run_id,
+                    status,
+                    run.duration_ms,
+                    steps.join(", ")
+                );
+                if let Some(error) = &run.error {
+                    println!("{:<18} error: {error}", "");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints the workers and their workflows.
+pub fn print_workers(workers: &WorkersResponse, format: OutputFormat) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(workers)?),
+        OutputFormat::Text => {
+            println!("{:<16} WORKFLOWS", "WORKER");
+            for worker in &workers.workers {
+                println!("{:<16} {}", worker.id, worker.workflows.join(", "));
             }
         }
     }

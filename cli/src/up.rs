@@ -1,11 +1,11 @@
-//! `faas up`: the whole platform in one process (gateway, scheduler, one worker),
-//! with in-memory state and no external services.
+//! `faas up`: the whole platform in one process (gateway, scheduler and one or more
+//! workers), with in-memory state and no external services.
 
 use crate::deploy::prepare;
 use anyhow::Context;
 use faas_gateway::{DeployOutcome, Gateway, GatewayConfig, Registry};
 use faas_scheduler::{EmbeddedPlacement, WorkerId, WorkerSpec};
-use faas_worker::{Limits, Worker, WorkerConfig};
+use faas_worker::{KeyValueStore, Limits, Worker, WorkerConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,9 +56,16 @@ pub struct UpArgs {
     /// Largest request body an invocation may send, in bytes.
     #[arg(long, env = "FAAS_MAX_BODY_BYTES", default_value_t = 8 << 20)]
     max_body_bytes: usize,
-    /// How many instances may run at once.
+    /// How many instances may run at once, per worker.
     #[arg(long, env = "FAAS_MAX_INSTANCES", default_value_t = 1000)]
     max_instances: u32,
+    /// How many workers to run in this process. Placement keeps each workflow on one
+    /// worker (per replica) and a tenant's workflows together.
+    #[arg(long, env = "FAAS_WORKERS", default_value_t = 1)]
+    workers: u32,
+    /// How many workflows each worker may hold before placement spills to another.
+    #[arg(long, env = "FAAS_WORKER_CAPACITY", default_value_t = 1000)]
+    worker_capacity: usize,
 }
 
 /// Runs the platform until Ctrl-C or SIGTERM.
@@ -83,13 +90,19 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     worker_config.max_memory_mb = args.max_memory_mb;
     worker_config.max_instances = args.max_instances;
-    let worker = Arc::new(Worker::new(worker_config)?);
-    let worker_id = WorkerId("local".to_owned());
-    let placement = EmbeddedPlacement::new([WorkerSpec {
-        id: worker_id.clone(),
-        capacity: usize::MAX,
-    }]);
-    let registry = Arc::new(Registry::new([(worker_id, worker)], Arc::new(placement)));
+    // State belongs to the platform, not to a worker: every worker sees the same store.
+    let key_value = Arc::new(KeyValueStore::memory());
+    let mut workers = Vec::new();
+    for index in 0..args.workers.max(1) {
+        let id = WorkerId(format!("local-{index}"));
+        let worker = Worker::new(worker_config.clone())?.with_key_value(key_value.clone());
+        workers.push((id, Arc::new(worker)));
+    }
+    let placement = EmbeddedPlacement::new(workers.iter().map(|(id, _)| WorkerSpec {
+        id: id.clone(),
+        capacity: args.worker_capacity,
+    }));
+    let registry = Arc::new(Registry::new(workers, Arc::new(placement)));
 
     let mut config = GatewayConfig::new(token.clone());
     config.listen = args.listen;

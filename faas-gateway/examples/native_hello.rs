@@ -16,7 +16,10 @@ async fn main() -> std::io::Result<()> {
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:3400".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    println!("native hello listening on http://{}", listener.local_addr()?);
+    println!(
+        "native hello listening on http://{}",
+        listener.local_addr()?
+    );
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);

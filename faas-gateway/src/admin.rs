@@ -6,6 +6,9 @@
 //! | GET | `/admin/v1/workflows` | list: [`ListResponse`] |
 //! | GET | `/admin/v1/workflows/{name}` | one workflow's [`WorkflowStatus`] |
 //! | DELETE | `/admin/v1/workflows/{name}` | remove it |
+//! | GET | `/admin/v1/workflows/{name}/runs` | its recent runs: [`RunsResponse`] |
+//! | GET | `/admin/v1/workers` | workers and their workflows: [`WorkersResponse`] |
+//! | DELETE | `/admin/v1/workers/{id}` | take a worker out; its workflows move |
 //!
 //! Errors are `{"error": {"kind", "message", ...}}`; a manifest error adds `file`,
 //! `line`, `column` and `field`.
@@ -16,7 +19,8 @@ use crate::response::{self, Body};
 use crate::server::App;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use faas_worker::LoadError;
+use faas_scheduler::WorkerId;
+use faas_worker::{LoadError, RunRecord};
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -55,6 +59,29 @@ pub struct ListResponse {
     pub workflows: Vec<WorkflowStatus>,
 }
 
+/// The answer to a runs query.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunsResponse {
+    /// Recent runs, newest first.
+    pub runs: Vec<RunRecord>,
+}
+
+/// The answer to a workers query.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkersResponse {
+    /// Every worker, by id.
+    pub workers: Vec<WorkerStatus>,
+}
+
+/// One worker and what runs on it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    /// Its id.
+    pub id: String,
+    /// The workflows it holds a replica of.
+    pub workflows: Vec<String>,
+}
+
 /// A deployed workflow as the API shows it.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WorkflowStatus {
@@ -66,8 +93,8 @@ pub struct WorkflowStatus {
     pub revision: u64,
     /// Hash of manifest and components.
     pub digest: String,
-    /// The worker it is placed on.
-    pub worker: String,
+    /// The workers its replicas are placed on.
+    pub workers: Vec<String>,
     /// Unix time of the deploy, in seconds.
     pub deployed_at: u64,
     /// `ready`: every function compiled and linked.
@@ -106,7 +133,7 @@ pub struct FunctionStatus {
 
 impl From<&Deployment> for WorkflowStatus {
     fn from(deployment: &Deployment) -> Self {
-        let mut functions: Vec<FunctionStatus> = deployment
+        let mut functions: Vec<FunctionStatus> = deployment.replicas[0]
             .loaded
             .functions()
             .map(|function| FunctionStatus {
@@ -124,7 +151,7 @@ impl From<&Deployment> for WorkflowStatus {
             tenant: deployment.key.tenant.clone(),
             revision: deployment.revision,
             digest: deployment.digest.clone(),
-            worker: deployment.worker.to_string(),
+            workers: deployment.workers().map(ToString::to_string).collect(),
             deployed_at: deployment
                 .deployed_at
                 .duration_since(UNIX_EPOCH)
@@ -189,7 +216,56 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             }
             None => not_found(name),
         },
-        (_, ["workflows"] | ["workflows", _]) => response::error(
+        (Method::GET, ["workflows", name, "runs"]) => match app.registry.get(name) {
+            Some(_) => response::json(
+                StatusCode::OK,
+                &RunsResponse {
+                    runs: app.registry.runs(name),
+                },
+            ),
+            None => not_found(name),
+        },
+        (Method::GET, ["workers"]) => {
+            let workers = app
+                .registry
+                .workers()
+                .into_iter()
+                .map(|(id, workflows)| WorkerStatus {
+                    id: id.to_string(),
+                    workflows,
+                })
+                .collect();
+            response::json(StatusCode::OK, &WorkersResponse { workers })
+        }
+        (Method::DELETE, ["workers", id]) => {
+            match app
+                .registry
+                .remove_worker(&WorkerId((*id).to_owned()))
+                .await
+            {
+                Ok(unplaced) => {
+                    tracing::info!(worker = *id, ?unplaced, "worker removed");
+                    app.metrics.set_workflows(app.registry.list().len());
+                    response::json(
+                        StatusCode::OK,
+                        &serde_json::json!({"status": "removed", "id": id, "unplaced": unplaced}),
+                    )
+                }
+                Err(_) => response::error(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    format!("no worker `{id}`"),
+                ),
+            }
+        }
+        (
+            _,
+            ["workflows"]
+            | ["workflows", _]
+            | ["workflows", _, "runs"]
+            | ["workers"]
+            | ["workers", _],
+        ) => response::error(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
             format!("{} is not allowed on {path}", request.method()),

@@ -1,9 +1,12 @@
-//! The invocation path: route, enforce the body limit, hand the request to the
-//! workflow's worker, and turn a failed event into a JSON error.
+//! The invocation path: route, enforce the body limit, hand the event to a replica's
+//! worker (an HTTP function call, or a run of the workflow's steps), and turn a failed
+//! event into a JSON error.
 
+use crate::registry::Replica;
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
+use faas_worker::Region;
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -17,7 +20,13 @@ struct FailureDetails<'a> {
     function: &'a str,
 }
 
-/// Serves an invocation request.
+#[derive(Serialize)]
+struct RunFailureDetails<'a> {
+    workflow: &'a str,
+    run_id: &'a str,
+}
+
+/// Serves an invocation request: an HTTP function, or a run of a workflow's steps.
 pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
     let path = request.uri().path();
@@ -25,52 +34,108 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
         let message = format!("no workflow serves {path}");
         return response::error(StatusCode::NOT_FOUND, "no_route", message);
     };
-    let function = match target {
-        TriggerTarget::Function(function) => function,
-        TriggerTarget::Step(step) => {
-            let message = format!(
-                "{path} starts a run of workflow `{}` at step `{step}`; \
-                 workflow runs are not implemented yet",
-                deployment.workflow.name
-            );
-            return response::error(StatusCode::NOT_IMPLEMENTED, "workflow_runs", message);
-        }
-    };
     let workflow = deployment.workflow.name.as_str();
     let response = match read_body(app, request).await {
         Err(response) => response,
-        Ok(request) => match app.registry.worker(&deployment.worker) {
-            None => response::error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no_worker",
-                format!(
-                    "worker {} of workflow `{workflow}` is gone",
-                    deployment.worker
-                ),
-            ),
-            Some(worker) => match worker
-                .handle_http(&deployment.loaded, &function, request)
-                .await
-            {
-                Ok(response) => response,
-                Err(err) => {
-                    tracing::warn!(workflow, function, cause = err.cause(), "{err}");
-                    app.metrics
-                        .observe_failure(workflow, err.function(), err.cause());
-                    let status = StatusCode::from_u16(err.status())
-                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                    let details = FailureDetails {
-                        workflow,
-                        function: err.function(),
-                    };
-                    response::error_with(status, err.cause(), err.to_string(), details)
+        Ok(request) => {
+            let replica = deployment.pick_replica();
+            match target {
+                TriggerTarget::Function(function) => {
+                    call_function(app, replica, &function, request).await
                 }
-            },
-        },
+                TriggerTarget::Step(_) => run_workflow(app, replica, request).await,
+            }
+        }
     };
     app.metrics
         .observe_request(workflow, response.status().as_u16(), started.elapsed());
     response
+}
+
+/// One HTTP function call in a fresh instance.
+async fn call_function(
+    app: &App,
+    replica: &Replica,
+    function: &str,
+    request: Request<Bytes>,
+) -> Response<Body> {
+    let workflow = replica.loaded.name();
+    let request = request.map(Full::new);
+    match replica
+        .worker
+        .handle_http(&replica.loaded, function, request)
+        .await
+    {
+        Ok(response) => response,
+        Err(err) => {
+            tracing::warn!(workflow, function, cause = err.cause(), "{err}");
+            app.metrics
+                .observe_failure(workflow, err.function(), err.cause());
+            let status =
+                StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let details = FailureDetails {
+                workflow,
+                function: err.function(),
+            };
+            response::error_with(status, err.cause(), err.to_string(), details)
+        }
+    }
+}
+
+/// A run of the workflow's steps, from the entry step, on the request body.
+async fn run_workflow(app: &App, replica: &Replica, request: Request<Bytes>) -> Response<Body> {
+    let manifest = replica.loaded.manifest();
+    let workflow = manifest.name.as_str();
+    let input_type = manifest
+        .entry_step()
+        .map(|entry| manifest.steps[entry].input.to_string())
+        .unwrap_or_default();
+    let input = Region::new(input_type, request.into_body().to_vec());
+    let outcome = replica.worker.run_workflow(&replica.loaded, input).await;
+    let run_id = outcome.record.run_id.clone();
+    app.metrics.observe_run(&outcome.record);
+    app.registry.record_run(workflow, outcome.record);
+    match outcome.result {
+        Ok(outputs) => {
+            let content_type = outputs.last().map_or("application/octet-stream", |region| {
+                content_type(&region.schema_type)
+            });
+            let mut body = Vec::with_capacity(outputs.iter().map(|r| r.bytes.len()).sum());
+            for region in &outputs {
+                body.extend_from_slice(&region.bytes);
+            }
+            let mut builder = Response::builder()
+                .header(header::CONTENT_TYPE, content_type)
+                .header("x-faas-run-id", &run_id)
+                .header("x-faas-regions", outputs.len());
+            if let Some(region) = outputs.last() {
+                builder = builder.header("x-faas-schema-type", &region.schema_type);
+            }
+            builder
+                .body(response::full(body))
+                .expect("the headers are valid")
+        }
+        Err(err) => {
+            tracing::warn!(workflow, run_id, kind = err.kind(), "{err}");
+            let status =
+                StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let details = RunFailureDetails {
+                workflow,
+                run_id: &run_id,
+            };
+            response::error_with(status, err.kind(), err.to_string(), details)
+        }
+    }
+}
+
+/// The media type of a run's output, from the type of its last region.
+fn content_type(schema_type: &str) -> &'static str {
+    match schema_type {
+        "json" => "application/json",
+        "text" => "text/plain; charset=utf-8",
+        "bytes" => "application/octet-stream",
+        _ => "application/x-karmem",
+    }
 }
 
 /// Reads the whole body within the size and time limits. Functions see a complete
@@ -78,7 +143,7 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
 async fn read_body(
     app: &App,
     request: Request<Incoming>,
-) -> Result<Request<Full<Bytes>>, Response<Body>> {
+) -> Result<Request<Bytes>, Response<Body>> {
     let limit = app.config.max_body_bytes;
     let too_large = || {
         response::error(
@@ -113,6 +178,6 @@ async fn read_body(
             "bad_body",
             format!("reading the request body: {err}"),
         )),
-        Ok(Ok(body)) => Ok(Request::from_parts(parts, Full::new(body.to_bytes()))),
+        Ok(Ok(body)) => Ok(Request::from_parts(parts, body.to_bytes())),
     }
 }

@@ -1,5 +1,6 @@
 //! Prometheus metrics: requests and latency per workflow, failures per cause.
 
+use faas_worker::{RunRecord, RunStatus};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -26,6 +27,25 @@ struct FailureLabels {
     cause: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    workflow: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    workflow: String,
+    step: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepOutcomeLabels {
+    workflow: String,
+    step: String,
+    outcome: String,
+}
+
 /// The gateway's metrics and the registry that exposes them.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -33,6 +53,11 @@ pub(crate) struct Metrics {
     latency: Family<WorkflowLabels, Histogram>,
     failures: Family<FailureLabels, Counter>,
     workflows: Gauge,
+    runs: Family<RunLabels, Counter>,
+    run_latency: Family<WorkflowLabels, Histogram>,
+    step_latency: Family<StepLabels, Histogram>,
+    steps: Family<StepOutcomeLabels, Counter>,
+    step_attempts: Family<StepLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -69,12 +94,47 @@ impl Metrics {
             "Workflows currently deployed",
             workflows.clone(),
         );
+        let runs = Family::<RunLabels, Counter>::default();
+        let run_latency = Family::<WorkflowLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let step_latency = Family::<StepLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let steps = Family::<StepOutcomeLabels, Counter>::default();
+        let step_attempts = Family::<StepLabels, Counter>::default();
+        registry.register("runs", "Workflow runs by outcome", runs.clone());
+        registry.register(
+            "run_duration_seconds",
+            "Duration of whole workflow runs",
+            run_latency.clone(),
+        );
+        registry.register(
+            "step_duration_seconds",
+            "Duration of one step in one branch, retries included",
+            step_latency.clone(),
+        );
+        registry.register(
+            "steps",
+            "Step invocations (per branch) by outcome",
+            steps.clone(),
+        );
+        registry.register(
+            "step_attempts",
+            "Step attempts, retries included",
+            step_attempts.clone(),
+        );
         Self {
             registry,
             requests,
             latency,
             failures,
             workflows,
+            runs,
+            run_latency,
+            step_latency,
+            steps,
+            step_attempts,
         }
     }
 
@@ -102,6 +162,50 @@ impl Metrics {
                 cause: cause.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts one workflow run and each of its steps.
+    pub(crate) fn observe_run(&self, run: &RunRecord) {
+        let workflow = run.workflow.clone();
+        let status = match run.status {
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+        };
+        self.runs
+            .get_or_create(&RunLabels {
+                workflow: workflow.clone(),
+                status: status.to_owned(),
+            })
+            .inc();
+        self.run_latency
+            .get_or_create(&WorkflowLabels {
+                workflow: workflow.clone(),
+            })
+            .observe(run.duration_ms / 1e3);
+        for step in &run.steps {
+            let labels = StepLabels {
+                workflow: workflow.clone(),
+                step: step.step.clone(),
+            };
+            self.step_latency
+                .get_or_create(&labels)
+                .observe(step.duration_ms / 1e3);
+            self.step_attempts
+                .get_or_create(&labels)
+                .inc_by(u64::from(step.attempts));
+            self.steps
+                .get_or_create(&StepOutcomeLabels {
+                    workflow: workflow.clone(),
+                    step: step.step.clone(),
+                    outcome: if step.succeeded {
+                        "succeeded"
+                    } else {
+                        "failed"
+                    }
+                    .to_owned(),
+                })
+                .inc();
+        }
     }
 
     /// Records how many workflows are deployed.

@@ -7,11 +7,12 @@
 //! version they started on.
 
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
-use faas_worker::{LoadError, LoadedWorkflow, Worker};
+use faas_worker::{LoadError, LoadedWorkflow, RunRecord, Worker};
 use faas_workflow::{ManifestError, Route, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
 /// A workflow upload: the manifest text and each function's component bytes.
@@ -37,10 +38,36 @@ pub struct Deployment {
     pub revision: u64,
     /// When this version was deployed.
     pub deployed_at: SystemTime,
+    /// Its replicas: each a whole copy of the workflow, on its own worker.
+    pub replicas: Vec<Replica>,
+    /// The uploaded components, kept to place replicas again when a worker goes away.
+    components: Arc<BTreeMap<String, Vec<u8>>>,
+    /// Round-robin position over `replicas`.
+    next_replica: AtomicUsize,
+}
+
+/// One whole copy of a workflow on one worker.
+#[derive(Clone)]
+pub struct Replica {
     /// The worker it runs on.
-    pub worker: WorkerId,
-    /// Its compiled functions.
+    pub worker_id: WorkerId,
+    /// That worker.
+    pub worker: Arc<Worker>,
+    /// The workflow's functions, compiled and linked on that worker.
     pub loaded: Arc<LoadedWorkflow>,
+}
+
+impl Deployment {
+    /// The replica the next event goes to (round-robin).
+    pub fn pick_replica(&self) -> &Replica {
+        let index = self.next_replica.fetch_add(1, Ordering::Relaxed) % self.replicas.len();
+        &self.replicas[index]
+    }
+
+    /// The workers its replicas run on.
+    pub fn workers(&self) -> impl Iterator<Item = &WorkerId> {
+        self.replicas.iter().map(|replica| &replica.worker_id)
+    }
 }
 
 /// What a deploy did.
@@ -84,13 +111,18 @@ struct State {
     /// Most specific route first.
     routes: Arc<Vec<RouteEntry>>,
     last_revision: u64,
+    workers: BTreeMap<WorkerId, Arc<Worker>>,
 }
+
+/// How many runs of each workflow `faas runs` can show.
+const RUN_HISTORY: usize = 100;
 
 /// Every deployed workflow, the workers that run them and their placement.
 pub struct Registry {
-    workers: BTreeMap<WorkerId, Arc<Worker>>,
     placement: Arc<dyn Placement>,
     state: RwLock<State>,
+    /// Recent runs per workflow name, newest last.
+    runs: Mutex<BTreeMap<String, VecDeque<RunRecord>>>,
     /// Serializes deploys and deletes so two uploads of one workflow cannot race.
     deploy_lock: tokio::sync::Mutex<()>,
 }
@@ -102,9 +134,12 @@ impl Registry {
         placement: Arc<dyn Placement>,
     ) -> Self {
         Self {
-            workers: workers.into_iter().collect(),
             placement,
-            state: RwLock::default(),
+            state: RwLock::new(State {
+                workers: workers.into_iter().collect(),
+                ..State::default()
+            }),
+            runs: Mutex::default(),
             deploy_lock: tokio::sync::Mutex::new(()),
         }
     }
@@ -136,17 +171,27 @@ impl Registry {
             tenant: workflow.tenant.clone(),
             name: workflow.name.clone(),
         };
-        let worker_id = self.placement.place(&key)?;
-        let Some(worker) = self.workers.get(&worker_id) else {
-            return Err(DeployError::Placement(PlacementError::NoWorkers));
-        };
-        let loaded = match worker.load_workflow(&workflow, request.components).await {
-            Ok(loaded) => Arc::new(loaded),
+        let previous = current
+            .as_ref()
+            .map(|current| self.placement.replicas_of(&current.key));
+        let worker_ids = self
+            .placement
+            .place_replicas(&key, workflow.settings.replicas as usize)?;
+        let components = Arc::new(request.components);
+        let replicas = match self
+            .load_replicas(&workflow, &worker_ids, &components)
+            .await
+        {
+            Ok(replicas) => replicas,
             Err(err) => {
-                if current.is_none() {
-                    self.placement.remove(&key);
+                // Nothing changes on failure, placement included.
+                match previous {
+                    Some(previous) => {
+                        let _ = self.placement.place_replicas(&key, previous.len());
+                    }
+                    None => self.placement.remove(&key),
                 }
-                return Err(err.into());
+                return Err(err);
             }
         };
         let mut state = self.write();
@@ -157,8 +202,9 @@ impl Registry {
             digest,
             revision: state.last_revision,
             deployed_at: SystemTime::now(),
-            worker: worker_id,
-            loaded,
+            replicas,
+            components,
+            next_replica: AtomicUsize::new(0),
         });
         state
             .deployments
@@ -175,7 +221,136 @@ impl Registry {
         state.routes = Arc::new(route_table(&state.deployments));
         drop(state);
         self.placement.remove(&removed.key);
+        self.lock_runs().remove(name);
         Some(removed)
+    }
+
+    /// Takes a worker out (it went away or is drained): every workflow with a replica
+    /// on it gets a replica on another worker, loaded before the swap, so requests keep
+    /// being served throughout. Returns the workflows that could not be placed again
+    /// (they keep their other replicas, if any).
+    ///
+    /// # Errors
+    /// [`DeployError::Placement`] if there is no such worker.
+    pub async fn remove_worker(&self, id: &WorkerId) -> Result<Vec<String>, DeployError> {
+        let _guard = self.deploy_lock.lock().await;
+        if self.write().workers.remove(id).is_none() {
+            return Err(DeployError::Placement(PlacementError::NoWorkers));
+        }
+        self.placement.remove_worker(id);
+        let affected: Vec<Arc<Deployment>> = self
+            .list()
+            .into_iter()
+            .filter(|deployment| deployment.workers().any(|worker| worker == id))
+            .collect();
+        let mut unplaced = Vec::new();
+        for deployment in affected {
+            let worker_ids = self.placement.replicas_of(&deployment.key);
+            let mut replicas: Vec<Replica> = deployment
+                .replicas
+                .iter()
+                .filter(|replica| {
+                    replica.worker_id != *id && worker_ids.contains(&replica.worker_id)
+                })
+                .cloned()
+                .collect();
+            let new_ids: Vec<WorkerId> = worker_ids
+                .into_iter()
+                .filter(|worker| !replicas.iter().any(|r| r.worker_id == *worker))
+                .collect();
+            match self
+                .load_replicas(&deployment.workflow, &new_ids, &deployment.components)
+                .await
+            {
+                Ok(loaded) => replicas.extend(loaded),
+                Err(err) => tracing::error!(workflow = %deployment.key, "re-placing failed: {err}"),
+            }
+            if replicas.is_empty() {
+                unplaced.push(deployment.workflow.name.clone());
+                // With no replica left the workflow cannot serve: take it out whole.
+                let mut state = self.write();
+                state.deployments.remove(&deployment.workflow.name);
+                state.routes = Arc::new(route_table(&state.deployments));
+                continue;
+            }
+            let moved = Arc::new(Deployment {
+                key: deployment.key.clone(),
+                workflow: deployment.workflow.clone(),
+                digest: deployment.digest.clone(),
+                revision: deployment.revision,
+                deployed_at: deployment.deployed_at,
+                replicas,
+                components: deployment.components.clone(),
+                next_replica: AtomicUsize::new(0),
+            });
+            let mut state = self.write();
+            state.deployments.insert(moved.workflow.name.clone(), moved);
+            state.routes = Arc::new(route_table(&state.deployments));
+        }
+        Ok(unplaced)
+    }
+
+    /// The workers and the workflows each holds a replica of.
+    pub fn workers(&self) -> BTreeMap<WorkerId, Vec<String>> {
+        let state = self.read();
+        let mut workers: BTreeMap<WorkerId, Vec<String>> = state
+            .workers
+            .keys()
+            .map(|id| (id.clone(), Vec::new()))
+            .collect();
+        for deployment in state.deployments.values() {
+            for worker in deployment.workers() {
+                if let Some(names) = workers.get_mut(worker) {
+                    names.push(deployment.workflow.name.clone());
+                }
+            }
+        }
+        workers
+    }
+
+    /// Remembers a finished run of `workflow` for [`Registry::runs`].
+    pub fn record_run(&self, workflow: &str, record: RunRecord) {
+        let mut runs = self.lock_runs();
+        let history = runs.entry(workflow.to_owned()).or_default();
+        if history.len() == RUN_HISTORY {
+            history.pop_front();
+        }
+        history.push_back(record);
+    }
+
+    /// The recent runs of `workflow`, newest first.
+    pub fn runs(&self, workflow: &str) -> Vec<RunRecord> {
+        self.lock_runs()
+            .get(workflow)
+            .map(|history| history.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Loads `workflow` on each of `worker_ids`.
+    async fn load_replicas(
+        &self,
+        workflow: &Workflow,
+        worker_ids: &[WorkerId],
+        components: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Vec<Replica>, DeployError> {
+        let mut replicas = Vec::with_capacity(worker_ids.len());
+        for worker_id in worker_ids {
+            let Some(worker) = self.read().workers.get(worker_id).cloned() else {
+                return Err(DeployError::Placement(PlacementError::NoWorkers));
+            };
+            let loaded = worker.load_workflow(workflow, components.clone()).await?;
+            replicas.push(Replica {
+                worker_id: worker_id.clone(),
+                worker,
+                loaded: Arc::new(loaded),
+            });
+        }
+        Ok(replicas)
+    }
+
+    fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, VecDeque<RunRecord>>> {
+        // Each operation is a single push/pop: a poisoned lock is still consistent.
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every live deployment, by name.
@@ -195,11 +370,6 @@ impl Registry {
             .iter()
             .find(|entry| entry.route.matches(path))
             .map(|entry| (entry.deployment.clone(), entry.target.clone()))
-    }
-
-    /// The worker called `id`.
-    pub fn worker(&self, id: &WorkerId) -> Option<&Arc<Worker>> {
-        self.workers.get(id)
     }
 
     fn check_routes_are_free(&self, workflow: &Workflow) -> Result<(), DeployError> {

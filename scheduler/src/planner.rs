@@ -97,7 +97,9 @@ impl Planner {
 
     /// Where `workflow`'s first replica is placed.
     pub fn placement_of(&self, workflow: &WorkflowKey) -> Option<&WorkerId> {
-        self.placements.get(workflow).and_then(|workers| workers.first())
+        self.placements
+            .get(workflow)
+            .and_then(|workers| workers.first())
     }
 
     /// Where every replica of `workflow` is placed.

@@ -14,7 +14,11 @@ pub(crate) enum Failure {
 }
 
 /// Turns a Wasmtime error into the failure the user needs to see.
-pub(crate) fn classify(function: &LoadedFunction, failure: Failure, output: &MemoryOutputPipe) -> InvokeError {
+pub(crate) fn classify(
+    function: &LoadedFunction,
+    failure: Failure,
+    output: &MemoryOutputPipe,
+) -> InvokeError {
     let name = function.name.to_string();
     let err = match failure {
         Failure::Instantiate(err) => {
@@ -60,4 +64,3 @@ pub(crate) fn classify(function: &LoadedFunction, failure: Failure, output: &Mem
         }
     }
 }
-

@@ -1,8 +1,8 @@
 //! Serving one HTTP request with a fresh instance of an HTTP function.
 
 use crate::error::InvokeError;
-use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::failure::{Failure, classify};
+use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::worker::Worker;
 use bytes::Bytes;
 use http_body::Body;

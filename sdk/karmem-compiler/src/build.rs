@@ -1,12 +1,17 @@
 //! Helpers for `build.rs` scripts: compile `.km` files into `OUT_DIR`.
 //!
+//! In `build.rs`:
+//!
 //! ```no_run
-//! // build.rs
-//! fn main() {
-//!     faas_karmem_compiler::build::compile("schemas/frame.km").unwrap();
+//! faas_karmem_compiler::build::compile("schemas/frame.km").unwrap();
+//! ```
+//!
+//! and in the crate, where `frame` is the schema's package name:
+//!
+//! ```ignore
+//! mod frame {
+//!     include!(concat!(env!("OUT_DIR"), "/frame.rs"));
 //! }
-//! // src/lib.rs:
-//! // mod frame { include!(concat!(env!("OUT_DIR"), "/frame.rs")); }
 //! ```
 
 use std::path::{Path, PathBuf};

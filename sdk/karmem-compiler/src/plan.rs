@@ -83,3 +83,15 @@ pub(crate) fn has_out_of_line(schema: &Schema, s: &StructDef) -> bool {
         _ => false,
     })
 }
+
+/// Whether `s` is an inline struct made only of scalars, enums and plain inline structs:
+/// its bytes can be produced from the value alone (no offsets), which allows bulk
+/// encoding of slices of it.
+pub(crate) fn is_plain(schema: &Schema, s: &StructDef) -> bool {
+    !s.is_table()
+        && s.fields.iter().all(|f| match classify(schema, f) {
+            Kind::Prim(_) | Kind::Enum(_) => true,
+            Kind::Inline(i) => is_plain(schema, i),
+            _ => false,
+        })
+}

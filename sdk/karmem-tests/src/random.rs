@@ -10,7 +10,7 @@ pub struct Rng(pub u64);
 
 impl Rng {
     /// Next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -19,7 +19,7 @@ impl Rng {
     }
     /// A number in `0..n` (0 when n is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
+        if n == 0 { 0 } else { self.next_u64() % n }
     }
 }
 
@@ -30,7 +30,7 @@ fn int(rng: &mut Rng, min: i128, max: i128) -> i128 {
         1 => (rng.below(100) as i128).clamp(min, max),
         _ => {
             let span = (max - min) as u128 + 1;
-            let r = (u128::from(rng.next()) << 64 | u128::from(rng.next())) % span;
+            let r = (u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64())) % span;
             min + r as i128
         }
     }
@@ -40,11 +40,11 @@ fn prim(rng: &mut Rng, p: Primitive) -> Value {
     match p {
         Primitive::Bool => Value::Bool(rng.below(2) == 1),
         Primitive::F32 => {
-            let x = f32::from_bits(rng.next() as u32);
+            let x = f32::from_bits(rng.next_u64() as u32);
             f32_to_json(if x.is_finite() { x } else { -1.5 })
         }
         Primitive::F64 => {
-            let x = f64::from_bits(rng.next());
+            let x = f64::from_bits(rng.next_u64());
             f64_to_json(if x.is_finite() { x } else { 2.25 })
         }
         _ => {
@@ -108,9 +108,12 @@ pub fn value(schema: &Schema, s: &StructDef, rng: &mut Rng) -> Value {
             (BaseType::Enum(e), _) => {
                 let e = schema.find_enum(e).unwrap();
                 if rng.below(2) == 0 {
-                    Value::from(
-                        e.variants[rng.below(e.variants.len() as u64) as usize].value as i64,
-                    )
+                    let n = e.variants[rng.below(e.variants.len() as u64) as usize].value;
+                    if n < 0 {
+                        Value::from(n as i64)
+                    } else {
+                        Value::from(n as u64)
+                    }
                 } else {
                     prim(rng, e.repr)
                 }

@@ -195,12 +195,7 @@ impl<'a, T: Primitive> PrimSlice<'a, T> {
     /// Iterates over the elements.
     #[inline]
     pub fn iter(&self) -> PrimIter<'a, T> {
-        PrimIter {
-            bytes: self.bytes,
-            index: 0,
-            len: self.len,
-            _t: PhantomData,
-        }
+        PrimIter::new(self.bytes, self.len)
     }
     /// Copies the elements into a vector.
     pub fn to_vec(&self) -> alloc::vec::Vec<T> {
@@ -230,25 +225,40 @@ impl<'a, T: Primitive> IntoIterator for PrimSlice<'a, T> {
 /// Iterator over a [`PrimSlice`].
 #[derive(Clone)]
 pub struct PrimIter<'a, T> {
-    bytes: &'a [u8],
-    index: usize,
-    len: usize,
+    // Whole elements present in the bytes; fixed-size chunks let the loads compile
+    // without further bounds checks.
+    chunks: core::slice::ChunksExact<'a, u8>,
+    // Elements of a defaulted array beyond the bytes (they read as defaults).
+    missing: usize,
     _t: PhantomData<T>,
+}
+
+impl<'a, T: Primitive> PrimIter<'a, T> {
+    fn new(bytes: &'a [u8], len: usize) -> Self {
+        let present = (bytes.len() / T::SIZE).min(len);
+        PrimIter {
+            chunks: bytes[..present * T::SIZE].chunks_exact(T::SIZE),
+            missing: len - present,
+            _t: PhantomData,
+        }
+    }
 }
 
 impl<T: Primitive> Iterator for PrimIter<'_, T> {
     type Item = T;
     #[inline]
     fn next(&mut self) -> Option<T> {
-        if self.index >= self.len {
-            return None;
+        match self.chunks.next() {
+            Some(chunk) => Some(T::load(chunk, 0)),
+            None if self.missing > 0 => {
+                self.missing -= 1;
+                Some(T::default())
+            }
+            None => None,
         }
-        let v = load::<T>(self.bytes, self.index * T::SIZE);
-        self.index += 1;
-        Some(v)
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.len - self.index;
+        let n = self.chunks.len() + self.missing;
         (n, Some(n))
     }
 }
@@ -322,9 +332,14 @@ impl<'a, V: InlineView<'a>> InlineSlice<'a, V> {
     /// Iterates over the elements.
     #[inline]
     pub fn iter(&self) -> InlineSliceIter<'a, V> {
+        // `max(1)` only guards the division; zero-sized elements cannot be declared.
+        let size = V::SIZE.max(1);
+        let present = (self.bytes.len() / size).min(self.len);
         InlineSliceIter {
-            slice: *self,
-            index: 0,
+            data: self.data,
+            chunks: self.bytes[..present * size].chunks_exact(size),
+            missing: self.len - present,
+            _v: PhantomData,
         }
     }
 }
@@ -346,20 +361,27 @@ impl<'a, V: InlineView<'a>> IntoIterator for InlineSlice<'a, V> {
 /// Iterator over an [`InlineSlice`].
 #[derive(Clone)]
 pub struct InlineSliceIter<'a, V> {
-    slice: InlineSlice<'a, V>,
-    index: usize,
+    data: &'a [u8],
+    chunks: core::slice::ChunksExact<'a, u8>,
+    missing: usize,
+    _v: PhantomData<V>,
 }
 
 impl<'a, V: InlineView<'a>> Iterator for InlineSliceIter<'a, V> {
     type Item = V;
     #[inline]
     fn next(&mut self) -> Option<V> {
-        let v = self.slice.get(self.index)?;
-        self.index += 1;
-        Some(v)
+        match self.chunks.next() {
+            Some(chunk) => Some(V::from_parts(self.data, chunk)),
+            None if self.missing > 0 => {
+                self.missing -= 1;
+                Some(V::from_parts(self.data, &[]))
+            }
+            None => None,
+        }
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.slice.len - self.index;
+        let n = self.chunks.len() + self.missing;
         (n, Some(n))
     }
 }

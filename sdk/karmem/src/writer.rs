@@ -185,6 +185,25 @@ impl<'b> Writer<'b> {
         Ok(offset)
     }
 
+    /// Reserves `count` elements of `elem_size` bytes *without clearing them*, points the
+    /// header at `at` to them and returns the space, for bulk encoders that overwrite
+    /// every byte (generated code uses it for slices of plain inline structs).
+    #[inline]
+    pub fn slice_alloc_raw(
+        &mut self,
+        at: usize,
+        count: usize,
+        elem_size: usize,
+        packed: bool,
+    ) -> Result<&mut [u8], Error> {
+        let n = count
+            .checked_mul(elem_size)
+            .ok_or(Error::OffsetOverflow { needed: usize::MAX })?;
+        let start = self.reserve(n)?;
+        self.put_slice_header(at, start as u32, n, (!packed).then_some(elem_size as u32));
+        Ok(self.buf.get_mut(start..start + n).unwrap_or(&mut []))
+    }
+
     /// Allocates a table of `size` bytes, writes its size header and returns its offset.
     #[inline]
     pub fn alloc_table(&mut self, size: usize) -> Result<u32, Error> {

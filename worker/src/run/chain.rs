@@ -28,7 +28,7 @@ pub(crate) async fn run(
     workflow: Arc<LoadedWorkflow>,
     input: Region,
 ) -> RunOutcome {
-    let settings = workflow.manifest().settings.clone();
+    let settings = workflow.manifest().settings;
     let run = Arc::new(RunShared {
         worker,
         run_id: new_run_id(),
@@ -83,7 +83,9 @@ async fn execute(run: &Arc<RunShared>, input: Region) -> Result<Vec<Region>, Run
             // The segment runs from this step up to (not including) the step that joins.
             let end = chain[index + 1..]
                 .iter()
-                .position(|(_, edge)| matches!(edge, Some(e) if matches!(e.mode, EdgeMode::Join(_))))
+                .position(
+                    |(_, edge)| matches!(edge, Some(e) if matches!(e.mode, EdgeMode::Join(_))),
+                )
                 .map_or(chain.len(), |offset| index + 1 + offset);
             let segment: Arc<[String]> = chain[index..end].iter().map(|(s, _)| s.clone()).collect();
             let branch_inputs: Vec<Vec<Region>> = match fan_out {
@@ -91,10 +93,13 @@ async fn execute(run: &Arc<RunShared>, input: Region) -> Result<Vec<Region>, Run
                 FanOut::Each => current.into_iter().map(|region| vec![region]).collect(),
             };
             let (policy, joining) = match chain.get(end) {
-                Some((joining, Some(Edge {
-                    mode: EdgeMode::Join(policy),
-                    ..
-                }))) => (policy.clone(), joining.clone()),
+                Some((
+                    joining,
+                    Some(Edge {
+                        mode: EdgeMode::Join(policy),
+                        ..
+                    }),
+                )) => (*policy, joining.clone()),
                 // No join: the branches' outputs are the run's output, and all must succeed.
                 _ => (
                     JoinPolicy {

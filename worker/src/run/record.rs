@@ -63,6 +63,11 @@ impl Recorder {
     }
 
     pub(crate) fn take(&self) -> Vec<StepRecord> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
     }
 }

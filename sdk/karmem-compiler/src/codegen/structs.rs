@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::names;
 use super::rust_prim;
 use crate::ast::{FieldDef, Schema, StructDef};
-use crate::plan::{Kind, classify, has_out_of_line};
+use crate::plan::{Kind, classify, has_out_of_line, is_plain};
 
 /// Names that view accessors must not take (they are the view's own helpers).
 const VIEW_RESERVED: &[&str] = &[
@@ -31,6 +31,15 @@ pub fn field_idents(s: &StructDef) -> Vec<String> {
             .map(|f| names::escape(names::snake_case(&f.name), VIEW_RESERVED))
             .collect(),
     )
+}
+
+/// `expr * k`, without the `* 1` clippy would flag.
+fn times(expr: &str, k: u32) -> String {
+    if k == 1 {
+        expr.to_string()
+    } else {
+        format!("{expr} * {k}")
+    }
 }
 
 /// `base + k`, without the `+ 0` clippy would flag.
@@ -118,7 +127,17 @@ impl Ctx<'_> {
              ///\n/// Strings are decoded lossily (invalid UTF-8 becomes U+FFFD); use [`{name}View`] for the exact bytes.",
             s.name
         );
-        let _ = writeln!(out, "#[derive(Clone, Debug, PartialEq)]");
+        // `Default` cannot be derived for arrays longer than 32, so only structs with
+        // arrays get a hand-written impl.
+        let has_array = fields
+            .iter()
+            .any(|f| matches!(f.kind, Kind::PrimArray(..) | Kind::InlineArray(..)));
+        let derives = if has_array {
+            "Clone, Debug, PartialEq"
+        } else {
+            "Clone, Debug, PartialEq, Default"
+        };
+        let _ = writeln!(out, "#[derive({derives})]");
         let _ = writeln!(out, "pub struct {name} {{");
         for f in fields {
             let _ = writeln!(out, "    /// Field `{}` (`{}`).", f.def.name, f.def.ty.text);
@@ -126,19 +145,21 @@ impl Ctx<'_> {
         }
         let _ = writeln!(out, "}}\n");
 
-        let _ = writeln!(out, "impl ::core::default::Default for {name} {{");
-        let _ = writeln!(out, "    fn default() -> Self {{");
-        let _ = writeln!(out, "        Self {{");
-        for f in fields {
-            let d = match f.kind {
-                Kind::PrimArray(..) | Kind::InlineArray(..) => {
-                    "::core::array::from_fn(|_| ::core::default::Default::default())"
-                }
-                _ => "::core::default::Default::default()",
-            };
-            let _ = writeln!(out, "            {}: {d},", f.ident);
+        if has_array {
+            let _ = writeln!(out, "impl ::core::default::Default for {name} {{");
+            let _ = writeln!(out, "    fn default() -> Self {{");
+            let _ = writeln!(out, "        Self {{");
+            for f in fields {
+                let d = match f.kind {
+                    Kind::PrimArray(..) | Kind::InlineArray(..) => {
+                        "::core::array::from_fn(|_| ::core::default::Default::default())"
+                    }
+                    _ => "::core::default::Default::default()",
+                };
+                let _ = writeln!(out, "            {}: {d},", f.ident);
+            }
+            let _ = writeln!(out, "        }}\n    }}\n}}\n");
         }
-        let _ = writeln!(out, "        }}\n    }}\n}}\n");
 
         let _ = writeln!(out, "impl {name} {{");
         let _ = writeln!(
@@ -221,7 +242,7 @@ impl Ctx<'_> {
             let a = &f.ident;
             match &f.kind {
                 Kind::Str(_) => terms.push(format!("self.{a}.len()")),
-                Kind::PrimSlice(p, _) => terms.push(format!("self.{a}.len() * {}", p.size())),
+                Kind::PrimSlice(p, _) => terms.push(times(&format!("self.{a}.len()"), p.size())),
                 Kind::Inline(i) if has_out_of_line(self.schema, i) => {
                     terms.push(format!("self.{a}.heap_len()"))
                 }
@@ -230,7 +251,7 @@ impl Ctx<'_> {
                     self.tn(i)
                 )),
                 Kind::InlineSlice(i, _) => {
-                    terms.push(format!("self.{a}.len() * {}", i.size.total));
+                    terms.push(times(&format!("self.{a}.len()"), i.size.total));
                     if has_out_of_line(self.schema, i) {
                         terms.push(format!(
                             "self.{a}.iter().map({}::heap_len).sum::<usize>()",
@@ -320,6 +341,9 @@ impl Ctx<'_> {
                 Kind::InlineArray(..) => format!(
                     "for (i, x) in self.{a}.iter().enumerate() {{\n            if let ::core::option::Option::Some(mut e) = w.{a}_mut(i) {{\n                x.write_to(&mut e)?;\n            }}\n        }}"
                 ),
+                Kind::InlineSlice(i, _) if is_plain(self.schema, i) => {
+                    format!("w.set_{a}_from(&self.{a})?;")
+                }
                 Kind::InlineSlice(..) => format!(
                     "w.set_{a}_with(self.{a}.len(), |i, e| match self.{a}.get(i) {{\n            ::core::option::Option::Some(x) => x.write_to(e),\n            ::core::option::Option::None => ::core::result::Result::Ok(()),\n        }})?;"
                 ),
@@ -328,6 +352,9 @@ impl Ctx<'_> {
         }
         let _ = writeln!(out, "        ::core::result::Result::Ok(())");
         let _ = writeln!(out, "    }}");
+        if is_plain(self.schema, s) {
+            self.write_plain(out, fields);
+        }
         let _ = writeln!(out, "}}\n");
 
         let _ = writeln!(
@@ -337,6 +364,54 @@ impl Ctx<'_> {
         let _ = writeln!(out, "    fn from(v: {name}View<'_>) -> Self {{");
         let _ = writeln!(out, "        Self::from_view(&v)");
         let _ = writeln!(out, "    }}\n}}\n");
+    }
+
+    /// `write_plain`: encodes a plain inline struct into exactly `SIZE` bytes, every
+    /// byte written (padding zeroed), so bulk slice encoding needs no pre-clearing.
+    fn write_plain(&self, out: &mut String, fields: &[Field<'_>]) {
+        let (s, rt) = (self.s, self.rt);
+        let _ = writeln!(
+            out,
+            "\n    /// Encodes this value into `out` (its `SIZE` bytes), writing every byte."
+        );
+        let _ = writeln!(out, "    #[doc(hidden)]");
+        let _ = writeln!(out, "    #[inline]");
+        let _ = writeln!(out, "    pub fn write_plain(&self, out: &mut [u8]) {{");
+        for f in fields {
+            let (a, o) = (&f.ident, f.def.offset);
+            match &f.kind {
+                Kind::Prim(p) => {
+                    let _ = writeln!(
+                        out,
+                        "        {rt}::store::<{}>(out, {o}, self.{a});",
+                        rust_prim(*p)
+                    );
+                }
+                Kind::Enum(e) => {
+                    let _ = writeln!(
+                        out,
+                        "        {rt}::store::<{}>(out, {o}, self.{a}.0);",
+                        rust_prim(e.repr)
+                    );
+                }
+                Kind::Inline(_) => {
+                    let _ = writeln!(
+                        out,
+                        "        if let ::core::option::Option::Some(b) = out.get_mut({o}..{}) {{\n            self.{a}.write_plain(b);\n        }}",
+                        o + f.def.size
+                    );
+                }
+                _ => {}
+            }
+        }
+        if s.size.padding > 0 {
+            let _ = writeln!(
+                out,
+                "        if let ::core::option::Option::Some(pad) = out.get_mut({}..{}) {{\n            pad.fill(0);\n        }}",
+                s.size.content, s.size.total
+            );
+        }
+        let _ = writeln!(out, "    }}");
     }
 
     fn view(&self, out: &mut String, fields: &[Field<'_>]) {
@@ -657,9 +732,9 @@ impl Ctx<'_> {
                     );
                     let _ = writeln!(
                         out,
-                        "            self.w.put::<{t}>({} + i * {}, *x);",
+                        "            self.w.put::<{t}>({} + {}, *x);",
                         at,
-                        p.size()
+                        times("i", p.size())
                     );
                     let _ = writeln!(out, "        }}");
                     let _ = writeln!(out, "        self");
@@ -694,10 +769,10 @@ impl Ctx<'_> {
                     let _ = writeln!(out, "        }}");
                     let _ = writeln!(
                         out,
-                        "        ::core::option::Option::Some({}Writer::from_raw(self.w, ({} + index * {}) as u32))",
+                        "        ::core::option::Option::Some({}Writer::from_raw(self.w, ({} + {}) as u32))",
                         self.tn(i),
                         at,
-                        i.size.total
+                        times("index", i.size.total)
                     );
                     let _ = writeln!(out, "    }}");
                 }
@@ -728,13 +803,38 @@ impl Ctx<'_> {
                     let _ = writeln!(out, "        for i in 0..len {{");
                     let _ = writeln!(
                         out,
-                        "            let mut e = {it}Writer::from_raw(self.w, (start + i * {}) as u32);",
-                        i.size.total
+                        "            let mut e = {it}Writer::from_raw(self.w, (start + {}) as u32);",
+                        times("i", i.size.total)
                     );
                     let _ = writeln!(out, "            each(i, &mut e)?;");
                     let _ = writeln!(out, "        }}");
                     let _ = writeln!(out, "        ::core::result::Result::Ok(self)");
                     let _ = writeln!(out, "    }}");
+                    if is_plain(self.schema, i) {
+                        let _ = writeln!(
+                            out,
+                            "\n    /// Appends the elements of {doc} in one pass and points the field at them."
+                        );
+                        let _ = writeln!(
+                            out,
+                            "    pub fn set_{a}_from(&mut self, items: &[{it}]) -> {} {{",
+                            res("&mut Self")
+                        );
+                        let _ = writeln!(
+                            out,
+                            "        let space = self.w.slice_alloc_raw({at}, items.len(), {}, {packed})?;",
+                            i.size.total
+                        );
+                        let _ = writeln!(
+                            out,
+                            "        for (chunk, item) in space.chunks_exact_mut({}).zip(items) {{",
+                            i.size.total
+                        );
+                        let _ = writeln!(out, "            item.write_plain(chunk);");
+                        let _ = writeln!(out, "        }}");
+                        let _ = writeln!(out, "        ::core::result::Result::Ok(self)");
+                        let _ = writeln!(out, "    }}");
+                    }
                 }
                 Kind::Table(t) => {
                     let tt = self.tn(t);

@@ -73,7 +73,7 @@ pub fn bytes_from_json(v: &Value) -> Option<Vec<u8>> {
         Value::String(s) => Some(s.as_bytes().to_vec()),
         Value::Object(m) if m.len() == 1 => {
             let hex = m.get(INVALID_UTF8_KEY)?.as_str()?;
-            if hex.len() % 2 != 0 {
+            if !hex.len().is_multiple_of(2) {
                 return None;
             }
             (0..hex.len())
