@@ -26,7 +26,8 @@ if ! "$WASMTIME" --version 2>/dev/null | grep -q "$WASMTIME_VERSION"; then
 fi
 
 echo "building faas, the native peer and the functions (release)"
-cargo build --release -q -p faas-cli -p faas-gateway --example native_hello
+cargo build --release -q -p faas-cli --bin faas
+cargo build --release -q -p faas-gateway --example native_hello
 (cd functions && cargo build --release -q)
 COMPONENT=target/wasm32-wasip2/release/wasi-hello.wasm
 SDK_COMPONENT=target/wasm32-wasip2/release/hello.wasm
