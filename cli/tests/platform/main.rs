@@ -7,4 +7,6 @@ mod admin;
 mod deploy;
 mod limits;
 mod manifest;
+mod placement;
 mod server;
+mod workflows;

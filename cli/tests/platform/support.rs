@@ -195,3 +195,23 @@ pub fn error_of(response: Response) -> serde_json::Value {
     let body: serde_json::Value = response.json().expect("a JSON error body");
     body["error"].clone()
 }
+
+/// Copies the repository manifest `manifest` into `dir` with its components made
+/// absolute and its build commands removed (they are prebuilt), applying each
+/// `(from, to)` text replacement; returns the copy's path.
+pub fn copy_manifest(dir: &Path, manifest: &str, replacements: &[(&str, &str)]) -> PathBuf {
+    let text = std::fs::read_to_string(repo(manifest)).expect("reading a repo manifest");
+    let mut text: String = text
+        .lines()
+        .filter(|line| !line.starts_with("build = "))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    text = text.replace("../../target", &repo("target").display().to_string());
+    for (from, to) in replacements {
+        assert!(text.contains(from), "{manifest} has no `{from}`");
+        text = text.replace(from, to);
+    }
+    let path = dir.join(format!("manifest-{}.toml", unique()));
+    std::fs::write(&path, text).expect("writing a manifest");
+    path
+}

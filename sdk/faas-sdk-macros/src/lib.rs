@@ -37,9 +37,12 @@ pub fn step(attr: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 fn no_arguments(what: &str) -> TokenStream {
-    syn::Error::new(proc_macro2::Span::call_site(), format!("{what} takes no arguments"))
-        .to_compile_error()
-        .into()
+    syn::Error::new(
+        proc_macro2::Span::call_site(),
+        format!("{what} takes no arguments"),
+    )
+    .to_compile_error()
+    .into()
 }
 
 /// Exports `fn(faas_sdk::http::Request) -> impl IntoResponse` as the component's
