@@ -1,0 +1,57 @@
+//! Shared pieces of the benchmark drivers: talking to a running platform and
+//! summarising latencies.
+
+use anyhow::{Context, bail};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// A running platform the driver talks to: its URL, and the `faas` binary to deploy
+/// with.
+pub struct Target {
+    /// e.g. `http://127.0.0.1:3501`.
+    pub url: String,
+    /// The admin token.
+    pub token: String,
+    /// Path of the `faas` binary.
+    pub faas: String,
+}
+
+impl Target {
+    /// Reads `FAAS_URL`, `FAAS_TOKEN` and `FAAS_BIN` from the environment.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let var = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+        Ok(Self {
+            url: var("FAAS_URL")?,
+            token: var("FAAS_TOKEN")?,
+            faas: var("FAAS_BIN")?,
+        })
+    }
+
+    /// `faas deploy --no-build <manifest>`.
+    pub fn deploy(&self, manifest: &Path) -> anyhow::Result<()> {
+        let output = Command::new(&self.faas)
+            .args(["deploy", "--no-build"])
+            .arg(manifest)
+            .env("FAAS_URL", &self.url)
+            .env("FAAS_TOKEN", &self.token)
+            .output()
+            .context("running faas deploy")?;
+        if !output.status.success() {
+            bail!("deploying {} failed: {}", manifest.display(), String::from_utf8_lossy(&output.stderr));
+        }
+        Ok(())
+    }
+}
+
+/// The `q` quantile (0..=1) of `samples`, which it sorts.
+pub fn quantile(samples: &mut [Duration], q: f64) -> Duration {
+    samples.sort();
+    let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+    samples[index]
+}
+
+/// Milliseconds with three decimals.
+pub fn ms(duration: Duration) -> String {
+    format!("{:.3}", duration.as_secs_f64() * 1e3)
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Fan-out/fan-in workflow (1, 4, 16, 64 branches) against the same functions chained
+# with separate HTTP calls, measured in the same run against one platform process.
+#
+#   bench/workflow-fanout.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT=${PORT:-3511}
+
+echo "building (release)"
+cargo build --release -q -p faas-cli --bin faas
+cargo build --release -q -p faas-bench --bin workflow-fanout
+(cd functions && cargo build --release -q -p fanout-bench)
+
+DATA=$(mktemp -d)
+FAAS_LOG=warn target/release/faas up --no-demo --listen 127.0.0.1:$PORT --token bench \
+    --data-dir "$DATA" >/dev/null &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DATA"' EXIT
+for _ in $(seq 1 300); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/readyz" && break; sleep 0.1; done
+
+FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=target/release/faas \
+    target/release/workflow-fanout
