@@ -38,7 +38,11 @@ impl Target {
             .output()
             .context("running faas deploy")?;
         if !output.status.success() {
-            bail!("deploying {} failed: {}", manifest.display(), String::from_utf8_lossy(&output.stderr));
+            bail!(
+                "deploying {} failed: {}",
+                manifest.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
         Ok(())
     }

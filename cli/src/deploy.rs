@@ -3,6 +3,7 @@
 use crate::build::{build_manifest, manifest_dir};
 use crate::client::{Client, ServerArgs};
 use crate::output::{OutputArgs, OutputFormat};
+use crate::schemas::check_karmem_types;
 use anyhow::Context;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -70,6 +71,7 @@ pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployReque
     let text = std::fs::read_to_string(manifest)
         .with_context(|| format!("reading {}", manifest.display()))?;
     let dir = manifest_dir(manifest);
+    check_karmem_types(manifest, &dir, &workflow)?;
     let mut components = BTreeMap::new();
     for (name, function) in &workflow.functions {
         let path = function.component_path(&dir);

@@ -6,6 +6,7 @@ mod deploy;
 mod invoke;
 mod output;
 mod schema;
+mod schemas;
 mod up;
 
 use clap::{Parser, Subcommand};

@@ -32,7 +32,9 @@ async fn main() -> anyhow::Result<()> {
     std::fs::write(&path, http_manifest(&component))?;
     target.deploy(&path)?;
 
-    let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
     println!(
         "payload {PAYLOAD_BYTES} bytes to every branch; latency over {LATENCY_RUNS} sequential runs; \
          throughput with {CLIENTS} concurrent clients for {}s",
@@ -40,7 +42,15 @@ async fn main() -> anyhow::Result<()> {
     );
     println!(
         "\n{:>8} | {:>12} {:>12} | {:>12} {:>12} | {:>8} | {:>10} {:>10} | {:>6}",
-        "branches", "run p50 ms", "run p90 ms", "http p50 ms", "http p90 ms", "speedup", "runs/s", "http/s", "ratio"
+        "branches",
+        "run p50 ms",
+        "run p90 ms",
+        "http p50 ms",
+        "http p90 ms",
+        "speedup",
+        "runs/s",
+        "http/s",
+        "ratio"
     );
     for branches in BRANCHES {
         let run = Mode::Workflow { branches };
@@ -82,22 +92,34 @@ impl Mode {
     async fn once(self, client: &reqwest::Client, url: &str) -> anyhow::Result<serde_json::Value> {
         let body = match self {
             Mode::Workflow { branches } => {
-                let response = client.post(format!("{url}/fanout-{branches}")).send().await?;
-                ensure!(response.status().is_success(), "run failed: {}", response.text().await?);
+                let response = client
+                    .post(format!("{url}/fanout-{branches}"))
+                    .send()
+                    .await?;
+                ensure!(
+                    response.status().is_success(),
+                    "run failed: {}",
+                    response.text().await?
+                );
                 response.bytes().await?
             }
             Mode::HttpChain { branches } => {
-                let payload = call(client, &format!("{url}/fanout-http/source"), Vec::new()).await?;
+                let payload =
+                    call(client, &format!("{url}/fanout-http/source"), Vec::new()).await?;
                 let mut calls = JoinSet::new();
                 for _ in 0..branches {
                     let (client, url, payload) = (client.clone(), url.to_owned(), payload.clone());
-                    calls.spawn(async move { call(&client, &format!("{url}/fanout-http/work"), payload).await });
+                    calls.spawn(async move {
+                        call(&client, &format!("{url}/fanout-http/work"), payload).await
+                    });
                 }
                 let mut digests = Vec::with_capacity(32 * branches as usize);
                 while let Some(digest) = calls.join_next().await {
                     digests.extend_from_slice(&digest??);
                 }
-                call(client, &format!("{url}/fanout-http/sink"), digests).await?.into()
+                call(client, &format!("{url}/fanout-http/sink"), digests)
+                    .await?
+                    .into()
             }
         };
         serde_json::from_slice(&body).context("parsing the result")
@@ -106,11 +128,19 @@ impl Mode {
 
 async fn call(client: &reqwest::Client, url: &str, body: Vec<u8>) -> anyhow::Result<Vec<u8>> {
     let response = client.post(url).body(body).send().await?;
-    ensure!(response.status().is_success(), "{url}: {}", response.status());
+    ensure!(
+        response.status().is_success(),
+        "{url}: {}",
+        response.status()
+    );
     Ok(response.bytes().await?.to_vec())
 }
 
-async fn latency(mode: &Mode, client: &reqwest::Client, url: &str) -> anyhow::Result<(Duration, Duration)> {
+async fn latency(
+    mode: &Mode,
+    client: &reqwest::Client,
+    url: &str,
+) -> anyhow::Result<(Duration, Duration)> {
     let mut samples = Vec::with_capacity(LATENCY_RUNS);
     for _ in 0..LATENCY_RUNS {
         let started = Instant::now();

@@ -106,3 +106,45 @@ fn a_component_that_is_not_an_http_function_is_refused() {
         "{stderr}"
     );
 }
+
+#[test]
+fn deploy_refuses_a_karmem_type_its_schema_file_does_not_define() {
+    let platform = Platform::start();
+    let dir = faas_testing::temp_dir();
+    let manifest = crate::support::copy_manifest(
+        dir.path(),
+        "functions/wordcount/workflow.toml",
+        &[(
+            "output = \"wordcount.km:Chunk\"",
+            "output = \"wordcount.km:Chunky\"",
+        )],
+    );
+    // The copy must find wordcount.km beside it.
+    std::fs::copy(
+        repo("functions/wordcount/wordcount.km"),
+        dir.path().join("wordcount.km"),
+    )
+    .unwrap();
+    let edge_fixed = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replacen(
+            "type = \"wordcount.km:Chunk\"",
+            "type = \"wordcount.km:Chunky\"",
+            1,
+        )
+        .replacen(
+            "input = \"wordcount.km:Chunk\"",
+            "input = \"wordcount.km:Chunky\"",
+            1,
+        );
+    std::fs::write(&manifest, edge_fixed).unwrap();
+    let output = platform.faas(&["deploy", "--no-build", manifest.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "steps.count.input: `wordcount.km` defines no type `Chunky` (defined: Chunk, Counts)"
+        ),
+        "{stderr}"
+    );
+}
