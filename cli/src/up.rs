@@ -1,9 +1,10 @@
 //! `faas up`: the whole platform in one process (gateway, scheduler and one or more
-//! workers), with in-memory state and no external services.
+//! workers). By default its state is in memory and it needs no external service; with
+//! `--redis` it keeps key-value state in Redis and serves Redis triggers.
 
 use crate::deploy::prepare;
 use anyhow::Context;
-use faas_gateway::{DeployOutcome, Gateway, GatewayConfig, Registry};
+use faas_gateway::{DeployOutcome, Gateway, GatewayConfig, RedisBroker, Registry};
 use faas_scheduler::{EmbeddedPlacement, WorkerId, WorkerSpec};
 use faas_worker::{KeyValueStore, Limits, Worker, WorkerConfig};
 use std::net::SocketAddr;
@@ -66,6 +67,14 @@ pub struct UpArgs {
     /// How many workflows each worker may hold before placement spills to another.
     #[arg(long, env = "FAAS_WORKER_CAPACITY", default_value_t = 1000)]
     worker_capacity: usize,
+    /// Keep key-value state in Redis at this URL instead of in memory.
+    #[arg(
+        long,
+        env = "FAAS_REDIS_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    redis: Option<String>,
 }
 
 /// Runs the platform until Ctrl-C or SIGTERM.
@@ -91,23 +100,43 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     worker_config.max_memory_mb = args.max_memory_mb;
     worker_config.max_instances = args.max_instances;
     // State belongs to the platform, not to a worker: every worker sees the same store.
-    let key_value = Arc::new(KeyValueStore::memory());
+    let key_value = Arc::new(match &args.redis {
+        Some(url) => KeyValueStore::redis(url).await?,
+        None => KeyValueStore::memory(),
+    });
+    // With Redis, functions can publish and append, and the gateway consumes the
+    // workflows' channel and stream triggers.
+    let broker = match &args.redis {
+        Some(url) => Some(RedisBroker::connect(url).await?),
+        None => None,
+    };
     let mut workers = Vec::new();
     for index in 0..args.workers.max(1) {
         let id = WorkerId(format!("local-{index}"));
-        let worker = Worker::new(worker_config.clone())?.with_key_value(key_value.clone());
+        let mut worker = Worker::new(worker_config.clone())?.with_key_value(key_value.clone());
+        if let Some(broker) = &broker {
+            worker = worker.with_publisher(Arc::new(broker.clone()));
+        }
         workers.push((id, Arc::new(worker)));
     }
     let placement = EmbeddedPlacement::new(workers.iter().map(|(id, _)| WorkerSpec {
         id: id.clone(),
         capacity: args.worker_capacity,
     }));
-    let registry = Arc::new(Registry::new(workers, Arc::new(placement)));
+    let mut registry = Registry::new(workers, Arc::new(placement));
+    if broker.is_some() {
+        registry = registry.with_redis_triggers();
+    }
+    let registry = Arc::new(registry);
 
     let mut config = GatewayConfig::new(token.clone());
     config.listen = args.listen;
     config.max_body_bytes = args.max_body_bytes;
-    let gateway = Gateway::new(config, registry.clone()).start().await?;
+    let mut gateway = Gateway::new(config, registry.clone());
+    if let Some(broker) = broker {
+        gateway = gateway.with_broker(broker);
+    }
+    let gateway = gateway.start().await?;
     let url = format!("http://{}", gateway.local_addr());
     println!("faas is up at {url}");
     println!(

@@ -382,6 +382,9 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         }
         DeployError::Load(_) => response::error(StatusCode::BAD_REQUEST, "component", message),
         DeployError::Conflict(_) => response::error(StatusCode::CONFLICT, "conflict", message),
+        DeployError::Unsupported(_) => {
+            response::error(StatusCode::BAD_REQUEST, "unsupported", message)
+        }
         DeployError::Placement(_) => {
             response::error(StatusCode::SERVICE_UNAVAILABLE, "placement", message)
         }

@@ -6,7 +6,7 @@ use crate::registry::Replica;
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
-use faas_worker::Region;
+use faas_worker::{Region, RunError, RunOutcome, TriggerMessage};
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -82,20 +82,61 @@ async fn call_function(
     }
 }
 
-/// A run of the workflow's steps, from the entry step, on the request body.
-async fn run_workflow(app: &App, replica: &Replica, request: Request<Bytes>) -> Response<Body> {
+/// `payload` as the input region of `replica`'s entry step.
+fn entry_input(replica: &Replica, payload: Vec<u8>) -> Region {
     let manifest = replica.loaded.manifest();
-    let workflow = manifest.name.as_str();
     let input_type = manifest
         .entry_step()
         .map(|entry| manifest.steps[entry].input.to_string())
         .unwrap_or_default();
-    let input = Region::new(input_type, request.into_body().to_vec());
-    let outcome = replica.worker.run_workflow(&replica.loaded, input).await;
+    Region::new(input_type, payload)
+}
+
+/// Keeps a finished run for `faas runs` and counts it; returns its result.
+fn settle(
+    app: &App,
+    workflow: &str,
+    outcome: RunOutcome,
+) -> (String, Result<Vec<Region>, RunError>) {
     let run_id = outcome.record.run_id.clone();
     app.metrics.observe_run(&outcome.record);
     app.registry.record_run(workflow, outcome.record);
-    match outcome.result {
+    (run_id, outcome.result)
+}
+
+/// Runs the current version of `workflow` on a message from a Redis trigger.
+///
+/// # Errors
+/// Why the run failed (or that the workflow is gone), for the trigger to settle the
+/// message by.
+pub(crate) async fn run_message(
+    app: &App,
+    workflow: &str,
+    payload: Vec<u8>,
+    message: TriggerMessage,
+) -> Result<(), String> {
+    let Some(deployment) = app.registry.get(workflow) else {
+        return Err(format!("workflow `{workflow}` is not deployed"));
+    };
+    let replica = deployment.pick_replica();
+    let input = entry_input(replica, payload);
+    let outcome = replica
+        .worker
+        .run_workflow_for_message(&replica.loaded, input, message)
+        .await;
+    settle(app, workflow, outcome)
+        .1
+        .map(|_| ())
+        .map_err(|err| err.to_string())
+}
+
+/// A run of the workflow's steps, from the entry step, on the request body.
+async fn run_workflow(app: &App, replica: &Replica, request: Request<Bytes>) -> Response<Body> {
+    let workflow = replica.loaded.name();
+    let input = entry_input(replica, request.into_body().to_vec());
+    let outcome = replica.worker.run_workflow(&replica.loaded, input).await;
+    let (run_id, result) = settle(app, workflow, outcome);
+    match result {
         Ok(outputs) => {
             let content_type = outputs.last().map_or("application/octet-stream", |region| {
                 content_type(&region.schema_type)

@@ -7,6 +7,9 @@
 //! - anything else: an invocation ([`invoke`]): the route table picks the workflow and
 //!   function, the scheduler's placement picks the worker, the worker runs it.
 //!
+//! With a [`RedisBroker`], it also consumes the workflows' Redis channel and stream
+//! triggers (module `redis`).
+//!
 //! Architecture invariant: the gateway never runs guest code. It parses, routes,
 //! limits and accounts; only the worker touches Wasmtime.
 
@@ -15,10 +18,12 @@ mod auth;
 pub mod config;
 mod invoke;
 mod metrics;
+mod redis;
 pub mod registry;
 mod response;
 mod server;
 
 pub use config::GatewayConfig;
+pub use redis::{BrokerError, RedisBroker};
 pub use registry::{DeployOutcome, DeployRequest, Registry};
 pub use server::{Gateway, RunningGateway};

@@ -93,6 +93,9 @@ pub enum DeployError {
     /// No worker could take the workflow.
     #[error(transparent)]
     Placement(#[from] PlacementError),
+    /// The workflow needs something this platform was started without.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// One route and where it leads.
@@ -125,6 +128,11 @@ pub struct Registry {
     runs: Mutex<BTreeMap<String, VecDeque<RunRecord>>>,
     /// Serializes deploys and deletes so two uploads of one workflow cannot race.
     deploy_lock: tokio::sync::Mutex<()>,
+    /// Bumped whenever the set of deployments changes, for whoever follows them
+    /// (the Redis trigger supervisor).
+    changes: tokio::sync::watch::Sender<u64>,
+    /// Whether something consumes Redis triggers (the platform runs with Redis).
+    redis_triggers: bool,
 }
 
 impl Registry {
@@ -141,7 +149,16 @@ impl Registry {
             }),
             runs: Mutex::default(),
             deploy_lock: tokio::sync::Mutex::new(()),
+            changes: tokio::sync::watch::Sender::new(0),
+            redis_triggers: false,
         }
+    }
+
+    /// Accepts workflows with Redis channel and stream triggers (the gateway consumes
+    /// them). Without this, deploying one fails rather than silently never running.
+    pub fn with_redis_triggers(mut self) -> Self {
+        self.redis_triggers = true;
+        self
     }
 
     /// Deploys `request`, or does nothing if the identical workflow is live.
@@ -153,6 +170,15 @@ impl Registry {
     pub async fn deploy(&self, request: DeployRequest) -> Result<DeployOutcome, DeployError> {
         let _guard = self.deploy_lock.lock().await;
         let workflow = Workflow::parse(&request.file_name, &request.manifest)?;
+        if !self.redis_triggers
+            && (!workflow.redis_triggers.is_empty() || !workflow.stream_triggers.is_empty())
+        {
+            return Err(DeployError::Unsupported(format!(
+                "workflow `{}` has Redis triggers, but this platform runs without Redis \
+                 (start it with --redis <url>)",
+                workflow.name
+            )));
+        }
         let digest = digest(&request);
         let current = self.get(&workflow.name);
         if let Some(current) = &current {
@@ -210,6 +236,8 @@ impl Registry {
             .deployments
             .insert(deployment.workflow.name.clone(), deployment.clone());
         state.routes = Arc::new(route_table(&state.deployments));
+        drop(state);
+        self.changed();
         Ok(DeployOutcome::Deployed(deployment))
     }
 
@@ -222,6 +250,7 @@ impl Registry {
         drop(state);
         self.placement.remove(&removed.key);
         self.lock_runs().remove(name);
+        self.changed();
         Some(removed)
     }
 
@@ -287,6 +316,7 @@ impl Registry {
             state.deployments.insert(moved.workflow.name.clone(), moved);
             state.routes = Arc::new(route_table(&state.deployments));
         }
+        self.changed();
         Ok(unplaced)
     }
 
@@ -351,6 +381,15 @@ impl Registry {
     fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, VecDeque<RunRecord>>> {
         // Each operation is a single push/pop: a poisoned lock is still consistent.
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A receiver that sees a new value after every change to the deployments.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|generation| *generation += 1);
     }
 
     /// Every live deployment, by name.

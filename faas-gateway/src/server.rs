@@ -3,6 +3,7 @@
 
 use crate::config::GatewayConfig;
 use crate::metrics::Metrics;
+use crate::redis::RedisBroker;
 use crate::registry::Registry;
 use crate::response::{self, Body};
 use crate::{admin, invoke};
@@ -36,6 +37,7 @@ pub(crate) struct App {
 /// A gateway, configured but not yet listening.
 pub struct Gateway {
     app: Arc<App>,
+    broker: Option<RedisBroker>,
 }
 
 impl Gateway {
@@ -49,7 +51,14 @@ impl Gateway {
                 shutting_down: AtomicBool::new(false),
                 ready: AtomicBool::new(false),
             }),
+            broker: None,
         }
+    }
+
+    /// Consumes the deployed workflows' Redis triggers through `broker`.
+    pub fn with_broker(mut self, broker: RedisBroker) -> Self {
+        self.broker = Some(broker);
+        self
     }
 
     /// Binds the listening socket and starts serving in the background.
@@ -62,12 +71,16 @@ impl Gateway {
         let (stop, stopped) = watch::channel(false);
         let app = self.app.clone();
         let task = tokio::spawn(accept_loop(app, listener, stopped));
+        let triggers = self
+            .broker
+            .map(|broker| tokio::spawn(crate::redis::supervise(self.app.clone(), broker)));
         tracing::info!(%addr, "gateway listening");
         Ok(RunningGateway {
             addr,
             app: self.app,
             stop,
             task,
+            triggers,
         })
     }
 }
@@ -78,6 +91,7 @@ pub struct RunningGateway {
     app: Arc<App>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    triggers: Option<JoinHandle<()>>,
 }
 
 impl RunningGateway {
@@ -100,6 +114,11 @@ impl RunningGateway {
     /// configured grace period), then returns.
     pub async fn shutdown(self) {
         self.app.shutting_down.store(true, Ordering::Relaxed);
+        // Stop taking messages first; unacknowledged stream entries stay pending and
+        // are reclaimed by whoever consumes next.
+        if let Some(triggers) = self.triggers {
+            triggers.abort();
+        }
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }

@@ -1,5 +1,6 @@
 //! Test support shared by the workspace's integration tests and benchmarks: the real
 //! components of `functions/`, built for wasm32-wasip2 once per process.
+//! Also a throwaway `redis-server` ([`RedisServer`]) for the Redis-backed stores.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,4 +54,164 @@ pub fn component(package: &str) -> Vec<u8> {
 /// A fresh temporary directory, removed when dropped.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("creating a temporary directory")
+}
+
+pub use redis_server::RedisServer;
+
+/// A throwaway `redis-server` for tests of the Redis-backed stores.
+mod redis_server {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// How long a fresh server may take to answer PING before the test gives up.
+    const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+    /// How often a starting server is probed.
+    const POLL_INTERVAL: Duration = Duration::from_millis(10);
+    /// Fresh ports tried before giving up, in case another process takes the free
+    /// port between our probe and redis-server binding it.
+    const PORT_ATTEMPTS: usize = 5;
+
+    /// A `redis-server` on a free loopback port, without persistence, killed on drop.
+    ///
+    /// Each instance is its own server, so tests never see each other's keys and may
+    /// run in parallel.
+    #[derive(Debug)]
+    pub struct RedisServer {
+        child: Child,
+        port: u16,
+    }
+
+    impl RedisServer {
+        /// Starts a server and waits until it answers PING.
+        ///
+        /// # Panics
+        /// If `redis-server` is not installed, or no server answers within 10 s.
+        pub fn start() -> Self {
+            let mut last_failure = String::new();
+            for _ in 0..PORT_ATTEMPTS {
+                let port = free_port();
+                match spawn_and_wait(port) {
+                    Ok(child) => return Self { child, port },
+                    Err(failure) => last_failure = failure,
+                }
+            }
+            panic!("redis-server did not start: {last_failure}");
+        }
+
+        /// The port the server listens on (on 127.0.0.1).
+        pub fn port(&self) -> u16 {
+            self.port
+        }
+
+        /// The server's URL, e.g. `redis://127.0.0.1:6379`.
+        pub fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}", self.port)
+        }
+
+        /// Kills the server and starts a new, empty one on the same port, returning
+        /// once it answers PING. Clients see their connections drop, as after a real
+        /// Redis restart.
+        ///
+        /// # Panics
+        /// If the new server does not start.
+        pub fn restart(&mut self) {
+            stop(&mut self.child);
+            let mut last_failure = String::new();
+            // The port is ours until just now, but its old sockets may linger briefly.
+            for _ in 0..PORT_ATTEMPTS {
+                match spawn_and_wait(self.port) {
+                    Ok(child) => {
+                        self.child = child;
+                        return;
+                    }
+                    Err(failure) => last_failure = failure,
+                }
+            }
+            panic!(
+                "redis-server did not restart on port {}: {last_failure}",
+                self.port
+            );
+        }
+    }
+
+    impl Drop for RedisServer {
+        fn drop(&mut self) {
+            stop(&mut self.child);
+        }
+    }
+
+    /// A port nobody listens on right now (the OS picks it; we release it at once).
+    fn free_port() -> u16 {
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|listener| listener.local_addr())
+            .expect("finding a free loopback port")
+            .port()
+    }
+
+    /// Starts `redis-server` on `port` and waits for PING. `Err` (with the reason)
+    /// when the server exits or stays silent, so the caller may try again.
+    fn spawn_and_wait(port: u16) -> Result<Child, String> {
+        let spawned = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            // No snapshots and no append-only file: nothing is written to disk, and a
+            // restart really starts empty.
+            .args(["--save", "", "--appendonly", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(err) if err.kind() == ErrorKind::NotFound => panic!(
+                "redis-server is not installed (needed by the Redis tests); \
+                 install it: apt-get install redis-server"
+            ),
+            Err(err) => panic!("starting redis-server: {err}"),
+        };
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                // Most likely the port was taken after all.
+                return Err(format!("redis-server on port {port} exited with {status}"));
+            }
+            if answers_ping(port) {
+                return Ok(child);
+            }
+            if Instant::now() > deadline {
+                stop(&mut child);
+                return Err(format!(
+                    "redis-server on port {port} did not answer PING within {STARTUP_TIMEOUT:?}"
+                ));
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Whether a Redis server on `port` answers `PING` with `+PONG`.
+    fn answers_ping(port: u16) -> bool {
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let Ok(mut stream) = TcpStream::connect_timeout(&address, Duration::from_millis(200))
+        else {
+            return false;
+        };
+        // A server that accepts but never answers must not hang the test.
+        if stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .is_err()
+            || stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err()
+        {
+            return false;
+        }
+        let expected = b"+PONG\r\n";
+        let mut reply = [0; 7];
+        stream.read_exact(&mut reply).is_ok() && &reply == expected
+    }
+
+    /// Kills the server (if still running) and reaps it, so no zombie or port is left.
+    fn stop(child: &mut Child) {
+        // An error means it has already exited; wait() reaps it either way.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }

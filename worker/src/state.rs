@@ -2,6 +2,7 @@
 //! the memory limiter. A store lives for exactly one event.
 
 use crate::kv::KeyValueStore;
+use crate::messaging::Publisher;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use wasmtime::ResourceLimiter;
@@ -14,13 +15,14 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 pub(crate) const GUEST_OUTPUT_BYTES: usize = 16 * 1024;
 
 /// Who is running: the facts host interfaces need to scope what a guest may touch.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct EventContext {
     pub tenant: Arc<str>,
     pub workflow: Arc<str>,
     pub function: Arc<str>,
     pub config: Arc<BTreeMap<String, String>>,
     pub kv: Arc<KeyValueStore>,
+    pub publisher: Option<Arc<dyn Publisher>>,
 }
 
 /// The `T` of every `Store<T>` the worker creates.

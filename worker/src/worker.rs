@@ -8,6 +8,7 @@ use crate::error::{LoadError, StartError};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
+use crate::messaging::Publisher;
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
 use faas_workflow::{Function, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +28,7 @@ pub struct Worker {
     linker: Linker<InstanceState>,
     cache: ComponentCache,
     kv: Arc<KeyValueStore>,
+    publisher: Option<Arc<dyn Publisher>>,
     config: WorkerConfig,
     _clock: EpochClock,
 }
@@ -49,6 +51,7 @@ impl Worker {
             linker,
             cache,
             kv: Arc::new(KeyValueStore::memory()),
+            publisher: None,
             config,
         })
     }
@@ -56,6 +59,12 @@ impl Worker {
     /// Uses `kv` as the key-value backend instead of a private in-memory store.
     pub fn with_key_value(mut self, kv: Arc<KeyValueStore>) -> Self {
         self.kv = kv;
+        self
+    }
+
+    /// Sends functions' outbound messages through `publisher`.
+    pub fn with_publisher(mut self, publisher: Arc<dyn Publisher>) -> Self {
+        self.publisher = Some(publisher);
         self
     }
 
@@ -183,6 +192,7 @@ impl Worker {
             function: function.name.clone(),
             config: function.config.clone(),
             kv: self.kv.clone(),
+            publisher: self.publisher.clone(),
         };
         let max_memory = function.limits.memory_mb as usize * (1 << 20);
         let mut store = Store::new(

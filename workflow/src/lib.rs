@@ -6,6 +6,11 @@
 //! branches), `[workflow]` limits a run, and an HTTP trigger may name the entry `step`
 //! instead of a `function` to start a run. Every v1 manifest is a valid v2 manifest.
 //!
+//! Runs may also be started by Redis: `[[triggers.redis]]` subscribes to a pub/sub
+//! channel (at most once, as in Spin) and `[[triggers.stream]]` reads a Redis stream
+//! through a consumer group (at least once, with a dead-letter stream); either passes the
+//! message payload to the entry step, see [`RedisTrigger`] and [`StreamTrigger`].
+//!
 //! [`Workflow::parse`] / [`Workflow::from_file`] turn the TOML into a validated
 //! [`Workflow`]; every problem comes back as a [`ManifestError`] naming the file, line,
 //! column and field. The [`Workflow`] types serialize to JSON for the trip between CLI,
@@ -44,8 +49,8 @@ mod validate;
 pub use error::{Diagnostic, ManifestError};
 pub use model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, OnFailure,
-    RetryPolicy, RunSettings, Step, TriggerTarget, Workflow,
+    RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TriggerTarget, Workflow,
 };
 pub use route::{Route, RouteError};
 pub use schema_type::{SchemaType, SchemaTypeError};
-pub use validate::{MAX_NAME_LEN, is_valid_name};
+pub use validate::{MAX_NAME_LEN, MAX_REDIS_NAME_LEN, is_valid_name, is_valid_redis_name};

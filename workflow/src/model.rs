@@ -40,6 +40,14 @@ pub struct Workflow {
     /// function or the entry step.
     #[serde(default)]
     pub http_triggers: Vec<HttpTrigger>,
+    /// `[[triggers.redis]]` in file order: Redis pub/sub channels whose messages start a
+    /// run at the entry step. Channels are unique.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redis_triggers: Vec<RedisTrigger>,
+    /// `[[triggers.stream]]` in file order: Redis Streams read through a consumer group,
+    /// whose messages start a run at the entry step. Each (stream, group) pair is unique.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stream_triggers: Vec<StreamTrigger>,
 }
 
 /// One `[functions.<name>]` entry.
@@ -137,6 +145,85 @@ impl fmt::Display for TriggerTarget {
             TriggerTarget::Function(name) => f.write_str(name),
             TriggerTarget::Step(name) => write!(f, "step {name}"),
         }
+    }
+}
+
+/// One `[[triggers.redis]]` entry: every message published on the Redis pub/sub
+/// `channel` starts a run at `step`, the entry step, with the message payload as its
+/// input.
+///
+/// Delivery is at most once, as in Spin: a message published while no worker is
+/// subscribed, or whose run fails, is lost. Use a [`StreamTrigger`] when messages must
+/// not be lost.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RedisTrigger {
+    /// The channel to subscribe to (`SUBSCRIBE`, not a pattern), as written; see
+    /// [`is_valid_redis_name`](crate::is_valid_redis_name).
+    pub channel: String,
+    /// The step the run starts at: the entry step.
+    pub step: String,
+}
+
+/// One `[[triggers.stream]]` entry: messages added to the Redis stream `stream` are read
+/// through the consumer group `group` (`XREADGROUP`), and each starts a run at `step`,
+/// the entry step, with the message payload as its input.
+///
+/// Delivery is at least once: a message is acknowledged only once its run succeeded, a
+/// consumer that dies leaves its messages pending until another one claims them after
+/// [`reclaim_idle_ms`](StreamTrigger::reclaim_idle_ms), and a message that failed
+/// [`max_deliveries`](StreamTrigger::max_deliveries) times is moved to the
+/// [`dead_letter`](StreamTrigger::dead_letter) stream instead of being tried again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StreamTrigger {
+    /// The stream key to read, as written; see
+    /// [`is_valid_redis_name`](crate::is_valid_redis_name).
+    pub stream: String,
+    /// The consumer group the workers read through; [`StreamTrigger::DEFAULT_GROUP`] when
+    /// not given.
+    pub group: String,
+    /// The step the run starts at: the entry step.
+    pub step: String,
+    /// Failed deliveries of one message before it goes to `dead_letter`, within
+    /// [`StreamTrigger::MAX_DELIVERIES`].
+    pub max_deliveries: u32,
+    /// The stream failed messages are moved to; never equal to `stream`. Defaults to
+    /// `<stream>:dead`, see [`StreamTrigger::default_dead_letter`].
+    pub dead_letter: String,
+    /// How long a message may stay pending (delivered but not acknowledged, e.g. by a
+    /// consumer that died) before another consumer claims it, in milliseconds, within
+    /// [`StreamTrigger::RECLAIM_IDLE_MS`].
+    pub reclaim_idle_ms: u64,
+    /// Most messages read by one `XREADGROUP`, within [`StreamTrigger::BATCH`].
+    pub batch: u32,
+}
+
+impl StreamTrigger {
+    /// `group` when not given.
+    pub const DEFAULT_GROUP: &'static str = "faas";
+    /// Accepted values of `max_deliveries`.
+    pub const MAX_DELIVERIES: RangeInclusive<u32> = 1..=100;
+    /// `max_deliveries` when not given.
+    pub const DEFAULT_MAX_DELIVERIES: u32 = 5;
+    /// What the default `dead_letter` appends to `stream`.
+    pub const DEAD_LETTER_SUFFIX: &'static str = ":dead";
+    /// Accepted values of `reclaim_idle_ms` (100 ms up to an hour).
+    pub const RECLAIM_IDLE_MS: RangeInclusive<u64> = 100..=3_600_000;
+    /// `reclaim_idle_ms` when not given (30 s).
+    pub const DEFAULT_RECLAIM_IDLE_MS: u64 = 30_000;
+    /// Accepted values of `batch`.
+    pub const BATCH: RangeInclusive<u32> = 1..=1024;
+    /// `batch` when not given.
+    pub const DEFAULT_BATCH: u32 = 16;
+
+    /// The `dead_letter` of a trigger on `stream` that does not name one:
+    /// `<stream>:dead`.
+    pub fn default_dead_letter(stream: &str) -> String {
+        format!("{stream}{}", StreamTrigger::DEAD_LETTER_SUFFIX)
+    }
+
+    /// `reclaim_idle_ms` as a duration.
+    pub fn reclaim_idle(&self) -> Duration {
+        Duration::from_millis(self.reclaim_idle_ms)
     }
 }
 

@@ -132,11 +132,15 @@ pub(crate) struct RawSettings {
 }
 
 /// `[triggers]`: one array per trigger type.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTriggers {
     #[serde(default)]
     pub http: Vec<Spanned<RawHttpTrigger>>,
+    #[serde(default)]
+    pub redis: Vec<Spanned<RawRedisTrigger>>,
+    #[serde(default)]
+    pub stream: Vec<Spanned<RawStreamTrigger>>,
 }
 
 /// `[[triggers.http]]`. `function` and `step` are both optional here so that the
@@ -147,4 +151,26 @@ pub(crate) struct RawHttpTrigger {
     pub route: Spanned<String>,
     pub function: Option<Spanned<String>>,
     pub step: Option<Spanned<String>>,
+}
+
+/// `[[triggers.redis]]`: a Redis pub/sub channel.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedisTrigger {
+    pub channel: Spanned<String>,
+    pub step: Spanned<String>,
+}
+
+/// `[[triggers.stream]]`: a Redis stream read through a consumer group. Ranges and
+/// defaults are applied by the validator.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStreamTrigger {
+    pub stream: Spanned<String>,
+    pub step: Spanned<String>,
+    pub group: Option<Spanned<String>>,
+    pub max_deliveries: Option<Spanned<u32>>,
+    pub dead_letter: Option<Spanned<String>>,
+    pub reclaim_idle_ms: Option<Spanned<u64>>,
+    pub batch: Option<Spanned<u32>>,
 }

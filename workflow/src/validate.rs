@@ -13,11 +13,12 @@ use toml::de::DeTable;
 use crate::error::{Diagnostic, Source};
 use crate::locate::{self, Segment};
 use crate::model::{
-    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, RetryPolicy,
-    RunSettings, Step, TriggerTarget, Workflow,
+    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, RedisTrigger,
+    RetryPolicy, RunSettings, Step, StreamTrigger, TriggerTarget, Workflow,
 };
 use crate::raw::{
-    RawEdge, RawFanOut, RawFunction, RawHttpTrigger, RawJoin, RawSettings, RawStep, RawWorkflow,
+    RawEdge, RawFanOut, RawFunction, RawHttpTrigger, RawJoin, RawRedisTrigger, RawSettings,
+    RawStep, RawStreamTrigger, RawWorkflow,
 };
 use crate::route::Route;
 use crate::schema_type::SchemaType;
@@ -34,6 +35,23 @@ pub fn is_valid_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// The longest Redis channel, stream or consumer group name accepted in a trigger, in
+/// characters.
+pub const MAX_REDIS_NAME_LEN: usize = 256;
+
+/// Whether `name` is a valid Redis channel, stream or consumer group name for a trigger:
+/// 1 to 256 characters, none of them whitespace or control characters.
+pub fn is_valid_redis_name(name: &str) -> bool {
+    let mut len = 0;
+    for c in name.chars() {
+        if c.is_whitespace() || c.is_control() {
+            return false;
+        }
+        len += 1;
+    }
+    (1..=MAX_REDIS_NAME_LEN).contains(&len)
 }
 
 pub(crate) fn parse(source: Source<'_>) -> Result<Workflow, Diagnostic> {
@@ -113,6 +131,8 @@ struct CheckedEdge {
 
 /// A trigger's `step`, kept for the entry-step check.
 struct StepTrigger {
+    /// The trigger's table under `[triggers]`: `http`, `redis` or `stream`.
+    table: &'static str,
     index: usize,
     span: Range<usize>,
     step: String,
@@ -139,8 +159,11 @@ impl<'a> Checker<'a> {
         let steps = self.steps(&functions, raw.steps.unwrap_or_default());
         let edges = self.edges(&steps, raw.edges);
         let settings = self.settings(raw.workflow);
-        let (http_triggers, step_triggers) =
-            self.http_triggers(&functions, &steps, raw.triggers.map(|t| t.http));
+        let triggers = raw.triggers.unwrap_or_default();
+        let (http_triggers, mut step_triggers) =
+            self.http_triggers(&functions, &steps, triggers.http);
+        let redis_triggers = self.redis_triggers(&steps, triggers.redis, &mut step_triggers);
+        let stream_triggers = self.stream_triggers(&steps, triggers.stream, &mut step_triggers);
 
         // The shape of the step graph is only judged once every edge is known to connect
         // two distinct, existing steps with at most one edge in and out of each: a typo
@@ -215,6 +238,8 @@ impl<'a> Checker<'a> {
             edges,
             settings,
             http_triggers,
+            redis_triggers,
+            stream_triggers,
         })
     }
 
@@ -636,11 +661,20 @@ impl<'a> Checker<'a> {
 
         let entry_step = &steps[entry];
         if let Some(input) = entry_step.input.as_ref().filter(|t| !t.is_builtin()) {
+            // Name what the triggers actually deliver; without any step trigger, runs
+            // are still started with an HTTP body as in v2.
+            let http = step_triggers.iter().any(|t| t.table == "http");
+            let redis = step_triggers.iter().any(|t| t.table != "http");
+            let receives = match (http, redis) {
+                (true, true) => "the HTTP request body and Redis message payloads",
+                (false, true) => "Redis message payloads",
+                _ => "the HTTP request body",
+            };
             self.error(
                 entry_step.input_span.clone(),
                 format!("{}.input", step_field(entry)),
                 format!(
-                    "the entry step receives the HTTP request body, so its input must be \
+                    "the entry step receives {receives}, so its input must be \
                      `bytes`, `text` or `json`, not `{input}`"
                 ),
             );
@@ -680,7 +714,7 @@ impl<'a> Checker<'a> {
             if trigger.step != entry {
                 self.error(
                     trigger.span.clone(),
-                    format!("triggers.http[{}].step", trigger.index),
+                    format!("triggers.{}[{}].step", trigger.table, trigger.index),
                     format!(
                         "runs start at the entry step `{entry}`, not `{}`",
                         trigger.step
@@ -696,13 +730,13 @@ impl<'a> Checker<'a> {
         &mut self,
         functions: &BTreeMap<String, (Range<usize>, Function)>,
         steps: &BTreeMap<String, CheckedStep>,
-        raw: Option<Vec<Spanned<RawHttpTrigger>>>,
+        raw: Vec<Spanned<RawHttpTrigger>>,
     ) -> (Vec<HttpTrigger>, Vec<StepTrigger>) {
         let mut triggers = Vec::new();
         let mut step_triggers = Vec::new();
         // Route -> line of its first definition, for the duplicate message.
         let mut seen: HashMap<Route, usize> = HashMap::new();
-        for (i, raw) in raw.unwrap_or_default().into_iter().enumerate() {
+        for (i, raw) in raw.into_iter().enumerate() {
             let field = format!("triggers.http[{i}]");
             let span = raw.span();
             let raw = raw.into_inner();
@@ -754,6 +788,7 @@ impl<'a> Checker<'a> {
                         );
                     }
                     step_triggers.push(StepTrigger {
+                        table: "http",
                         index: i,
                         span: step.span(),
                         step: name.clone(),
@@ -767,6 +802,184 @@ impl<'a> Checker<'a> {
             }
         }
         (triggers, step_triggers)
+    }
+
+    /// Checks each `[[triggers.redis]]`: a valid channel, not subscribed twice, and a
+    /// step; adds the steps to `step_triggers` for the entry-step check.
+    fn redis_triggers(
+        &mut self,
+        steps: &BTreeMap<String, CheckedStep>,
+        raw: Vec<Spanned<RawRedisTrigger>>,
+        step_triggers: &mut Vec<StepTrigger>,
+    ) -> Vec<RedisTrigger> {
+        let mut triggers = Vec::new();
+        // Channel -> line of its first definition, for the duplicate message.
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for (i, raw) in raw.into_iter().enumerate() {
+            let field = format!("triggers.redis[{i}]");
+            let raw = raw.into_inner();
+            let channel = &raw.channel;
+            self.redis_name(format!("{field}.channel"), "channel", channel);
+            if let Some(first) = seen.get(channel.get_ref()) {
+                self.error(
+                    channel.span(),
+                    format!("{field}.channel"),
+                    format!(
+                        "duplicate channel `{}` (first defined on line {first})",
+                        channel.get_ref()
+                    ),
+                );
+            } else {
+                let line = self.source.line_column(channel.span().start).0;
+                seen.insert(channel.get_ref().clone(), line);
+            }
+            self.message_trigger_step("redis", i, steps, &raw.step, step_triggers);
+            triggers.push(RedisTrigger {
+                channel: raw.channel.into_inner(),
+                step: raw.step.into_inner(),
+            });
+        }
+        triggers
+    }
+
+    /// Checks each `[[triggers.stream]]`: valid names, no (stream, group) pair read
+    /// twice, a dead-letter stream other than the stream itself, settings within range,
+    /// and a step; fills in the defaults and adds the steps to `step_triggers` for the
+    /// entry-step check.
+    fn stream_triggers(
+        &mut self,
+        steps: &BTreeMap<String, CheckedStep>,
+        raw: Vec<Spanned<RawStreamTrigger>>,
+        step_triggers: &mut Vec<StepTrigger>,
+    ) -> Vec<StreamTrigger> {
+        let mut triggers = Vec::new();
+        // (stream, group) -> line of its first definition, for the duplicate message.
+        let mut seen: HashMap<(String, String), usize> = HashMap::new();
+        for (i, raw) in raw.into_iter().enumerate() {
+            let field = format!("triggers.stream[{i}]");
+            let raw = raw.into_inner();
+            let stream = raw.stream.get_ref();
+            self.redis_name(format!("{field}.stream"), "stream", &raw.stream);
+            self.message_trigger_step("stream", i, steps, &raw.step, step_triggers);
+
+            let group = match &raw.group {
+                Some(group) => {
+                    self.redis_name(format!("{field}.group"), "consumer group", group);
+                    group.get_ref().clone()
+                }
+                None => StreamTrigger::DEFAULT_GROUP.to_owned(),
+            };
+            let key = (stream.clone(), group.clone());
+            if let Some(first) = seen.get(&key) {
+                // Point at the group if it is written: that is what must change.
+                let (span, key) = match &raw.group {
+                    Some(group) => (group.span(), "group"),
+                    None => (raw.stream.span(), "stream"),
+                };
+                self.error(
+                    span,
+                    format!("{field}.{key}"),
+                    format!(
+                        "duplicate stream `{stream}` with consumer group `{group}` (first \
+                         defined on line {first})"
+                    ),
+                );
+            } else {
+                let line = self.source.line_column(raw.stream.span().start).0;
+                seen.insert(key, line);
+            }
+
+            let mut max_deliveries = StreamTrigger::DEFAULT_MAX_DELIVERIES;
+            if let Some(value) = raw.max_deliveries {
+                let value_field = format!("{field}.max_deliveries");
+                self.in_range(value_field, &value, StreamTrigger::MAX_DELIVERIES);
+                max_deliveries = value.into_inner();
+            }
+
+            let dead_letter = match &raw.dead_letter {
+                Some(dead_letter) => {
+                    let dead_field = format!("{field}.dead_letter");
+                    self.redis_name(dead_field.clone(), "dead-letter stream", dead_letter);
+                    if dead_letter.get_ref() == stream {
+                        self.error(
+                            dead_letter.span(),
+                            dead_field,
+                            format!(
+                                "the dead-letter stream must differ from `stream` \
+                                 (`{stream}`), or failed messages would be read again"
+                            ),
+                        );
+                    }
+                    dead_letter.get_ref().clone()
+                }
+                None => StreamTrigger::default_dead_letter(stream),
+            };
+
+            let mut reclaim_idle_ms = StreamTrigger::DEFAULT_RECLAIM_IDLE_MS;
+            if let Some(value) = raw.reclaim_idle_ms {
+                let value_field = format!("{field}.reclaim_idle_ms");
+                self.in_range(value_field, &value, StreamTrigger::RECLAIM_IDLE_MS);
+                reclaim_idle_ms = value.into_inner();
+            }
+
+            let mut batch = StreamTrigger::DEFAULT_BATCH;
+            if let Some(value) = raw.batch {
+                self.in_range(format!("{field}.batch"), &value, StreamTrigger::BATCH);
+                batch = value.into_inner();
+            }
+
+            triggers.push(StreamTrigger {
+                stream: raw.stream.into_inner(),
+                group,
+                step: raw.step.into_inner(),
+                max_deliveries,
+                dead_letter,
+                reclaim_idle_ms,
+                batch,
+            });
+        }
+        triggers
+    }
+
+    /// Reports `name` (a channel, stream or group, as `what`) at `field` unless it is a
+    /// valid Redis name.
+    fn redis_name(&mut self, field: String, what: &str, name: &Spanned<String>) {
+        if !is_valid_redis_name(name.get_ref()) {
+            self.error(name.span(), field, invalid_redis_name(what, name.get_ref()));
+        }
+    }
+
+    /// The `step` of a Redis or Redis Streams trigger (`table`) number `index`: the
+    /// workflow must have steps, and this must be one of them. It is added to
+    /// `step_triggers` for the entry-step check.
+    fn message_trigger_step(
+        &mut self,
+        table: &'static str,
+        index: usize,
+        steps: &BTreeMap<String, CheckedStep>,
+        step: &Spanned<String>,
+        step_triggers: &mut Vec<StepTrigger>,
+    ) {
+        let field = format!("triggers.{table}[{index}].step");
+        let name = step.get_ref();
+        if steps.is_empty() {
+            self.error(
+                step.span(),
+                field,
+                format!(
+                    "a `[[triggers.{table}]]` trigger starts a workflow run, but the workflow \
+                     has no steps (`[steps.<name>]`)"
+                ),
+            );
+        } else if !steps.contains_key(name) {
+            self.error(step.span(), field, unknown("step", name, steps.keys()));
+        }
+        step_triggers.push(StepTrigger {
+            table,
+            index,
+            span: step.span(),
+            step: name.clone(),
+        });
     }
 
     /// A trigger's `function` must be an `http` function.
@@ -833,6 +1046,21 @@ where
     )
 }
 
+fn invalid_redis_name(what: &str, name: &str) -> String {
+    let rule = format!(
+        "use 1 to {MAX_REDIS_NAME_LEN} characters, none of them whitespace or control \
+         characters"
+    );
+    let len = name.chars().count();
+    if len > MAX_REDIS_NAME_LEN {
+        // Quoting hundreds of characters back would bury the message.
+        let start: String = name.chars().take(16).collect();
+        format!("invalid {what} name {start:?}... ({len} characters): {rule}")
+    } else {
+        format!("invalid {what} name {name:?}: {rule}")
+    }
+}
+
 fn invalid_name(name: &str) -> String {
     format!(
         "invalid name {name:?}: use 1 to {MAX_NAME_LEN} characters from a-z, 0-9 and `-`, \
@@ -843,6 +1071,31 @@ fn invalid_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redis_names_are_1_to_256_characters_without_whitespace_or_controls() {
+        for good in [
+            "a",
+            "sensors.raw",
+            "orders:dead",
+            "a/b*c",
+            "π",
+            &"é".repeat(256),
+        ] {
+            assert!(is_valid_redis_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "a\tb",
+            "a\nb",
+            "a\u{7}b",
+            "a\u{a0}b",
+            &"a".repeat(257),
+        ] {
+            assert!(!is_valid_redis_name(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn names_are_lowercase_alphanumerics_and_hyphens_starting_with_a_letter() {

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use faas_workflow::{
-    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, ManifestError,
-    OnFailure, RetryPolicy, Route, RunSettings, SchemaType, Step, TriggerTarget, Workflow,
+    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits,
+    MAX_REDIS_NAME_LEN, ManifestError, OnFailure, RedisTrigger, RetryPolicy, Route, RunSettings,
+    SchemaType, Step, StreamTrigger, TriggerTarget, Workflow, is_valid_redis_name,
 };
 
 fn parse(text: &str) -> Workflow {
@@ -56,6 +57,8 @@ fn a_manifest_with_every_field_parses_into_the_full_model() {
             route: Route::parse("/hello").unwrap(),
             target: function("hello"),
         }],
+        redis_triggers: Vec::new(),
+        stream_triggers: Vec::new(),
     };
     assert_eq!(wf, expected);
 }
@@ -696,4 +699,212 @@ fn retry_backoff_doubles_before_each_further_retry() {
     assert_eq!(retry.backoff_before(3), Duration::from_millis(80));
     // Saturates rather than overflowing.
     assert_eq!(retry.backoff_before(100), Duration::from_millis(u64::MAX));
+}
+
+#[test]
+fn redis_and_stream_triggers_parse_with_their_defaults_filled_in() {
+    let wf = Workflow::from_file(&good_dir().join("sensors.toml")).unwrap();
+    assert!(wf.http_triggers.is_empty());
+    assert_eq!(
+        wf.redis_triggers,
+        vec![
+            RedisTrigger {
+                channel: "sensors.raw".into(),
+                step: "collect".into(),
+            },
+            RedisTrigger {
+                channel: "sensors:backfill/π".into(),
+                step: "collect".into(),
+            },
+        ]
+    );
+    assert_eq!(
+        wf.stream_triggers,
+        vec![
+            StreamTrigger {
+                stream: "orders".into(),
+                group: "faas".into(),
+                step: "collect".into(),
+                max_deliveries: 5,
+                dead_letter: "orders:dead".into(),
+                reclaim_idle_ms: 30_000,
+                batch: 16,
+            },
+            StreamTrigger {
+                stream: "orders".into(),
+                group: "audit".into(),
+                step: "collect".into(),
+                max_deliveries: 100,
+                dead_letter: "orders:audit:dead".into(),
+                reclaim_idle_ms: 100,
+                batch: 1024,
+            },
+        ]
+    );
+    assert_eq!(wf.entry_step(), Some("collect"));
+}
+
+#[test]
+fn stream_trigger_defaults_are_the_documented_constants() {
+    assert_eq!(StreamTrigger::DEFAULT_GROUP, "faas");
+    assert_eq!(StreamTrigger::DEFAULT_MAX_DELIVERIES, 5);
+    assert_eq!(StreamTrigger::DEFAULT_RECLAIM_IDLE_MS, 30_000);
+    assert_eq!(StreamTrigger::DEFAULT_BATCH, 16);
+    assert_eq!(StreamTrigger::MAX_DELIVERIES, 1..=100);
+    assert_eq!(StreamTrigger::RECLAIM_IDLE_MS, 100..=3_600_000);
+    assert_eq!(StreamTrigger::BATCH, 1..=1024);
+    assert_eq!(
+        StreamTrigger::default_dead_letter("orders"),
+        "orders:dead".to_owned()
+    );
+    let wf = Workflow::from_file(&good_dir().join("sensors.toml")).unwrap();
+    assert_eq!(
+        wf.stream_triggers[0].reclaim_idle(),
+        Duration::from_secs(30)
+    );
+}
+
+#[test]
+fn a_step_may_be_started_by_http_redis_and_stream_triggers_at_once() {
+    let wf = parse(
+        r#"
+        name = "echo"
+        tenant = "demo"
+        [functions.echo]
+        component = "echo.wasm"
+        kind = "step"
+        [steps.echo]
+        function = "echo"
+        input = "bytes"
+        output = "bytes"
+        [[triggers.http]]
+        route = "/echo"
+        step = "echo"
+        [[triggers.redis]]
+        channel = "echo"
+        step = "echo"
+        [[triggers.stream]]
+        stream = "echo"
+        step = "echo"
+        dead_letter = "echo-failed"
+        "#,
+    );
+    assert_eq!(wf.redis_triggers[0].channel, "echo");
+    assert_eq!(wf.stream_triggers[0].dead_letter, "echo-failed");
+}
+
+#[test]
+fn redis_names_may_be_256_characters_of_anything_but_whitespace_and_controls() {
+    let long = "é".repeat(256);
+    let wf = parse(&format!(
+        r#"
+        name = "echo"
+        tenant = "demo"
+        [functions.echo]
+        component = "echo.wasm"
+        kind = "step"
+        [steps.echo]
+        function = "echo"
+        input = "bytes"
+        output = "bytes"
+        [[triggers.redis]]
+        channel = "{long}"
+        step = "echo"
+        [[triggers.stream]]
+        stream = "{long}"
+        group = "{long}"
+        step = "echo"
+        "#
+    ));
+    assert_eq!(wf.redis_triggers[0].channel, long);
+    // The default dead-letter stream may be longer than a name written in the file.
+    assert_eq!(wf.stream_triggers[0].dead_letter, format!("{long}:dead"));
+    assert!(is_valid_redis_name(&long));
+    assert!(!is_valid_redis_name(&format!("{long}x")));
+    assert_eq!(MAX_REDIS_NAME_LEN, 256);
+}
+
+#[test]
+fn redis_and_stream_triggers_round_trip_through_json_and_are_absent_when_empty() {
+    let wf = Workflow::from_file(&good_dir().join("sensors.toml")).unwrap();
+    let json = serde_json::to_value(&wf).unwrap();
+    assert_eq!(
+        json["redis_triggers"][0],
+        serde_json::json!({"channel": "sensors.raw", "step": "collect"})
+    );
+    assert_eq!(
+        json["stream_triggers"][0],
+        serde_json::json!({
+            "stream": "orders",
+            "group": "faas",
+            "step": "collect",
+            "max_deliveries": 5,
+            "dead_letter": "orders:dead",
+            "reclaim_idle_ms": 30000,
+            "batch": 16,
+        })
+    );
+    let back: Workflow = serde_json::from_value(json).unwrap();
+    assert_eq!(back, wf);
+
+    // Workflows without them serialize exactly as before, and such JSON still loads.
+    let v1 = Workflow::from_file(&good_dir().join("hello.toml")).unwrap();
+    let json = serde_json::to_value(&v1).unwrap();
+    assert!(json.get("redis_triggers").is_none());
+    assert!(json.get("stream_triggers").is_none());
+    let back: Workflow = serde_json::from_value(json).unwrap();
+    assert_eq!(back, v1);
+}
+
+#[test]
+fn an_http_function_is_still_unused_when_only_redis_triggers_start_runs() {
+    let err = parse_err(
+        r#"
+        name = "echo"
+        tenant = "demo"
+        [functions.echo]
+        component = "echo.wasm"
+        kind = "step"
+        [functions.web]
+        component = "web.wasm"
+        [steps.echo]
+        function = "echo"
+        input = "bytes"
+        output = "bytes"
+        [[triggers.redis]]
+        channel = "echo"
+        step = "echo"
+        "#,
+    );
+    assert_eq!(err.field(), "functions.web");
+    assert_eq!(err.message(), "function `web` is not used by any trigger");
+}
+
+#[test]
+fn the_entry_input_rule_names_every_kind_of_payload_the_triggers_deliver() {
+    let err = parse_err(
+        r#"
+        name = "echo"
+        tenant = "demo"
+        [functions.echo]
+        component = "echo.wasm"
+        kind = "step"
+        [steps.echo]
+        function = "echo"
+        input = "echo.km:Msg"
+        output = "bytes"
+        [[triggers.stream]]
+        stream = "echo"
+        step = "echo"
+        [[triggers.http]]
+        route = "/echo"
+        step = "echo"
+        "#,
+    );
+    assert_eq!(err.field(), "steps.echo.input");
+    assert_eq!(
+        err.message(),
+        "the entry step receives the HTTP request body and Redis message payloads, so its \
+         input must be `bytes`, `text` or `json`, not `echo.km:Msg`"
+    );
 }

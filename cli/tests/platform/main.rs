@@ -8,5 +8,6 @@ mod deploy;
 mod limits;
 mod manifest;
 mod placement;
+mod redis;
 mod server;
 mod workflows;

@@ -26,7 +26,10 @@ fn work(payload: &[u8]) -> Vec<u8> {
 fn sink(digests: &[u8]) -> String {
     let combined = Sha256::digest(digests);
     let hex: String = combined.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("{{\"branches\":{},\"digest\":\"{hex}\"}}", digests.len() / 32)
+    format!(
+        "{{\"branches\":{},\"digest\":\"{hex}\"}}",
+        digests.len() / 32
+    )
 }
 
 #[faas_sdk::step]

@@ -34,6 +34,7 @@ pub mod config;
 pub mod http;
 pub mod key_value;
 pub mod log;
+pub mod messaging;
 pub mod step;
 
 /// Marks `fn(Request) -> impl IntoResponse` as the component's HTTP handler.

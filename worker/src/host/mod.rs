@@ -4,6 +4,7 @@
 mod config;
 mod key_value;
 mod log;
+mod messaging;
 mod region;
 
 pub use region::Region;
@@ -26,7 +27,7 @@ mod bindings {
 }
 
 pub(crate) use bindings::StepFunctionPre;
-pub(crate) use bindings::exports::faas::platform::handler::Context as StepContext;
+pub(crate) use bindings::exports::faas::platform::handler::{Context as StepContext, MessageInfo};
 pub(crate) use bindings::faas::platform;
 
 /// Registers WASI 0.2, `wasi:http` and every platform interface.

@@ -5,6 +5,7 @@ use super::step::{Position, run_step};
 use super::{RunError, RunOutcome};
 use crate::function::LoadedWorkflow;
 use crate::host::Region;
+use crate::messaging::TriggerMessage;
 use crate::worker::Worker;
 use faas_workflow::{Edge, EdgeMode, FanOut, JoinPolicy, OnFailure};
 use std::sync::Arc;
@@ -17,6 +18,8 @@ pub(crate) struct RunShared {
     pub worker: Arc<Worker>,
     pub workflow: Arc<LoadedWorkflow>,
     pub run_id: String,
+    /// The message that started the run, if a Redis trigger did.
+    pub message: Option<TriggerMessage>,
     pub recorder: Recorder,
     /// Bounds how many step instances of this run exist at once.
     pub concurrency: Semaphore,
@@ -27,11 +30,13 @@ pub(crate) async fn run(
     worker: Arc<Worker>,
     workflow: Arc<LoadedWorkflow>,
     input: Region,
+    message: Option<TriggerMessage>,
 ) -> RunOutcome {
     let settings = workflow.manifest().settings;
     let run = Arc::new(RunShared {
         worker,
         run_id: new_run_id(),
+        message,
         recorder: Recorder::default(),
         concurrency: Semaphore::new(settings.concurrency.max(1) as usize),
         workflow,

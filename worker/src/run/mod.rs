@@ -17,6 +17,7 @@ pub use record::{RunRecord, RunStatus, StepRecord};
 use crate::error::InvokeError;
 use crate::function::LoadedWorkflow;
 use crate::host::Region;
+use crate::messaging::TriggerMessage;
 use crate::worker::Worker;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,6 +116,17 @@ impl Worker {
         workflow: &Arc<LoadedWorkflow>,
         input: Region,
     ) -> RunOutcome {
-        chain::run(self.clone(), workflow.clone(), input).await
+        chain::run(self.clone(), workflow.clone(), input, None).await
+    }
+
+    /// Like [`Worker::run_workflow`], for a run started by `message` (every step sees
+    /// its source, id and delivery count).
+    pub async fn run_workflow_for_message(
+        self: &Arc<Self>,
+        workflow: &Arc<LoadedWorkflow>,
+        input: Region,
+        message: TriggerMessage,
+    ) -> RunOutcome {
+        chain::run(self.clone(), workflow.clone(), input, Some(message)).await
     }
 }

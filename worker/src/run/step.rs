@@ -5,7 +5,7 @@ use super::record::StepRecord;
 use super::{RunError, StepFailure};
 use crate::failure::{Failure, classify};
 use crate::function::{Entry, LoadedFunction};
-use crate::host::{Region, StepContext};
+use crate::host::{MessageInfo, Region, StepContext};
 use crate::run::chain::RunShared;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,6 +52,11 @@ pub(crate) async fn run_step(
             attempt,
             branch: position.branch,
             branches: position.branches,
+            message: run.message.as_ref().map(|message| MessageInfo {
+                source: message.source.clone(),
+                id: message.id.clone(),
+                delivery_count: message.delivery_count,
+            }),
         };
         let span = tracing::info_span!(
             "step",

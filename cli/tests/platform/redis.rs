@@ -1,0 +1,220 @@
+//! Redis triggers and Redis state with a real redis-server: pub/sub starts runs,
+//! streams deliver at least once with acknowledgement, reclaim and dead-lettering,
+//! and the platform rides out a Redis restart.
+
+use crate::support::Platform;
+use faas_testing::RedisServer;
+use redis::Commands;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn platform_with(redis: &RedisServer) -> Platform {
+    Platform::start_with(&["--no-demo", "--redis", &redis.url()])
+}
+
+/// A workflow of one `relay` step that appends `source|id|deliveries|payload` to
+/// `<name>:out`, started by `triggers` (TOML).
+fn relay_manifest(dir: &std::path::Path, name: &str, triggers: &str) -> PathBuf {
+    let text = format!(
+        "name = \"{name}\"\ntenant = \"t\"\n\n[functions.relay]\ncomponent = \"{}\"\nkind = \"step\"\nconfig = {{ out = \"{name}:out\" }}\n\n\
+         [steps.relay]\nfunction = \"relay\"\ninput = \"bytes\"\noutput = \"text\"\n\n{triggers}\n",
+        faas_testing::component_path("relay").display()
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn connect(redis: &RedisServer) -> redis::Connection {
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// The `payload` fields of `stream`'s entries, once there are at least `count` of
+/// them (within `patience`).
+fn payloads(redis: &RedisServer, stream: &str, count: usize, patience: Duration) -> Vec<String> {
+    let deadline = Instant::now() + patience;
+    loop {
+        let found = connect(redis)
+            .xrange_all::<_, redis::streams::StreamRangeReply>(stream)
+            .map(|reply| {
+                reply
+                    .ids
+                    .iter()
+                    .map(|entry| entry.get::<String>("payload").unwrap_or_default())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        if found.len() >= count {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{stream} has {} of {count} entries after {patience:?}: {found:?}",
+            found.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn xadd(redis: &RedisServer, stream: &str, payload: &str) -> String {
+    connect(redis)
+        .xadd(stream, "*", &[("payload", payload)])
+        .unwrap()
+}
+
+fn pending(redis: &RedisServer, stream: &str, group: &str) -> usize {
+    let reply: redis::streams::StreamPendingReply = connect(redis).xpending(stream, group).unwrap();
+    reply.count()
+}
+
+#[test]
+fn a_pubsub_message_starts_a_run_with_its_payload() {
+    let redis = RedisServer::start();
+    let platform = platform_with(&redis);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.redis]]\nchannel = \"news\"\nstep = \"relay\"\n";
+    platform.deploy(&relay_manifest(dir.path(), "pubsub", triggers));
+    // Pub/sub is at-most-once: publish until the trigger's subscription receives it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let receivers: i64 = connect(&redis).publish("news", "hello").unwrap();
+        if receivers > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nobody subscribed to `news`");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = payloads(&redis, "pubsub:out", 1, Duration::from_secs(20));
+    assert_eq!(out, vec!["news||1|hello"]);
+    let runs = platform.faas(&["runs", "pubsub", "--output", "json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs["runs"][0]["status"], "succeeded");
+}
+
+#[test]
+fn every_stream_entry_is_processed_and_acknowledged_including_those_before_the_deploy() {
+    let redis = RedisServer::start();
+    let platform = platform_with(&redis);
+    for i in 0..100 {
+        xadd(&redis, "orders", &format!("early-{i}"));
+    }
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\n";
+    platform.deploy(&relay_manifest(dir.path(), "orders", triggers));
+    for i in 0..100 {
+        xadd(&redis, "orders", &format!("late-{i}"));
+    }
+    let out = payloads(&redis, "orders:out", 200, Duration::from_secs(60));
+    let mut seen: Vec<String> = out
+        .iter()
+        .map(|line| line.rsplit('|').next().unwrap().to_owned())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    let mut expected: Vec<String> = (0..100)
+        .flat_map(|i| [format!("early-{i}"), format!("late-{i}")])
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected, "every entry processed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pending(&redis, "orders", "faas") > 0 {
+        assert!(Instant::now() < deadline, "entries left unacknowledged");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_failed_delivery_is_redelivered_with_its_id_and_delivery_count() {
+    let redis = RedisServer::start();
+    let platform = platform_with(&redis);
+    let dir = faas_testing::temp_dir();
+    let triggers =
+        "[[triggers.stream]]\nstream = \"jobs\"\nstep = \"relay\"\nreclaim_idle_ms = 200\n";
+    platform.deploy(&relay_manifest(dir.path(), "jobs", triggers));
+    let id = xadd(&redis, "jobs", "fail-once-7");
+    let out = payloads(&redis, "jobs:out", 1, Duration::from_secs(30));
+    assert_eq!(out, vec![format!("jobs|{id}|2|fail-once-7")]);
+}
+
+#[test]
+fn a_message_that_keeps_failing_ends_in_the_dead_letter_stream() {
+    let redis = RedisServer::start();
+    let platform = platform_with(&redis);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.stream]]\nstream = \"tasks\"\nstep = \"relay\"\nmax_deliveries = 2\nreclaim_idle_ms = 100\n";
+    platform.deploy(&relay_manifest(dir.path(), "tasks", triggers));
+    let id = xadd(&redis, "tasks", "poison-pill");
+    xadd(&redis, "tasks", "fine");
+    let dead: redis::streams::StreamRangeReply = {
+        payloads(&redis, "tasks:dead", 1, Duration::from_secs(30));
+        connect(&redis).xrange_all("tasks:dead").unwrap()
+    };
+    let entry = &dead.ids[0];
+    assert_eq!(entry.get::<String>("payload").unwrap(), "poison-pill");
+    assert_eq!(entry.get::<String>("source_id").unwrap(), id);
+    assert_eq!(entry.get::<String>("deliveries").unwrap(), "2");
+    assert!(
+        entry
+            .get::<String>("error")
+            .unwrap()
+            .contains("poisoned message")
+    );
+    assert_eq!(
+        payloads(&redis, "tasks:out", 1, Duration::from_secs(10)).len(),
+        1
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pending(&redis, "tasks", "faas") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the poison message was not acknowledged"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_platform_carries_on_after_redis_restarts() {
+    let mut redis = RedisServer::start();
+    let platform = platform_with(&redis);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.stream]]\nstream = \"events\"\nstep = \"relay\"\n";
+    platform.deploy(&relay_manifest(dir.path(), "events", triggers));
+    xadd(&redis, "events", "before");
+    payloads(&redis, "events:out", 1, Duration::from_secs(20));
+    // No persistence: the restarted server is empty, the group included.
+    redis.restart();
+    xadd(&redis, "events", "after");
+    let out = payloads(&redis, "events:out", 1, Duration::from_secs(30));
+    assert!(out[0].ends_with("|after"), "{out:?}");
+}
+
+#[test]
+fn key_value_state_lives_in_redis_when_configured() {
+    let redis = RedisServer::start();
+    let platform = platform_with(&redis);
+    platform.deploy(&crate::support::repo("functions/kv-counter/workflow.toml"));
+    assert_eq!(platform.post("/counter/visits", "5").text().unwrap(), "5\n");
+    let stored: String = connect(&redis)
+        .get("faas:kv:4:demo:counter:visits")
+        .unwrap();
+    assert_eq!(stored, "5");
+}
+
+#[test]
+fn redis_triggers_are_refused_without_redis() {
+    let platform = Platform::start();
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.stream]]\nstream = \"s\"\nstep = \"relay\"\n";
+    let manifest = relay_manifest(dir.path(), "needs-redis", triggers);
+    let output = platform.faas(&["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("runs without Redis (start it with --redis <url>)"),
+        "{stderr}"
+    );
+}

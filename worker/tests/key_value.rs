@@ -1,0 +1,312 @@
+//! The key-value contract, checked against every backend.
+//!
+//! Functions must not be able to tell which backend they run on, so each behaviour
+//! below is written once, as an async function taking `&KeyValueStore`, and run
+//! against a fresh in-memory store (`memory::*`) and a fresh store on a real
+//! `redis-server` (`redis::*`). Redis-only behaviour (reconnecting, connection
+//! errors, key layout) follows at the end.
+
+use faas_testing::RedisServer;
+use faas_worker::kv::{KeyValueStore, KvError, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Generates, for each named check, one test on the in-memory backend and one on the
+/// Redis backend (each with its own server, so tests can run in parallel).
+macro_rules! on_every_backend {
+    ($($check:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::$check(&faas_worker::KeyValueStore::memory()).await;
+                }
+            )*
+        }
+
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let server = faas_testing::RedisServer::start();
+                    super::$check(&super::redis_store(&server).await).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    set_get_and_delete,
+    a_missing_key_is_none,
+    tenants_never_see_each_others_keys,
+    increment_counts_from_zero_and_accumulates,
+    increment_refuses_values_that_are_not_integers,
+    increment_refuses_to_overflow,
+    oversized_keys_and_values_are_refused,
+    binary_values_round_trip,
+);
+
+/// A store on `server`.
+async fn redis_store(server: &RedisServer) -> KeyValueStore {
+    KeyValueStore::redis(&server.url())
+        .await
+        .expect("connecting to the test redis-server")
+}
+
+async fn set_get_and_delete(store: &KeyValueStore) {
+    store.set("t", "k", b"one".to_vec()).await.unwrap();
+    assert_eq!(store.get("t", "k").await.unwrap(), Some(b"one".to_vec()));
+    store.set("t", "k", b"two".to_vec()).await.unwrap();
+    assert_eq!(store.get("t", "k").await.unwrap(), Some(b"two".to_vec()));
+    store.delete("t", "k").await.unwrap();
+    assert_eq!(store.get("t", "k").await.unwrap(), None);
+    // Deleting what is not there is not an error: deletes are idempotent.
+    store.delete("t", "k").await.unwrap();
+    store.delete("t", "never-set").await.unwrap();
+}
+
+async fn a_missing_key_is_none(store: &KeyValueStore) {
+    assert_eq!(store.get("t", "missing").await.unwrap(), None);
+    assert_eq!(store.get("", "").await.unwrap(), None);
+}
+
+async fn tenants_never_see_each_others_keys(store: &KeyValueStore) {
+    store.set("a", "k", b"from a".to_vec()).await.unwrap();
+    assert_eq!(store.get("b", "k").await.unwrap(), None);
+    store.set("b", "k", b"from b".to_vec()).await.unwrap();
+    assert_eq!(store.get("a", "k").await.unwrap(), Some(b"from a".to_vec()));
+    assert_eq!(store.get("b", "k").await.unwrap(), Some(b"from b".to_vec()));
+
+    store.delete("a", "k").await.unwrap();
+    assert_eq!(store.get("b", "k").await.unwrap(), Some(b"from b".to_vec()));
+
+    assert_eq!(store.increment("a", "n", 1).await.unwrap(), 1);
+    assert_eq!(store.increment("b", "n", 10).await.unwrap(), 10);
+    assert_eq!(store.increment("a", "n", 1).await.unwrap(), 2);
+
+    // Separators inside names must not let one tenant reach another's key.
+    store.set("x:y", "z", b"x:y's".to_vec()).await.unwrap();
+    assert_eq!(store.get("x", "y:z").await.unwrap(), None);
+    store.set("1:x", "y", b"1:x's".to_vec()).await.unwrap();
+    assert_eq!(store.get("1", "x:y").await.unwrap(), None);
+    assert_eq!(
+        store.get("x:y", "z").await.unwrap(),
+        Some(b"x:y's".to_vec())
+    );
+}
+
+async fn increment_counts_from_zero_and_accumulates(store: &KeyValueStore) {
+    assert_eq!(store.increment("t", "n", 2).await.unwrap(), 2);
+    assert_eq!(store.increment("t", "n", 3).await.unwrap(), 5);
+    assert_eq!(store.increment("t", "n", -10).await.unwrap(), -5);
+    assert_eq!(store.increment("t", "n", 0).await.unwrap(), -5);
+    // Counters are stored as decimal text, readable with get and writable with set.
+    assert_eq!(store.get("t", "n").await.unwrap(), Some(b"-5".to_vec()));
+    store.set("t", "m", b"41".to_vec()).await.unwrap();
+    assert_eq!(store.increment("t", "m", 1).await.unwrap(), 42);
+    assert_eq!(store.increment("t", "zero", 0).await.unwrap(), 0);
+    assert_eq!(store.get("t", "zero").await.unwrap(), Some(b"0".to_vec()));
+}
+
+async fn increment_refuses_values_that_are_not_integers(store: &KeyValueStore) {
+    // Only the canonical decimal spelling of an i64 counts (what Redis's INCRBY takes).
+    let not_integers: [&[u8]; 9] = [
+        b"text",
+        b"",
+        b"1.5",
+        b"+1",
+        b"007",
+        b"-0",
+        b" 1",
+        b"\xff",
+        b"9223372036854775808",
+    ];
+    for value in not_integers {
+        store.set("t", "s", value.to_vec()).await.unwrap();
+        assert_eq!(
+            store.increment("t", "s", 1).await,
+            Err(KvError::Store("value of `s` is not an integer".into())),
+            "{:?}",
+            String::from_utf8_lossy(value)
+        );
+        // A refused increment leaves the value alone.
+        assert_eq!(store.get("t", "s").await.unwrap(), Some(value.to_vec()));
+    }
+}
+
+async fn increment_refuses_to_overflow(store: &KeyValueStore) {
+    store
+        .set("t", "max", i64::MAX.to_string().into_bytes())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.increment("t", "max", 1).await,
+        Err(KvError::Store("`max` would overflow".into()))
+    );
+    assert_eq!(
+        store.get("t", "max").await.unwrap(),
+        Some(i64::MAX.to_string().into_bytes())
+    );
+    assert_eq!(
+        store.increment("t", "min", i64::MIN).await.unwrap(),
+        i64::MIN
+    );
+    assert_eq!(
+        store.increment("t", "min", -1).await,
+        Err(KvError::Store("`min` would overflow".into()))
+    );
+}
+
+async fn oversized_keys_and_values_are_refused(store: &KeyValueStore) {
+    let long_key = "k".repeat(MAX_KEY_BYTES + 1);
+    let too_long = KvError::TooLarge(format!(
+        "key of {} bytes exceeds the limit of {MAX_KEY_BYTES}",
+        MAX_KEY_BYTES + 1
+    ));
+    assert_eq!(store.get("t", &long_key).await.unwrap_err(), too_long);
+    assert_eq!(
+        store.set("t", &long_key, b"v".to_vec()).await.unwrap_err(),
+        too_long
+    );
+    assert_eq!(store.delete("t", &long_key).await.unwrap_err(), too_long);
+    assert_eq!(
+        store.increment("t", &long_key, 1).await.unwrap_err(),
+        too_long
+    );
+
+    let big = vec![7; MAX_VALUE_BYTES + 1];
+    assert_eq!(
+        store.set("t", "k", big).await,
+        Err(KvError::TooLarge(format!(
+            "value of {} bytes exceeds the limit of {MAX_VALUE_BYTES}",
+            MAX_VALUE_BYTES + 1
+        )))
+    );
+    assert_eq!(store.get("t", "k").await.unwrap(), None);
+
+    // Exactly at the limits is fine.
+    let longest_key = "k".repeat(MAX_KEY_BYTES);
+    let largest = vec![7; MAX_VALUE_BYTES];
+    store.set("t", &longest_key, largest.clone()).await.unwrap();
+    assert_eq!(store.get("t", &longest_key).await.unwrap(), Some(largest));
+}
+
+async fn binary_values_round_trip(store: &KeyValueStore) {
+    let every_byte: Vec<u8> = (0..=255).collect();
+    store.set("t", "bytes", every_byte.clone()).await.unwrap();
+    assert_eq!(store.get("t", "bytes").await.unwrap(), Some(every_byte));
+    let reversed: Vec<u8> = (0..=255).rev().collect();
+    store.set("t", "bytes", reversed.clone()).await.unwrap();
+    assert_eq!(store.get("t", "bytes").await.unwrap(), Some(reversed));
+    // An empty value is a value, not a missing key.
+    store.set("t", "empty", Vec::new()).await.unwrap();
+    assert_eq!(store.get("t", "empty").await.unwrap(), Some(Vec::new()));
+    // Keys are UTF-8 of any kind, including the protocol's own delimiters.
+    store.set("t", "ключ \r\n*$", b"v".to_vec()).await.unwrap();
+    assert_eq!(
+        store.get("t", "ключ \r\n*$").await.unwrap(),
+        Some(b"v".to_vec())
+    );
+}
+
+#[tokio::test]
+async fn redis_store_reconnects_by_itself_after_a_restart() {
+    let mut server = RedisServer::start();
+    let store = redis_store(&server).await;
+    store.set("t", "before", b"1".to_vec()).await.unwrap();
+
+    server.restart();
+
+    // The first operation after the restart may fail while the connection manager
+    // notices the dropped connection; it must recover without help, quickly.
+    let mut failures = Vec::new();
+    let mut result = store.set("t", "after", b"2".to_vec()).await;
+    for _ in 0..40 {
+        match result {
+            Ok(()) => break,
+            Err(err) => failures.push(err),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        result = store.set("t", "after", b"2".to_vec()).await;
+    }
+    result.unwrap_or_else(|err| panic!("no reconnect within 2 s: {err} (before: {failures:?})"));
+    for failure in &failures {
+        assert!(
+            matches!(failure, KvError::Store(message) if message.contains("SET")),
+            "{failure:?}"
+        );
+    }
+    assert_eq!(store.get("t", "after").await.unwrap(), Some(b"2".to_vec()));
+    // The new server started empty, so this really is a new connection.
+    assert_eq!(store.get("t", "before").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn redis_errors_are_store_errors_naming_the_operation() {
+    let server = RedisServer::start();
+    let store = redis_store(&server).await;
+    drop(server);
+    match store.get("t", "k").await {
+        Err(KvError::Store(message)) => assert!(message.contains("GET"), "{message}"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    match store.increment("t", "n", 1).await {
+        Err(KvError::Store(message)) => assert!(message.contains("INCRBY"), "{message}"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn connecting_to_no_server_fails_naming_the_url() {
+    // A port that was free a moment ago: nothing answers there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    match KeyValueStore::redis(&url).await {
+        Err(KvError::Store(message)) => assert!(message.contains(&url), "{message}"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    match KeyValueStore::redis("not a url").await {
+        Err(KvError::Store(message)) => assert!(message.contains("invalid Redis URL"), "{message}"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn redis_keys_are_laid_out_per_tenant_under_one_prefix() {
+    let server = RedisServer::start();
+    let store = redis_store(&server).await;
+    store.set("acme", "hits", b"1".to_vec()).await.unwrap();
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(keys, ["faas:kv:4:acme:hits"]);
+}
+
+#[tokio::test]
+async fn concurrent_increments_from_two_processes_never_lose_an_update() {
+    let server = RedisServer::start();
+    // Two stores on one server stand for two platform processes sharing Redis.
+    let stores = [
+        Arc::new(redis_store(&server).await),
+        Arc::new(redis_store(&server).await),
+    ];
+    let mut tasks = tokio::task::JoinSet::new();
+    for round in 0..200 {
+        let store = stores[round % 2].clone();
+        tasks.spawn(async move { store.increment("t", "n", 1).await.unwrap() });
+    }
+    tasks.join_all().await;
+    assert_eq!(
+        stores[0].get("t", "n").await.unwrap(),
+        Some(b"200".to_vec())
+    );
+}
