@@ -213,5 +213,17 @@ pub fn copy_manifest(dir: &Path, manifest: &str, replacements: &[(&str, &str)]) 
     }
     let path = dir.join(format!("manifest-{}.toml", unique()));
     std::fs::write(&path, text).expect("writing a manifest");
+    // The Karmem schemas the manifest names live beside it.
+    let source_dir = repo(manifest)
+        .parent()
+        .expect("a manifest has a folder")
+        .to_owned();
+    for entry in std::fs::read_dir(source_dir).expect("reading the manifest's folder") {
+        let schema = entry.expect("a folder entry").path();
+        if schema.extension().is_some_and(|ext| ext == "km") {
+            std::fs::copy(&schema, dir.join(schema.file_name().expect("a file name")))
+                .expect("copying a schema");
+        }
+    }
     path
 }
