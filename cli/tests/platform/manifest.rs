@@ -16,6 +16,22 @@ route = "/hello"
 function = "hello"
 "#;
 
+/// Deploys `manifest` with `component` as function `hello` through the raw admin API,
+/// bypassing the CLI's own checks.
+fn upload(platform: &Platform, manifest: &str, component: &[u8]) -> reqwest::blocking::Response {
+    let body = serde_json::json!({
+        "file_name": "workflow.toml",
+        "manifest": manifest,
+        "components": {"hello": BASE64.encode(component)},
+    });
+    client()
+        .post(platform.at("/admin/v1/workflows"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .unwrap()
+}
+
 #[test]
 fn the_cli_reports_a_bad_workflow_toml_with_its_line_and_field() {
     let platform = Platform::start();
@@ -38,17 +54,7 @@ fn the_api_reports_a_bad_workflow_toml_with_its_line_and_field() {
     let manifest = BAD_FIELD
         .replace("colour = \"blue\"\n", "")
         .replace("function = \"hello\"", "function = \"helo\"");
-    let upload = serde_json::json!({
-        "file_name": "workflow.toml",
-        "manifest": manifest,
-        "components": {"hello": BASE64.encode(faas_testing::component("hello"))},
-    });
-    let response = client()
-        .post(platform.at("/admin/v1/workflows"))
-        .bearer_auth(TOKEN)
-        .json(&upload)
-        .send()
-        .unwrap();
+    let response = upload(&platform, &manifest, &faas_testing::component("hello"));
     assert_eq!(response.status(), 400);
     let error = error_of(response);
     assert_eq!(error["kind"], "manifest");
@@ -64,17 +70,11 @@ fn a_broken_component_is_refused_and_the_live_version_keeps_serving() {
     let platform = Platform::start();
     platform.deploy(&repo("functions/hello/workflow.toml"));
     let manifest = std::fs::read_to_string(repo("functions/hello/workflow.toml")).unwrap();
-    let upload = serde_json::json!({
-        "file_name": "workflow.toml",
-        "manifest": manifest.replace("Hello", "Broken"),
-        "components": {"hello": BASE64.encode(b"not a component")},
-    });
-    let response = client()
-        .post(platform.at("/admin/v1/workflows"))
-        .bearer_auth(TOKEN)
-        .json(&upload)
-        .send()
-        .unwrap();
+    let response = upload(
+        &platform,
+        &manifest.replace("Hello", "Broken"),
+        b"not a component",
+    );
     assert_eq!(response.status(), 400);
     let error = error_of(response);
     assert_eq!(error["kind"], "component");
