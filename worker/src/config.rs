@@ -37,7 +37,8 @@ pub struct WorkerConfig {
     /// The most memory any one instance may have: the size of a pooling-allocator slot.
     pub max_memory_mb: u32,
     /// How many instances may exist at once (pooling-allocator slots). An event that
-    /// finds none free fails with [`crate::InvokeError::Overloaded`].
+    /// finds none free waits for one, up to its deadline, then fails with
+    /// [`crate::InvokeError::Overloaded`].
     pub max_instances: u32,
     /// Use the pooling allocator (the default) rather than allocating each instance's
     /// memory on demand.

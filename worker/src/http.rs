@@ -53,7 +53,7 @@ impl Worker {
                 "it is a step function, not an HTTP function",
             ));
         };
-        let (mut store, output) = self.new_store(workflow, loaded);
+        let (mut store, output) = self.new_store(workflow, loaded).await?;
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let mut http = store.data_mut().http();
         let wiring = http
@@ -75,6 +75,8 @@ impl Worker {
                 .map_err(Failure::Run)
         });
 
+        // On timeout the instance must go at once, freeing its slot.
+        let abort = task.abort_handle();
         let deadline = loaded.limits.timeout + HOST_WAIT_GRACE;
         let outcome = tokio::time::timeout(deadline, async {
             match receiver.await {
@@ -90,6 +92,7 @@ impl Worker {
         })
         .await;
         outcome.unwrap_or_else(|_| {
+            abort.abort();
             Err(InvokeError::Timeout {
                 function: loaded.name.to_string(),
                 timeout: loaded.limits.timeout,

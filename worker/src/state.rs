@@ -5,6 +5,7 @@ use crate::kv::KeyValueStore;
 use crate::messaging::Publisher;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -32,11 +33,18 @@ pub(crate) struct InstanceState {
     pub table: ResourceTable,
     pub limiter: MemoryLimiter,
     pub event: EventContext,
+    /// The instance slot this store occupies; freed when the store is dropped.
+    _slot: OwnedSemaphorePermit,
 }
 
 impl InstanceState {
     /// A fresh state whose guest output goes to `output`.
-    pub fn new(event: EventContext, max_memory_bytes: usize, output: MemoryOutputPipe) -> Self {
+    pub fn new(
+        event: EventContext,
+        max_memory_bytes: usize,
+        output: MemoryOutputPipe,
+        slot: OwnedSemaphorePermit,
+    ) -> Self {
         let wasi = WasiCtx::builder()
             .stdout(output.clone())
             .stderr(output)
@@ -47,6 +55,7 @@ impl InstanceState {
             table: ResourceTable::new(),
             limiter: MemoryLimiter { max_memory_bytes },
             event,
+            _slot: slot,
         }
     }
 }

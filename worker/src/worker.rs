@@ -4,7 +4,7 @@
 use crate::cache::{CacheOutcome, ComponentCache};
 use crate::config::{Limits, WorkerConfig};
 use crate::engine::{EpochClock, build_engine, deadline_ticks};
-use crate::error::{LoadError, StartError};
+use crate::error::{InvokeError, LoadError, StartError};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
@@ -14,6 +14,7 @@ use faas_workflow::{Function, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -29,6 +30,8 @@ pub struct Worker {
     cache: ComponentCache,
     kv: Arc<KeyValueStore>,
     publisher: Option<Arc<dyn Publisher>>,
+    /// One permit per instance slot: an event holds one for as long as its store lives.
+    instance_slots: Arc<Semaphore>,
     config: WorkerConfig,
     _clock: EpochClock,
 }
@@ -52,6 +55,7 @@ impl Worker {
             cache,
             kv: Arc::new(KeyValueStore::memory()),
             publisher: None,
+            instance_slots: Arc::new(Semaphore::new(config.max_instances as usize)),
             config,
         })
     }
@@ -180,11 +184,31 @@ impl Worker {
 
     /// A fresh store for one event of `function`, with its limits armed. Also returns
     /// the pipe that collects the guest's stdout and stderr.
-    pub(crate) fn new_store(
+    ///
+    /// Waits for a free instance slot first (so a burst queues instead of failing),
+    /// but no longer than the function's deadline.
+    ///
+    /// # Errors
+    /// [`InvokeError::Overloaded`] when no slot frees up within the deadline.
+    pub(crate) async fn new_store(
         &self,
         workflow: &LoadedWorkflow,
         function: &LoadedFunction,
-    ) -> (Store<InstanceState>, MemoryOutputPipe) {
+    ) -> Result<(Store<InstanceState>, MemoryOutputPipe), InvokeError> {
+        let slot = tokio::time::timeout(
+            function.limits.timeout,
+            self.instance_slots.clone().acquire_owned(),
+        )
+        .await
+        .map_err(|_| InvokeError::Overloaded {
+            function: function.name.to_string(),
+            message: format!(
+                "all {} instance slots stayed busy for {}ms",
+                self.config.max_instances,
+                function.limits.timeout.as_millis()
+            ),
+        })?
+        .expect("the slot semaphore is never closed");
         let output = MemoryOutputPipe::new(GUEST_OUTPUT_BYTES);
         let event = EventContext {
             tenant: workflow.tenant.clone(),
@@ -197,7 +221,7 @@ impl Worker {
         let max_memory = function.limits.memory_mb as usize * (1 << 20);
         let mut store = Store::new(
             &self.engine,
-            InstanceState::new(event, max_memory, output.clone()),
+            InstanceState::new(event, max_memory, output.clone(), slot),
         );
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(deadline_ticks(function.limits.timeout));
@@ -207,6 +231,6 @@ impl Worker {
         store
             .set_fuel(function.limits.fuel.unwrap_or(u64::MAX))
             .expect("fuel metering is enabled on every engine");
-        (store, output)
+        Ok((store, output))
     }
 }

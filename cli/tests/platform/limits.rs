@@ -86,3 +86,54 @@ fn an_oversized_body_gets_413_and_a_body_within_the_limit_passes() {
 
     assert_eq!(platform.post("/hello", vec![b'x'; 512]).status(), 200);
 }
+
+#[test]
+fn a_burst_beyond_the_instance_slots_waits_for_a_slot_instead_of_failing() {
+    let platform = Platform::start_with(&["--no-demo", "--max-instances", "1"]);
+    platform.deploy(&repo("functions/misbehave/workflow.toml"));
+    let started = Instant::now();
+    let burst: Vec<_> = (0..3)
+        .map(|_| {
+            let url = platform.at("/misbehave/slow?ms=300");
+            std::thread::spawn(move || crate::support::client().get(url).send().unwrap().status())
+        })
+        .collect();
+    for request in burst {
+        assert_eq!(request.join().unwrap(), 200);
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "one at a time"
+    );
+}
+
+#[test]
+fn an_event_that_gets_no_slot_within_its_deadline_gets_503() {
+    let platform = Platform::start_with(&["--no-demo", "--max-instances", "1"]);
+    platform.deploy(&repo("functions/misbehave/workflow.toml"));
+    let dir = faas_testing::temp_dir();
+    let quick = write_manifest(
+        dir.path(),
+        "quick",
+        "t",
+        "hello",
+        "/quick",
+        "timeout_ms = 200",
+    );
+    platform.deploy(&quick);
+    let url = platform.at("/misbehave/slow?ms=900");
+    let holder =
+        std::thread::spawn(move || crate::support::client().get(url).send().unwrap().status());
+    std::thread::sleep(Duration::from_millis(150));
+    let response = platform.get("/quick");
+    assert_eq!(response.status(), 503);
+    let error = error_of(response);
+    assert_eq!(error["kind"], "overloaded");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("instance slots stayed busy")
+    );
+    assert_eq!(holder.join().unwrap(), 200);
+}

@@ -124,7 +124,11 @@ async fn attempt_once(
         )));
     };
     let invoke = |err| StepFailure::Invoke(Arc::new(err));
-    let (mut store, output) = run.worker.new_store(&run.workflow, function);
+    let (mut store, output) = run
+        .worker
+        .new_store(&run.workflow, function)
+        .await
+        .map_err(invoke)?;
     let mut handles = Vec::with_capacity(inputs.len());
     for region in inputs {
         let handle = store.data_mut().table.push(region).map_err(|err| {
