@@ -33,6 +33,9 @@ pub(crate) struct InstanceState {
     pub table: ResourceTable,
     pub limiter: MemoryLimiter,
     pub event: EventContext,
+    /// Bytes of regions this instance created; they count against its memory limit,
+    /// since they live in host memory.
+    pub region_bytes: usize,
     /// The instance slot this store occupies; freed when the store is dropped.
     _slot: OwnedSemaphorePermit,
 }
@@ -55,6 +58,7 @@ impl InstanceState {
             table: ResourceTable::new(),
             limiter: MemoryLimiter { max_memory_bytes },
             event,
+            region_bytes: 0,
             _slot: slot,
         }
     }
@@ -91,7 +95,7 @@ pub(crate) struct MemoryLimitExceeded {
 
 /// Caps the linear memory of one instance.
 pub(crate) struct MemoryLimiter {
-    max_memory_bytes: usize,
+    pub max_memory_bytes: usize,
 }
 
 impl ResourceLimiter for MemoryLimiter {

@@ -137,3 +137,12 @@ fn an_event_that_gets_no_slot_within_its_deadline_gets_503() {
     );
     assert_eq!(holder.join().unwrap(), 200);
 }
+
+#[test]
+fn hoarding_host_memory_through_regions_hits_the_memory_limit() {
+    let platform = misbehaving_platform();
+    let response = platform.get("/misbehave/hoard");
+    assert_eq!(response.status(), 500);
+    assert_eq!(error_of(response)["kind"], "memory_limit");
+    assert_eq!(platform.get("/misbehave/ok").status(), 200);
+}

@@ -1,6 +1,8 @@
 //! A function that misbehaves on purpose, to show that a bad guest fails only its own
 //! request: `/misbehave/trap` traps, `/misbehave/loop` never returns,
-//! `/misbehave/hog` allocates until it hits the memory limit, `/misbehave/ok` answers.
+//! `/misbehave/hog` allocates until it hits the memory limit, `/misbehave/hoard`
+//! hoards host memory through regions (which count against the same limit),
+//! `/misbehave/ok` answers.
 //! `/misbehave/slow?ms=N` sleeps N ms, then answers with its config's `label`: tests use
 //! it to hold a request in flight across a redeploy or a shutdown. `/misbehave/count`
 //! counts the requests its instance has seen.
@@ -37,6 +39,14 @@ fn handle(req: Request) -> Response {
             std::thread::sleep(std::time::Duration::from_millis(ms));
             let label = faas_sdk::config::get("label").unwrap_or_default();
             Response::text(200, format!("slept {ms} ms as {label}\n"))
+        }
+        "/misbehave/hoard" => {
+            let chunk = vec![7u8; 1 << 20];
+            let mut regions = Vec::new();
+            loop {
+                regions.push(faas_sdk::step::Region::from_bytes("bytes", &chunk));
+                std::hint::black_box(&regions);
+            }
         }
         "/misbehave/count" => {
             let seen = SEEN.fetch_add(1, Ordering::SeqCst) + 1;

@@ -2,7 +2,7 @@
 //! exchange: the value lives in host memory and each read copies it.
 
 use super::platform::region::{Host, HostRegion};
-use crate::state::InstanceState;
+use crate::state::{InstanceState, MemoryLimitExceeded};
 use std::sync::Arc;
 use wasmtime::component::Resource;
 
@@ -34,6 +34,18 @@ impl HostRegion for InstanceState {
         schema_type: String,
         bytes: Vec<u8>,
     ) -> wasmtime::Result<Resource<Region>> {
+        // Region bytes live in host memory: count them against the instance's memory
+        // limit, or a guest could hoard host memory through regions.
+        let total = self.region_bytes.saturating_add(bytes.len());
+        let limit = self.limiter.max_memory_bytes;
+        if total > limit {
+            return Err(MemoryLimitExceeded {
+                limit,
+                desired: total,
+            }
+            .into());
+        }
+        self.region_bytes = total;
         let region = Region {
             schema_type,
             bytes: bytes.into(),
