@@ -53,6 +53,7 @@ pub(crate) struct Metrics {
     latency: Family<WorkflowLabels, Histogram>,
     failures: Family<FailureLabels, Counter>,
     workflows: Gauge,
+    instances: Gauge,
     runs: Family<RunLabels, Counter>,
     run_latency: Family<WorkflowLabels, Histogram>,
     step_latency: Family<StepLabels, Histogram>,
@@ -74,6 +75,7 @@ impl Metrics {
         );
         let failures = Family::<FailureLabels, Counter>::default();
         let workflows = Gauge::default();
+        let instances = Gauge::default();
         registry.register(
             "requests",
             "Invocations by workflow and response status",
@@ -93,6 +95,11 @@ impl Metrics {
             "deployed_workflows",
             "Workflows currently deployed",
             workflows.clone(),
+        );
+        registry.register(
+            "instances_active",
+            "Wasm instances alive now (0 when idle: scale-to-zero)",
+            instances.clone(),
         );
         let runs = Family::<RunLabels, Counter>::default();
         let run_latency = Family::<WorkflowLabels, Histogram>::new_with_constructor(
@@ -130,6 +137,7 @@ impl Metrics {
             latency,
             failures,
             workflows,
+            instances,
             runs,
             run_latency,
             step_latency,
@@ -211,6 +219,11 @@ impl Metrics {
     /// Records how many workflows are deployed.
     pub(crate) fn set_workflows(&self, count: usize) {
         self.workflows.set(count as i64);
+    }
+
+    /// Records how many instances are alive.
+    pub(crate) fn set_instances(&self, count: usize) {
+        self.instances.set(count as i64);
     }
 
     /// The OpenMetrics text exposition.

@@ -338,6 +338,15 @@ impl Registry {
         workers
     }
 
+    /// Instances alive right now on all workers.
+    pub fn active_instances(&self) -> usize {
+        self.read()
+            .workers
+            .values()
+            .map(|worker| worker.active_instances())
+            .sum()
+    }
+
     /// Remembers a finished run of `workflow` for [`Registry::runs`].
     pub fn record_run(&self, workflow: &str, record: RunRecord) {
         let mut runs = self.lock_runs();

@@ -173,6 +173,16 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, mut stopped: watch::R
     }
 }
 
+fn metrics_response(app: &App) -> Response<Body> {
+    Response::builder()
+        .header(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+        .body(response::full(app.metrics.encode()))
+        .expect("static response parts are valid")
+}
+
 async fn dispatch(app: &App, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path();
     match path {
@@ -184,13 +194,10 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Response<Body> {
             response::text(StatusCode::SERVICE_UNAVAILABLE, "starting\n")
         }
         "/readyz" => response::text(StatusCode::OK, "ready\n"),
-        "/metrics" => Response::builder()
-            .header(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )
-            .body(response::full(app.metrics.encode()))
-            .expect("static response parts are valid"),
+        "/metrics" => {
+            app.metrics.set_instances(app.registry.active_instances());
+            metrics_response(app)
+        }
         _ if path.starts_with(admin::PREFIX) || path == admin::PREFIX.trim_end_matches('/') => {
             admin::handle(app, request).await
         }

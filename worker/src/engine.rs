@@ -14,6 +14,10 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// How much of each pooled memory and table slot stays resident between instances.
 const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 
+/// How many unused slots stay warm (resident, ready for the component that last used
+/// them). Enough for the busy functions of a worker; beyond it, idle slots are released.
+const MAX_WARM_SLOTS: u32 = 16;
+
 /// Builds the engine: pooling allocator, epoch interruption, fuel if the default limits
 /// use it.
 pub(crate) fn build_engine(config: &WorkerConfig) -> wasmtime::Result<Engine> {
@@ -37,7 +41,10 @@ pub(crate) fn build_engine(config: &WorkerConfig) -> wasmtime::Result<Engine> {
             // to the kernel avoids page faults and TLB shootdowns on every event,
             // which otherwise dominate a small function's cost.
             .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
-            .table_keep_resident(KEEP_RESIDENT_BYTES);
+            .table_keep_resident(KEEP_RESIDENT_BYTES)
+            // Each component keeps affinity to the slots it used; bound how many idle
+            // slots stay warm, so idle workflows do not hold resident memory.
+            .max_unused_warm_slots(MAX_WARM_SLOTS);
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         // Copy data segments into resident pages instead of mapping a copy-on-write
         // image: with kept-resident slots, instantiation then needs no page-table

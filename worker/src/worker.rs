@@ -72,6 +72,12 @@ impl Worker {
         self
     }
 
+    /// How many instances exist right now (each holds an instance slot until its store
+    /// is dropped). Zero when idle: no instance outlives its event.
+    pub fn active_instances(&self) -> usize {
+        self.config.max_instances as usize - self.instance_slots.available_permits()
+    }
+
     /// The configuration the worker was started with.
     pub fn config(&self) -> &WorkerConfig {
         &self.config

@@ -78,3 +78,27 @@ fn faas_up_serves_the_demo_workflows() {
     );
     assert_eq!(platform.post("/counter/demo", "").text().unwrap(), "1\n");
 }
+
+#[test]
+fn no_instance_outlives_its_request() {
+    let platform = Platform::start();
+    platform.deploy(&repo("functions/hello/workflow.toml"));
+    platform.deploy(&repo("functions/wordcount/workflow.toml"));
+    for _ in 0..5 {
+        assert_eq!(platform.get("/hello").status(), 200);
+        assert_eq!(platform.post("/wordcount", "a b").status(), 200);
+    }
+    // A response body may still be finishing when the client has it: allow a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = platform.get("/metrics").text().unwrap();
+        if metrics.contains("faas_instances_active 0\n") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "instances left: {metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
