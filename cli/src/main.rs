@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run gateway, scheduler and one worker in this process, with the demo workflows.
+    /// Run gateway, scheduler and worker(s) in this process, with the demo workflows.
     Up(up::UpArgs),
     /// Build the functions a workflow.toml names (their `build` commands).
     Build {

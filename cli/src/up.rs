@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The workflows `faas up` deploys when started from the repository root.
-const DEMO_WORKFLOWS: [&str; 3] = [
+const DEMO_WORKFLOWS: [&str; 4] = [
     "functions/hello/workflow.toml",
     "functions/kv-counter/workflow.toml",
     "functions/wasi-hello/workflow.toml",
+    "functions/wordcount/workflow.toml",
 ];
 
 /// Arguments of `faas up`.
@@ -67,7 +68,8 @@ pub struct UpArgs {
     /// How many workflows each worker may hold before placement spills to another.
     #[arg(long, env = "FAAS_WORKER_CAPACITY", default_value_t = 1000)]
     worker_capacity: usize,
-    /// Keep key-value state in Redis at this URL instead of in memory.
+    /// Use Redis at this URL: key-value state lives there, functions can publish and
+    /// append, and workflows may have Redis channel and stream triggers.
     #[arg(
         long,
         env = "FAAS_REDIS_URL",

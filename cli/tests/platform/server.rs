@@ -77,6 +77,11 @@ fn faas_up_serves_the_demo_workflows() {
             .starts_with("Hello from a plain")
     );
     assert_eq!(platform.post("/counter/demo", "").text().unwrap(), "1\n");
+    let counted: serde_json::Value = platform
+        .post("/wordcount", "to be or not to be")
+        .json()
+        .unwrap();
+    assert_eq!(counted["total"], 6);
 }
 
 #[test]
