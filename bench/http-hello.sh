@@ -32,25 +32,13 @@ cargo build --release -q -p faas-gateway --example native_hello
 COMPONENT=target/wasm32-wasip2/release/wasi-hello.wasm
 SDK_COMPONENT=target/wasm32-wasip2/release/hello.wasm
 
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-wait_up() {
-    for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
-    echo "$1 did not come up" >&2; exit 1
-}
-
-DATA=$(mktemp -d)
-FAAS_LOG=warn target/release/faas up --listen 127.0.0.1:$PORT_FAAS --token bench \
-    --data-dir "$DATA" --deploy functions/wasi-hello/workflow.toml \
-    --deploy functions/hello/workflow.toml >/dev/null &
-pids+=($!)
+source bench/lib.sh
+start_faas "$PORT_FAAS" --deploy functions/wasi-hello/workflow.toml \
+    --deploy functions/hello/workflow.toml
 "$WASMTIME" serve -O pooling-allocator -S cli --addr 127.0.0.1:$PORT_WASMTIME "$COMPONENT" 2>/dev/null &
-pids+=($!)
+bench_pids+=($!)
 target/release/examples/native_hello 127.0.0.1:$PORT_NATIVE >/dev/null &
-pids+=($!)
-wait_up http://127.0.0.1:$PORT_FAAS/readyz
+bench_pids+=($!)
 wait_up http://127.0.0.1:$PORT_WASMTIME/
 wait_up http://127.0.0.1:$PORT_NATIVE/
 

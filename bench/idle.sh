@@ -16,18 +16,15 @@ cargo build --release -q -p faas-cli --bin faas
 (cd functions && cargo build --release -q -p hello)
 COMPONENT=$(pwd)/target/wasm32-wasip2/release/hello.wasm
 
-DATA=$(mktemp -d)
-target/release/faas up --no-demo --listen 127.0.0.1:$PORT --token idle --data-dir "$DATA" \
-    >/dev/null 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DATA"' EXIT
-for _ in $(seq 1 300); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/readyz" && break; sleep 0.1; done
+source bench/lib.sh
+start_faas "$PORT" --no-demo
+DATA=$BENCH_DATA
 
-rss_kib() { awk '/VmRSS/ { print $2 }' "/proc/$pid/status"; }
+rss_kib() { awk '/VmRSS/ { print $2 }' "/proc/$FAAS_PID/status"; }
 instances() { curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^faas_instances_active / { print $2 }'; }
 
 empty=$(rss_kib)
-export FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=idle
+export FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench
 for i in $(seq 1 "$WORKFLOWS"); do
     cat > "$DATA/idle-$i.toml" <<TOML
 name = "idle-$i"

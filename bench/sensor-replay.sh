@@ -20,34 +20,24 @@ cargo build --release -q -p faas-bench --bin sensor-replay
 REDIS_PORT=6390
 while (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; do REDIS_PORT=$((REDIS_PORT + 1)); done
 
-DATA=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$DATA"
-}
-trap cleanup EXIT
-
+source bench/lib.sh
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$DATA" >"$DATA/redis.log" 2>&1 &
-pids+=($!)
+    --dir "$BENCH_DATA" >"$BENCH_DATA/redis.log" 2>&1 &
+bench_pids+=($!)
 for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/
 
-FAAS_LOG=warn target/release/faas up --no-demo --listen 127.0.0.1:$PORT --token bench \
-    --data-dir "$DATA/faas" --redis "$REDIS_URL" >"$DATA/faas.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 300); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/readyz" && break; sleep 0.1; done
+start_faas "$PORT" --no-demo --redis "$REDIS_URL"
+FAAS_LOG_FILE=$BENCH_DATA/faas-$PORT.log
 
 # The driver deploys the four manifests, waits for the channel subscriptions and
 # replays; the platform's warnings (failed runs) are shown afterwards if there are any.
 status=0
 FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=target/release/faas REDIS_URL=$REDIS_URL \
     target/release/sensor-replay || status=$?
-if grep -q WARN "$DATA/faas.log"; then
+if grep -q WARN "$FAAS_LOG_FILE"; then
     echo
-    echo "platform warnings ($(grep -c WARN "$DATA/faas.log")), first 5:"
-    grep WARN "$DATA/faas.log" | head -5
+    echo "platform warnings ($(grep -c WARN "$FAAS_LOG_FILE")), first 5:"
+    grep WARN "$FAAS_LOG_FILE" | head -5
 fi
 exit $status

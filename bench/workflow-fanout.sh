@@ -12,12 +12,8 @@ cargo build --release -q -p faas-cli --bin faas
 cargo build --release -q -p faas-bench --bin workflow-fanout
 (cd functions && cargo build --release -q -p fanout-bench)
 
-DATA=$(mktemp -d)
-FAAS_LOG=warn target/release/faas up --no-demo --listen 127.0.0.1:$PORT --token bench \
-    --data-dir "$DATA" >/dev/null &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$DATA"' EXIT
-for _ in $(seq 1 300); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/readyz" && break; sleep 0.1; done
+source bench/lib.sh
+start_faas "$PORT" --no-demo
 
 FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=target/release/faas \
     target/release/workflow-fanout

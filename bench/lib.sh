@@ -1,0 +1,31 @@
+# Shared by the bench scripts (source it after `cd` to the repository root): processes
+# started here are all stopped, and the scratch directory removed, on exit.
+
+BENCH_DATA=$(mktemp -d)
+bench_pids=()
+bench_cleanup() {
+    for pid in "${bench_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$BENCH_DATA"
+}
+trap bench_cleanup EXIT
+
+# wait_up URL: polls until URL answers 2xx (30 s at most); fails the script otherwise.
+wait_up() {
+    for _ in $(seq 1 300); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
+    echo "$1 did not come up" >&2
+    exit 1
+}
+
+# start_faas PORT [faas up args...]: starts the release `faas up` on 127.0.0.1:PORT with
+# admin token `bench`, logs to $BENCH_DATA/faas-PORT.log, sets FAAS_PID and waits until
+# it is ready.
+start_faas() {
+    local port=$1
+    shift
+    FAAS_LOG=warn target/release/faas up --listen "127.0.0.1:$port" --token bench \
+        --data-dir "$BENCH_DATA/faas-$port" "$@" >"$BENCH_DATA/faas-$port.log" 2>&1 &
+    FAAS_PID=$!
+    bench_pids+=("$FAAS_PID")
+    wait_up "http://127.0.0.1:$port/readyz"
+}
