@@ -4,7 +4,7 @@
 use crate::config::Limits;
 use crate::host::StepFunctionPre;
 use crate::state::InstanceState;
-use faas_workflow::{FunctionKind, Workflow};
+use faas_workflow::{Edge, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
@@ -55,6 +55,9 @@ impl LoadedFunction {
 /// workflow never disturbs the requests still running on the old version.
 pub struct LoadedWorkflow {
     pub(crate) manifest: Arc<Workflow>,
+    /// The steps in execution order, each with the edge leading into it: derived from
+    /// the manifest's graph once, at load, rather than on every run.
+    pub(crate) chain: Arc<[(String, Option<Edge>)]>,
     pub(crate) tenant: Arc<str>,
     pub(crate) name: Arc<str>,
     pub(crate) functions: HashMap<String, Arc<LoadedFunction>>,

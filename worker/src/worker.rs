@@ -108,6 +108,11 @@ impl Worker {
         }
         Ok(LoadedWorkflow {
             manifest: Arc::new(workflow.clone()),
+            chain: workflow
+                .chain()
+                .into_iter()
+                .map(|(step, edge)| (step.to_owned(), edge.cloned()))
+                .collect(),
             tenant: workflow.tenant.as_str().into(),
             name: workflow.name.as_str().into(),
             functions,

@@ -68,11 +68,7 @@ pub(crate) async fn run(
 
 async fn execute(run: &Arc<RunShared>, input: Region) -> Result<Vec<Region>, RunError> {
     let manifest = run.workflow.manifest();
-    let chain: Vec<(String, Option<Edge>)> = manifest
-        .chain()
-        .into_iter()
-        .map(|(step, edge)| (step.to_owned(), edge.cloned()))
-        .collect();
+    let chain = &run.workflow.chain;
     if chain.is_empty() {
         return Err(RunError::NoSteps(run.workflow.name().to_owned()));
     }
