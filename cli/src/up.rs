@@ -6,6 +6,7 @@ use crate::deploy::prepare;
 use anyhow::Context;
 use faas_gateway::{DeployOutcome, Gateway, GatewayConfig, RedisBroker, Registry};
 use faas_scheduler::{EmbeddedPlacement, WorkerId, WorkerSpec};
+use faas_worker::config::DEFAULT_REGION_MAP_THRESHOLD;
 use faas_worker::{KeyValueStore, Limits, Worker, WorkerConfig};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,11 @@ pub struct UpArgs {
     /// How many instances may run at once, per worker.
     #[arg(long, env = "FAAS_MAX_INSTANCES", default_value_t = 1000)]
     max_instances: u32,
+    /// Regions of at least this many bytes are mapped into the next step's memory
+    /// instead of copied; `off` copies every region once (for comparison).
+    #[arg(long, env = "FAAS_REGION_MAP_THRESHOLD", value_name = "BYTES|off",
+          default_value_t = MapThreshold(DEFAULT_REGION_MAP_THRESHOLD), value_parser = parse_map_threshold)]
+    region_map_threshold: MapThreshold,
     /// How many workers to run in this process. Placement keeps each workflow on one
     /// worker (per replica) and a tenant's workflows together.
     #[arg(long, env = "FAAS_WORKERS", default_value_t = 1)]
@@ -77,6 +83,30 @@ pub struct UpArgs {
         hide_env_values = true
     )]
     redis: Option<String>,
+}
+
+/// `--region-map-threshold`: a byte count, or `off` (never map).
+#[derive(Debug, Clone, Copy)]
+struct MapThreshold(usize);
+
+impl std::fmt::Display for MapThreshold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 == usize::MAX {
+            f.write_str("off")
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+fn parse_map_threshold(value: &str) -> Result<MapThreshold, String> {
+    if value == "off" {
+        return Ok(MapThreshold(usize::MAX));
+    }
+    value
+        .parse()
+        .map(MapThreshold)
+        .map_err(|_| format!("`{value}` is neither a byte count nor `off`"))
 }
 
 /// Runs the platform until Ctrl-C or SIGTERM.
@@ -101,6 +131,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     worker_config.max_memory_mb = args.max_memory_mb;
     worker_config.max_instances = args.max_instances;
+    worker_config.region_map_threshold = args.region_map_threshold.0;
     // State belongs to the platform, not to a worker: every worker sees the same store.
     let key_value = Arc::new(match &args.redis {
         Some(url) => KeyValueStore::redis(url).await?,

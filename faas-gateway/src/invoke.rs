@@ -136,21 +136,18 @@ async fn run_workflow(app: &App, replica: &Replica, request: Request<Bytes>) -> 
     let input = entry_input(replica, request.into_body().to_vec());
     let outcome = replica.worker.run_workflow(&replica.loaded, input).await;
     let (run_id, result) = settle(app, workflow, outcome);
+    let result = result.and_then(|outputs| concat_outputs(&outputs).map(|body| (outputs, body)));
     match result {
-        Ok(outputs) => {
+        Ok((outputs, body)) => {
             let content_type = outputs.last().map_or("application/octet-stream", |region| {
-                content_type(&region.schema_type)
+                content_type(region.schema_type())
             });
-            let mut body = Vec::with_capacity(outputs.iter().map(|r| r.bytes.len()).sum());
-            for region in &outputs {
-                body.extend_from_slice(&region.bytes);
-            }
             let mut builder = Response::builder()
                 .header(header::CONTENT_TYPE, content_type)
                 .header("x-faas-run-id", &run_id)
                 .header("x-faas-regions", outputs.len());
             if let Some(region) = outputs.last() {
-                builder = builder.header("x-faas-schema-type", &region.schema_type);
+                builder = builder.header("x-faas-schema-type", region.schema_type());
             }
             builder
                 .body(response::full(body))
@@ -167,6 +164,18 @@ async fn run_workflow(app: &App, replica: &Replica, request: Request<Bytes>) -> 
             response::error_with(status, err.kind(), err.to_string(), details)
         }
     }
+}
+
+/// The run's output: every output region's bytes, in order.
+fn concat_outputs(outputs: &[Region]) -> Result<Vec<u8>, RunError> {
+    let mut body = Vec::with_capacity(outputs.iter().map(Region::len).sum());
+    for region in outputs {
+        let bytes = region
+            .bytes()
+            .map_err(|err| RunError::Output(err.to_string()))?;
+        body.extend_from_slice(&bytes);
+    }
+    Ok(body)
 }
 
 /// The media type of a run's output, from the type of its last region.

@@ -43,7 +43,16 @@ pub struct WorkerConfig {
     /// Use the pooling allocator (the default) rather than allocating each instance's
     /// memory on demand.
     pub pooling: bool,
+    /// Regions of at least this many bytes are mapped into the next step's memory;
+    /// shorter ones are copied, which is cheaper than changing page tables.
+    /// `usize::MAX` turns mapping off (every region is copied once).
+    pub region_map_threshold: usize,
 }
+
+/// The default [`WorkerConfig::region_map_threshold`], measured with
+/// `bench/regions.sh` (see the README): below it, one copy into fresh pages beats a
+/// mapping plus the page-table changes it costs.
+pub const DEFAULT_REGION_MAP_THRESHOLD: usize = 256 << 10;
 
 impl WorkerConfig {
     /// A configuration with default limits that caches compiled code in `cache_dir`.
@@ -54,6 +63,7 @@ impl WorkerConfig {
             max_memory_mb: 512,
             max_instances: 1000,
             pooling: true,
+            region_map_threshold: DEFAULT_REGION_MAP_THRESHOLD,
         }
     }
 }

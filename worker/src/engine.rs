@@ -25,6 +25,9 @@ pub(crate) fn build_engine(config: &WorkerConfig) -> wasmtime::Result<Engine> {
     wasm.epoch_interruption(true);
     // Always metered so any function can be given a fuel limit in workflow.toml.
     wasm.consume_fuel(true);
+    // Regions map payload pages at host addresses inside linear memories; a memory
+    // that moved on growth would leave those mappings behind.
+    wasm.memory_may_move(false);
     if config.pooling {
         let mut pool = PoolingAllocationConfig::new();
         let slots = config.max_instances;

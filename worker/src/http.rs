@@ -53,7 +53,7 @@ impl Worker {
                 "it is a step function, not an HTTP function",
             ));
         };
-        let (mut store, output) = self.new_store(workflow, loaded).await?;
+        let (mut store, output) = self.new_store(workflow, loaded, None).await?;
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let mut http = store.data_mut().http();
         let wiring = http

@@ -3,6 +3,7 @@
 
 use crate::kv::KeyValueStore;
 use crate::messaging::Publisher;
+use crate::region::{RegionScope, StoreRegions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
@@ -33,9 +34,9 @@ pub(crate) struct InstanceState {
     pub table: ResourceTable,
     pub limiter: MemoryLimiter,
     pub event: EventContext,
-    /// Bytes of regions this instance created; they count against its memory limit,
-    /// since they live in host memory.
-    pub region_bytes: usize,
+    /// The regions' rules and the guest pages they changed (restored when the store
+    /// is dropped, before Wasmtime reuses its memory).
+    pub regions: StoreRegions,
     /// The instance slot this store occupies; freed when the store is dropped.
     _slot: OwnedSemaphorePermit,
 }
@@ -47,6 +48,7 @@ impl InstanceState {
         max_memory_bytes: usize,
         output: MemoryOutputPipe,
         slot: OwnedSemaphorePermit,
+        regions: RegionScope,
     ) -> Self {
         let wasi = WasiCtx::builder()
             .stdout(output.clone())
@@ -58,7 +60,7 @@ impl InstanceState {
             table: ResourceTable::new(),
             limiter: MemoryLimiter { max_memory_bytes },
             event,
-            region_bytes: 0,
+            regions: StoreRegions::new(regions),
             _slot: slot,
         }
     }

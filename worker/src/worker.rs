@@ -9,6 +9,7 @@ use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
 use crate::messaging::Publisher;
+use crate::region::RegionScope;
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
 use faas_workflow::{Function, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
@@ -205,6 +206,7 @@ impl Worker {
         &self,
         workflow: &LoadedWorkflow,
         function: &LoadedFunction,
+        regions: Option<RegionScope>,
     ) -> Result<(Store<InstanceState>, MemoryOutputPipe), InvokeError> {
         let slot = tokio::time::timeout(
             function.limits.timeout,
@@ -232,9 +234,18 @@ impl Worker {
         let max_memory = function.limits.memory_mb as usize * (1 << 20);
         let mut store = Store::new(
             &self.engine,
-            InstanceState::new(event, max_memory, output.clone(), slot),
+            InstanceState::new(
+                event,
+                max_memory,
+                output.clone(),
+                slot,
+                regions.unwrap_or_else(|| RegionScope::detached(self.config.region_map_threshold)),
+            ),
         );
         store.limiter(|state| &mut state.limiter);
+        // A list argument can be at most the guest's whole memory, which the memory
+        // limit already bounds; region pages are passed as lists without being copied.
+        store.set_hostcall_fuel(max_memory.max(128 << 20));
         store.set_epoch_deadline(deadline_ticks(function.limits.timeout));
         store.epoch_deadline_trap();
         // Fuel is always metered, so that any function may set a fuel limit; no limit

@@ -27,6 +27,10 @@
 //! }
 //! ```
 //!
+//! Large values should not be copied at all: [`region::RegionWriter`] encodes a Karmem
+//! value straight into pages the host can map into the next step, and
+//! [`region::RegionExt::view`] reads an input where the host mapped it.
+//!
 //! The platform interfaces a function may use: [`key_value`] (tenant-scoped store),
 //! [`config`] (the function's `config` table in workflow.toml) and [`log`].
 
@@ -35,6 +39,7 @@ pub mod http;
 pub mod key_value;
 pub mod log;
 pub mod messaging;
+pub mod region;
 pub mod step;
 
 /// Marks `fn(Request) -> impl IntoResponse` as the component's HTTP handler.

@@ -39,6 +39,26 @@ pub use view::{
 };
 pub use writer::Writer;
 
+/// A struct type generated from a schema, seen generically: enough for a platform or an
+/// SDK to label a value with its type, size a buffer, encode in place and read in place.
+pub trait Record {
+    /// The schema's name (its `karmem <name>;` line).
+    const SCHEMA: &'static str;
+    /// The struct's name as the schema spells it.
+    const NAME: &'static str;
+    /// The zero-copy view over an encoded value.
+    type View<'a>;
+    /// The view of the encoded value in `data` (bounds-checked on every read).
+    fn view(data: &[u8]) -> Self::View<'_>;
+    /// The exact length [`Record::encode_into`] writes.
+    fn encoded_len(&self) -> usize;
+    /// Encodes into the start of `buf` and returns the length written.
+    ///
+    /// # Errors
+    /// [`Error::CapacityExceeded`] when `buf` is shorter than [`Record::encoded_len`].
+    fn encode_into(&self, buf: &mut [u8]) -> Result<usize, Error>;
+}
+
 /// Size in bytes of a slice header in a packed struct (`u32 offset, u32 byte length`).
 pub const SLICE_HEADER_PACKED: usize = 8;
 /// Size in bytes of a slice header in an unpacked struct (adds `u32 element size`).

@@ -7,8 +7,6 @@ mod log;
 mod messaging;
 mod region;
 
-pub use region::Region;
-
 use crate::state::InstanceState;
 use wasmtime::component::{HasSelf, Linker};
 
@@ -21,7 +19,7 @@ mod bindings {
         imports: { default: async | trappable },
         exports: { default: async },
         with: {
-            "faas:platform/region.region": super::Region,
+            "faas:platform/region.region": crate::region::Region,
         },
     });
 }
@@ -34,5 +32,6 @@ pub(crate) use bindings::faas::platform;
 pub(crate) fn add_to_linker(linker: &mut Linker<InstanceState>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
-    bindings::StepFunction::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s)
+    bindings::StepFunction::add_to_linker::<InstanceState, HasSelf<InstanceState>>(linker, |s| s)?;
+    region::add_page_functions(linker)
 }

@@ -1,30 +1,18 @@
-//! `faas:platform/region`: the minimal, copying form of regions that workflow steps
-//! exchange: the value lives in host memory and each read copies it.
+//! `faas:platform/region`: the guest's side of [`crate::region`].
+//!
+//! `create-in` and `read-into` take the guest's pages as a `list<u8>` only to learn
+//! where they are. The generated bindings would copy such a list into a `Vec`, so
+//! those two are defined by hand over [`WasmList`], which sees the list in place in
+//! the guest's memory, and shadow the generated ones.
 
 use super::platform::region::{Host, HostRegion};
+use crate::region::{PageRange, Region, RegionError};
 use crate::state::{InstanceState, MemoryLimitExceeded};
-use std::sync::Arc;
-use wasmtime::component::Resource;
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource, WasmList};
 
-/// One value handed between workflow steps: the host side of a `region` resource.
-/// Cloning shares the bytes; nothing is copied until a guest reads them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Region {
-    /// The Karmem schema type of the value.
-    pub schema_type: String,
-    /// The encoded value; shared, never mutated once created.
-    pub bytes: Arc<[u8]>,
-}
-
-impl Region {
-    /// A region of `schema_type` holding `bytes`.
-    pub fn new(schema_type: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
-        Self {
-            schema_type: schema_type.into(),
-            bytes: bytes.into(),
-        }
-    }
-}
+/// The linker name of the region interface.
+const INTERFACE: &str = "faas:platform/region@0.1.0";
 
 impl Host for InstanceState {}
 
@@ -34,9 +22,9 @@ impl HostRegion for InstanceState {
         schema_type: String,
         bytes: Vec<u8>,
     ) -> wasmtime::Result<Resource<Region>> {
-        // Region bytes live in host memory: count them against the instance's memory
+        // Copied bytes live in host memory: count them against the instance's memory
         // limit, or a guest could hoard host memory through regions.
-        let total = self.region_bytes.saturating_add(bytes.len());
+        let total = self.regions.copied_bytes.saturating_add(bytes.len());
         let limit = self.limiter.max_memory_bytes;
         if total > limit {
             return Err(MemoryLimitExceeded {
@@ -45,28 +33,104 @@ impl HostRegion for InstanceState {
             }
             .into());
         }
-        self.region_bytes = total;
-        let region = Region {
-            schema_type,
-            bytes: bytes.into(),
-        };
+        self.regions.copied_bytes = total;
+        let region = Region::copied(&self.regions.scope, schema_type, bytes);
         Ok(self.table.push(region)?)
     }
 
+    async fn create_in(
+        &mut self,
+        _schema_type: String,
+        _pages: Vec<u8>,
+    ) -> wasmtime::Result<Result<Resource<Region>, String>> {
+        unreachable!("shadowed by `add_page_functions`")
+    }
+
+    async fn seal(
+        &mut self,
+        region: Resource<Region>,
+        len: u64,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let region = self.table.get_mut(&region)?;
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        Ok(region.seal(len).map_err(|err| err.to_string()))
+    }
+
     async fn schema_type(&mut self, region: Resource<Region>) -> wasmtime::Result<String> {
-        Ok(self.table.get(&region)?.schema_type.clone())
+        Ok(self.table.get(&region)?.schema_type().to_owned())
     }
 
     async fn len(&mut self, region: Resource<Region>) -> wasmtime::Result<u64> {
-        Ok(self.table.get(&region)?.bytes.len() as u64)
+        Ok(self.table.get(&region)?.len() as u64)
+    }
+
+    async fn writable(&mut self, _region: Resource<Region>) -> wasmtime::Result<bool> {
+        Ok(!self.regions.scope.input.read_only)
+    }
+
+    async fn read_into(
+        &mut self,
+        _region: Resource<Region>,
+        _pages: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), String>> {
+        unreachable!("shadowed by `add_page_functions`")
     }
 
     async fn bytes(&mut self, region: Resource<Region>) -> wasmtime::Result<Vec<u8>> {
-        Ok(self.table.get(&region)?.bytes.to_vec())
+        let region = self.table.get(&region)?;
+        Ok(region.bytes()?.into_owned())
     }
 
     async fn drop(&mut self, region: Resource<Region>) -> wasmtime::Result<()> {
         self.table.delete(region)?;
         Ok(())
     }
+}
+
+/// Defines `create-in` and `read-into` over the guest's pages in place, replacing the
+/// generated (copying) definitions. Call after the generated `add_to_linker`.
+pub(crate) fn add_page_functions(linker: &mut Linker<InstanceState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut region = linker.instance(INTERFACE)?;
+    region.func_wrap(
+        "[static]region.create-in",
+        |mut store: StoreContextMut<'_, InstanceState>,
+         (schema_type, pages): (String, WasmList<u8>)| {
+            let pages = PageRange::of_guest(pages.as_le_slice(&store));
+            let state = store.data_mut();
+            let created = pages.and_then(|pages| {
+                // SAFETY: the pages are this store's guest memory (Wasmtime checked the
+                // list against it), the slice borrow has ended, and the guest is
+                // suspended in this call.
+                unsafe {
+                    Region::create_in(
+                        &state.regions.scope,
+                        &mut state.regions.mapped,
+                        schema_type,
+                        pages,
+                    )
+                }
+            });
+            Ok((match created {
+                Ok(region) => Ok(state.table.push(region)?),
+                Err(err) => Err(err.to_string()),
+            },))
+        },
+    )?;
+    region.func_wrap(
+        "[method]region.read-into",
+        |mut store: StoreContextMut<'_, InstanceState>,
+         (handle, pages): (Resource<Region>, WasmList<u8>)| {
+            let pages = PageRange::of_guest(pages.as_le_slice(&store));
+            let state = store.data_mut();
+            let region = state.table.get(&handle)?;
+            let placed: Result<(), RegionError> = pages.and_then(|pages| {
+                // SAFETY: as for `create-in`.
+                unsafe { region.read_into(&state.regions.scope, &mut state.regions.mapped, pages) }
+            });
+            Ok((placed.map_err(|err| err.to_string()),))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
 }

@@ -4,8 +4,8 @@ use super::record::{Recorder, RunRecord, RunStatus};
 use super::step::{Position, run_step};
 use super::{RunError, RunOutcome};
 use crate::function::LoadedWorkflow;
-use crate::host::Region;
 use crate::messaging::TriggerMessage;
+use crate::region::{Region, RegionOwner};
 use crate::worker::Worker;
 use faas_workflow::{Edge, EdgeMode, FanOut, JoinPolicy, OnFailure};
 use std::sync::Arc;
@@ -18,6 +18,8 @@ pub(crate) struct RunShared {
     pub worker: Arc<Worker>,
     pub workflow: Arc<LoadedWorkflow>,
     pub run_id: String,
+    /// The owner of every region this run's steps create.
+    pub owner: RegionOwner,
     /// The message that started the run, if a Redis trigger did.
     pub message: Option<TriggerMessage>,
     pub recorder: Recorder,
@@ -33,9 +35,15 @@ pub(crate) async fn run(
     message: Option<TriggerMessage>,
 ) -> RunOutcome {
     let settings = workflow.manifest().settings;
+    let run_id = new_run_id();
     let run = Arc::new(RunShared {
         worker,
-        run_id: new_run_id(),
+        owner: RegionOwner {
+            tenant: workflow.tenant.clone(),
+            workflow: workflow.name.clone(),
+            run_id: run_id.as_str().into(),
+        },
+        run_id,
         message,
         recorder: Recorder::default(),
         concurrency: Semaphore::new(settings.concurrency.max(1) as usize),

@@ -16,8 +16,8 @@ pub use record::{RunRecord, RunStatus, StepRecord};
 
 use crate::error::InvokeError;
 use crate::function::LoadedWorkflow;
-use crate::host::Region;
 use crate::messaging::TriggerMessage;
+use crate::region::Region;
 use crate::worker::Worker;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +53,9 @@ pub enum RunError {
     /// The whole run passed its deadline.
     #[error("the run did not finish within {}ms", .0.as_millis())]
     Timeout(Duration),
+    /// The run's output could not be read.
+    #[error("cannot read the run's output: {0}")]
+    Output(String),
 }
 
 impl RunError {
@@ -75,6 +78,7 @@ impl RunError {
             Self::StepFailed { .. } => "step_failed",
             Self::JoinTimeout { .. } => "join_timeout",
             Self::Timeout(_) => "run_timeout",
+            Self::Output(_) => "output",
         }
     }
 }
@@ -96,6 +100,9 @@ pub enum StepFailure {
         /// The type returned.
         found: String,
     },
+    /// A region could not be handed over (another run's, or not sealed).
+    #[error("region refused: {0}")]
+    Region(std::sync::Arc<crate::region::RegionError>),
 }
 
 /// The result of a run and its record (kept for `faas runs` either way).

@@ -5,7 +5,8 @@ use super::record::StepRecord;
 use super::{RunError, StepFailure};
 use crate::failure::{Failure, classify};
 use crate::function::{Entry, LoadedFunction};
-use crate::host::{MessageInfo, Region, StepContext};
+use crate::host::{MessageInfo, StepContext};
+use crate::region::{Region, RegionScope};
 use crate::run::chain::RunShared;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,13 +125,22 @@ async fn attempt_once(
         )));
     };
     let invoke = |err| StepFailure::Invoke(Arc::new(err));
+    let scope = RegionScope {
+        owner: Some(run.owner.clone()),
+        map_threshold: run.worker.config().region_map_threshold,
+        input: Default::default(),
+        output: Default::default(),
+    };
     let (mut store, output) = run
         .worker
-        .new_store(&run.workflow, function)
+        .new_store(&run.workflow, function, Some(scope))
         .await
         .map_err(invoke)?;
     let mut handles = Vec::with_capacity(inputs.len());
     for region in inputs {
+        region
+            .check_owner(Some(&run.owner))
+            .map_err(|err| StepFailure::Region(Arc::new(err)))?;
         let handle = store.data_mut().table.push(region).map_err(|err| {
             StepFailure::Returned(format!("cannot hand over an input region: {err}"))
         })?;
@@ -164,13 +174,20 @@ async fn attempt_once(
         let region = store.data_mut().table.delete(handle).map_err(|err| {
             StepFailure::Returned(format!("returned an invalid region handle: {err}"))
         })?;
-        if region.schema_type != expected_output {
+        if region.schema_type() != expected_output {
             return Err(StepFailure::WrongOutputType {
                 expected: expected_output.to_owned(),
-                found: region.schema_type,
+                found: region.schema_type().to_owned(),
             });
+        }
+        // The producer has returned, so the value can be fixed for its consumers.
+        if let Err(err) = region.hand_over() {
+            return Err(StepFailure::Region(Arc::new(err)));
         }
         outputs.push(region);
     }
+    // Tearing an instance down (unmapping its region pages, resetting its slot) takes
+    // time that grows with its memory; the next step need not wait for it.
+    tokio::task::spawn_blocking(move || drop(store));
     Ok(outputs)
 }

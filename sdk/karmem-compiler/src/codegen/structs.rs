@@ -364,6 +364,33 @@ impl Ctx<'_> {
         let _ = writeln!(out, "    fn from(v: {name}View<'_>) -> Self {{");
         let _ = writeln!(out, "        Self::from_view(&v)");
         let _ = writeln!(out, "    }}\n}}\n");
+        self.record(out);
+    }
+
+    /// `impl Record`: what a platform needs to label, size, read and write a value of
+    /// this type without knowing the type.
+    fn record(&self, out: &mut String) {
+        let (name, rt) = (&self.name, self.rt);
+        let _ = writeln!(out, "impl {rt}::Record for {name} {{");
+        let _ = writeln!(
+            out,
+            "    const SCHEMA: &'static str = {:?};",
+            self.schema.name
+        );
+        let _ = writeln!(out, "    const NAME: &'static str = {:?};", self.s.name);
+        let _ = writeln!(out, "    type View<'a> = {name}View<'a>;");
+        let _ = writeln!(out, "    fn view(data: &[u8]) -> {name}View<'_> {{");
+        let _ = writeln!(out, "        {name}View::root(data)");
+        let _ = writeln!(out, "    }}");
+        let _ = writeln!(out, "    fn encoded_len(&self) -> usize {{");
+        let _ = writeln!(out, "        {name}::encoded_len(self)");
+        let _ = writeln!(out, "    }}");
+        let _ = writeln!(
+            out,
+            "    fn encode_into(&self, buf: &mut [u8]) -> ::core::result::Result<usize, {rt}::Error> {{"
+        );
+        let _ = writeln!(out, "        {name}::encode_into(self, buf)");
+        let _ = writeln!(out, "    }}\n}}\n");
     }
 
     /// `write_plain`: encodes a plain inline struct into exactly `SIZE` bytes, every
@@ -714,6 +741,22 @@ impl Ctx<'_> {
                     );
                     let _ = writeln!(out, "        self.w.slice_of::<{t}>({at}, v, {packed})?;");
                     let _ = writeln!(out, "        ::core::result::Result::Ok(self)");
+                    let _ = writeln!(out, "    }}");
+                    // In place: the caller fills the elements where they lie, so a large
+                    // payload is written once, straight into the message.
+                    let _ = writeln!(
+                        out,
+                        "    /// Reserves {doc} for `count` elements and returns their bytes (little-endian, uninitialised) to fill in place."
+                    );
+                    let _ = writeln!(
+                        out,
+                        "    pub fn alloc_{a}(&mut self, count: usize) -> ::core::result::Result<&mut [u8], {rt}::Error> {{"
+                    );
+                    let _ = writeln!(
+                        out,
+                        "        self.w.slice_alloc_raw({at}, count, {}, {packed})",
+                        p.size()
+                    );
                     let _ = writeln!(out, "    }}");
                 }
                 Kind::PrimArray(p, n) => {

@@ -1,0 +1,100 @@
+//! A guest that tries to get at memory it must not see, for the regions security tests.
+//! Config `probe` picks the attempt; each either fails the step (the platform refused)
+//! or reports what it saw as JSON (which the tests check is nothing foreign).
+//!
+//! - `forge-handle`: uses a region handle it was never given.
+//! - `unaligned`: offers pages that do not start on a page boundary.
+//! - `out-of-bounds`: offers pages beyond the end of its memory.
+//! - `oversize`: asks for more capacity than its Karmem interface declares.
+//! - `unsealed`: returns a region it never sealed.
+//! - `write-read-only`: writes into an input the interface lets it only read.
+//! - `tail`: places its input and reports any non-zero byte after the value up to the
+//!   end of its last page.
+//! - `scan`: grows its memory by config `pages` fresh pages and reports any non-zero
+//!   byte in them (a reused instance slot must not show a previous payload).
+
+use faas_sdk::region::{PAGE_SIZE, RegionExt, RegionWriter};
+use faas_sdk::step::{Context, Region, StepResult};
+
+#[faas_sdk::step]
+fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
+    let probe = faas_sdk::config::get("probe").unwrap_or_default();
+    let report = match probe.as_str() {
+        "forge-handle" => {
+            // SAFETY (of the guest): deliberately not; the host must refuse the handle.
+            let forged = unsafe { Region::from_handle(0x7fff_0001) };
+            format!("{{\"len\":{}}}", forged.len())
+        }
+        "unaligned" => {
+            let pages = grow(2)?;
+            let result = Region::create_in("bytes", &pages[1..PAGE_SIZE + 1]);
+            return result.map(|region| vec![region]);
+        }
+        "out-of-bounds" => {
+            let end = core::arch::wasm32::memory_size(0) * PAGE_SIZE;
+            // SAFETY (of the guest): deliberately not; the host must refuse to lift it.
+            let beyond = unsafe { core::slice::from_raw_parts(end as *const u8, PAGE_SIZE) };
+            return Region::create_in("bytes", beyond).map(|region| vec![region]);
+        }
+        "oversize" => {
+            let writer = RegionWriter::<()>::labelled("bytes", 4 * PAGE_SIZE)?;
+            return writer.finish(0).map(|region| vec![region]);
+        }
+        "unsealed" => {
+            let pages = grow(1)?;
+            return Region::create_in("bytes", pages).map(|region| vec![region]);
+        }
+        "write-read-only" => {
+            let input = inputs.first().ok_or("needs an input")?;
+            let bytes = input.place()?;
+            // SAFETY (of the guest): deliberately not; the page is mapped read-only and
+            // the write must trap.
+            unsafe { core::ptr::write_volatile(bytes.as_ptr() as *mut u8, 1) };
+            "{\"wrote\":true}".to_owned()
+        }
+        "tail" => {
+            let input = inputs.first().ok_or("needs an input")?;
+            let bytes = input.place()?;
+            let end = bytes.len().div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE;
+            // SAFETY: the value was placed at the start of fresh pages that span `end`.
+            let tail = unsafe {
+                core::slice::from_raw_parts(bytes.as_ptr().add(bytes.len()), end - bytes.len())
+            };
+            format!(
+                "{{\"len\":{},\"tail\":{},\"nonzero\":{}}}",
+                bytes.len(),
+                tail.len(),
+                nonzero(tail)
+            )
+        }
+        "scan" => {
+            let pages: usize = faas_sdk::config::get("pages")
+                .and_then(|pages| pages.parse().ok())
+                .unwrap_or(64);
+            let fresh = grow(pages)?;
+            format!(
+                "{{\"scanned\":{},\"nonzero\":{}}}",
+                fresh.len(),
+                nonzero(fresh)
+            )
+        }
+        other => return Err(format!("unknown probe `{other}`")),
+    };
+    Ok(vec![Region::from_bytes("json", report.as_bytes())])
+}
+
+fn nonzero(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|byte| **byte != 0).count()
+}
+
+/// `pages` fresh pages at the end of linear memory.
+fn grow(pages: usize) -> Result<&'static [u8], String> {
+    let previous = core::arch::wasm32::memory_grow(0, pages);
+    if previous == usize::MAX {
+        return Err("memory.grow failed".into());
+    }
+    // SAFETY: the pages were just added to linear memory.
+    Ok(unsafe {
+        core::slice::from_raw_parts((previous * PAGE_SIZE) as *const u8, pages * PAGE_SIZE)
+    })
+}

@@ -1,0 +1,417 @@
+//! Regions: one Karmem-encoded value handed from a workflow step to the next.
+//!
+//! Small values are plain bytes, copied once out of the producer and once into each
+//! consumer. Large ones live in a [`payload::PayloadFile`]: the producer's pages are the
+//! file mapped shared, so writing the value is the only copy there is; once sealed, the
+//! file is mapped copy-on-write into each consumer's pages (or copied, below the
+//! worker's map threshold, where a copy is cheaper than changing page tables).
+//!
+//! Every region carries its owner (tenant, workflow, run), and a store only accepts
+//! regions of its own run.
+
+mod pages;
+mod payload;
+
+pub(crate) use pages::{MappedPages, PageRange};
+
+use payload::PayloadFile;
+use rustix::mm::ProtFlags;
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+/// Who a region belongs to: one run of one tenant's workflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionOwner {
+    /// The tenant whose workflow created it.
+    pub tenant: Arc<str>,
+    /// The workflow.
+    pub workflow: Arc<str>,
+    /// The run.
+    pub run_id: Arc<str>,
+}
+
+impl fmt::Display for RegionOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tenant `{}`, workflow `{}`, run {}",
+            self.tenant, self.workflow, self.run_id
+        )
+    }
+}
+
+/// Why a region operation was refused. The guest sees the message as an error result;
+/// the executor reports it as the step's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// Pages passed for a region are not whole, aligned pages.
+    #[error(
+        "region pages must start on a {page}-byte page boundary and span whole pages (got {len} bytes)"
+    )]
+    Unaligned {
+        /// Length of the slice passed.
+        len: usize,
+        /// The page size required.
+        page: usize,
+    },
+    /// A consumer's pages cannot hold the value.
+    #[error("region pages hold {given} bytes but the value needs {needed}")]
+    TooSmall {
+        /// Bytes needed (the value's length rounded up to whole pages).
+        needed: usize,
+        /// Bytes passed.
+        given: usize,
+    },
+    /// A region is larger than the step's Karmem interface allows.
+    #[error(
+        "{what} of {len} bytes exceeds the {limit} bytes its Karmem memory `{memory}` declares"
+    )]
+    OverLimit {
+        /// What was too large.
+        what: &'static str,
+        /// Its size.
+        len: usize,
+        /// The declared maximum.
+        limit: u64,
+        /// The memory's name in the interface.
+        memory: String,
+    },
+    /// `seal` was given a length beyond the pages written.
+    #[error("cannot seal {len} bytes in a region of {capacity}")]
+    BeyondCapacity {
+        /// The length asked for.
+        len: usize,
+        /// The region's capacity.
+        capacity: usize,
+    },
+    /// `seal` on a region that was not made with `create-in`, or twice.
+    #[error("only a region being written (made with `create-in`) can be sealed")]
+    NotWriting,
+    /// A region was handed on (returned, read, or sent) before it was sealed.
+    #[error("region was not sealed: call `seal` with the value's length first")]
+    NotSealed,
+    /// A region of one run offered to a function of another.
+    #[error("region belongs to {owner}; refused in {requester}")]
+    ForeignOwner {
+        /// Who owns it.
+        owner: RegionOwner,
+        /// Who asked for it.
+        requester: RegionOwner,
+    },
+    /// The kernel refused a memory operation.
+    #[error("region memory operation failed: {0}")]
+    Map(#[source] std::io::Error),
+}
+
+/// One value handed between workflow steps: the host side of a `region` resource.
+/// Cloning shares the value; nothing is copied until a guest reads it.
+#[derive(Debug, Clone)]
+pub struct Region {
+    schema_type: String,
+    owner: Option<RegionOwner>,
+    body: Body,
+}
+
+#[derive(Debug, Clone)]
+enum Body {
+    /// A small value, copied into host memory.
+    Bytes(Arc<[u8]>),
+    /// Being written by its producer through `pages`, which are the file mapped shared.
+    Writing {
+        file: Arc<PayloadFile>,
+        pages: PageRange,
+    },
+    /// Sealed: the first `len` bytes of `file`.
+    Sealed { file: Arc<PayloadFile>, len: usize },
+}
+
+/// The Karmem memory declaration a step's region must fit: its maximum size and, for
+/// inputs, whether the step may write to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryRule {
+    /// The memory's name in the interface (for messages).
+    pub memory: String,
+    /// The declared maximum size in bytes; `None` when no interface is declared.
+    pub max_bytes: Option<u64>,
+    /// Whether the step may write to the value (inputs only). Without a declaration
+    /// the value is the step's to change: it gets a private copy-on-write mapping.
+    pub read_only: bool,
+}
+
+impl MemoryRule {
+    fn check(&self, what: &'static str, len: usize) -> Result<(), RegionError> {
+        match self.max_bytes {
+            Some(limit) if len as u64 > limit => Err(RegionError::OverLimit {
+                what,
+                len,
+                limit,
+                memory: self.memory.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What one store's regions may do.
+#[derive(Debug, Clone)]
+pub(crate) struct RegionScope {
+    /// The run the store belongs to (`None` outside workflow runs, e.g. HTTP functions).
+    pub owner: Option<RegionOwner>,
+    /// Values at least this long are mapped into consumers; shorter ones are copied.
+    pub map_threshold: usize,
+    /// The step's declared input memory.
+    pub input: MemoryRule,
+    /// The step's declared output memory.
+    pub output: MemoryRule,
+}
+
+/// One store's region state.
+#[derive(Debug)]
+pub(crate) struct StoreRegions {
+    /// What its regions may do.
+    pub scope: RegionScope,
+    /// Guest pages the host changed; restored on drop.
+    pub mapped: MappedPages,
+    /// Bytes of copied regions the store created (held in host memory, so they count
+    /// against its memory limit).
+    pub copied_bytes: usize,
+}
+
+impl StoreRegions {
+    /// Fresh state under `scope`.
+    pub(crate) fn new(scope: RegionScope) -> Self {
+        Self {
+            scope,
+            mapped: MappedPages::default(),
+            copied_bytes: 0,
+        }
+    }
+}
+
+impl RegionScope {
+    /// The scope of a store outside any workflow run (an HTTP function): its regions
+    /// cannot reach another function.
+    pub(crate) fn detached(map_threshold: usize) -> Self {
+        Self {
+            owner: None,
+            map_threshold,
+            input: MemoryRule::default(),
+            output: MemoryRule::default(),
+        }
+    }
+}
+
+impl Region {
+    /// A region of `schema_type` holding `bytes` (a run's input, or a small value).
+    pub fn new(schema_type: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
+        Self {
+            schema_type: schema_type.into(),
+            owner: None,
+            body: Body::Bytes(bytes.into()),
+        }
+    }
+
+    /// The Karmem schema type of the value.
+    pub fn schema_type(&self) -> &str {
+        &self.schema_type
+    }
+
+    /// The run that created it, if a step did.
+    pub fn owner(&self) -> Option<&RegionOwner> {
+        self.owner.as_ref()
+    }
+
+    /// The value's length in bytes (0 while still being written).
+    pub fn len(&self) -> usize {
+        match &self.body {
+            Body::Bytes(bytes) => bytes.len(),
+            Body::Writing { .. } => 0,
+            Body::Sealed { len, .. } => *len,
+        }
+    }
+
+    /// Whether the value is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the value lives in a memory file that consumers can map.
+    pub fn is_mappable(&self) -> bool {
+        matches!(self.body, Body::Sealed { .. })
+    }
+
+    /// The value's bytes: borrowed when held in host memory, read from the memory file
+    /// otherwise.
+    ///
+    /// # Errors
+    /// [`RegionError::NotSealed`] while it is being written; [`RegionError::Map`] if
+    /// the memory file cannot be read.
+    pub fn bytes(&self) -> Result<Cow<'_, [u8]>, RegionError> {
+        match &self.body {
+            Body::Bytes(bytes) => Ok(Cow::Borrowed(bytes)),
+            Body::Writing { .. } => Err(RegionError::NotSealed),
+            Body::Sealed { file, len } => {
+                let mut out = vec![0; *len];
+                file.read_at_start(&mut out)?;
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+
+    /// Refuses a region that belongs to another run than `requester`'s.
+    pub(crate) fn check_owner(&self, requester: Option<&RegionOwner>) -> Result<(), RegionError> {
+        match (&self.owner, requester) {
+            (Some(owner), Some(requester)) if owner != requester => {
+                Err(RegionError::ForeignOwner {
+                    owner: owner.clone(),
+                    requester: requester.clone(),
+                })
+            }
+            (Some(owner), None) => Err(RegionError::ForeignOwner {
+                owner: owner.clone(),
+                requester: RegionOwner {
+                    tenant: "-".into(),
+                    workflow: "-".into(),
+                    run_id: "none".into(),
+                },
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// A small region copied from guest bytes, owned by `scope`'s run.
+    pub(crate) fn copied(scope: &RegionScope, schema_type: String, bytes: Vec<u8>) -> Self {
+        Self {
+            schema_type,
+            owner: scope.owner.clone(),
+            body: Body::Bytes(bytes.into()),
+        }
+    }
+
+    /// A region being written in `pages` of the calling guest's memory: backs them with
+    /// a fresh memory file mapped shared, so the guest's writes land in the file.
+    ///
+    /// # Safety
+    /// `pages` must be unborrowed pages of the calling store's live guest memory.
+    pub(crate) unsafe fn create_in(
+        scope: &RegionScope,
+        mapped: &mut MappedPages,
+        schema_type: String,
+        pages: PageRange,
+    ) -> Result<Self, RegionError> {
+        scope.output.check("region capacity", pages.len())?;
+        let file = PayloadFile::create(pages.len())?;
+        // Recorded before mapping, so even a failure half-way leaves nothing behind.
+        mapped.record(pages);
+        // SAFETY: forwarded from the caller; the range is recorded for restoring.
+        unsafe { pages.map_file(file.as_fd_ref(), ProtFlags::READ | ProtFlags::WRITE, true) }?;
+        Ok(Self {
+            schema_type,
+            owner: scope.owner.clone(),
+            body: Body::Writing {
+                file: Arc::new(file),
+                pages,
+            },
+        })
+    }
+
+    /// Ends writing at `len` bytes. The producer's pages stay mapped until its store
+    /// is dropped (unmapping them costs time in proportion to their size, so that
+    /// happens off the path to the next step); the value is fixed by
+    /// [`Region::hand_over`] once the producer has returned.
+    pub(crate) fn seal(&mut self, len: usize) -> Result<(), RegionError> {
+        let Body::Writing { file, pages } = &self.body else {
+            return Err(RegionError::NotWriting);
+        };
+        if len > pages.len() {
+            return Err(RegionError::BeyondCapacity {
+                len,
+                capacity: pages.len(),
+            });
+        }
+        self.body = Body::Sealed {
+            file: file.clone(),
+            len,
+        };
+        Ok(())
+    }
+
+    /// Fixes a sealed value for its consumers, once its producer can no longer run:
+    /// zeroes the last page's tail past the value and seals the file against writes,
+    /// growth and shrinking. Idempotent.
+    ///
+    /// # Errors
+    /// [`RegionError::NotSealed`] for a region still being written.
+    pub(crate) fn hand_over(&self) -> Result<(), RegionError> {
+        match &self.body {
+            Body::Writing { .. } => Err(RegionError::NotSealed),
+            Body::Sealed { file, len } => file.freeze(*len),
+            Body::Bytes(_) => Ok(()),
+        }
+    }
+
+    /// Places the value at the start of `pages` of the calling guest's memory: maps
+    /// the file copy-on-write when the value is at least `scope.map_threshold` bytes,
+    /// copies it otherwise; read-only if the step's interface says so.
+    ///
+    /// # Safety
+    /// `pages` must be unborrowed pages of the calling store's live guest memory.
+    pub(crate) unsafe fn read_into(
+        &self,
+        scope: &RegionScope,
+        mapped: &mut MappedPages,
+        pages: PageRange,
+    ) -> Result<(), RegionError> {
+        let len = self.len();
+        scope.input.check("input region", len)?;
+        let needed = pages::round_to_pages(len);
+        if needed > pages.len() {
+            return Err(RegionError::TooSmall {
+                needed,
+                given: pages.len(),
+            });
+        }
+        if needed == 0 {
+            return Ok(());
+        }
+        let target = pages.prefix(needed);
+        let read_only = scope.input.read_only;
+        match &self.body {
+            Body::Writing { .. } => return Err(RegionError::NotSealed),
+            Body::Sealed { file, .. } if len >= scope.map_threshold => {
+                let prot = if read_only {
+                    ProtFlags::READ
+                } else {
+                    ProtFlags::READ | ProtFlags::WRITE
+                };
+                mapped.record(target);
+                // SAFETY: forwarded from the caller; recorded for restoring.
+                unsafe { target.map_file(file.as_fd_ref(), prot, false) }?;
+                return Ok(());
+            }
+            Body::Sealed { file, .. } => {
+                // SAFETY: forwarded from the caller; the guest is suspended in this call.
+                let slice = unsafe { target.as_mut_slice() };
+                file.read_at_start(&mut slice[..len])?;
+            }
+            Body::Bytes(bytes) => {
+                // SAFETY: as above.
+                let slice = unsafe { target.as_mut_slice() };
+                slice[..len].copy_from_slice(bytes);
+            }
+        }
+        if read_only {
+            mapped.record(target);
+            // SAFETY: forwarded from the caller; recorded for restoring.
+            unsafe { target.protect_read_only() }?;
+        }
+        Ok(())
+    }
+}
+
+impl PayloadFile {
+    fn as_fd_ref(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(self)
+    }
+}

@@ -1,0 +1,165 @@
+//! Pages of a guest's linear memory that the host maps a payload file onto, and the
+//! bookkeeping that puts plain zero pages back before the memory is reused.
+//!
+//! Wasmtime elides bounds checks inside a memory's reservation and the pooling
+//! allocator reuses memory slots, so three rules keep one guest's data out of another:
+//! every range is checked (whole host pages, inside the memory as it is now); every
+//! range the host changed is recorded; and every recorded range gets fresh anonymous
+//! pages back before the store (and so the slot) is released.
+
+use super::RegionError;
+use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+use std::os::fd::BorrowedFd;
+
+/// The host's page size: the unit of `mmap`.
+pub(crate) fn host_page_size() -> usize {
+    rustix::param::page_size()
+}
+
+/// `len` rounded up to whole host pages.
+pub(crate) fn round_to_pages(len: usize) -> usize {
+    len.div_ceil(host_page_size()) * host_page_size()
+}
+
+/// Whole host pages inside one guest's linear memory, by host address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PageRange {
+    addr: usize,
+    len: usize,
+}
+
+impl PageRange {
+    /// The pages `guest_pages` covers: a slice of a guest's linear memory, as a host
+    /// function sees a `list<u8>` argument in place (Wasmtime has already checked that
+    /// it lies inside the memory's current size).
+    ///
+    /// # Errors
+    /// [`RegionError::Unaligned`] unless it starts on a page boundary and spans whole,
+    /// non-zero pages.
+    pub(crate) fn of_guest(guest_pages: &[u8]) -> Result<Self, RegionError> {
+        let (addr, len) = (guest_pages.as_ptr() as usize, guest_pages.len());
+        let page = host_page_size();
+        if len == 0 || !addr.is_multiple_of(page) || !len.is_multiple_of(page) {
+            return Err(RegionError::Unaligned { len, page });
+        }
+        Ok(Self { addr, len })
+    }
+
+    /// Its length in bytes.
+    pub(crate) fn len(self) -> usize {
+        self.len
+    }
+
+    /// The first `len` bytes (a whole number of pages, at most the range).
+    pub(crate) fn prefix(self, len: usize) -> Self {
+        debug_assert!(len <= self.len && len.is_multiple_of(host_page_size()));
+        Self {
+            addr: self.addr,
+            len,
+        }
+    }
+
+    /// Maps `len` bytes of `fd` from offset 0 onto the range's start.
+    ///
+    /// `shared`: writes go to the file (the producer writing in place); otherwise they
+    /// go to private copies (a consumer, so no sibling sees them).
+    ///
+    /// # Safety
+    /// The range must be pages of a live guest memory that no Rust reference points
+    /// into, and be recorded in [`MappedPages`] so it is restored before the memory is
+    /// released.
+    pub(crate) unsafe fn map_file(
+        self,
+        fd: BorrowedFd<'_>,
+        prot: ProtFlags,
+        shared: bool,
+    ) -> Result<(), RegionError> {
+        let share = if shared {
+            MapFlags::SHARED
+        } else {
+            MapFlags::PRIVATE
+        };
+        // SAFETY: MAP_FIXED replaces pages the caller guarantees are its guest's and
+        // unborrowed; the guest only reaches them through Wasmtime's checked accesses.
+        unsafe {
+            rustix::mm::mmap(
+                self.addr as *mut _,
+                self.len,
+                prot,
+                share | MapFlags::FIXED,
+                fd,
+                0,
+            )
+        }
+        .map_err(|errno| RegionError::Map(errno.into()))?;
+        Ok(())
+    }
+
+    /// Makes the range read-only: a guest write to it then traps.
+    ///
+    /// # Safety
+    /// As for [`PageRange::map_file`].
+    pub(crate) unsafe fn protect_read_only(self) -> Result<(), RegionError> {
+        // SAFETY: see `map_file`.
+        unsafe { rustix::mm::mprotect(self.addr as *mut _, self.len, MprotectFlags::READ) }
+            .map_err(|errno| RegionError::Map(errno.into()))
+    }
+
+    /// Puts fresh, zeroed, writable anonymous pages in place of whatever is mapped.
+    ///
+    /// # Safety
+    /// As for [`PageRange::map_file`].
+    pub(crate) unsafe fn restore(self) -> std::io::Result<()> {
+        // SAFETY: see `map_file`.
+        unsafe {
+            rustix::mm::mmap_anonymous(
+                self.addr as *mut _,
+                self.len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED,
+            )
+        }?;
+        Ok(())
+    }
+
+    /// The range as a byte slice, to copy a value into.
+    ///
+    /// # Safety
+    /// The range must be pages of a live guest memory that nothing else reads or
+    /// writes while the slice lives.
+    pub(crate) unsafe fn as_mut_slice<'a>(self) -> &'a mut [u8] {
+        // SAFETY: the caller guarantees exclusive access to live memory.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+    }
+}
+
+/// Every range of one store's guest memory the host mapped or protected. Dropping it
+/// restores them all, which must happen before Wasmtime returns the memory to its pool:
+/// it is a field of the store's data, and Wasmtime drops a store's data before its
+/// instances.
+#[derive(Debug, Default)]
+pub(crate) struct MappedPages {
+    ranges: Vec<PageRange>,
+}
+
+impl MappedPages {
+    /// Remembers `range` to restore later.
+    pub(crate) fn record(&mut self, range: PageRange) {
+        self.ranges.push(range);
+    }
+}
+
+impl Drop for MappedPages {
+    fn drop(&mut self) {
+        for range in self.ranges.drain(..) {
+            // SAFETY: recorded ranges are pages of this store's guest memories, which
+            // are still allocated (the store drops its data first) and no longer run.
+            if let Err(err) = unsafe { range.restore() } {
+                // Returning the slot with a payload still mapped would show it to the
+                // next tenant; stopping the process is the only safe way out.
+                eprintln!("faas-worker: cannot restore region pages ({err}); aborting");
+                std::process::abort();
+            }
+        }
+    }
+}
