@@ -9,5 +9,6 @@ mod limits;
 mod manifest;
 mod placement;
 mod redis;
+mod regions;
 mod server;
 mod workflows;

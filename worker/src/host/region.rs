@@ -123,11 +123,14 @@ pub(crate) fn add_page_functions(linker: &mut Linker<InstanceState>) -> wasmtime
          (handle, pages): (Resource<Region>, WasmList<u8>)| {
             let pages = PageRange::of_guest(pages.as_le_slice(&store));
             let state = store.data_mut();
-            let region = state.table.get(&handle)?;
+            let region = state.table.get_mut(&handle)?;
             let placed: Result<(), RegionError> = pages.and_then(|pages| {
                 // SAFETY: as for `create-in`.
                 unsafe { region.read_into(&state.regions.scope, &mut state.regions.mapped, pages) }
             });
+            if placed.is_ok() {
+                region.release_producer();
+            }
             Ok((placed.map_err(|err| err.to_string()),))
         },
     )?;

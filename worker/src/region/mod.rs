@@ -111,6 +111,37 @@ pub struct Region {
     schema_type: String,
     owner: Option<RegionOwner>,
     body: Body,
+    /// The producer's instance, kept until the consumers have mapped the value.
+    producer: Option<Arc<Retired>>,
+}
+
+/// A finished instance whose teardown is put off. Unmapping a producer's written pages
+/// takes time in proportion to their size and holds the process's memory-map lock,
+/// which the next step needs to map the value; so the producer is torn down once its
+/// consumers have mapped (or dropped) the value, and on a blocking thread.
+pub(crate) struct Retired(std::sync::Mutex<Option<Box<dyn Send>>>);
+
+impl Retired {
+    /// Puts off dropping `instance`.
+    pub(crate) fn new(instance: impl Send + 'static) -> Arc<Self> {
+        Arc::new(Self(std::sync::Mutex::new(Some(Box::new(instance)))))
+    }
+}
+
+impl fmt::Debug for Retired {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Retired")
+    }
+}
+
+impl Drop for Retired {
+    fn drop(&mut self) {
+        let instance = self.0.get_mut().map_or(None, Option::take);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(move || drop(instance))),
+            Err(_) => drop(instance),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -209,6 +240,7 @@ impl Region {
             schema_type: schema_type.into(),
             owner: None,
             body: Body::Bytes(bytes.into()),
+            producer: None,
         }
     }
 
@@ -259,6 +291,22 @@ impl Region {
         }
     }
 
+    /// Whether the next step will map the value (rather than copy it) under
+    /// `map_threshold`.
+    pub(crate) fn will_map(&self, map_threshold: usize) -> bool {
+        matches!(self.body, Body::Sealed { len, .. } if len >= map_threshold)
+    }
+
+    /// Keeps `producer` alive while this region (or a clone) may still be mapped.
+    pub(crate) fn retain_producer(&mut self, producer: Arc<Retired>) {
+        self.producer = Some(producer);
+    }
+
+    /// Lets go of the producer once this consumer has the value in its memory.
+    pub(crate) fn release_producer(&mut self) {
+        self.producer = None;
+    }
+
     /// Refuses a region that belongs to another run than `requester`'s.
     pub(crate) fn check_owner(&self, requester: Option<&RegionOwner>) -> Result<(), RegionError> {
         match (&self.owner, requester) {
@@ -286,6 +334,7 @@ impl Region {
             schema_type,
             owner: scope.owner.clone(),
             body: Body::Bytes(bytes.into()),
+            producer: None,
         }
     }
 
@@ -313,6 +362,7 @@ impl Region {
                 file: Arc::new(file),
                 pages,
             },
+            producer: None,
         })
     }
 

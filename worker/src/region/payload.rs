@@ -26,15 +26,6 @@ impl PayloadFile {
         Ok(Self { fd })
     }
 
-    /// A file received from another process (already sealed by its producer).
-    pub(crate) fn from_sealed_fd(fd: OwnedFd) -> Result<Self, RegionError> {
-        let seals = rustix::fs::fcntl_get_seals(&fd).map_err(|e| RegionError::Map(e.into()))?;
-        if !seals.contains(SealFlags::FUTURE_WRITE | SealFlags::SHRINK) {
-            return Err(RegionError::NotSealed);
-        }
-        Ok(Self { fd })
-    }
-
     /// Freezes the file holding a `len`-byte value: zeroes the last page's tail (the
     /// producer may have written past `len`, and consumers map whole pages) and seals
     /// it against further writes, growth and shrinking. The producer's own mapping may

@@ -6,7 +6,7 @@ use super::{RunError, StepFailure};
 use crate::failure::{Failure, classify};
 use crate::function::{Entry, LoadedFunction};
 use crate::host::{MessageInfo, StepContext};
-use crate::region::{Region, RegionScope};
+use crate::region::{Region, RegionScope, Retired};
 use crate::run::chain::RunShared;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -187,7 +187,14 @@ async fn attempt_once(
         outputs.push(region);
     }
     // Tearing an instance down (unmapping its region pages, resetting its slot) takes
-    // time that grows with its memory; the next step need not wait for it.
-    tokio::task::spawn_blocking(move || drop(store));
+    // time that grows with its memory; the next step need not wait for it, and should
+    // map what it maps before the teardown takes the memory-map lock.
+    let threshold = run.worker.config().region_map_threshold;
+    let producer = Retired::new(store);
+    for region in &mut outputs {
+        if region.will_map(threshold) {
+            region.retain_producer(producer.clone());
+        }
+    }
     Ok(outputs)
 }

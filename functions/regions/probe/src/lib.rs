@@ -42,7 +42,8 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
         }
         "unsealed" => {
             let pages = grow(1)?;
-            return Region::create_in("bytes", pages).map(|region| vec![region]);
+            // Labelled as the step's output type, so only the missing seal is wrong.
+            return Region::create_in("json", pages).map(|region| vec![region]);
         }
         "write-read-only" => {
             let input = inputs.first().ok_or("needs an input")?;
@@ -70,7 +71,7 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
         "scan" => {
             let pages: usize = faas_sdk::config::get("pages")
                 .and_then(|pages| pages.parse().ok())
-                .unwrap_or(64);
+                .unwrap_or(256);
             let fresh = grow(pages)?;
             format!(
                 "{{\"scanned\":{},\"nonzero\":{}}}",

@@ -6,6 +6,8 @@
 //! - `consume`: reads its input blob where the platform placed it (mapped from the
 //!   producer's pages when large), checks every byte, and reports what it saw as JSON:
 //!   length, byte sum, and the handoff and read times measured from the producer's seal.
+//!   With config `dirty_tail = "true"` the producer scribbles over its pages past the
+//!   value before sealing (consumers must see zeros there).
 //!   With config `mutate = "true"` it then overwrites its copy (copy-on-write, so sibling
 //!   branches must still see the original).
 //! - `gather`: joins the consumers' JSON reports into one array (fan-in).
@@ -57,14 +59,18 @@ fn produce(inputs: &[Region]) -> Result<Region, String> {
         .parse()
         .map_err(|err| format!("input `{}` is not a byte count: {err}", text.trim()))?;
     let seed = len as u64 ^ 0x5a;
-    let writer = RegionWriter::<Blob>::new(HEADER_BYTES + len)?;
-    writer.write_with(|w| {
-        let mut blob = BlobWriter::new(w)?;
-        blob.set_seed(seed);
-        fill(blob.alloc_data(len)?, seed);
-        blob.set_sent_at_ns(now_ns());
-        Ok(())
-    })
+    let mut writer = RegionWriter::<Blob>::new(HEADER_BYTES + len)?;
+    let mut w = faas_karmem::Writer::new(writer.buffer());
+    let mut blob = BlobWriter::new(&mut w).map_err(|err| err.to_string())?;
+    blob.set_seed(seed);
+    fill(blob.alloc_data(len).map_err(|err| err.to_string())?, seed);
+    blob.set_sent_at_ns(now_ns());
+    let encoded = w.len();
+    if faas_sdk::config::get("dirty_tail").as_deref() == Some("true") {
+        // Scribble past the value: consumers must see zeros there, not this.
+        writer.buffer()[encoded..].fill(0xaa);
+    }
+    writer.finish(encoded)
 }
 
 /// Writes the blob pattern: one period by hand, then doubling copies (memcpy speed).

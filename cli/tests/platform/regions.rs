@@ -1,0 +1,188 @@
+//! Regions end to end: a producer's Karmem value reaches its consumers intact, mapped
+//! or copied, and no guest gets at memory that is not its own.
+
+use crate::support::{Platform, copy_manifest, error_of};
+use std::path::Path;
+
+const EXAMPLE: &str = "functions/regions/workflow.toml";
+
+/// The byte sum of a blob of `len` data bytes as the example's producer makes it.
+fn expected_sum(len: usize) -> u64 {
+    let seed = len as u64 ^ 0x5a;
+    (0..len)
+        .map(|index| u64::from((index as u8) ^ (seed as u8)))
+        .sum()
+}
+
+fn transfer(platform: &Platform, route: &str, len: usize) -> serde_json::Value {
+    let response = platform.post(route, len.to_string());
+    assert_eq!(response.status(), 200, "{:?}", response.text());
+    response.json().unwrap()
+}
+
+/// The example workflow, with each `(from, to)` text replacement applied, deployed.
+fn deploy_example(platform: &Platform, dir: &Path, replacements: &[(&str, &str)]) {
+    let manifest = copy_manifest(dir, EXAMPLE, replacements);
+    std::fs::copy(
+        faas_testing::repo_root().join("functions/regions/blob.km"),
+        dir.join("blob.km"),
+    )
+    .unwrap();
+    platform.deploy(&manifest);
+}
+
+#[test]
+fn every_byte_arrives_whether_mapped_or_copied() {
+    let dir = faas_testing::temp_dir();
+    let mapped = start(&[]);
+    let copied = start(&["--region-map-threshold", "off"]);
+    for platform in [&mapped, &copied] {
+        deploy_example(platform, dir.path(), &[]);
+        // Below the map threshold, a page multiple plus one byte, and well above it.
+        for len in [0, 1_000, 4 * 65_536 + 1, 24 << 20] {
+            let report = transfer(platform, "/regions", len);
+            assert_eq!(report["len"], len, "{report}");
+            assert_eq!(report["sum"], expected_sum(len), "{report}");
+            assert_eq!(report["type"], "blob.km:Blob");
+        }
+    }
+}
+
+#[test]
+fn fan_out_maps_one_region_into_every_branch_and_writes_stay_private() {
+    let dir = faas_testing::temp_dir();
+    let platform = start(&[]);
+    // Four branches, one at a time, each overwriting its copy after checking it: if a
+    // write reached the shared pages, a later branch would see it.
+    let fan_out = r#"type = "blob.km:Blob"
+fan_out = 4
+
+[steps.gather]
+function = "gather"
+input = "json"
+output = "json"
+
+[functions.gather]
+component = "GATHER"
+kind = "step"
+config = { role = "gather" }
+
+[[edges]]
+from = "consume"
+to = "gather"
+type = "json"
+join = { timeout_ms = 30000, on_failure = "fail" }
+"#;
+    let component = faas_testing::component_path("region-transfer");
+    let fan_out = fan_out.replace("GATHER", &component.display().to_string());
+    deploy_example(
+        &platform,
+        dir.path(),
+        &[
+            ("type = \"blob.km:Blob\"\n", &fan_out),
+            (
+                "config = { role = \"consume\" }",
+                "config = { role = \"consume\", mutate = \"true\" }",
+            ),
+            (
+                "timeout_ms = 120000",
+                "timeout_ms = 120000\nconcurrency = 1",
+            ),
+        ],
+    );
+    let len = 2 << 20;
+    let response = platform.post("/regions", len.to_string());
+    assert_eq!(response.status(), 200, "{:?}", response.text());
+    let reports: Vec<serde_json::Value> = response.json().unwrap();
+    assert_eq!(reports.len(), 4);
+    for (branch, report) in reports.iter().enumerate() {
+        assert_eq!(report["branch"], branch);
+        assert_eq!(
+            report["sum"],
+            expected_sum(len),
+            "branch {branch}: {report}"
+        );
+    }
+}
+
+/// The example's producer feeding the probe component (config `probe`), deployed.
+fn deploy_probe(platform: &Platform, dir: &Path, probe: &str, producer_config: &str) {
+    let component = |package| {
+        format!(
+            "[functions.consume]\ncomponent = \"{}\"",
+            faas_testing::component_path(package).display()
+        )
+    };
+    deploy_example(
+        platform,
+        dir,
+        &[
+            (
+                "config = { role = \"produce\" }",
+                &format!("config = {{ role = \"produce\"{producer_config} }}"),
+            ),
+            (&component("region-transfer"), &component("region-probe")),
+            (
+                "config = { role = \"consume\" }",
+                &format!("config = {{ probe = \"{probe}\" }}"),
+            ),
+        ],
+    );
+}
+
+/// A platform whose instances may have the example's 1100 MiB.
+fn start(extra: &[&str]) -> Platform {
+    let mut args = vec!["--no-demo", "--max-memory-mb", "1100"];
+    args.extend_from_slice(extra);
+    Platform::start_with(&args)
+}
+
+#[test]
+fn forged_handles_and_addresses_get_errors_not_memory() {
+    let dir = faas_testing::temp_dir();
+    let platform = start(&[]);
+    for (probe, expected) in [
+        ("forge-handle", "handle"),
+        ("unaligned", "page boundary"),
+        ("out-of-bounds", "out of bounds"),
+        ("unsealed", "not sealed"),
+    ] {
+        deploy_probe(&platform, dir.path(), probe, "");
+        let error = error_of(platform.post("/regions", "1000"));
+        let message = error["message"].as_str().unwrap();
+        assert_eq!(error["kind"], "step_failed", "{probe}: {error}");
+        assert!(message.contains("`consume`"), "{probe}: {message}");
+        assert!(message.contains(expected), "{probe}: {message}");
+    }
+    // The platform carries on: a well-behaved run still works.
+    deploy_example(&platform, dir.path(), &[]);
+    assert_eq!(
+        transfer(&platform, "/regions", 1000)["sum"],
+        expected_sum(1000)
+    );
+}
+
+#[test]
+fn the_last_page_tail_and_reused_slots_show_only_zeros() {
+    let dir = faas_testing::temp_dir();
+    // Two instance slots, so the scan below runs in a slot that held a mapped payload.
+    let platform = start(&["--max-instances", "2"]);
+    deploy_probe(&platform, dir.path(), "tail", ", dirty_tail = \"true\"");
+    for len in [1_000, (4 << 20) + 123] {
+        let report = transfer(&platform, "/regions", len);
+        assert!(report["len"].as_u64().unwrap() > len as u64, "{report}");
+        assert!(report["tail"].as_u64().unwrap() > 0, "{report}");
+        assert_eq!(
+            report["nonzero"], 0,
+            "producer bytes past the value leaked: {report}"
+        );
+    }
+    // 16 MiB of fresh pages in a reused slot: all zeros, no earlier payload.
+    deploy_probe(&platform, dir.path(), "scan", "");
+    let report = transfer(&platform, "/regions", 1_000);
+    assert_eq!(report["scanned"], 256 * 65_536, "{report}");
+    assert_eq!(
+        report["nonzero"], 0,
+        "a reused slot showed old data: {report}"
+    );
+}
