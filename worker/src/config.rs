@@ -49,9 +49,10 @@ pub struct WorkerConfig {
     pub region_map_threshold: usize,
 }
 
-/// The default [`WorkerConfig::region_map_threshold`], measured with
-/// `bench/regions.sh` (see the README): below it, one copy into fresh pages beats a
-/// mapping plus the page-table changes it costs.
+/// The default [`WorkerConfig::region_map_threshold`]. From the prototype figures in
+/// the design notes (a copy into fresh pages costs about 0.7 ms per MiB, a mapping
+/// 4-15 us plus its page faults), a copy only wins for values of a few 64 KiB pages;
+/// 256 KiB is a conservative crossover, not yet re-measured with `bench/regions.sh`.
 pub const DEFAULT_REGION_MAP_THRESHOLD: usize = 256 << 10;
 
 impl WorkerConfig {

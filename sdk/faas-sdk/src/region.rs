@@ -131,8 +131,8 @@ impl<T> RegionWriter<T> {
         self.finish(len)
     }
 
-    /// Seals the value at `len` bytes and returns the region to hand on. The pages read
-    /// as zeros afterwards: the value now belongs to the host.
+    /// Seals the value at `len` bytes and returns the region to hand on. The value now
+    /// belongs to the host; the writer is consumed so the pages cannot be changed.
     ///
     /// # Errors
     /// If `len` exceeds the capacity.
