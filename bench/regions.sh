@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Regions (functions/regions): an A→B chain handing over 1, 10, 100 and 512 MiB through
+# regions mapped into the consumer, through regions copied once (a second platform with
+# `--region-map-threshold off`), and over HTTP with JSON bodies (the serializing
+# baseline, functions/regions/http-chain); then a 10 MiB region fanned out to 1, 4, 16
+# and 64 consumers. Handoff, end-to-end and wall latency, and the platform's CPU time
+# per run, all in the same run on this machine.
+#
+#   bench/regions.sh
+#   REGIONS_SIZES_MIB=1,100 REGIONS_BRANCHES=4 bench/regions.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT=${PORT:-3531}
+PORT_COPY=${PORT_COPY:-3532}
+
+echo "building (release)"
+cargo build --release -q -p faas-cli --bin faas
+cargo build --release -q -p faas-bench --bin regions
+(cd functions && cargo build --release -q -p region-transfer)
+(cd functions && cargo build --release -q -p region-http-chain)
+
+source bench/lib.sh
+# 512 MiB over JSON is a 683 MiB body, and each side of it holds about 1.2 GiB of
+# linear memory (the manifests ask for up to 2000 MiB).
+LIMITS=(--no-demo --max-memory-mb 2100 --max-body-bytes 1000000000)
+start_faas "$PORT" "${LIMITS[@]}"
+PID_MAP=$FAAS_PID
+start_faas "$PORT_COPY" "${LIMITS[@]}" --region-map-threshold off
+PID_COPY=$FAAS_PID
+
+status=0
+FAAS_URL=http://127.0.0.1:$PORT FAAS_PID=$PID_MAP \
+    FAAS_URL_COPY=http://127.0.0.1:$PORT_COPY FAAS_PID_COPY=$PID_COPY \
+    FAAS_TOKEN=bench FAAS_BIN=target/release/faas \
+    target/release/regions || status=$?
+for port in "$PORT" "$PORT_COPY"; do
+    log=$BENCH_DATA/faas-$port.log
+    if grep -q WARN "$log"; then
+        echo
+        echo "platform on :$port warnings ($(grep -c WARN "$log")), first 5:"
+        grep WARN "$log" | head -5
+    fi
+done
+exit $status
