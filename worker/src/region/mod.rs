@@ -18,6 +18,7 @@ use payload::PayloadFile;
 use rustix::mm::ProtFlags;
 use std::borrow::Cow;
 use std::fmt;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// Who a region belongs to: one run of one tenant's workflow.
@@ -308,21 +309,11 @@ impl Region {
     }
 
     /// Refuses a region that belongs to another run than `requester`'s.
-    pub(crate) fn check_owner(&self, requester: Option<&RegionOwner>) -> Result<(), RegionError> {
-        match (&self.owner, requester) {
-            (Some(owner), Some(requester)) if owner != requester => {
-                Err(RegionError::ForeignOwner {
-                    owner: owner.clone(),
-                    requester: requester.clone(),
-                })
-            }
-            (Some(owner), None) => Err(RegionError::ForeignOwner {
+    pub(crate) fn check_owner(&self, requester: &RegionOwner) -> Result<(), RegionError> {
+        match &self.owner {
+            Some(owner) if owner != requester => Err(RegionError::ForeignOwner {
                 owner: owner.clone(),
-                requester: RegionOwner {
-                    tenant: "-".into(),
-                    workflow: "-".into(),
-                    run_id: "none".into(),
-                },
+                requester: requester.clone(),
             }),
             _ => Ok(()),
         }
@@ -354,7 +345,7 @@ impl Region {
         // Recorded before mapping, so even a failure half-way leaves nothing behind.
         mapped.record(pages);
         // SAFETY: forwarded from the caller; the range is recorded for restoring.
-        unsafe { pages.map_file(file.as_fd_ref(), ProtFlags::READ | ProtFlags::WRITE, true) }?;
+        unsafe { pages.map_file(file.as_fd(), ProtFlags::READ | ProtFlags::WRITE, true) }?;
         Ok(Self {
             schema_type,
             owner: scope.owner.clone(),
@@ -437,7 +428,7 @@ impl Region {
                 };
                 mapped.record(target);
                 // SAFETY: forwarded from the caller; recorded for restoring.
-                unsafe { target.map_file(file.as_fd_ref(), prot, false) }?;
+                unsafe { target.map_file(file.as_fd(), prot, false) }?;
                 return Ok(());
             }
             Body::Sealed { file, .. } => {
@@ -457,11 +448,5 @@ impl Region {
             unsafe { target.protect_read_only() }?;
         }
         Ok(())
-    }
-}
-
-impl PayloadFile {
-    fn as_fd_ref(&self) -> std::os::fd::BorrowedFd<'_> {
-        std::os::fd::AsFd::as_fd(self)
     }
 }

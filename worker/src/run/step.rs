@@ -139,7 +139,7 @@ async fn attempt_once(
     let mut handles = Vec::with_capacity(inputs.len());
     for region in inputs {
         region
-            .check_owner(Some(&run.owner))
+            .check_owner(&run.owner)
             .map_err(|err| StepFailure::Region(Arc::new(err)))?;
         let handle = store.data_mut().table.push(region).map_err(|err| {
             StepFailure::Returned(format!("cannot hand over an input region: {err}"))

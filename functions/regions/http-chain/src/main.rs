@@ -21,6 +21,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use wstd::http::body::Body;
 use wstd::http::{BodyExt, Client, Error, Request, Response, StatusCode};
 
+#[path = "../../pattern.rs"]
+mod pattern;
+use pattern::{expected_byte, fill, seed_for};
+
 /// What the producer sends: the blob's fields, with the data in base64.
 #[derive(Serialize)]
 struct Outgoing<'a> {
@@ -81,25 +85,6 @@ fn internal(message: impl std::fmt::Display) -> Failure {
     (StatusCode::INTERNAL_SERVER_ERROR, message.to_string())
 }
 
-/// The byte at `index` of a blob made with `seed` (as in `region-transfer`).
-fn expected_byte(index: usize, seed: u64) -> u8 {
-    (index as u8) ^ (seed as u8)
-}
-
-/// Writes the blob pattern: one period by hand, then doubling copies (memcpy speed).
-fn fill(data: &mut [u8], seed: u64) {
-    let period = data.len().min(256);
-    for (index, byte) in data[..period].iter_mut().enumerate() {
-        *byte = expected_byte(index, seed);
-    }
-    let mut filled = period;
-    while filled < data.len() {
-        let n = filled.min(data.len() - filled);
-        data.copy_within(..n, filled);
-        filled += n;
-    }
-}
-
 /// The whole body, in one buffer sized by the content length when known.
 async fn read_all(body: Body) -> Result<Vec<u8>, Failure> {
     let capacity = body.content_length().unwrap_or(0) as usize;
@@ -144,7 +129,7 @@ async fn produce(request: Request<Body>) -> Result<Vec<u8>, Failure> {
         .trim()
         .parse()
         .map_err(|err| bad_request(format!("`{}` is not a byte count: {err}", text.trim())))?;
-    let seed = len as u64 ^ 0x5a;
+    let seed = seed_for(len);
     let mut data = vec![0u8; len];
     fill(&mut data, seed);
 

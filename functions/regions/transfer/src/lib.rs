@@ -17,6 +17,10 @@ use faas_sdk::region::{RegionExt, RegionWriter, type_label};
 use faas_sdk::step::{Context, Region, StepResult};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[path = "../../pattern.rs"]
+mod pattern;
+use pattern::{expected_byte, fill, seed_for};
+
 #[allow(dead_code, clippy::all)]
 mod blob {
     include!(concat!(env!("OUT_DIR"), "/blob.rs"));
@@ -46,11 +50,6 @@ fn json(text: String) -> Region {
     Region::from_bytes("json", text.as_bytes())
 }
 
-/// The byte at `index` of a blob made with `seed`.
-fn expected_byte(index: usize, seed: u64) -> u8 {
-    (index as u8) ^ (seed as u8)
-}
-
 fn produce(inputs: &[Region]) -> Result<Region, String> {
     let input = inputs.first().ok_or("produce needs a byte count")?;
     let text = String::from_utf8(input.bytes()).map_err(|err| err.to_string())?;
@@ -58,7 +57,7 @@ fn produce(inputs: &[Region]) -> Result<Region, String> {
         .trim()
         .parse()
         .map_err(|err| format!("input `{}` is not a byte count: {err}", text.trim()))?;
-    let seed = len as u64 ^ 0x5a;
+    let seed = seed_for(len);
     let mut writer = RegionWriter::<Blob>::new(HEADER_BYTES + len)?;
     let mut w = faas_karmem::Writer::new(writer.buffer());
     let mut blob = BlobWriter::new(&mut w).map_err(|err| err.to_string())?;
@@ -71,20 +70,6 @@ fn produce(inputs: &[Region]) -> Result<Region, String> {
         writer.buffer()[encoded..].fill(0xaa);
     }
     writer.finish(encoded)
-}
-
-/// Writes the blob pattern: one period by hand, then doubling copies (memcpy speed).
-fn fill(data: &mut [u8], seed: u64) {
-    let period = data.len().min(256);
-    for (index, byte) in data[..period].iter_mut().enumerate() {
-        *byte = expected_byte(index, seed);
-    }
-    let mut filled = period;
-    while filled < data.len() {
-        let n = filled.min(data.len() - filled);
-        data.copy_within(..n, filled);
-        filled += n;
-    }
 }
 
 fn consume(ctx: &Context, inputs: &[Region]) -> Result<String, String> {
