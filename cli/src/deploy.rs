@@ -3,7 +3,7 @@
 use crate::build::{build_manifest, manifest_dir};
 use crate::client::{Client, ServerArgs};
 use crate::output::{OutputArgs, OutputFormat};
-use crate::schemas::check_karmem_types;
+use crate::schemas::{check_karmem_types, read_schemas};
 use anyhow::Context;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -40,6 +40,7 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(name, bytes)| (name.clone(), BASE64.encode(bytes)))
             .collect(),
+        schemas: request.schemas,
     };
     let response = client.deploy(&body).await?;
     match args.output.output {
@@ -61,7 +62,8 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
 /// Reads (and, if `build`, first builds) everything a deploy of `manifest` uploads.
 ///
 /// # Errors
-/// If the manifest is invalid, a build fails or a component file is missing.
+/// If the manifest is invalid, a build fails, or a schema or component file is missing
+/// or wrong.
 pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployRequest> {
     let workflow = if build {
         build_manifest(manifest).await?
@@ -71,7 +73,11 @@ pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployReque
     let text = std::fs::read_to_string(manifest)
         .with_context(|| format!("reading {}", manifest.display()))?;
     let dir = manifest_dir(manifest);
-    check_karmem_types(manifest, &dir, &workflow)?;
+    let schemas = read_schemas(manifest, &dir, &workflow)?;
+    check_karmem_types(manifest, &workflow, &schemas)?;
+    // Resolving the interfaces' memories here too reports a mistake before the upload,
+    // in the words the platform would use.
+    Workflow::parse_with_schemas(&manifest.display().to_string(), &text, &schemas)?;
     let mut components = BTreeMap::new();
     for (name, function) in &workflow.functions {
         let path = function.component_path(&dir);
@@ -93,5 +99,6 @@ pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployReque
         file_name: manifest.display().to_string(),
         manifest: text,
         components,
+        schemas,
     })
 }

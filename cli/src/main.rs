@@ -1,5 +1,6 @@
 //! `faas`: run the platform, build, deploy and invoke workflows.
 
+mod args;
 mod build;
 mod client;
 mod deploy;
@@ -7,6 +8,7 @@ mod invoke;
 mod output;
 mod schema;
 mod schemas;
+mod services;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +26,12 @@ struct Cli {
 enum Command {
     /// Run gateway, scheduler and worker(s) in this process, with the demo workflows.
     Up(up::UpArgs),
+    /// Services mode: run a gateway that shares its state through Redis.
+    Gateway(services::GatewayCmdArgs),
+    /// Services mode: run the scheduler, which places workflows on registered workers.
+    Scheduler(services::SchedulerArgs),
+    /// Services mode: run a worker that registers in Redis and runs what is placed on it.
+    Worker(services::WorkerCmdArgs),
     /// Build the functions a workflow.toml names (their `build` commands).
     Build {
         /// The workflow manifest.
@@ -109,6 +117,9 @@ fn main() -> std::process::ExitCode {
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Up(args) => up::run(args).await,
+        Command::Gateway(args) => services::gateway(args).await,
+        Command::Scheduler(args) => services::scheduler(args).await,
+        Command::Worker(args) => services::worker(args).await,
         Command::Build { manifest } => build::build_manifest(&manifest).await.map(|_| ()),
         Command::Deploy(args) => deploy::run(args).await,
         Command::Invoke(args) => invoke::run(args).await,

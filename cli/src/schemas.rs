@@ -1,21 +1,53 @@
-//! Checks, before uploading, that every Karmem type a workflow names exists in its
-//! `.km` file (the files live beside the manifest, so only the CLI can read them).
+//! The Karmem `.km` files a workflow names: read from beside the manifest (only the CLI
+//! can read them), checked before uploading, and uploaded with it so the platform can
+//! resolve the steps' interface memories.
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use faas_karmem_compiler::Schema;
 use faas_workflow::{SchemaType, Workflow};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// The text of every `.km` file `workflow` names (in types and `interface`s), by file
+/// name as written in the manifest; the files are read relative to `dir`.
+///
+/// # Errors
+/// Naming the manifest and the file when one cannot be read.
+pub fn read_schemas(
+    manifest: &Path,
+    dir: &Path,
+    workflow: &Workflow,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    workflow
+        .karmem_files()
+        .into_iter()
+        .map(|file| {
+            let path = dir.join(&file);
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!(
+                    "{}: schema file `{file}`: cannot read {}",
+                    manifest.display(),
+                    path.display()
+                )
+            })?;
+            Ok((file, text))
+        })
+        .collect()
+}
+
 /// Fails with a message naming the manifest, the field and the schema file when a
 /// step or edge names a Karmem type its file does not define (or the file does not
-/// parse).
-pub fn check_karmem_types(manifest: &Path, dir: &Path, workflow: &Workflow) -> anyhow::Result<()> {
-    let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
-    for file in workflow.karmem_files() {
-        match faas_karmem_compiler::parse_file(&dir.join(&file)) {
+/// parse). `schemas` holds the files' texts, as [`read_schemas`] returns them.
+pub fn check_karmem_types(
+    manifest: &Path,
+    workflow: &Workflow,
+    schemas: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let mut parsed: BTreeMap<&str, Schema> = BTreeMap::new();
+    for (file, text) in schemas {
+        match faas_karmem_compiler::parse_str(file, text) {
             Ok(schema) => {
-                schemas.insert(file, schema);
+                parsed.insert(file, schema);
             }
             Err(err) => bail!("{}: schema file `{file}`: {err}", manifest.display()),
         }
@@ -32,7 +64,12 @@ pub fn check_karmem_types(manifest: &Path, dir: &Path, workflow: &Workflow) -> a
         let SchemaType::Karmem { file, name } = schema_type else {
             continue;
         };
-        let schema = &schemas[file];
+        let Some(schema) = parsed.get(file.as_str()) else {
+            bail!(
+                "{}: {field}: schema file `{file}` was not read",
+                manifest.display()
+            );
+        };
         if schema.find_struct(name).is_none() {
             let defined: Vec<&str> = schema.structs.iter().map(|s| s.name.as_str()).collect();
             bail!(

@@ -41,6 +41,10 @@ pub struct DeployBody {
     pub manifest: String,
     /// Base64 component bytes by function name.
     pub components: BTreeMap<String, String>,
+    /// The text of every Karmem `.km` file the manifest names, by file name as written
+    /// in it (`blob.km`); the interfaces' memories are resolved from them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub schemas: BTreeMap<String, String>,
 }
 
 /// The answer to a deploy.
@@ -114,38 +118,11 @@ pub struct RouteStatus {
     pub function: String,
 }
 
-/// One function of a workflow.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct FunctionStatus {
-    /// Its name.
-    pub name: String,
-    /// `http` or `step`.
-    pub kind: String,
-    /// SHA-256 of its component.
-    pub digest: String,
-    /// Its memory limit.
-    pub memory_mb: u32,
-    /// Its deadline.
-    pub timeout_ms: u64,
-    /// Its fuel limit, if any.
-    pub fuel: Option<u64>,
-}
+/// One function of a workflow: its component digest and effective limits.
+pub use faas_cluster::FunctionSummary as FunctionStatus;
 
 impl From<&Deployment> for WorkflowStatus {
     fn from(deployment: &Deployment) -> Self {
-        let mut functions: Vec<FunctionStatus> = deployment.replicas[0]
-            .loaded
-            .functions()
-            .map(|function| FunctionStatus {
-                name: function.name().to_owned(),
-                kind: function.kind().as_str().to_owned(),
-                digest: function.digest().to_owned(),
-                memory_mb: function.limits().memory_mb,
-                timeout_ms: function.limits().timeout.as_millis() as u64,
-                fuel: function.limits().fuel,
-            })
-            .collect();
-        functions.sort_by(|a, b| a.name.cmp(&b.name));
         Self {
             name: deployment.workflow.name.clone(),
             tenant: deployment.key.tenant.clone(),
@@ -156,7 +133,14 @@ impl From<&Deployment> for WorkflowStatus {
                 .deployed_at
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |since| since.as_secs()),
-            state: "ready".to_owned(),
+            // In services mode a workflow whose workers were lost stays routed with no
+            // replica until its new placement has loaded.
+            state: if deployment.replicas.is_empty() {
+                "unavailable"
+            } else {
+                "ready"
+            }
+            .to_owned(),
             routes: deployment
                 .workflow
                 .http_triggers
@@ -166,7 +150,7 @@ impl From<&Deployment> for WorkflowStatus {
                     function: trigger.target.to_string(),
                 })
                 .collect(),
-            functions,
+            functions: deployment.functions.clone(),
         }
     }
 }
@@ -206,7 +190,7 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             None => not_found(name),
         },
         (Method::DELETE, ["workflows", name]) => match app.registry.remove(name).await {
-            Some(removed) => {
+            Ok(Some(removed)) => {
                 app.metrics.set_workflows(app.registry.list().len());
                 tracing::info!(workflow = *name, tenant = %removed.key.tenant, "workflow removed");
                 response::json(
@@ -214,7 +198,8 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
                     &serde_json::json!({"status": "deleted", "name": name}),
                 )
             }
-            None => not_found(name),
+            Ok(None) => not_found(name),
+            Err(err) => deploy_error(err),
         },
         (Method::GET, ["workflows", name, "runs"]) => match app.registry.get(name) {
             Some(_) => response::json(
@@ -328,6 +313,7 @@ async fn deploy(app: &App, request: Request<Incoming>) -> Response<Body> {
         file_name: upload.file_name,
         manifest: upload.manifest,
         components,
+        schemas: upload.schemas,
     };
     match app.registry.deploy(request).await {
         Ok(outcome) => {
@@ -387,6 +373,12 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         }
         DeployError::Placement(_) => {
             response::error(StatusCode::SERVICE_UNAVAILABLE, "placement", message)
+        }
+        DeployError::RemoteLoad { .. } => {
+            response::error(StatusCode::BAD_REQUEST, "component", message)
+        }
+        DeployError::Cluster(_) => {
+            response::error(StatusCode::SERVICE_UNAVAILABLE, "cluster", message)
         }
     }
 }

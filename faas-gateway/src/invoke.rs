@@ -2,14 +2,15 @@
 //! worker (an HTTP function call, or a run of the workflow's steps), and turn a failed
 //! event into a JSON error.
 
-use crate::registry::Replica;
+use crate::replica::{Replica, RunResult};
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
-use faas_worker::{Region, RunError, RunOutcome, TriggerMessage};
+use faas_worker::remote::EventFailure;
+use faas_worker::{Region, RunError, TriggerMessage};
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use serde::Serialize;
 use std::time::Instant;
@@ -37,105 +38,105 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
     let workflow = deployment.workflow.name.as_str();
     let response = match read_body(app, request).await {
         Err(response) => response,
-        Ok(request) => {
-            let replica = deployment.pick_replica();
-            match target {
-                TriggerTarget::Function(function) => {
-                    call_function(app, replica, &function, request).await
-                }
-                TriggerTarget::Step(_) => run_workflow(app, replica, request).await,
+        Ok(request) => match (deployment.pick_replica(), target) {
+            (None, _) => failure_response(app, workflow, None, no_replica(workflow)),
+            (Some(replica), TriggerTarget::Function(function)) => {
+                call_function(app, workflow, replica, &function, request).await
             }
-        }
+            (Some(replica), TriggerTarget::Step(_)) => {
+                run_workflow(app, workflow, replica, request).await
+            }
+        },
     };
     app.metrics
         .observe_request(workflow, response.status().as_u16(), started.elapsed());
     response
 }
 
+/// The failure of an event that found no replica ready to take it.
+fn no_replica(workflow: &str) -> EventFailure {
+    EventFailure::unavailable(format!(
+        "workflow `{workflow}` has no replica ready (its worker is starting or was lost)"
+    ))
+}
+
 /// One HTTP function call in a fresh instance.
 async fn call_function(
     app: &App,
+    workflow: &str,
     replica: &Replica,
     function: &str,
     request: Request<Bytes>,
 ) -> Response<Body> {
-    let workflow = replica.loaded.name();
-    let request = request.map(Full::new);
-    match replica
-        .worker
-        .handle_http(&replica.loaded, function, request)
-        .await
-    {
+    match replica.call_function(workflow, function, request).await {
         Ok(response) => response,
-        Err(err) => {
-            tracing::warn!(workflow, function, cause = err.cause(), "{err}");
-            app.metrics
-                .observe_failure(workflow, err.function(), err.cause());
-            let status =
-                StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let details = FailureDetails {
-                workflow,
-                function: err.function(),
-            };
-            response::error_with(status, err.cause(), err.to_string(), details)
-        }
+        Err(failure) => failure_response(app, workflow, Some(function), failure),
     }
 }
 
-/// `payload` as the input region of `replica`'s entry step.
-fn entry_input(replica: &Replica, payload: Vec<u8>) -> Region {
-    let manifest = replica.loaded.manifest();
-    let input_type = manifest
-        .entry_step()
-        .map(|entry| manifest.steps[entry].input.to_string())
-        .unwrap_or_default();
-    Region::new(input_type, payload)
+/// A failed function call as a JSON error, logged and counted.
+fn failure_response(
+    app: &App,
+    workflow: &str,
+    function: Option<&str>,
+    failure: EventFailure,
+) -> Response<Body> {
+    let function = failure.function.as_deref().or(function).unwrap_or("");
+    tracing::warn!(workflow, function, cause = failure.kind, "{failure}");
+    app.metrics
+        .observe_failure(workflow, function, &failure.kind);
+    let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let details = FailureDetails { workflow, function };
+    response::error_with(status, &failure.kind, failure.message, details)
 }
 
 /// Keeps a finished run for `faas runs` and counts it; returns its result.
 fn settle(
     app: &App,
     workflow: &str,
-    outcome: RunOutcome,
-) -> (String, Result<Vec<Region>, RunError>) {
-    let run_id = outcome.record.run_id.clone();
-    app.metrics.observe_run(&outcome.record);
-    app.registry.record_run(workflow, outcome.record);
-    (run_id, outcome.result)
+    run: RunResult,
+) -> (String, Result<Vec<Region>, EventFailure>) {
+    let Some(record) = run.record else {
+        return (String::new(), run.result);
+    };
+    let run_id = record.run_id.clone();
+    app.metrics.observe_run(&record);
+    app.registry.record_run(workflow, record);
+    (run_id, run.result)
 }
 
 /// Runs the current version of `workflow` on a message from a Redis trigger.
 ///
 /// # Errors
-/// Why the run failed (or that the workflow is gone), for the trigger to settle the
-/// message by.
+/// Why the run failed (or that no worker could take it: then no step ran), for the
+/// trigger to settle the message by.
 pub(crate) async fn run_message(
     app: &App,
     workflow: &str,
     payload: Vec<u8>,
     message: TriggerMessage,
-) -> Result<(), String> {
+) -> Result<(), EventFailure> {
     let Some(deployment) = app.registry.get(workflow) else {
-        return Err(format!("workflow `{workflow}` is not deployed"));
+        return Err(EventFailure::unavailable(format!(
+            "workflow `{workflow}` is not deployed"
+        )));
     };
-    let replica = deployment.pick_replica();
-    let input = entry_input(replica, payload);
-    let outcome = replica
-        .worker
-        .run_workflow_for_message(&replica.loaded, input, message)
-        .await;
-    settle(app, workflow, outcome)
-        .1
-        .map(|_| ())
-        .map_err(|err| err.to_string())
+    let Some(replica) = deployment.pick_replica() else {
+        return Err(no_replica(workflow));
+    };
+    let run = replica.run(workflow, payload.into(), Some(message)).await;
+    settle(app, workflow, run).1.map(|_| ())
 }
 
 /// A run of the workflow's steps, from the entry step, on the request body.
-async fn run_workflow(app: &App, replica: &Replica, request: Request<Bytes>) -> Response<Body> {
-    let workflow = replica.loaded.name();
-    let input = entry_input(replica, request.into_body().to_vec());
-    let outcome = replica.worker.run_workflow(&replica.loaded, input).await;
-    let (run_id, result) = settle(app, workflow, outcome);
+async fn run_workflow(
+    app: &App,
+    workflow: &str,
+    replica: &Replica,
+    request: Request<Bytes>,
+) -> Response<Body> {
+    let run = replica.run(workflow, request.into_body(), None).await;
+    let (run_id, result) = settle(app, workflow, run);
     let result = result.and_then(|outputs| concat_outputs(&outputs).map(|body| (outputs, body)));
     match result {
         Ok((outputs, body)) => {
@@ -153,26 +154,26 @@ async fn run_workflow(app: &App, replica: &Replica, request: Request<Bytes>) -> 
                 .body(response::full(body))
                 .expect("the headers are valid")
         }
-        Err(err) => {
-            tracing::warn!(workflow, run_id, kind = err.kind(), "{err}");
+        Err(failure) => {
+            tracing::warn!(workflow, run_id, kind = failure.kind, "{failure}");
             let status =
-                StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let details = RunFailureDetails {
                 workflow,
                 run_id: &run_id,
             };
-            response::error_with(status, err.kind(), err.to_string(), details)
+            response::error_with(status, &failure.kind, failure.message, details)
         }
     }
 }
 
 /// The run's output: every output region's bytes, in order.
-fn concat_outputs(outputs: &[Region]) -> Result<Vec<u8>, RunError> {
+fn concat_outputs(outputs: &[Region]) -> Result<Vec<u8>, EventFailure> {
     let mut body = Vec::with_capacity(outputs.iter().map(Region::len).sum());
     for region in outputs {
         let bytes = region
             .bytes()
-            .map_err(|err| RunError::Output(err.to_string()))?;
+            .map_err(|err| EventFailure::from(&RunError::Output(err.to_string())))?;
         body.extend_from_slice(&bytes);
     }
     Ok(body)

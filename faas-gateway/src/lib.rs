@@ -15,11 +15,13 @@
 
 pub mod admin;
 mod auth;
+pub mod cluster;
 pub mod config;
 mod invoke;
 mod metrics;
 mod redis;
 pub mod registry;
+mod replica;
 mod response;
 mod server;
 

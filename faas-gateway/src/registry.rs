@@ -6,8 +6,11 @@
 //! request takes an `Arc` of what it found, so requests in flight finish on the
 //! version they started on.
 
+use crate::cluster::ClusterBackend;
+pub use crate::replica::{Replica, ReplicaTarget};
+use faas_cluster::FunctionSummary;
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
-use faas_worker::{LoadError, LoadedWorkflow, RunRecord, Worker};
+use faas_worker::{LoadError, RunRecord, Worker};
 use faas_workflow::{ManifestError, Route, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
@@ -24,6 +27,8 @@ pub struct DeployRequest {
     pub manifest: String,
     /// Component bytes by function name.
     pub components: BTreeMap<String, Vec<u8>>,
+    /// Karmem `.km` texts by file name as written in the manifest.
+    pub schemas: BTreeMap<String, String>,
 }
 
 /// One deployed version of a workflow.
@@ -38,30 +43,66 @@ pub struct Deployment {
     pub revision: u64,
     /// When this version was deployed.
     pub deployed_at: SystemTime,
-    /// Its replicas: each a whole copy of the workflow, on its own worker.
+    /// Its replicas ready to serve: each a whole copy of the workflow, on its own
+    /// worker. Empty in services mode while its only worker is being replaced.
     pub replicas: Vec<Replica>,
-    /// The uploaded components, kept to place replicas again when a worker goes away.
+    /// Each function as loaded (component digest and effective limits).
+    pub functions: Vec<FunctionSummary>,
+    /// The uploaded components, kept to place replicas again when a worker goes away
+    /// (embedded mode; in services mode they are in Redis).
     components: Arc<BTreeMap<String, Vec<u8>>>,
     /// Round-robin position over `replicas`.
     next_replica: AtomicUsize,
 }
 
-/// One whole copy of a workflow on one worker.
-#[derive(Clone)]
-pub struct Replica {
-    /// The worker it runs on.
-    pub worker_id: WorkerId,
-    /// That worker.
-    pub worker: Arc<Worker>,
-    /// The workflow's functions, compiled and linked on that worker.
-    pub loaded: Arc<LoadedWorkflow>,
-}
-
 impl Deployment {
-    /// The replica the next event goes to (round-robin).
-    pub fn pick_replica(&self) -> &Replica {
+    /// A deployment of `workflow` as it is now served by `replicas`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        workflow: Workflow,
+        digest: String,
+        revision: u64,
+        deployed_at: SystemTime,
+        replicas: Vec<Replica>,
+        functions: Vec<FunctionSummary>,
+        components: Arc<BTreeMap<String, Vec<u8>>>,
+    ) -> Self {
+        Self {
+            key: WorkflowKey {
+                tenant: workflow.tenant.clone(),
+                name: workflow.name.clone(),
+            },
+            workflow,
+            digest,
+            revision,
+            deployed_at,
+            replicas,
+            functions,
+            components,
+            next_replica: AtomicUsize::new(0),
+        }
+    }
+
+    /// The same version served by other replicas.
+    pub(crate) fn with_replicas(&self, replicas: Vec<Replica>) -> Self {
+        Self::new(
+            self.workflow.clone(),
+            self.digest.clone(),
+            self.revision,
+            self.deployed_at,
+            replicas,
+            self.functions.clone(),
+            self.components.clone(),
+        )
+    }
+
+    /// The replica the next event goes to (round-robin), if one is ready.
+    pub fn pick_replica(&self) -> Option<&Replica> {
+        if self.replicas.is_empty() {
+            return None;
+        }
         let index = self.next_replica.fetch_add(1, Ordering::Relaxed) % self.replicas.len();
-        &self.replicas[index]
+        Some(&self.replicas[index])
     }
 
     /// The workers its replicas run on.
@@ -96,6 +137,39 @@ pub enum DeployError {
     /// The workflow needs something this platform was started without.
     #[error("{0}")]
     Unsupported(String),
+    /// A worker process could not load the workflow (services mode); its message
+    /// names the function.
+    #[error("worker `{worker}`: {message}")]
+    RemoteLoad {
+        /// The worker that tried.
+        worker: String,
+        /// Its load error.
+        message: String,
+    },
+    /// The shared state in Redis could not be read or written, or the workers did
+    /// not answer in time (services mode).
+    #[error("{0}")]
+    Cluster(String),
+}
+
+/// Where a deploy's workflow now runs: what the backend returns to the registry.
+pub(crate) struct Placed {
+    /// The revision the cluster gave it; `None` to number it locally.
+    pub revision: Option<u64>,
+    /// Its ready replicas.
+    pub replicas: Vec<Replica>,
+    /// Its functions as loaded.
+    pub functions: Vec<FunctionSummary>,
+    /// The components to keep for re-placing it (embedded mode).
+    pub components: Arc<BTreeMap<String, Vec<u8>>>,
+}
+
+/// Who places and loads workflows.
+enum Backend {
+    /// Workers in this process, placed by a placement in this process.
+    Embedded(Arc<dyn Placement>),
+    /// Worker processes, placed by the scheduler process through Redis.
+    Cluster(Arc<ClusterBackend>),
 }
 
 /// One route and where it leads.
@@ -114,7 +188,9 @@ struct State {
     /// Most specific route first.
     routes: Arc<Vec<RouteEntry>>,
     last_revision: u64,
-    workers: BTreeMap<WorkerId, Arc<Worker>>,
+    /// Workers in this process (embedded mode), or the live worker processes as last
+    /// seen in Redis (services mode; `None`, as they are not here).
+    workers: BTreeMap<WorkerId, Option<Arc<Worker>>>,
 }
 
 /// How many runs of each workflow `faas runs` can show.
@@ -122,7 +198,7 @@ const RUN_HISTORY: usize = 100;
 
 /// Every deployed workflow, the workers that run them and their placement.
 pub struct Registry {
-    placement: Arc<dyn Placement>,
+    backend: Backend,
     state: RwLock<State>,
     /// Recent runs per workflow name, newest last.
     runs: Mutex<BTreeMap<String, VecDeque<RunRecord>>>,
@@ -141,10 +217,25 @@ impl Registry {
         workers: impl IntoIterator<Item = (WorkerId, Arc<Worker>)>,
         placement: Arc<dyn Placement>,
     ) -> Self {
+        let workers = workers
+            .into_iter()
+            .map(|(id, worker)| (id, Some(worker)))
+            .collect();
+        Self::with_backend(Backend::Embedded(placement), workers)
+    }
+
+    /// A registry of services mode: deploys go through `cluster` (Redis), where the
+    /// scheduler process places them and worker processes load them. Call
+    /// [`crate::cluster::follow`] to keep it in step with the shared state.
+    pub fn clustered(cluster: ClusterBackend) -> Self {
+        Self::with_backend(Backend::Cluster(Arc::new(cluster)), BTreeMap::new())
+    }
+
+    fn with_backend(backend: Backend, workers: BTreeMap<WorkerId, Option<Arc<Worker>>>) -> Self {
         Self {
-            placement,
+            backend,
             state: RwLock::new(State {
-                workers: workers.into_iter().collect(),
+                workers,
                 ..State::default()
             }),
             runs: Mutex::default(),
@@ -169,7 +260,8 @@ impl Registry {
     /// any, is untouched.
     pub async fn deploy(&self, request: DeployRequest) -> Result<DeployOutcome, DeployError> {
         let _guard = self.deploy_lock.lock().await;
-        let workflow = Workflow::parse(&request.file_name, &request.manifest)?;
+        let workflow =
+            Workflow::parse_with_schemas(&request.file_name, &request.manifest, &request.schemas)?;
         if !self.redis_triggers
             && (!workflow.redis_triggers.is_empty() || !workflow.stream_triggers.is_empty())
         {
@@ -193,45 +285,29 @@ impl Registry {
             }
         }
         self.check_routes_are_free(&workflow)?;
-        let key = WorkflowKey {
-            tenant: workflow.tenant.clone(),
-            name: workflow.name.clone(),
-        };
-        let previous = current
-            .as_ref()
-            .map(|current| self.placement.replicas_of(&current.key));
-        let worker_ids = self
-            .placement
-            .place_replicas(&key, workflow.settings.replicas as usize)?;
-        let components = Arc::new(request.components);
-        let replicas = match self
-            .load_replicas(&workflow, &worker_ids, &components)
-            .await
-        {
-            Ok(replicas) => replicas,
-            Err(err) => {
-                // Nothing changes on failure, placement included.
-                match previous {
-                    Some(previous) => {
-                        let _ = self.placement.place_replicas(&key, previous.len());
-                    }
-                    None => self.placement.remove(&key),
-                }
-                return Err(err);
+        let placed = match &self.backend {
+            Backend::Embedded(placement) => {
+                self.place_here(placement.as_ref(), &workflow, request.components)
+                    .await?
+            }
+            Backend::Cluster(cluster) => {
+                cluster
+                    .deploy(&workflow, request.components, &digest)
+                    .await?
             }
         };
         let mut state = self.write();
-        state.last_revision += 1;
-        let deployment = Arc::new(Deployment {
-            key,
+        let revision = placed.revision.unwrap_or(state.last_revision + 1);
+        state.last_revision = state.last_revision.max(revision);
+        let deployment = Arc::new(Deployment::new(
             workflow,
             digest,
-            revision: state.last_revision,
-            deployed_at: SystemTime::now(),
-            replicas,
-            components,
-            next_replica: AtomicUsize::new(0),
-        });
+            revision,
+            SystemTime::now(),
+            placed.replicas,
+            placed.functions,
+            placed.components,
+        ));
         state
             .deployments
             .insert(deployment.workflow.name.clone(), deployment.clone());
@@ -242,16 +318,30 @@ impl Registry {
     }
 
     /// Removes the workflow `name`; requests already running finish normally.
-    pub async fn remove(&self, name: &str) -> Option<Arc<Deployment>> {
+    ///
+    /// # Errors
+    /// [`DeployError::Cluster`] if the shared state could not be changed (services
+    /// mode); the workflow stays deployed then.
+    pub async fn remove(&self, name: &str) -> Result<Option<Arc<Deployment>>, DeployError> {
         let _guard = self.deploy_lock.lock().await;
+        if self.get(name).is_none() {
+            return Ok(None);
+        }
+        match &self.backend {
+            Backend::Embedded(placement) => {
+                if let Some(deployment) = self.get(name) {
+                    placement.remove(&deployment.key);
+                }
+            }
+            Backend::Cluster(cluster) => cluster.remove(name).await?,
+        }
         let mut state = self.write();
-        let removed = state.deployments.remove(name)?;
+        let removed = state.deployments.remove(name);
         state.routes = Arc::new(route_table(&state.deployments));
         drop(state);
-        self.placement.remove(&removed.key);
         self.lock_runs().remove(name);
         self.changed();
-        Some(removed)
+        Ok(removed)
     }
 
     /// Takes a worker out (it went away or is drained): every workflow with a replica
@@ -262,11 +352,18 @@ impl Registry {
     /// # Errors
     /// [`DeployError::Placement`] if there is no such worker.
     pub async fn remove_worker(&self, id: &WorkerId) -> Result<Vec<String>, DeployError> {
+        let Backend::Embedded(placement) = &self.backend else {
+            return Err(DeployError::Unsupported(
+                "in services mode a worker leaves by stopping; the scheduler places its \
+                 workflows again once its heartbeat expires"
+                    .to_owned(),
+            ));
+        };
         let _guard = self.deploy_lock.lock().await;
         if self.write().workers.remove(id).is_none() {
             return Err(DeployError::Placement(PlacementError::NoWorkers));
         }
-        self.placement.remove_worker(id);
+        placement.remove_worker(id);
         let affected: Vec<Arc<Deployment>> = self
             .list()
             .into_iter()
@@ -274,7 +371,7 @@ impl Registry {
             .collect();
         let mut unplaced = Vec::new();
         for deployment in affected {
-            let worker_ids = self.placement.replicas_of(&deployment.key);
+            let worker_ids = placement.replicas_of(&deployment.key);
             let mut replicas: Vec<Replica> = deployment
                 .replicas
                 .iter()
@@ -302,16 +399,7 @@ impl Registry {
                 state.routes = Arc::new(route_table(&state.deployments));
                 continue;
             }
-            let moved = Arc::new(Deployment {
-                key: deployment.key.clone(),
-                workflow: deployment.workflow.clone(),
-                digest: deployment.digest.clone(),
-                revision: deployment.revision,
-                deployed_at: deployment.deployed_at,
-                replicas,
-                components: deployment.components.clone(),
-                next_replica: AtomicUsize::new(0),
-            });
+            let moved = Arc::new(deployment.with_replicas(replicas));
             let mut state = self.write();
             state.deployments.insert(moved.workflow.name.clone(), moved);
             state.routes = Arc::new(route_table(&state.deployments));
@@ -338,11 +426,12 @@ impl Registry {
         workers
     }
 
-    /// Instances alive right now on all workers.
+    /// Instances alive right now on the workers in this process.
     pub fn active_instances(&self) -> usize {
         self.read()
             .workers
             .values()
+            .flatten()
             .map(|worker| worker.active_instances())
             .sum()
     }
@@ -365,6 +454,45 @@ impl Registry {
             .unwrap_or_default()
     }
 
+    /// Places `workflow` on workers in this process and loads it there; on failure
+    /// the placement is as it was.
+    async fn place_here(
+        &self,
+        placement: &dyn Placement,
+        workflow: &Workflow,
+        components: BTreeMap<String, Vec<u8>>,
+    ) -> Result<Placed, DeployError> {
+        let key = WorkflowKey {
+            tenant: workflow.tenant.clone(),
+            name: workflow.name.clone(),
+        };
+        let previous = placement.replicas_of(&key);
+        let worker_ids = placement.place_replicas(&key, workflow.settings.replicas as usize)?;
+        let components = Arc::new(components);
+        match self.load_replicas(workflow, &worker_ids, &components).await {
+            Ok(replicas) => {
+                let functions = match &replicas[0].target {
+                    ReplicaTarget::Local { loaded, .. } => loaded.summaries(),
+                    ReplicaTarget::Remote(_) => Vec::new(),
+                };
+                Ok(Placed {
+                    revision: None,
+                    replicas,
+                    functions,
+                    components,
+                })
+            }
+            Err(err) => {
+                if previous.is_empty() {
+                    placement.remove(&key);
+                } else {
+                    let _ = placement.place_replicas(&key, previous.len());
+                }
+                Err(err)
+            }
+        }
+    }
+
     /// Loads `workflow` on each of `worker_ids`.
     async fn load_replicas(
         &self,
@@ -374,14 +502,16 @@ impl Registry {
     ) -> Result<Vec<Replica>, DeployError> {
         let mut replicas = Vec::with_capacity(worker_ids.len());
         for worker_id in worker_ids {
-            let Some(worker) = self.read().workers.get(worker_id).cloned() else {
+            let Some(worker) = self.read().workers.get(worker_id).cloned().flatten() else {
                 return Err(DeployError::Placement(PlacementError::NoWorkers));
             };
             let loaded = worker.load_workflow(workflow, components.clone()).await?;
             replicas.push(Replica {
                 worker_id: worker_id.clone(),
-                worker,
-                loaded: Arc::new(loaded),
+                target: ReplicaTarget::Local {
+                    worker,
+                    loaded: Arc::new(loaded),
+                },
             });
         }
         Ok(replicas)
@@ -390,6 +520,48 @@ impl Registry {
     fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, VecDeque<RunRecord>>> {
         // Each operation is a single push/pop: a poisoned lock is still consistent.
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The services-mode backend, if the registry has one.
+    pub(crate) fn cluster(&self) -> Option<&Arc<ClusterBackend>> {
+        match &self.backend {
+            Backend::Cluster(cluster) => Some(cluster),
+            Backend::Embedded(_) => None,
+        }
+    }
+
+    /// Installs the deployments and workers as the shared state has them now
+    /// (services mode). Nothing changes, and no one is notified, when they are what
+    /// the registry already serves.
+    pub(crate) fn install(&self, deployments: Vec<Arc<Deployment>>, workers: Vec<WorkerId>) {
+        let serving = |deployment: &Deployment| {
+            (
+                deployment.revision,
+                deployment.workers().cloned().collect::<Vec<_>>(),
+            )
+        };
+        let mut state = self.write();
+        state.workers = workers.into_iter().map(|id| (id, None)).collect();
+        let same = state.deployments.len() == deployments.len()
+            && deployments.iter().all(|new| {
+                state
+                    .deployments
+                    .get(&new.workflow.name)
+                    .is_some_and(|old| serving(old) == serving(new))
+            });
+        if same {
+            return;
+        }
+        for deployment in &deployments {
+            state.last_revision = state.last_revision.max(deployment.revision);
+        }
+        state.deployments = deployments
+            .into_iter()
+            .map(|deployment| (deployment.workflow.name.clone(), deployment))
+            .collect();
+        state.routes = Arc::new(route_table(&state.deployments));
+        drop(state);
+        self.changed();
     }
 
     /// A receiver that sees a new value after every change to the deployments.
@@ -468,8 +640,8 @@ fn route_table(deployments: &BTreeMap<String, Arc<Deployment>>) -> Vec<RouteEntr
     routes
 }
 
-/// SHA-256 over the manifest and every component, so an identical upload is
-/// recognised whatever order the components came in.
+/// SHA-256 over the manifest, every component and every schema, so an identical
+/// upload is recognised whatever order the components came in.
 fn digest(request: &DeployRequest) -> String {
     let mut hasher = Sha256::new();
     hasher.update(request.manifest.as_bytes());
@@ -478,6 +650,12 @@ fn digest(request: &DeployRequest) -> String {
         hasher.update(name.as_bytes());
         hasher.update([0]);
         hasher.update(Sha256::digest(bytes));
+    }
+    for (name, text) in &request.schemas {
+        hasher.update([1]);
+        hasher.update(name.as_bytes());
+        hasher.update([0]);
+        hasher.update(Sha256::digest(text.as_bytes()));
     }
     hex::encode(hasher.finalize())
 }

@@ -71,16 +71,26 @@ impl Gateway {
         let (stop, stopped) = watch::channel(false);
         let app = self.app.clone();
         let task = tokio::spawn(accept_loop(app, listener, stopped));
-        let triggers = self
-            .broker
-            .map(|broker| tokio::spawn(crate::redis::supervise(self.app.clone(), broker)));
+        // Trigger consumers and, in services mode, the follower of the shared state.
+        let mut background = Vec::new();
+        if let Some(broker) = self.broker {
+            background.push(tokio::spawn(crate::redis::supervise(
+                self.app.clone(),
+                broker,
+            )));
+        }
+        if self.app.registry.cluster().is_some() {
+            background.push(tokio::spawn(crate::cluster::follow(
+                self.app.registry.clone(),
+            )));
+        }
         tracing::info!(%addr, "gateway listening");
         Ok(RunningGateway {
             addr,
             app: self.app,
             stop,
             task,
-            triggers,
+            background,
         })
     }
 }
@@ -91,7 +101,7 @@ pub struct RunningGateway {
     app: Arc<App>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
-    triggers: Option<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
 }
 
 impl RunningGateway {
@@ -116,8 +126,8 @@ impl RunningGateway {
         self.app.shutting_down.store(true, Ordering::Relaxed);
         // Stop taking messages first; unacknowledged stream entries stay pending and
         // are reclaimed by whoever consumes next.
-        if let Some(triggers) = self.triggers {
-            triggers.abort();
+        for task in self.background {
+            task.abort();
         }
         let _ = self.stop.send(true);
         let _ = self.task.await;

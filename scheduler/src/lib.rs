@@ -5,11 +5,13 @@
 //! functions can share memory), and a tenant's workflows are packed onto the same
 //! worker while its capacity allows.
 //!
-//! Architecture invariant: placement is pure logic. It knows worker ids and
-//! capacities, never sockets or Wasmtime; the embedded mode and the distributed mode
-//! implement [`Placement`] over the same [`Planner`].
+//! Architecture invariant: placement is pure logic. The [`Planner`] knows worker ids
+//! and capacities, never sockets or Wasmtime; the embedded mode runs it behind
+//! [`Placement`], and services mode's scheduler process ([`service`]) runs the same
+//! planner against the state shared in Redis.
 
 mod planner;
+pub mod service;
 
 pub use planner::{Planner, WorkerSpec};
 

@@ -90,6 +90,21 @@ impl Planner {
         Ok(placed)
     }
 
+    /// Records that `workflow` already runs on `workers` (read back from shared state by
+    /// a restarted scheduler), so nothing moves. Workers it does not know are left out.
+    pub fn assign(&mut self, workflow: &WorkflowKey, mut workers: Vec<WorkerId>) {
+        workers.retain(|worker| self.workers.contains_key(worker));
+        workers.dedup();
+        if !workers.is_empty() {
+            self.placements.insert(workflow.clone(), workers);
+        }
+    }
+
+    /// The registered workers.
+    pub fn worker_ids(&self) -> impl Iterator<Item = &WorkerId> {
+        self.workers.keys()
+    }
+
     /// Forgets `workflow`.
     pub fn remove(&mut self, workflow: &WorkflowKey) {
         self.placements.remove(workflow);
@@ -316,5 +331,17 @@ mod tests {
         let unplaced = planner.remove_worker(&lost);
         assert_eq!(unplaced, vec![key("t", "b")]);
         assert_eq!(planner.placement_of(&key("t", "b")), None);
+    }
+
+    #[test]
+    fn assigned_placements_are_kept_and_count_against_capacity() {
+        let mut planner = Planner::default();
+        planner.add_worker(worker("w1", 1));
+        planner.add_worker(worker("w2", 1));
+        planner.assign(&key("t", "a"), vec![id("w2"), id("gone")]);
+        assert_eq!(planner.replicas_of(&key("t", "a")), [id("w2")]);
+        // Placing it again keeps it where it is; w2 is full, so another goes to w1.
+        assert_eq!(planner.place(&key("t", "a")).unwrap(), id("w2"));
+        assert_eq!(planner.place(&key("u", "b")).unwrap(), id("w1"));
     }
 }

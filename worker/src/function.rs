@@ -3,7 +3,9 @@
 
 use crate::config::Limits;
 use crate::host::StepFunctionPre;
+use crate::region::Region;
 use crate::state::InstanceState;
+use faas_cluster::FunctionSummary;
 use faas_workflow::{Edge, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -87,5 +89,32 @@ impl LoadedWorkflow {
     /// The workflow's functions, in no particular order.
     pub fn functions(&self) -> impl Iterator<Item = &Arc<LoadedFunction>> {
         self.functions.values()
+    }
+
+    /// Each function as the admin API shows it, sorted by name.
+    pub fn summaries(&self) -> Vec<FunctionSummary> {
+        let mut summaries: Vec<FunctionSummary> = self
+            .functions()
+            .map(|function| FunctionSummary {
+                name: function.name().to_owned(),
+                kind: function.kind().as_str().to_owned(),
+                digest: function.digest().to_owned(),
+                memory_mb: function.limits().memory_mb,
+                timeout_ms: function.limits().timeout.as_millis() as u64,
+                fuel: function.limits().fuel,
+            })
+            .collect();
+        summaries.sort_by(|a, b| a.name.cmp(&b.name));
+        summaries
+    }
+
+    /// `payload` as an input region of the entry step (an event's body or message).
+    pub fn entry_input(&self, payload: impl Into<Arc<[u8]>>) -> Region {
+        let input_type = self
+            .manifest
+            .entry_step()
+            .map(|entry| self.manifest.steps[entry].input.to_string())
+            .unwrap_or_default();
+        Region::new(input_type, payload)
     }
 }

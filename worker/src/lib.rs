@@ -23,6 +23,7 @@ mod http;
 pub mod kv;
 pub mod messaging;
 mod region;
+pub mod remote;
 mod run;
 mod state;
 mod worker;

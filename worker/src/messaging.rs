@@ -31,7 +31,7 @@ pub trait Publisher: Send + Sync {
 }
 
 /// The message that started a run (for runs started by a Redis trigger).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TriggerMessage {
     /// The channel or stream.
     pub source: String,

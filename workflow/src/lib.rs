@@ -11,6 +11,11 @@
 //! through a consumer group (at least once, with a dead-letter stream); either passes the
 //! message payload to the entry step, see [`RedisTrigger`] and [`StreamTrigger`].
 //!
+//! A step may name the function of a Karmem interface it implements
+//! (`interface = "blob.km:transfer.consume"`); [`Workflow::parse_with_schemas`] resolves
+//! the memories that function declares into limits on the step's regions, see
+//! [`memory`].
+//!
 //! [`Workflow::parse`] / [`Workflow::from_file`] turn the TOML into a validated
 //! [`Workflow`]; every problem comes back as a [`ManifestError`] naming the file, line,
 //! column and field. The [`Workflow`] types serialize to JSON for the trip between CLI,
@@ -40,6 +45,7 @@
 
 mod error;
 mod locate;
+pub mod memory;
 mod model;
 mod raw;
 mod route;
@@ -47,6 +53,7 @@ mod schema_type;
 mod validate;
 
 pub use error::{Diagnostic, ManifestError};
+pub use memory::{InterfaceRef, InterfaceRefError, MemoryLimit, StepMemories};
 pub use model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, OnFailure,
     RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TriggerTarget, Workflow,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ManifestError, Source};
+use crate::memory::{InterfaceRef, StepMemories};
 use crate::route::Route;
 use crate::schema_type::SchemaType;
 
@@ -239,6 +240,15 @@ pub struct Step {
     /// How often a failed invocation is tried again.
     #[serde(default)]
     pub retry: RetryPolicy,
+    /// `interface = "blob.km:transfer.consume"`: the function of a Karmem interface this
+    /// step implements, whose memories bound its regions (see [`Step::memories`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<InterfaceRef>,
+    /// The memories its regions live in, resolved from its own `interface` and its
+    /// neighbours' by [`Workflow::parse_with_schemas`]. Unlimited (and writable) when
+    /// no interface declares them, and always after a plain [`Workflow::parse`].
+    #[serde(default, skip_serializing_if = "StepMemories::is_unlimited")]
+    pub memories: StepMemories,
 }
 
 /// `retries = { attempts = 3, backoff_ms = 20 }`: how a failed step is retried.
@@ -426,12 +436,35 @@ impl Workflow {
     ///
     /// Returns the first problem in the file (by position) as
     /// [`ManifestError::Invalid`]; never [`ManifestError::Read`].
+    ///
+    /// A step's `interface` is only checked for its form here; its memories are left
+    /// unlimited. [`Workflow::parse_with_schemas`] resolves them.
     pub fn parse(file_name: &str, text: &str) -> Result<Workflow, ManifestError> {
         let source = Source {
             file: file_name,
             text,
         };
-        Ok(crate::validate::parse(source)?)
+        Ok(crate::validate::parse(source, None)?)
+    }
+
+    /// Like [`Workflow::parse`], and resolves every step's [`Step::memories`] from the
+    /// Karmem interfaces the steps name (see [`crate::memory`]). `schemas` maps each
+    /// `.km` file name, as written in the manifest (`blob.km`), to its text; only the
+    /// files that `interface` fields name are read.
+    ///
+    /// A missing file, a `.km` that does not parse, an unknown interface or function,
+    /// or a declaration that does not fit the step is a [`ManifestError`] at the step's
+    /// `interface` field.
+    pub fn parse_with_schemas(
+        file_name: &str,
+        text: &str,
+        schemas: &BTreeMap<String, String>,
+    ) -> Result<Workflow, ManifestError> {
+        let source = Source {
+            file: file_name,
+            text,
+        };
+        Ok(crate::validate::parse(source, Some(schemas))?)
     }
 
     /// Reads and parses the manifest at `path`; errors name the file by `path` as given.
@@ -494,16 +527,23 @@ impl Workflow {
         chain
     }
 
-    /// Every Karmem schema file a step or edge type mentions, as written.
+    /// Every Karmem schema file a step or edge type or a step's `interface` mentions,
+    /// as written.
     pub fn karmem_files(&self) -> BTreeSet<String> {
         let step_types = self
             .steps
             .values()
             .flat_map(|step| [&step.input, &step.output]);
         let edge_types = self.edges.iter().map(|edge| &edge.schema_type);
+        let interfaces = self
+            .steps
+            .values()
+            .filter_map(|step| step.interface.as_ref())
+            .map(|reference| reference.file.as_str());
         step_types
             .chain(edge_types)
             .filter_map(SchemaType::karmem_file)
+            .chain(interfaces)
             .map(str::to_owned)
             .collect()
     }

@@ -54,6 +54,8 @@ pub(crate) struct RawStep {
     pub input: Spanned<String>,
     pub output: Spanned<String>,
     pub retries: Option<RawRetries>,
+    /// `file.km:interface.function`, parsed by the validator.
+    pub interface: Option<Spanned<String>>,
 }
 
 /// `retries = { attempts = 3, backoff_ms = 20 }` in a step.

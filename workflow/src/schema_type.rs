@@ -64,12 +64,7 @@ impl SchemaType {
         let Some((file, name)) = text.split_once(':') else {
             return Err(SchemaTypeError::Unknown(text.to_owned()));
         };
-        let file_name = file.rsplit(['/', '\\']).next().unwrap_or(file);
-        let file_ok = file_name.len() > ".km".len()
-            && file_name.ends_with(".km")
-            && !file.starts_with(['/', '\\'])
-            && !file.chars().any(|c| c.is_whitespace() || c.is_control());
-        if !file_ok {
+        if !is_schema_file(file) {
             return Err(SchemaTypeError::BadFile(text.to_owned()));
         }
         if !is_identifier(name) {
@@ -99,7 +94,19 @@ impl SchemaType {
     }
 }
 
-fn is_identifier(name: &str) -> bool {
+/// Whether `file` is a relative path ending in `.km`, without whitespace or control
+/// characters.
+pub(crate) fn is_schema_file(file: &str) -> bool {
+    let file_name = file.rsplit(['/', '\\']).next().unwrap_or(file);
+    file_name.len() > ".km".len()
+        && file_name.ends_with(".km")
+        && !file.starts_with(['/', '\\'])
+        && !file.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Whether `name` is a Karmem identifier: letters, digits and `_`, not starting with a
+/// digit.
+pub(crate) fn is_identifier(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

@@ -12,6 +12,7 @@ use toml::de::DeTable;
 
 use crate::error::{Diagnostic, Source};
 use crate::locate::{self, Segment};
+use crate::memory::{self, InterfaceRef};
 use crate::model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, RedisTrigger,
     RetryPolicy, RunSettings, Step, StreamTrigger, TriggerTarget, Workflow,
@@ -54,7 +55,12 @@ pub fn is_valid_redis_name(name: &str) -> bool {
     (1..=MAX_REDIS_NAME_LEN).contains(&len)
 }
 
-pub(crate) fn parse(source: Source<'_>) -> Result<Workflow, Diagnostic> {
+/// Parses and validates `source`; with `schemas` (`.km` texts by file name as written),
+/// also resolves the steps' interface memories.
+pub(crate) fn parse(
+    source: Source<'_>,
+    schemas: Option<&BTreeMap<String, String>>,
+) -> Result<Workflow, Diagnostic> {
     // `parse_recoverable` rather than `parse`: the partial tree lets a syntax error name
     // the field it is in.
     let (tree, syntax_errors) = DeTable::parse_recoverable(source.text);
@@ -77,7 +83,7 @@ pub(crate) fn parse(source: Source<'_>) -> Result<Workflow, Diagnostic> {
     // The tree is consumed by deserialization; only clone it (by re-parsing) on error.
     let raw = RawWorkflow::deserialize(toml::de::Deserializer::from(tree))
         .map_err(|error| schema_error(source, &error))?;
-    Checker::new(source).check(raw)
+    Checker::new(source).check(raw, schemas)
 }
 
 /// Turns a serde error (unknown/missing field, wrong type) into a diagnostic.
@@ -115,6 +121,8 @@ struct CheckedStep {
     input_span: Range<usize>,
     output: Option<SchemaType>,
     retry: RetryPolicy,
+    /// `interface`, if given and well-formed, with the span of its value.
+    interface: Option<(InterfaceRef, Range<usize>)>,
 }
 
 /// An edge as checked so far; `schema_type` is `None` if it did not parse.
@@ -151,7 +159,11 @@ impl<'a> Checker<'a> {
         self.errors.push((span.start, diagnostic));
     }
 
-    fn check(mut self, raw: RawWorkflow) -> Result<Workflow, Diagnostic> {
+    fn check(
+        mut self,
+        raw: RawWorkflow,
+        schemas: Option<&BTreeMap<String, String>>,
+    ) -> Result<Workflow, Diagnostic> {
         self.name("name", &raw.name);
         self.name("tenant", &raw.tenant);
 
@@ -203,6 +215,10 @@ impl<'a> Checker<'a> {
             return Err(first);
         }
         // No errors: every type parsed.
+        let interface_spans: HashMap<String, Range<usize>> = steps
+            .iter()
+            .filter_map(|(name, step)| Some((name.clone(), step.interface.as_ref()?.1.clone())))
+            .collect();
         let steps = steps
             .into_iter()
             .filter_map(|(name, step)| {
@@ -211,6 +227,8 @@ impl<'a> Checker<'a> {
                     input: step.input?,
                     output: step.output?,
                     retry: step.retry,
+                    interface: step.interface.map(|(reference, _)| reference),
+                    memories: Default::default(),
                 };
                 Some((name, step))
             })
@@ -226,7 +244,7 @@ impl<'a> Checker<'a> {
                 })
             })
             .collect();
-        Ok(Workflow {
+        let mut workflow = Workflow {
             name: raw.name.into_inner(),
             tenant: raw.tenant.into_inner(),
             description: raw.description,
@@ -240,7 +258,26 @@ impl<'a> Checker<'a> {
             http_triggers,
             redis_triggers,
             stream_triggers,
-        })
+        };
+        // Memories are resolved last: they need the whole, valid step graph.
+        if let Some(schemas) = schemas
+            && let Err(errors) = memory::resolve(&mut workflow, schemas)
+        {
+            // The first in the file, like every other problem.
+            let first = errors
+                .into_iter()
+                .map(|error| {
+                    let span = interface_spans.get(&error.step).cloned().unwrap_or(0..0);
+                    let field = format!("{}.interface", step_field(&error.step));
+                    let message = error.problem.to_string();
+                    (span.start, self.source.diagnostic(&span, field, message))
+                })
+                .min_by_key(|(offset, _)| *offset);
+            if let Some((_, first)) = first {
+                return Err(first);
+            }
+        }
+        Ok(workflow)
     }
 
     fn name(&mut self, field: &str, name: &Spanned<String>) {
@@ -388,6 +425,19 @@ impl<'a> Checker<'a> {
                 }
             }
 
+            let interface = raw.interface.and_then(|interface| {
+                InterfaceRef::parse(interface.get_ref())
+                    .map_err(|e| {
+                        self.error(
+                            interface.span(),
+                            format!("{field}.interface"),
+                            e.to_string(),
+                        )
+                    })
+                    .ok()
+                    .map(|reference| (reference, interface.span()))
+            });
+
             let step = CheckedStep {
                 span,
                 function: raw.function.into_inner(),
@@ -395,6 +445,7 @@ impl<'a> Checker<'a> {
                 input_span: raw.input.span(),
                 output,
                 retry,
+                interface,
             };
             steps.insert(name, step);
         }

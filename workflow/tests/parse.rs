@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use faas_workflow::{
-    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits,
-    MAX_REDIS_NAME_LEN, ManifestError, OnFailure, RedisTrigger, RetryPolicy, Route, RunSettings,
-    SchemaType, Step, StreamTrigger, TriggerTarget, Workflow, is_valid_redis_name,
+    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, InterfaceRef, JoinPolicy, Limits,
+    MAX_REDIS_NAME_LEN, ManifestError, MemoryLimit, OnFailure, RedisTrigger, RetryPolicy, Route,
+    RunSettings, SchemaType, Step, StepMemories, StreamTrigger, TriggerTarget, Workflow,
+    is_valid_redis_name,
 };
 
 fn parse(text: &str) -> Workflow {
@@ -354,6 +355,8 @@ fn a_v2_manifest_parses_into_steps_edges_settings_and_step_triggers() {
                         attempts: 3,
                         backoff_ms: 20
                     },
+                    interface: None,
+                    memories: StepMemories::default(),
                 }
             ),
             (
@@ -363,6 +366,8 @@ fn a_v2_manifest_parses_into_steps_edges_settings_and_step_triggers() {
                     input: chunk.clone(),
                     output: counts.clone(),
                     retry: RetryPolicy::default(),
+                    interface: None,
+                    memories: StepMemories::default(),
                 }
             ),
             (
@@ -372,6 +377,8 @@ fn a_v2_manifest_parses_into_steps_edges_settings_and_step_triggers() {
                     input: counts.clone(),
                     output: SchemaType::Json,
                     retry: RetryPolicy::default(),
+                    interface: None,
+                    memories: StepMemories::default(),
                 }
             ),
         ])
@@ -907,4 +914,142 @@ fn the_entry_input_rule_names_every_kind_of_payload_the_triggers_deliver() {
         "the entry step receives the HTTP request body and Redis message payloads, so its \
          input must be `bytes`, `text` or `json`, not `echo.km:Msg`"
     );
+}
+
+/// A producer feeding a consumer over `blob.km:Blob`; `{produce}` and `{consume}` are
+/// extra lines of the two steps.
+fn two_steps(produce: &str, consume: &str) -> String {
+    format!(
+        r#"
+        name = "pipe"
+        tenant = "demo"
+        [functions.produce]
+        component = "produce.wasm"
+        kind = "step"
+        [functions.consume]
+        component = "consume.wasm"
+        kind = "step"
+        [steps.produce]
+        function = "produce"
+        input = "text"
+        output = "blob.km:Blob"
+        {produce}
+        [steps.consume]
+        function = "consume"
+        input = "blob.km:Blob"
+        output = "json"
+        {consume}
+        [[edges]]
+        from = "produce"
+        to = "consume"
+        type = "blob.km:Blob"
+        [[triggers.http]]
+        route = "/pipe"
+        step = "produce"
+        "#
+    )
+}
+
+const BLOB_KM: &str = r#"
+karmem blob @packed(true);
+struct Blob table { Data []byte; }
+interface transfer {
+    payload: memory (import: write, export: read, 16);
+    consume: fn(blob: Blob @ payload);
+}
+interface scratch {
+    payload: memory (import: write, export: readwrite, 16);
+    consume: fn(blob: Blob @ payload);
+}
+interface source {
+    made: memory (import: read, export: write, 2);
+    make: fn() -> Blob @ made;
+}
+"#;
+
+fn with_blob_km(text: &str) -> Workflow {
+    let schemas = BTreeMap::from([("blob.km".to_owned(), BLOB_KM.to_owned())]);
+    Workflow::parse_with_schemas("workflow.toml", text, &schemas).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn limit(memory: &str, pages: u64, read_only: bool) -> MemoryLimit {
+    MemoryLimit {
+        memory: memory.into(),
+        max_bytes: Some(pages * 65_536),
+        read_only,
+    }
+}
+
+#[test]
+fn a_consumers_interface_bounds_its_input_and_its_producers_output() {
+    let text = two_steps("", r#"interface = "blob.km:transfer.consume""#);
+    let wf = with_blob_km(&text);
+    let payload = "blob.km:transfer.payload";
+    assert_eq!(
+        wf.steps["consume"].interface,
+        Some(InterfaceRef::parse("blob.km:transfer.consume").unwrap())
+    );
+    // `export: read`: the consumer may only read.
+    assert_eq!(
+        wf.steps["consume"].memories,
+        StepMemories {
+            input: limit(payload, 16, true),
+            output: MemoryLimit::default(),
+        }
+    );
+    assert_eq!(
+        wf.steps["produce"].memories,
+        StepMemories {
+            input: MemoryLimit::default(),
+            output: limit(payload, 16, false),
+        }
+    );
+    // The memories travel with the workflow.
+    let json = serde_json::to_string(&wf).unwrap();
+    assert_eq!(serde_json::from_str::<Workflow>(&json).unwrap(), wf);
+    // Without schemas only the form of `interface` is checked.
+    let plain = parse(&text);
+    assert!(
+        plain
+            .steps
+            .values()
+            .all(|step| step.memories.is_unlimited())
+    );
+    assert!(plain.karmem_files().contains("blob.km"));
+}
+
+#[test]
+fn a_readwrite_export_leaves_the_input_writable() {
+    let wf = with_blob_km(&two_steps("", r#"interface = "blob.km:scratch.consume""#));
+    assert_eq!(
+        wf.steps["consume"].memories.input,
+        limit("blob.km:scratch.payload", 16, false)
+    );
+}
+
+#[test]
+fn a_producers_result_memory_bounds_its_output_and_its_consumers_input() {
+    let wf = with_blob_km(&two_steps(r#"interface = "blob.km:source.make""#, ""));
+    let made = "blob.km:source.made";
+    assert_eq!(wf.steps["produce"].memories.output, limit(made, 2, false));
+    assert!(wf.steps["produce"].memories.input.is_unlimited());
+    // `import: read`: the consumer reads the result with the importer's access.
+    assert_eq!(wf.steps["consume"].memories.input, limit(made, 2, true));
+}
+
+#[test]
+fn interface_errors_name_the_field_and_the_schema_position() {
+    let text = two_steps("", r#"interface = "blob.km:transfer.consume""#);
+    let broken = BLOB_KM.replace("export: read,", "export: reed,");
+    let schemas = BTreeMap::from([("blob.km".to_owned(), broken)]);
+    let err = Workflow::parse_with_schemas("workflow.toml", &text, &schemas).unwrap_err();
+    assert_eq!(err.field(), "steps.consume.interface");
+    assert!(
+        err.message()
+            .starts_with("blob.km:5:45: unknown access `reed`"),
+        "{err}"
+    );
+    let err = Workflow::parse_with_schemas("workflow.toml", &text, &BTreeMap::new()).unwrap_err();
+    assert_eq!(err.field(), "steps.consume.interface");
+    assert!(err.message().contains("`blob.km` is missing"), "{err}");
 }

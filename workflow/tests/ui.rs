@@ -2,7 +2,11 @@
 //! its sibling `*.err` holds the exact message it must produce. Run with `BLESS=1` to
 //! rewrite the `.err` files from the current output, then review the diff: each message
 //! must point at the right line, column and field.
+//!
+//! Every manifest is parsed with the `tests/ui/*.km` schemas (by file name), so the
+//! cases about a step's `interface` can name them.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
@@ -19,13 +23,22 @@ fn every_broken_manifest_reports_its_expected_error() {
         .collect();
     cases.sort();
     assert!(!cases.is_empty(), "no ui tests found in {}", dir.display());
+    let schemas: BTreeMap<String, String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "km"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            (name, fs::read_to_string(&path).unwrap())
+        })
+        .collect();
 
     let mut failures = Vec::new();
     for toml_path in &cases {
         let file_name = toml_path.file_name().unwrap().to_str().unwrap();
         let err_path = toml_path.with_extension("err");
         let text = fs::read_to_string(toml_path).unwrap();
-        let actual = match Workflow::parse(file_name, &text) {
+        let actual = match Workflow::parse_with_schemas(file_name, &text, &schemas) {
             Ok(_) => format!("<no error: {file_name} parsed successfully>"),
             Err(e) => e.to_string(),
         };

@@ -11,4 +11,5 @@ mod placement;
 mod redis;
 mod regions;
 mod server;
+mod services;
 mod workflows;

@@ -14,7 +14,7 @@ fn platform_with(redis: &RedisServer) -> Platform {
 
 /// A workflow of one `relay` step that appends `source|id|deliveries|payload` to
 /// `<name>:out`, started by `triggers` (TOML).
-fn relay_manifest(dir: &std::path::Path, name: &str, triggers: &str) -> PathBuf {
+pub(crate) fn relay_manifest(dir: &std::path::Path, name: &str, triggers: &str) -> PathBuf {
     let text = format!(
         "name = \"{name}\"\ntenant = \"t\"\n\n[functions.relay]\ncomponent = \"{}\"\nkind = \"step\"\nconfig = {{ out = \"{name}:out\" }}\n\n\
          [steps.relay]\nfunction = \"relay\"\ninput = \"bytes\"\noutput = \"text\"\n\n{triggers}\n",
@@ -25,7 +25,7 @@ fn relay_manifest(dir: &std::path::Path, name: &str, triggers: &str) -> PathBuf 
     path
 }
 
-fn connect(redis: &RedisServer) -> redis::Connection {
+pub(crate) fn connect(redis: &RedisServer) -> redis::Connection {
     redis::Client::open(redis.url())
         .unwrap()
         .get_connection()
@@ -65,7 +65,7 @@ fn xadd(redis: &RedisServer, stream: &str, payload: &str) -> String {
         .unwrap()
 }
 
-fn pending(redis: &RedisServer, stream: &str, group: &str) -> usize {
+pub(crate) fn pending(redis: &RedisServer, stream: &str, group: &str) -> usize {
     let reply: redis::streams::StreamPendingReply = connect(redis).xpending(stream, group).unwrap();
     reply.count()
 }

@@ -5,6 +5,9 @@ use crate::support::{Platform, copy_manifest, error_of};
 use std::path::Path;
 
 const EXAMPLE: &str = "functions/regions/workflow.toml";
+/// The example under a Karmem interface: its consumer implements `transfer.consume` of
+/// `blob.km`, which lets it only read its blob.
+const MEMORIES: &str = "functions/regions/memories.toml";
 
 /// The byte sum of a blob of `len` data bytes as the example's producer makes it.
 fn expected_sum(len: usize) -> u64 {
@@ -22,13 +25,39 @@ fn transfer(platform: &Platform, route: &str, len: usize) -> serde_json::Value {
 
 /// The example workflow, with each `(from, to)` text replacement applied, deployed.
 fn deploy_example(platform: &Platform, dir: &Path, replacements: &[(&str, &str)]) {
-    let manifest = copy_manifest(dir, EXAMPLE, replacements);
-    std::fs::copy(
-        faas_testing::repo_root().join("functions/regions/blob.km"),
-        dir.join("blob.km"),
-    )
-    .unwrap();
-    platform.deploy(&manifest);
+    deploy_manifest(platform, dir, EXAMPLE, replacements);
+}
+
+/// The repository manifest `manifest` (with `blob.km` beside it), with each
+/// `(from, to)` text replacement applied, deployed.
+fn deploy_manifest(platform: &Platform, dir: &Path, manifest: &str, replacements: &[(&str, &str)]) {
+    platform.deploy(&copy_manifest(dir, manifest, replacements));
+}
+
+/// Replacements that make the example's function `role` the probe component with
+/// config `probe`.
+fn probe_as(role: &str, probe: &str) -> [(String, String); 2] {
+    let component = |package| {
+        format!(
+            "[functions.{role}]\ncomponent = \"{}\"",
+            faas_testing::component_path(package).display()
+        )
+    };
+    [
+        (component("region-transfer"), component("region-probe")),
+        (
+            format!("config = {{ role = \"{role}\" }}"),
+            format!("config = {{ probe = \"{probe}\" }}"),
+        ),
+    ]
+}
+
+/// `owned` as the borrowed pairs `copy_manifest` takes.
+fn pairs(owned: &[(String, String)]) -> Vec<(&str, &str)> {
+    owned
+        .iter()
+        .map(|(from, to)| (from.as_str(), to.as_str()))
+        .collect()
 }
 
 #[test]
@@ -107,27 +136,12 @@ join = { timeout_ms = 30000, on_failure = "fail" }
 
 /// The example's producer feeding the probe component (config `probe`), deployed.
 fn deploy_probe(platform: &Platform, dir: &Path, probe: &str, producer_config: &str) {
-    let component = |package| {
-        format!(
-            "[functions.consume]\ncomponent = \"{}\"",
-            faas_testing::component_path(package).display()
-        )
-    };
-    deploy_example(
-        platform,
-        dir,
-        &[
-            (
-                "config = { role = \"produce\" }",
-                &format!("config = {{ role = \"produce\"{producer_config} }}"),
-            ),
-            (&component("region-transfer"), &component("region-probe")),
-            (
-                "config = { role = \"consume\" }",
-                &format!("config = {{ probe = \"{probe}\" }}"),
-            ),
-        ],
-    );
+    let mut replacements = vec![(
+        "config = { role = \"produce\" }".to_owned(),
+        format!("config = {{ role = \"produce\"{producer_config} }}"),
+    )];
+    replacements.extend(probe_as("consume", probe));
+    deploy_example(platform, dir, &pairs(&replacements));
 }
 
 /// A platform whose instances may have the example's 1100 MiB.
@@ -184,5 +198,100 @@ fn the_last_page_tail_and_reused_slots_show_only_zeros() {
     assert_eq!(
         report["nonzero"], 0,
         "a reused slot showed old data: {report}"
+    );
+}
+
+#[test]
+fn a_read_only_interface_memory_is_read_in_place_and_a_write_to_it_traps() {
+    let dir = faas_testing::temp_dir();
+    let platform = start(&[]);
+    // `transfer.consume` may only read its blob: reading works, copied or mapped.
+    deploy_manifest(&platform, dir.path(), MEMORIES, &[]);
+    for len in [1_000, (4 << 20) + 1] {
+        let report = transfer(&platform, "/regions-memories", len);
+        assert_eq!(report["sum"], expected_sum(len), "{report}");
+    }
+    // A write to it traps that step, copied or mapped.
+    let probe = probe_as("consume", "write-read-only");
+    for len in [1_000, (4 << 20) + 1] {
+        deploy_manifest(&platform, dir.path(), MEMORIES, &pairs(&probe));
+        let error = error_of(platform.post("/regions-memories", len.to_string()));
+        let message = error["message"].as_str().unwrap();
+        assert_eq!(error["kind"], "step_failed", "{len}: {error}");
+        assert!(message.contains("`consume`"), "{len}: {message}");
+        assert!(message.contains("trap"), "{len}: {message}");
+    }
+    // Under `scratch` (`export: readwrite`) the same write changes the step's own copy.
+    let mut scratch = probe.to_vec();
+    scratch.push((
+        "blob.km:transfer.consume".to_owned(),
+        "blob.km:scratch.consume".to_owned(),
+    ));
+    for len in [1_000, (4 << 20) + 1] {
+        deploy_manifest(&platform, dir.path(), MEMORIES, &pairs(&scratch));
+        let report = transfer(&platform, "/regions-memories", len);
+        assert_eq!(report["wrote"], true, "{len}: {report}");
+    }
+}
+
+#[test]
+fn an_interface_memory_bounds_what_a_producer_may_create() {
+    let dir = faas_testing::temp_dir();
+    let platform = start(&[]);
+    let small = (
+        "blob.km:transfer.consume".to_owned(),
+        "blob.km:small.consume".to_owned(),
+    );
+    let limit = "exceeds the 131072 bytes its Karmem memory";
+    // The consumer's `payload` is at most 2 pages: a blob that fits goes through, and
+    // the producer of a larger one is refused the pages for it.
+    deploy_manifest(
+        &platform,
+        dir.path(),
+        MEMORIES,
+        &pairs(std::slice::from_ref(&small)),
+    );
+    assert_eq!(
+        transfer(&platform, "/regions-memories", 1_000)["sum"],
+        expected_sum(1_000)
+    );
+    let mut cases = vec![(
+        vec![small.clone()],
+        1 << 20,
+        "`blob.km:small.payload` declares",
+    )];
+    // The probe asks for 4 pages: refused by the consumer's memory, or by the
+    // producer's own (`small.make` writes into `made`).
+    let mut oversize = probe_as("produce", "oversize").to_vec();
+    oversize.push(small);
+    cases.push((oversize, 1_000, "`blob.km:small.payload` declares"));
+    let mut own = probe_as("produce", "oversize").to_vec();
+    own.push((
+        "input = \"text\"\n".to_owned(),
+        "input = \"text\"\ninterface = \"blob.km:small.make\"\n".to_owned(),
+    ));
+    cases.push((own, 1_000, "`blob.km:small.made` declares"));
+    for (replacements, len, memory) in cases {
+        deploy_manifest(&platform, dir.path(), MEMORIES, &pairs(&replacements));
+        let error = error_of(platform.post("/regions-memories", len.to_string()));
+        let message = error["message"].as_str().unwrap();
+        assert_eq!(error["kind"], "step_failed", "{error}");
+        assert!(message.contains("`produce`"), "{message}");
+        assert!(message.contains(limit), "{message}");
+        assert!(message.contains(memory), "{message}");
+    }
+    // A reference to a function the interface does not have is refused at deploy.
+    let bad = copy_manifest(
+        dir.path(),
+        MEMORIES,
+        &[("transfer.consume", "transfer.consumer")],
+    );
+    let output = platform.faas(&["deploy", "--no-build", bad.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("steps.consume.interface"), "{stderr}");
+    assert!(
+        stderr.contains("interface `transfer` has no function `consumer`"),
+        "{stderr}"
     );
 }

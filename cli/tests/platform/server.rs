@@ -52,12 +52,7 @@ fn shutdown_lets_requests_in_flight_finish() {
     assert_eq!(response.status(), 200);
     assert!(status.success(), "faas up exited with {status}");
     assert!(
-        platform
-            .stdout
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|line| line == "shutting down"),
+        platform.stdout().iter().any(|line| line == "shutting down"),
         "faas up announced the shutdown"
     );
 }

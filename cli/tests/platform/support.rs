@@ -10,13 +10,79 @@ use std::time::{Duration, Instant};
 /// The admin token every test platform uses.
 pub const TOKEN: &str = "test-token";
 
-/// A `faas up` process on a free port; stopped (SIGTERM, then SIGKILL) when dropped.
-pub struct Platform {
+/// A `faas` process started by a test; stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Process {
     child: Option<Child>,
+    /// What followed the ready prefix on the line that announced it.
+    pub announced: String,
+    /// Everything the process printed on stdout after that line.
+    pub stdout: Arc<Mutex<Vec<String>>>,
+}
+
+impl Process {
+    /// Starts `faas <args>` in the repository root and waits for the stdout line that
+    /// starts with `ready_prefix`.
+    pub fn spawn<S: AsRef<std::ffi::OsStr>>(args: &[S], ready_prefix: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_faas"))
+            .args(args)
+            .current_dir(faas_testing::repo_root())
+            .env("FAAS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting faas");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+        let announced = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("faas exited before printing `{ready_prefix}`"))
+                .expect("reading faas output");
+            if let Some(rest) = line.strip_prefix(ready_prefix) {
+                break rest.trim().to_owned();
+            }
+        };
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let sink = stdout.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Self {
+            child: Some(child),
+            announced,
+            stdout,
+        }
+    }
+
+    /// Sends `signal` and waits for the process to exit.
+    pub fn stop(&mut self, signal: libc::c_int) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("the process is running");
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().expect("waiting for faas") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "faas ignored signal {signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.stop(libc::SIGTERM);
+        }
+    }
+}
+
+/// A `faas up` process on a free port.
+pub struct Platform {
+    process: Process,
     /// `http://127.0.0.1:<port>`.
     pub url: String,
-    /// Everything the process printed on stdout after its URL line.
-    pub stdout: Arc<Mutex<Vec<String>>>,
     _data: tempfile::TempDir,
 }
 
@@ -30,58 +96,21 @@ impl Platform {
     pub fn start_with(extra: &[&str]) -> Self {
         faas_testing::build_functions();
         let data = faas_testing::temp_dir();
-        let cache = faas_testing::repo_root().join("target/test-compile-cache");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_faas"))
-            .args(["up", "--listen", "127.0.0.1:0", "--token", TOKEN])
-            .arg("--data-dir")
-            .arg(data.path())
-            .arg("--cache-dir")
-            .arg(&cache)
-            .args(extra)
-            .current_dir(faas_testing::repo_root())
-            .env("FAAS_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("starting faas up");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
-        let url = loop {
-            let line = lines
-                .next()
-                .expect("faas up exited before printing its URL")
-                .expect("reading faas up output");
-            if let Some(url) = line.strip_prefix("faas is up at ") {
-                break url.trim().to_owned();
-            }
-        };
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let sink = stdout.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let mut args: Vec<std::ffi::OsString> = ["up", "--listen", "127.0.0.1:0", "--token", TOKEN]
+            .iter()
+            .map(Into::into)
+            .collect();
+        args.extend(["--data-dir".into(), data.path().into()]);
+        args.extend(["--cache-dir".into(), compile_cache().into()]);
+        args.extend(extra.iter().map(Into::into));
+        let process = Process::spawn(&args, "faas is up at ");
         let platform = Self {
-            child: Some(child),
-            url,
-            stdout,
+            url: process.announced.clone(),
+            process,
             _data: data,
         };
-        platform.wait_ready(Duration::from_secs(120));
+        wait_ready(&platform.url, Duration::from_secs(120));
         platform
-    }
-
-    /// Polls `/readyz` until it answers 200.
-    fn wait_ready(&self, patience: Duration) {
-        let deadline = Instant::now() + patience;
-        while Instant::now() < deadline {
-            if let Ok(response) = client().get(self.at("/readyz")).send()
-                && response.status() == 200
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("{} did not become ready within {patience:?}", self.url);
     }
 
     /// The full URL of `path`.
@@ -105,50 +134,67 @@ impl Platform {
 
     /// Runs the `faas` CLI against this platform.
     pub fn faas(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_faas"))
-            .args(args)
-            .env("FAAS_URL", &self.url)
-            .env("FAAS_TOKEN", TOKEN)
-            .env("FAAS_LOG", "warn")
-            .current_dir(faas_testing::repo_root())
-            .output()
-            .expect("running faas")
+        faas_at(&self.url, args)
     }
 
     /// `faas deploy <manifest>`, asserting success; returns stdout.
     pub fn deploy(&self, manifest: &Path) -> String {
-        let output = self.faas(&["deploy", manifest.to_str().expect("UTF-8 path")]);
-        assert!(
-            output.status.success(),
-            "faas deploy {} failed: {}",
-            manifest.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
+        deploy_at(&self.url, manifest)
     }
 
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("the platform is running");
-        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = child.try_wait().expect("waiting for faas up") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "faas up ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.process.stop(libc::SIGTERM)
+    }
+
+    /// Everything the process printed on stdout after its URL line.
+    pub fn stdout(&self) -> Vec<String> {
+        self.process.stdout.lock().unwrap().clone()
     }
 }
 
-impl Drop for Platform {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            let _ = self.terminate();
+/// Where every test process keeps compiled components: shared, so each component is
+/// compiled once per checkout.
+pub fn compile_cache() -> PathBuf {
+    faas_testing::repo_root().join("target/test-compile-cache")
+}
+
+/// Polls `<url>/readyz` until it answers 200.
+pub fn wait_ready(url: &str, patience: Duration) {
+    let deadline = Instant::now() + patience;
+    while Instant::now() < deadline {
+        if let Ok(response) = client().get(format!("{url}/readyz")).send()
+            && response.status() == 200
+        {
+            return;
         }
+        std::thread::sleep(Duration::from_millis(20));
     }
+    panic!("{url} did not become ready within {patience:?}");
+}
+
+/// Runs the `faas` CLI against the platform at `url`.
+pub fn faas_at(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_faas"))
+        .args(args)
+        .env("FAAS_URL", url)
+        .env("FAAS_TOKEN", TOKEN)
+        .env("FAAS_LOG", "warn")
+        .current_dir(faas_testing::repo_root())
+        .output()
+        .expect("running faas")
+}
+
+/// `faas deploy <manifest>` against `url`, asserting success; returns stdout.
+pub fn deploy_at(url: &str, manifest: &Path) -> String {
+    let output = faas_at(url, &["deploy", manifest.to_str().expect("UTF-8 path")]);
+    assert!(
+        output.status.success(),
+        "faas deploy {} failed: {}",
+        manifest.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// An HTTP client with a generous timeout (a test's own assertion says what is slow).

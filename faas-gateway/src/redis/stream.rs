@@ -8,6 +8,7 @@ use super::RedisBroker;
 use crate::invoke::run_message;
 use crate::server::App;
 use faas_worker::TriggerMessage;
+use faas_worker::remote::EventFailure;
 use faas_workflow::StreamTrigger;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -89,6 +90,16 @@ async fn round(
     workflow: &str,
     trigger: &StreamTrigger,
 ) -> redis::RedisResult<()> {
+    // Entries taken while no worker can run them would only fail and wait for a
+    // reclaim: leave them in the stream until a replica is ready.
+    if app
+        .registry
+        .get(workflow)
+        .is_none_or(|deployment| deployment.pick_replica().is_none())
+    {
+        tokio::time::sleep(BLOCK).await;
+        return Ok(());
+    }
     let claimed: StreamAutoClaimReply = connection
         .xautoclaim_options(
             &trigger.stream,
@@ -119,12 +130,32 @@ async fn round(
         tasks.spawn(async move { process(&app, connection, &workflow, &trigger, entry).await });
     }
     let mut first_error = None;
+    let mut unavailable = false;
     while let Some(done) = tasks.join_next().await {
-        if let Ok(Err(err)) = done {
-            first_error.get_or_insert(err);
+        match done {
+            Ok(Err(err)) => {
+                first_error.get_or_insert(err);
+            }
+            Ok(Ok(Settled::Unavailable)) => unavailable = true,
+            _ => {}
         }
     }
+    if unavailable {
+        // The worker went away: give the scheduler time to place the workflow again
+        // rather than failing entry after entry.
+        tokio::time::sleep(BLOCK).await;
+    }
     first_error.map_or(Ok(()), Err)
+}
+
+/// How an entry was settled.
+enum Settled {
+    /// Acknowledged, after success or in the dead-letter stream.
+    Done,
+    /// Left pending: the run failed; it is tried again once reclaimed.
+    Pending,
+    /// Left pending because no worker could take it (no step ran).
+    Unavailable,
 }
 
 /// Runs the workflow on one entry and settles it: acknowledge on success, leave it
@@ -135,7 +166,7 @@ async fn process(
     workflow: &str,
     trigger: &StreamTrigger,
     entry: StreamId,
-) -> redis::RedisResult<()> {
+) -> redis::RedisResult<Settled> {
     let pending: StreamPendingCountReply = connection
         .xpending_count(&trigger.stream, &trigger.group, &entry.id, &entry.id, 1)
         .await?;
@@ -145,7 +176,12 @@ async fn process(
         .map_or(1, |pending| pending.times_delivered.max(1) as u32);
     let payload: Option<Vec<u8>> = entry.get("payload");
     let result = match payload.clone() {
-        None => Err("the entry has no `payload` field".to_owned()),
+        None => Err(EventFailure {
+            kind: "bad_message".to_owned(),
+            status: 400,
+            message: "the entry has no `payload` field".to_owned(),
+            function: None,
+        }),
         Some(payload) => {
             let message = TriggerMessage {
                 source: trigger.stream.clone(),
@@ -160,6 +196,16 @@ async fn process(
             let _: i64 = connection
                 .xack(&trigger.stream, &trigger.group, &[&entry.id])
                 .await?;
+            Ok(Settled::Done)
+        }
+        Err(error) if error.is_unavailable() => {
+            tracing::info!(
+                workflow,
+                stream = trigger.stream,
+                id = entry.id,
+                "no worker took the entry; it stays pending: {error}"
+            );
+            Ok(Settled::Unavailable)
         }
         Err(error) if delivery_count >= trigger.max_deliveries || payload.is_none() => {
             tracing::warn!(
@@ -172,7 +218,7 @@ async fn process(
             );
             let fields: [(&str, Vec<u8>); 5] = [
                 ("payload", payload.unwrap_or_default()),
-                ("error", error.into_bytes()),
+                ("error", error.message.into_bytes()),
                 ("source_id", entry.id.clone().into_bytes()),
                 ("deliveries", delivery_count.to_string().into_bytes()),
                 ("workflow", workflow.as_bytes().to_vec()),
@@ -181,6 +227,7 @@ async fn process(
             let _: i64 = connection
                 .xack(&trigger.stream, &trigger.group, &[&entry.id])
                 .await?;
+            Ok(Settled::Done)
         }
         Err(error) => {
             tracing::info!(
@@ -190,7 +237,7 @@ async fn process(
                 delivery_count,
                 "run failed; the entry stays pending for a retry: {error}"
             );
+            Ok(Settled::Pending)
         }
     }
-    Ok(())
 }

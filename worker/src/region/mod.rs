@@ -162,17 +162,30 @@ enum Body {
 /// inputs, whether the step may write to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemoryRule {
-    /// The memory's name in the interface (for messages).
+    /// The memory as `file.km:interface.memory` (for messages).
     pub memory: String,
     /// The declared maximum size in bytes; `None` when no interface is declared.
     pub max_bytes: Option<u64>,
-    /// Whether the step may write to the value (inputs only). Without a declaration
-    /// the value is the step's to change: it gets a private copy-on-write mapping.
+    /// Whether the step may only read the value (inputs only): it is placed read-only,
+    /// and a write traps. Without a declaration the value is the step's to change: it
+    /// gets a private copy-on-write mapping.
     pub read_only: bool,
 }
 
+impl From<&faas_workflow::MemoryLimit> for MemoryRule {
+    /// The rule a step's resolved memory (see [`faas_workflow::Step::memories`]) sets.
+    fn from(limit: &faas_workflow::MemoryLimit) -> Self {
+        Self {
+            memory: limit.memory.clone(),
+            max_bytes: limit.max_bytes,
+            read_only: limit.read_only,
+        }
+    }
+}
+
 impl MemoryRule {
-    fn check(&self, what: &'static str, len: usize) -> Result<(), RegionError> {
+    /// Refuses `len` bytes of `what` beyond the declared maximum.
+    pub(crate) fn check(&self, what: &'static str, len: usize) -> Result<(), RegionError> {
         match self.max_bytes {
             Some(limit) if len as u64 > limit => Err(RegionError::OverLimit {
                 what,
@@ -230,6 +243,21 @@ impl RegionScope {
             map_threshold,
             input: MemoryRule::default(),
             output: MemoryRule::default(),
+        }
+    }
+
+    /// The scope of one attempt of a workflow step: regions owned by `owner`'s run,
+    /// bounded by the step's resolved Karmem memories.
+    pub(crate) fn step(
+        owner: RegionOwner,
+        map_threshold: usize,
+        memories: &faas_workflow::StepMemories,
+    ) -> Self {
+        Self {
+            owner: Some(owner),
+            map_threshold,
+            input: MemoryRule::from(&memories.input),
+            output: MemoryRule::from(&memories.output),
         }
     }
 }

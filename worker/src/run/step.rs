@@ -69,9 +69,16 @@ pub(crate) async fn run_step(
         );
         let result = {
             let _permit = run.concurrency.acquire().await.expect("never closed");
-            attempt_once(run, function, context, inputs.clone(), &expected)
-                .instrument(span)
-                .await
+            attempt_once(
+                run,
+                function,
+                context,
+                inputs.clone(),
+                &expected,
+                &step.memories,
+            )
+            .instrument(span)
+            .await
         };
         let record = |error: Option<String>| StepRecord {
             step: position.step.to_owned(),
@@ -117,6 +124,7 @@ async fn attempt_once(
     context: StepContext,
     inputs: Vec<Region>,
     expected_output: &str,
+    memories: &faas_workflow::StepMemories,
 ) -> Result<Vec<Region>, StepFailure> {
     let Entry::Step(pre) = &function.entry else {
         return Err(StepFailure::Returned(format!(
@@ -125,12 +133,14 @@ async fn attempt_once(
         )));
     };
     let invoke = |err| StepFailure::Invoke(Arc::new(err));
-    let scope = RegionScope {
-        owner: Some(run.owner.clone()),
-        map_threshold: run.worker.config().region_map_threshold,
-        input: Default::default(),
-        output: Default::default(),
-    };
+    let scope = RegionScope::step(
+        run.owner.clone(),
+        run.worker.config().region_map_threshold,
+        memories,
+    );
+    // Also checked on the way out: a value copied with `from-bytes` has no capacity to
+    // check when it is made.
+    let output_rule = scope.output.clone();
     let (mut store, output) = run
         .worker
         .new_store(&run.workflow, function, Some(scope))
@@ -181,7 +191,10 @@ async fn attempt_once(
             });
         }
         // The producer has returned, so the value can be fixed for its consumers.
-        if let Err(err) = region.hand_over() {
+        if let Err(err) = region
+            .hand_over()
+            .and_then(|()| output_rule.check("output region", region.len()))
+        {
             return Err(StepFailure::Region(Arc::new(err)));
         }
         outputs.push(region);

@@ -1,0 +1,169 @@
+//! Command-line arguments shared by the commands that run platform processes: `faas
+//! up` (everything in one process) and `faas gateway` / `faas worker` (services mode).
+
+use anyhow::Context;
+use faas_gateway::GatewayConfig;
+use faas_worker::config::DEFAULT_REGION_MAP_THRESHOLD;
+use faas_worker::{Limits, WorkerConfig};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The token and the data directory.
+#[derive(Debug, clap::Args)]
+pub struct IdentityArgs {
+    /// Admin API token (services mode: also the token the gateway presents to
+    /// workers); generated and written to <data-dir>/token when not given.
+    #[arg(long, env = "FAAS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Directory for compiled components and the token.
+    #[arg(long, env = "FAAS_DATA_DIR", default_value = ".faas")]
+    pub data_dir: PathBuf,
+}
+
+impl IdentityArgs {
+    /// The token given, or a generated one; either way saved in <data-dir>/token.
+    ///
+    /// # Errors
+    /// If the data directory or the token file cannot be written.
+    pub fn token(&self) -> anyhow::Result<String> {
+        std::fs::create_dir_all(&self.data_dir)
+            .with_context(|| format!("creating data dir {}", self.data_dir.display()))?;
+        let token = match &self.token {
+            Some(token) => token.clone(),
+            None => generate_token(),
+        };
+        write_token(&self.data_dir.join("token"), &token)?;
+        Ok(token)
+    }
+
+    /// Tells the operator the token and where it is saved.
+    pub fn print_token(&self, token: &str) {
+        println!(
+            "  admin token: {token} (saved in {}; send `Authorization: Bearer <token>`)",
+            self.data_dir.join("token").display()
+        );
+    }
+}
+
+/// The gateway's listening address and limits.
+#[derive(Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// Address to listen on.
+    #[arg(long, env = "FAAS_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+    /// Largest request body an invocation may send, in bytes.
+    #[arg(long, env = "FAAS_MAX_BODY_BYTES", default_value_t = 8 << 20)]
+    pub max_body_bytes: usize,
+}
+
+impl GatewayArgs {
+    /// The gateway's configuration with admin token `token`.
+    pub fn config(&self, token: &str) -> GatewayConfig {
+        let mut config = GatewayConfig::new(token);
+        config.listen = self.listen;
+        config.max_body_bytes = self.max_body_bytes;
+        config
+    }
+}
+
+/// A worker's limits and capacity.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// Directory for precompiled components; defaults to <data-dir>/cache. Processes
+    /// may share one.
+    #[arg(long, env = "FAAS_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Default memory limit of an instance, in MiB.
+    #[arg(long, env = "FAAS_MEMORY_MB", default_value_t = Limits::default().memory_mb)]
+    pub memory_mb: u32,
+    /// Largest memory limit a function may ask for, in MiB.
+    #[arg(long, env = "FAAS_MAX_MEMORY_MB", default_value_t = 512)]
+    pub max_memory_mb: u32,
+    /// Default deadline of an event, in milliseconds.
+    #[arg(long, env = "FAAS_TIMEOUT_MS", default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Default fuel of an event (about one unit per wasm instruction); 0 for unlimited.
+    #[arg(long, env = "FAAS_FUEL", default_value_t = 10_000_000_000)]
+    pub fuel: u64,
+    /// How many instances may run at once, per worker.
+    #[arg(long, env = "FAAS_MAX_INSTANCES", default_value_t = 1000)]
+    pub max_instances: u32,
+    /// Regions of at least this many bytes are mapped into the next step's memory
+    /// instead of copied; `off` copies every region once (for comparison).
+    #[arg(long, env = "FAAS_REGION_MAP_THRESHOLD", value_name = "BYTES|off",
+          default_value_t = MapThreshold(DEFAULT_REGION_MAP_THRESHOLD), value_parser = parse_map_threshold)]
+    pub region_map_threshold: MapThreshold,
+    /// How many workflows each worker may hold before placement spills to another.
+    #[arg(
+        long = "worker-capacity",
+        env = "FAAS_WORKER_CAPACITY",
+        default_value_t = 1000
+    )]
+    pub capacity: usize,
+}
+
+impl WorkerArgs {
+    /// The worker configuration, caching compiled code under `data_dir` unless
+    /// `--cache-dir` says otherwise.
+    pub fn config(&self, data_dir: &Path) -> WorkerConfig {
+        let mut config = WorkerConfig::new(
+            self.cache_dir
+                .clone()
+                .unwrap_or_else(|| data_dir.join("cache")),
+        );
+        config.default_limits = Limits {
+            memory_mb: self.memory_mb,
+            timeout: Duration::from_millis(self.timeout_ms),
+            fuel: (self.fuel > 0).then_some(self.fuel),
+        };
+        config.max_memory_mb = self.max_memory_mb;
+        config.max_instances = self.max_instances;
+        config.region_map_threshold = self.region_map_threshold.0;
+        config
+    }
+}
+
+/// `--region-map-threshold`: a byte count, or `off` (never map).
+#[derive(Debug, Clone, Copy)]
+pub struct MapThreshold(usize);
+
+impl std::fmt::Display for MapThreshold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 == usize::MAX {
+            f.write_str("off")
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+fn parse_map_threshold(value: &str) -> Result<MapThreshold, String> {
+    if value == "off" {
+        return Ok(MapThreshold(usize::MAX));
+    }
+    value
+        .parse()
+        .map(MapThreshold)
+        .map_err(|_| format!("`{value}` is neither a byte count nor `off`"))
+}
+
+/// A random 256-bit token, hex-encoded.
+fn generate_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Writes the token readable by its owner only.
+fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(file, "{token}").with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,170 @@
+//! Services mode: `faas gateway`, `faas scheduler` and `faas worker`, each one part of
+//! the platform in its own process, sharing deployments, placements and worker
+//! registrations through Redis (crate `faas-cluster`). Run one scheduler, one or
+//! more gateways and any number of workers against the same Redis.
+
+use crate::args::{GatewayArgs, IdentityArgs, WorkerArgs};
+use crate::up::wait_for_signal;
+use anyhow::Context;
+use faas_cluster::Cluster;
+use faas_gateway::cluster::{ClusterBackend, ClusterConfig};
+use faas_gateway::{Gateway, RedisBroker, Registry};
+use faas_worker::remote::{Node, NodeConfig};
+use faas_worker::{KeyValueStore, Worker};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The Redis every process of one platform shares.
+#[derive(Debug, clap::Args)]
+pub struct RedisArgs {
+    /// Redis URL: deployments, placements, registrations, key-value state, triggers.
+    #[arg(
+        long,
+        env = "FAAS_REDIS_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    redis: String,
+    /// How often this process reads the shared state, in milliseconds.
+    #[arg(long, env = "FAAS_SYNC_INTERVAL_MS", default_value_t = 200)]
+    sync_interval_ms: u64,
+}
+
+impl RedisArgs {
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.sync_interval_ms.max(10))
+    }
+
+    async fn cluster(&self) -> anyhow::Result<Cluster> {
+        Cluster::connect(&self.redis)
+            .await
+            .context("connecting to the shared state")
+    }
+}
+
+/// Arguments of `faas gateway`.
+#[derive(Debug, clap::Args)]
+pub struct GatewayCmdArgs {
+    #[command(flatten)]
+    identity: IdentityArgs,
+    #[command(flatten)]
+    gateway: GatewayArgs,
+    #[command(flatten)]
+    redis: RedisArgs,
+    /// How long a deploy waits for the scheduler to place it and the workers to load
+    /// it, in seconds.
+    #[arg(long, env = "FAAS_DEPLOY_TIMEOUT_S", default_value_t = 120)]
+    deploy_timeout_s: u64,
+}
+
+/// Arguments of `faas scheduler`.
+#[derive(Debug, clap::Args)]
+pub struct SchedulerArgs {
+    #[command(flatten)]
+    redis: RedisArgs,
+}
+
+/// Arguments of `faas worker`.
+#[derive(Debug, clap::Args)]
+pub struct WorkerCmdArgs {
+    #[command(flatten)]
+    identity: IdentityArgs,
+    #[command(flatten)]
+    worker: WorkerArgs,
+    #[command(flatten)]
+    redis: RedisArgs,
+    /// Address of the internal API the gateway forwards events to.
+    #[arg(long, env = "FAAS_WORKER_LISTEN", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// `host:port` the gateway reaches the internal API at; defaults to the address
+    /// bound.
+    #[arg(long, env = "FAAS_WORKER_ADVERTISE")]
+    advertise: Option<String>,
+    /// This worker's id in the cluster; a random one by default.
+    #[arg(long, env = "FAAS_WORKER_ID")]
+    id: Option<String>,
+    /// How long the worker counts as alive after its last heartbeat, in milliseconds;
+    /// the scheduler places its workflows elsewhere after that.
+    #[arg(long, env = "FAAS_HEARTBEAT_TTL_MS", default_value_t = 3000)]
+    heartbeat_ttl_ms: u64,
+}
+
+/// Runs a gateway of services mode until Ctrl-C or SIGTERM.
+pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
+    let token = args.identity.token()?;
+    let cluster = args.redis.cluster().await?;
+    let broker = RedisBroker::connect(&args.redis.redis).await?;
+    let backend = ClusterBackend::new(
+        cluster,
+        ClusterConfig {
+            token: token.clone(),
+            sync_interval: args.redis.interval(),
+            deploy_timeout: Duration::from_secs(args.deploy_timeout_s),
+        },
+    );
+    let registry = Arc::new(Registry::clustered(backend).with_redis_triggers());
+    let gateway = Gateway::new(args.gateway.config(&token), registry)
+        .with_broker(broker)
+        .start()
+        .await?;
+    println!("faas gateway is up at http://{}", gateway.local_addr());
+    args.identity.print_token(&token);
+    gateway.set_ready();
+    wait_for_signal().await?;
+    gateway.shutdown().await;
+    Ok(())
+}
+
+/// Runs the scheduler until Ctrl-C or SIGTERM.
+pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
+    let cluster = args.redis.cluster().await?;
+    println!("faas scheduler is up");
+    tokio::select! {
+        () = faas_scheduler::service::run(cluster, args.redis.interval()) => Ok(()),
+        result = wait_for_signal() => result,
+    }
+}
+
+/// Runs a worker until Ctrl-C or SIGTERM.
+pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
+    let token = match &args.identity.token {
+        Some(token) => token.clone(),
+        None => {
+            let path = args.identity.data_dir.join("token");
+            std::fs::read_to_string(&path)
+                .with_context(|| {
+                    format!(
+                        "reading {}; give the gateway's token with --token",
+                        path.display()
+                    )
+                })?
+                .trim()
+                .to_owned()
+        }
+    };
+    let cluster = args.redis.cluster().await?;
+    let broker = RedisBroker::connect(&args.redis.redis).await?;
+    let key_value = Arc::new(KeyValueStore::redis(&args.redis.redis).await?);
+    let worker = Worker::new(args.worker.config(&args.identity.data_dir))?
+        .with_key_value(key_value)
+        .with_publisher(Arc::new(broker));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let bound = listener.local_addr()?;
+    let id = args
+        .id
+        .unwrap_or_else(|| format!("worker-{:08x}", rand::random::<u32>()));
+    let config = NodeConfig {
+        id: id.clone(),
+        advertise: args.advertise.unwrap_or_else(|| bound.to_string()),
+        capacity: args.worker.capacity,
+        token,
+        heartbeat_ttl: Duration::from_millis(args.heartbeat_ttl_ms.max(30)),
+        sync_interval: args.redis.interval(),
+    };
+    let _node = Node::start(Arc::new(worker), cluster, config, listener);
+    println!("faas worker {id} is up at {bound}");
+    wait_for_signal().await
+}

@@ -1,0 +1,295 @@
+//! Services mode with real processes: a redis-server, `faas scheduler`, `faas gateway`
+//! and `faas worker`s. Events cross from the gateway to the worker that owns the
+//! workflow over HTTP/2; a worker killed with SIGKILL is detected by its expired
+//! heartbeat and its workflows are placed on another; no stream entry is lost.
+
+use crate::redis::{connect, pending, relay_manifest};
+use crate::support::{Process, TOKEN, client, compile_cache, deploy_at, faas_at, repo, wait_ready};
+use faas_testing::RedisServer;
+use redis::Commands;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How long a worker counts as alive after its last heartbeat, in these tests.
+const HEARTBEAT_TTL_MS: &str = "1000";
+/// How often every process reads the shared state, in these tests.
+const SYNC_MS: &str = "50";
+
+/// A platform in services mode: each part in its own process, sharing one Redis.
+/// Fields drop in order: the processes go before the Redis they use.
+struct Services {
+    /// `http://127.0.0.1:<port>` of the gateway.
+    url: String,
+    workers: BTreeMap<String, Process>,
+    _gateway: Process,
+    _scheduler: Process,
+    redis: RedisServer,
+    data: tempfile::TempDir,
+}
+
+impl Services {
+    /// A scheduler, a gateway and the workers named in `workers`.
+    fn start(workers: &[&str]) -> Self {
+        faas_testing::build_functions();
+        let redis = RedisServer::start();
+        let data = faas_testing::temp_dir();
+        let scheduler = Process::spawn(
+            &[
+                "scheduler",
+                "--redis",
+                &redis.url(),
+                "--sync-interval-ms",
+                SYNC_MS,
+            ],
+            "faas scheduler is up",
+        );
+        let gateway_dir = data.path().join("gateway");
+        let gateway = Process::spawn(
+            &[
+                "gateway",
+                "--redis",
+                &redis.url(),
+                "--sync-interval-ms",
+                SYNC_MS,
+                "--listen",
+                "127.0.0.1:0",
+                "--token",
+                TOKEN,
+                "--data-dir",
+                gateway_dir.to_str().unwrap(),
+            ],
+            "faas gateway is up at ",
+        );
+        let url = gateway.announced.clone();
+        wait_ready(&url, Duration::from_secs(30));
+        let mut services = Self {
+            url,
+            workers: BTreeMap::new(),
+            _gateway: gateway,
+            _scheduler: scheduler,
+            redis,
+            data,
+        };
+        for id in workers {
+            services.start_worker(id);
+        }
+        services
+    }
+
+    /// Starts worker `id`.
+    fn start_worker(&mut self, id: &str) {
+        let dir = self.data.path().join(id);
+        let worker = Process::spawn(
+            &[
+                "worker",
+                "--redis",
+                &self.redis.url(),
+                "--sync-interval-ms",
+                SYNC_MS,
+                "--heartbeat-ttl-ms",
+                HEARTBEAT_TTL_MS,
+                "--token",
+                TOKEN,
+                "--id",
+                id,
+                "--data-dir",
+                dir.to_str().unwrap(),
+                "--cache-dir",
+                compile_cache().to_str().unwrap(),
+            ],
+            "faas worker ",
+        );
+        self.workers.insert(id.to_owned(), worker);
+        self.wait_for(&format!("worker `{id}` registered"), |services| {
+            services.workers_json().contains_key(id)
+        });
+    }
+
+    /// Kills worker `id` with SIGKILL: no goodbye, its registration just expires.
+    fn kill_worker(&mut self, id: &str) {
+        let mut worker = self.workers.remove(id).expect("a running worker");
+        worker.stop(libc::SIGKILL);
+    }
+
+    /// `faas workers` as worker id -> workflow names.
+    fn workers_json(&self) -> BTreeMap<String, Vec<String>> {
+        let output = faas_at(&self.url, &["workers", "--output", "json"]);
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        json["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|worker| {
+                let names = worker["workflows"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|name| name.as_str().unwrap().to_owned())
+                    .collect();
+                (worker["id"].as_str().unwrap().to_owned(), names)
+            })
+            .collect()
+    }
+
+    /// The worker that holds `workflow`.
+    fn holder_of(&self, workflow: &str) -> String {
+        let workers = self.workers_json();
+        let holders: Vec<&String> = workers
+            .iter()
+            .filter(|(_, names)| names.iter().any(|name| name == workflow))
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(holders.len(), 1, "one replica of {workflow}: {workers:?}");
+        holders[0].clone()
+    }
+
+    fn get(&self, path: &str) -> reqwest::blocking::Response {
+        client().get(format!("{}{path}", self.url)).send().unwrap()
+    }
+
+    /// Polls `done` until it holds, for up to 30 s.
+    fn wait_for(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done(self) {
+            assert!(Instant::now() < deadline, "{what}: not within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn functions_and_workflow_runs_are_served_by_worker_processes() {
+    let services = Services::start(&["w1", "w2"]);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    deploy_at(&services.url, &repo("functions/wordcount/workflow.toml"));
+
+    let hello = services.get("/hello?name=services");
+    assert_eq!(hello.status(), 200);
+    assert_eq!(hello.text().unwrap().trim(), "Hello, services!");
+
+    let text = "the quick fox and the lazy dog and the cat";
+    let counted: serde_json::Value = client()
+        .post(format!("{}/wordcount", services.url))
+        .body(text)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(counted["total"], text.split_whitespace().count());
+    assert_eq!(counted["counts"]["the"], 3);
+
+    // One tenant's workflows share a worker, so their regions can be mapped.
+    assert_eq!(services.holder_of("hello"), services.holder_of("wordcount"));
+    let runs = faas_at(&services.url, &["runs", "wordcount", "--output", "json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs["runs"][0]["status"], "succeeded");
+}
+
+#[test]
+fn a_deploy_a_worker_cannot_load_is_refused_and_the_live_version_keeps_serving() {
+    let services = Services::start(&["w1"]);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    let dir = faas_testing::temp_dir();
+    let greedy = crate::support::copy_manifest(
+        dir.path(),
+        "functions/hello/workflow.toml",
+        &[("[functions.hello]", "[functions.hello]\nmemory_mb = 4000")],
+    );
+    let output = faas_at(&services.url, &["deploy", greedy.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("w1") && stderr.contains("memory_mb = 4000"),
+        "{stderr}"
+    );
+    let hello = services.get("/hello?name=still");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, still!");
+    let status = faas_at(&services.url, &["status", "hello", "--output", "json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["functions"][0]["memory_mb"], 128, "{status}");
+}
+
+#[test]
+fn a_killed_workers_workflows_are_placed_again_and_keep_serving() {
+    let mut services = Services::start(&["w1", "w2"]);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    let first = services.holder_of("hello");
+    services.kill_worker(&first);
+    services.wait_for("hello served again after its worker died", |services| {
+        services.get("/hello?name=again").status() == 200
+    });
+    let second = services.holder_of("hello");
+    assert_ne!(first, second);
+    assert!(!services.workers_json().contains_key(&first));
+    assert_eq!(
+        services.get("/hello?name=again").text().unwrap().trim(),
+        "Hello, again!"
+    );
+}
+
+/// Messages in the fault test.
+const MESSAGES: usize = 100_000;
+
+#[test]
+fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
+    let mut services = Services::start(&["w1"]);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.stream]]\nstream = \"events\"\nstep = \"relay\"\n\
+                    batch = 256\nreclaim_idle_ms = 2000\n";
+    deploy_at(
+        &services.url,
+        &relay_manifest(dir.path(), "events", triggers),
+    );
+    let mut redis = connect(&services.redis);
+    for chunk in (0..MESSAGES).collect::<Vec<_>>().chunks(10_000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.xadd("events", "*", &[("payload", format!("m{i}"))])
+                .ignore();
+        }
+        pipe.exec(&mut redis).unwrap();
+    }
+    let processed = |redis: &mut redis::Connection| -> usize { redis.xlen("events:out").unwrap() };
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while processed(&mut redis) < MESSAGES / 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the stream is not being consumed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    services.kill_worker("w1");
+    let at_kill = processed(&mut redis);
+    services.start_worker("w2");
+    while processed(&mut redis) < MESSAGES || pending(&services.redis, "events", "faas") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {MESSAGES} processed, {} pending",
+            processed(&mut redis),
+            pending(&services.redis, "events", "faas")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out: redis::streams::StreamRangeReply = redis.xrange_all("events:out").unwrap();
+    let mut seen = BTreeMap::<String, usize>::new();
+    for entry in &out.ids {
+        let line: String = entry.get("payload").unwrap();
+        // source|id|deliveries|payload
+        let payload = line.rsplit('|').next().unwrap().to_owned();
+        *seen.entry(payload).or_default() += 1;
+    }
+    let duplicates: usize = seen.values().map(|count| count - 1).sum();
+    println!(
+        "fault test: {MESSAGES} entries, worker killed after {at_kill} were processed, \
+         {} processed in all, {duplicates} duplicate(s)",
+        out.ids.len()
+    );
+    assert_eq!(
+        seen.len(),
+        MESSAGES,
+        "every entry was processed at least once"
+    );
+    assert!((0..MESSAGES).all(|i| seen.contains_key(&format!("m{i}"))));
+    let dead: usize = redis.xlen("events:dead").unwrap();
+    assert_eq!(dead, 0, "nothing was dead-lettered");
+}

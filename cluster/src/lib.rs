@@ -1,0 +1,16 @@
+//! Services mode: the state the gateway, scheduler and worker processes share in Redis.
+//!
+//! Workers register and heartbeat; the gateway writes deployments (the parsed
+//! workflow, and component bytes stored once per digest); the scheduler writes
+//! placements; each worker reports which revision of each workflow placed on it it
+//! has loaded, or why it could not. [`Cluster`] has one method per read or write.
+//!
+//! Every process follows this state by reading it again at a short interval, so none
+//! depends on a notification that a Redis restart could lose; workers register again
+//! with every heartbeat.
+
+mod records;
+mod state;
+
+pub use records::{DeploymentRecord, FunctionSummary, LoadStatus, PlacementRecord, WorkerInfo};
+pub use state::{Cluster, ClusterError, WorkerSets};

@@ -1,0 +1,77 @@
+//! The records kept in Redis, as JSON.
+
+use faas_workflow::Workflow;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A registered worker: where the gateway reaches it and how much it may hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Its id, unique in the cluster.
+    pub id: String,
+    /// `host:port` of its internal API.
+    pub addr: String,
+    /// How many workflows it may hold.
+    pub capacity: usize,
+}
+
+/// One deployed version of a workflow, as the gateway accepted it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentRecord {
+    /// The parsed, validated manifest (memories resolved).
+    pub workflow: Workflow,
+    /// Hash of manifest, schemas and components: equal digests mean an identical deploy.
+    pub digest: String,
+    /// Cluster-wide revision, increasing with every deploy that changed something.
+    pub revision: u64,
+    /// Seconds since the Unix epoch when it was deployed.
+    pub deployed_at: u64,
+    /// The SHA-256 of each function's component (stored apart, once per digest).
+    pub components: BTreeMap<String, String>,
+}
+
+/// Where the scheduler placed a workflow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementRecord {
+    /// Its tenant (the affinity key).
+    pub tenant: String,
+    /// One whole replica on each of these workers (by id).
+    pub workers: Vec<String>,
+}
+
+/// What a worker did with the workflow placed on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadStatus {
+    /// The revision it loaded (or tried to).
+    pub revision: u64,
+    /// Why loading failed; `None` when the revision is ready to serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Each function as loaded, for the admin API.
+    #[serde(default)]
+    pub functions: Vec<FunctionSummary>,
+}
+
+/// One loaded function as the admin API shows it: its component and effective limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionSummary {
+    /// Its name.
+    pub name: String,
+    /// `http` or `step`.
+    pub kind: String,
+    /// SHA-256 of its component.
+    pub digest: String,
+    /// Its memory limit.
+    pub memory_mb: u32,
+    /// Its deadline.
+    pub timeout_ms: u64,
+    /// Its fuel limit, if any.
+    pub fuel: Option<u64>,
+}
+
+impl LoadStatus {
+    /// Whether `revision` is loaded and ready.
+    pub fn is_ready(&self, revision: u64) -> bool {
+        self.revision == revision && self.error.is_none()
+    }
+}

@@ -1,0 +1,291 @@
+//! [`Cluster`]: the shared state in Redis, one method per thing a process reads or
+//! writes. Values are JSON, except component bytes.
+
+use crate::records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Worker id -> [`WorkerInfo`].
+const WORKERS: &str = "faas:workers";
+/// Workflow name -> [`DeploymentRecord`].
+const DEPLOYMENTS: &str = "faas:deployments";
+/// Workflow name -> [`PlacementRecord`].
+const PLACEMENTS: &str = "faas:placements";
+/// The last revision handed out.
+const REVISION: &str = "faas:revision";
+
+/// `faas:alive:<worker>`: exists while the worker heartbeats (it expires on its own).
+fn alive_key(id: &str) -> String {
+    format!("faas:alive:{id}")
+}
+
+/// `faas:loaded:<worker>`: workflow name -> [`LoadStatus`].
+fn loaded_key(id: &str) -> String {
+    format!("faas:loaded:{id}")
+}
+
+/// `faas:component:<sha256>`: a component's bytes.
+fn component_key(digest: &str) -> String {
+    format!("faas:component:{digest}")
+}
+
+/// Why the shared state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// Redis refused or could not be reached.
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A record in Redis is not what this version writes.
+    #[error("malformed `{key}` in Redis: {source}")]
+    Malformed {
+        /// The hash field or key.
+        key: String,
+        /// What failed to parse.
+        source: serde_json::Error,
+    },
+    /// A deployment names a component that is not stored.
+    #[error("component {0} is missing from Redis")]
+    MissingComponent(String),
+}
+
+/// The registered workers, split by whether their heartbeat is current.
+#[derive(Debug, Default, Clone)]
+pub struct WorkerSets {
+    /// Workers whose heartbeat has not expired.
+    pub live: Vec<WorkerInfo>,
+    /// Registered workers whose heartbeat expired: they are presumed dead.
+    pub dead: Vec<String>,
+}
+
+/// A handle on the shared state; cheap to clone, reconnects on its own.
+#[derive(Clone)]
+pub struct Cluster {
+    connection: ConnectionManager,
+}
+
+impl Cluster {
+    /// Connects to Redis at `url` and checks that it answers.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`] if the URL is invalid or the server does not answer.
+    pub async fn connect(url: &str) -> Result<Self, ClusterError> {
+        let client = redis::Client::open(url)?;
+        let mut connection = client.get_connection_manager().await?;
+        let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+        Ok(Self { connection })
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.connection.clone()
+    }
+
+    /// Registers `worker` (again) and marks it alive for `ttl`. Workers call this at a
+    /// fraction of `ttl`, so registration survives a Redis restart.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn heartbeat(&self, worker: &WorkerInfo, ttl: Duration) -> Result<(), ClusterError> {
+        let info = to_json(worker);
+        let ttl_ms = ttl.as_millis().max(1) as u64;
+        redis::pipe()
+            .hset(WORKERS, &worker.id, info)
+            .ignore()
+            .pset_ex(alive_key(&worker.id), 1, ttl_ms)
+            .ignore()
+            .query_async::<()>(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    /// Every registered worker, live or presumed dead.
+    ///
+    /// # Errors
+    /// [`ClusterError`] if Redis fails or a record is malformed.
+    pub async fn workers(&self) -> Result<WorkerSets, ClusterError> {
+        let mut conn = self.conn();
+        let infos: BTreeMap<String, String> = conn.hgetall(WORKERS).await?;
+        let mut sets = WorkerSets::default();
+        if infos.is_empty() {
+            return Ok(sets);
+        }
+        let alive_keys: Vec<String> = infos.keys().map(|id| alive_key(id)).collect();
+        let alive: Vec<Option<u8>> = redis::cmd("MGET")
+            .arg(&alive_keys)
+            .query_async(&mut conn)
+            .await?;
+        for ((id, info), alive) in infos.into_iter().zip(alive) {
+            if alive.is_some() {
+                sets.live.push(from_json(&id, &info)?);
+            } else {
+                sets.dead.push(id);
+            }
+        }
+        Ok(sets)
+    }
+
+    /// Forgets a dead worker: its registration and its load reports.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn forget_worker(&self, id: &str) -> Result<(), ClusterError> {
+        redis::pipe()
+            .hdel(WORKERS, id)
+            .ignore()
+            .del(loaded_key(id))
+            .ignore()
+            .query_async::<()>(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    /// Stores a component's bytes under their SHA-256 (a no-op when present).
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn put_component(&self, digest: &str, bytes: &[u8]) -> Result<(), ClusterError> {
+        let _: bool = self.conn().set_nx(component_key(digest), bytes).await?;
+        Ok(())
+    }
+
+    /// The component whose SHA-256 is `digest`.
+    ///
+    /// # Errors
+    /// [`ClusterError::MissingComponent`] if it is not stored.
+    pub async fn component(&self, digest: &str) -> Result<Vec<u8>, ClusterError> {
+        let bytes: Option<Vec<u8>> = self.conn().get(component_key(digest)).await?;
+        bytes.ok_or_else(|| ClusterError::MissingComponent(digest.to_owned()))
+    }
+
+    /// A new cluster-wide revision number.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn next_revision(&self) -> Result<u64, ClusterError> {
+        Ok(self.conn().incr(REVISION, 1).await?)
+    }
+
+    /// Makes `record` the live version of its workflow.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn put_deployment(&self, record: &DeploymentRecord) -> Result<(), ClusterError> {
+        let _: i64 = self
+            .conn()
+            .hset(DEPLOYMENTS, &record.workflow.name, to_json(record))
+            .await?;
+        Ok(())
+    }
+
+    /// Removes workflow `name`'s deployment and placement.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn remove_deployment(&self, name: &str) -> Result<(), ClusterError> {
+        redis::pipe()
+            .hdel(DEPLOYMENTS, name)
+            .ignore()
+            .hdel(PLACEMENTS, name)
+            .ignore()
+            .query_async::<()>(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    /// Every deployment, by workflow name.
+    ///
+    /// # Errors
+    /// [`ClusterError`] if Redis fails or a record is malformed.
+    pub async fn deployments(&self) -> Result<BTreeMap<String, DeploymentRecord>, ClusterError> {
+        self.read_hash(DEPLOYMENTS).await
+    }
+
+    /// Every placement, by workflow name.
+    ///
+    /// # Errors
+    /// [`ClusterError`] if Redis fails or a record is malformed.
+    pub async fn placements(&self) -> Result<BTreeMap<String, PlacementRecord>, ClusterError> {
+        self.read_hash(PLACEMENTS).await
+    }
+
+    /// Writes the placements in `set` and removes those named in `removed`.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn write_placements(
+        &self,
+        set: &BTreeMap<String, PlacementRecord>,
+        removed: &[String],
+    ) -> Result<(), ClusterError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (name, record) in set {
+            pipe.hset(PLACEMENTS, name, to_json(record)).ignore();
+        }
+        for name in removed {
+            pipe.hdel(PLACEMENTS, name).ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn()).await?;
+        Ok(())
+    }
+
+    /// What `worker` reported for each workflow placed on it.
+    ///
+    /// # Errors
+    /// [`ClusterError`] if Redis fails or a record is malformed.
+    pub async fn load_statuses(
+        &self,
+        worker: &str,
+    ) -> Result<BTreeMap<String, LoadStatus>, ClusterError> {
+        self.read_hash(&loaded_key(worker)).await
+    }
+
+    /// Reports what `worker` did with workflow `name` (`None`: it dropped it).
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn report_load(
+        &self,
+        worker: &str,
+        name: &str,
+        status: Option<&LoadStatus>,
+    ) -> Result<(), ClusterError> {
+        let mut conn = self.conn();
+        match status {
+            Some(status) => {
+                let _: i64 = conn.hset(loaded_key(worker), name, to_json(status)).await?;
+            }
+            None => {
+                let _: i64 = conn.hdel(loaded_key(worker), name).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_hash<T: DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<BTreeMap<String, T>, ClusterError> {
+        let raw: BTreeMap<String, String> = self.conn().hgetall(key).await?;
+        raw.into_iter()
+            .map(|(field, json)| {
+                let value = from_json(&format!("{key}/{field}"), &json)?;
+                Ok((field, value))
+            })
+            .collect()
+    }
+}
+
+fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("records serialize to JSON")
+}
+
+fn from_json<T: DeserializeOwned>(key: &str, json: &str) -> Result<T, ClusterError> {
+    serde_json::from_str(json).map_err(|source| ClusterError::Malformed {
+        key: key.to_owned(),
+        source,
+    })
+}

@@ -1,0 +1,309 @@
+//! Services mode on the gateway's side.
+//!
+//! A deploy stores the components and a [`DeploymentRecord`] in Redis, then waits
+//! until the scheduler process has placed it and every placed worker reports the new
+//! revision loaded. If a worker reports a load error, or nothing is ready in time, the
+//! previous record is put back, so a failed deploy changes nothing. [`follow`] keeps
+//! the registry's deployments, replicas and route table in step with the shared state:
+//! a worker that stopped heartbeating leaves the replicas, and the replicas the
+//! scheduler placed instead join once they have loaded.
+
+use crate::registry::{DeployError, Deployment, Placed, Registry, Replica, ReplicaTarget};
+use faas_cluster::{Cluster, DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
+use faas_scheduler::WorkerId;
+use faas_worker::remote::RemoteWorker;
+use faas_workflow::Workflow;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How the gateway takes part in the cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The token the gateway presents to workers.
+    pub token: String,
+    /// How often it reads the shared state.
+    pub sync_interval: Duration,
+    /// How long a deploy waits for placement and loading before giving up.
+    pub deploy_timeout: Duration,
+}
+
+/// The shared state, and a client per worker.
+pub struct ClusterBackend {
+    cluster: Cluster,
+    config: ClusterConfig,
+    /// Clients by worker id and address, kept so connections are reused.
+    clients: Mutex<HashMap<(String, String), Arc<RemoteWorker>>>,
+}
+
+/// The shared state at one moment.
+struct Snapshot {
+    deployments: BTreeMap<String, DeploymentRecord>,
+    placements: BTreeMap<String, PlacementRecord>,
+    live: Vec<WorkerInfo>,
+    /// What each live worker reported, by worker id then workflow name.
+    loads: BTreeMap<String, BTreeMap<String, LoadStatus>>,
+}
+
+impl ClusterBackend {
+    /// A backend over `cluster`.
+    pub fn new(cluster: Cluster, config: ClusterConfig) -> Self {
+        Self {
+            cluster,
+            config,
+            clients: Mutex::default(),
+        }
+    }
+
+    /// Publishes `workflow` and waits until its replicas are loaded.
+    pub(crate) async fn deploy(
+        &self,
+        workflow: &Workflow,
+        components: BTreeMap<String, Vec<u8>>,
+        digest: &str,
+    ) -> Result<Placed, DeployError> {
+        let name = &workflow.name;
+        let mut digests = BTreeMap::new();
+        for (function, bytes) in &components {
+            let sha = hex::encode(Sha256::digest(bytes));
+            self.cluster
+                .put_component(&sha, bytes)
+                .await
+                .map_err(shared_state)?;
+            digests.insert(function.clone(), sha);
+        }
+        let previous = self
+            .cluster
+            .deployments()
+            .await
+            .map_err(shared_state)?
+            .remove(name);
+        let record = DeploymentRecord {
+            workflow: workflow.clone(),
+            digest: digest.to_owned(),
+            revision: self.cluster.next_revision().await.map_err(shared_state)?,
+            deployed_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs()),
+            components: digests,
+        };
+        self.cluster
+            .put_deployment(&record)
+            .await
+            .map_err(shared_state)?;
+        match self.wait_until_loaded(&record).await {
+            Ok(replicas) => Ok(Placed {
+                revision: Some(record.revision),
+                functions: replicas.1,
+                replicas: replicas.0,
+                components: Arc::default(),
+            }),
+            Err(err) => {
+                let restored = match &previous {
+                    Some(previous) => self.cluster.put_deployment(previous).await,
+                    None => self.cluster.remove_deployment(name).await,
+                };
+                if let Err(restore) = restored {
+                    tracing::error!(
+                        workflow = name,
+                        "putting back the previous version: {restore}"
+                    );
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Waits until every worker the scheduler placed `record` on has loaded it.
+    async fn wait_until_loaded(
+        &self,
+        record: &DeploymentRecord,
+    ) -> Result<(Vec<Replica>, Vec<faas_cluster::FunctionSummary>), DeployError> {
+        let deadline = tokio::time::Instant::now() + self.config.deploy_timeout;
+        let name = &record.workflow.name;
+        loop {
+            let snapshot = self.snapshot().await.map_err(shared_state)?;
+            if snapshot.live.is_empty() {
+                return Err(DeployError::Placement(
+                    faas_scheduler::PlacementError::NoWorkers,
+                ));
+            }
+            if let Some(placement) = snapshot.placements.get(name) {
+                let statuses: Vec<(&String, Option<&LoadStatus>)> = placement
+                    .workers
+                    .iter()
+                    .map(|worker| {
+                        let status = snapshot.loads.get(worker).and_then(|loads| loads.get(name));
+                        (worker, status)
+                    })
+                    .collect();
+                for (worker, status) in &statuses {
+                    if let Some(error) = status
+                        .filter(|status| status.revision == record.revision)
+                        .and_then(|status| status.error.clone())
+                    {
+                        return Err(DeployError::RemoteLoad {
+                            worker: (*worker).clone(),
+                            message: error,
+                        });
+                    }
+                }
+                let all_ready = statuses
+                    .iter()
+                    .all(|(_, status)| status.is_some_and(|s| s.is_ready(record.revision)));
+                if all_ready {
+                    let (replicas, functions) = self.ready_replicas(&snapshot, record);
+                    if !replicas.is_empty() {
+                        return Ok((replicas, functions));
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(DeployError::Cluster(format!(
+                    "workflow `{name}` was not placed and loaded within {}s; is the \
+                     scheduler running?",
+                    self.config.deploy_timeout.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Removes workflow `name` from the shared state.
+    pub(crate) async fn remove(&self, name: &str) -> Result<(), DeployError> {
+        self.cluster
+            .remove_deployment(name)
+            .await
+            .map_err(shared_state)
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot, faas_cluster::ClusterError> {
+        let deployments = self.cluster.deployments().await?;
+        let placements = self.cluster.placements().await?;
+        let live = self.cluster.workers().await?.live;
+        let mut loads = BTreeMap::new();
+        for worker in &live {
+            loads.insert(
+                worker.id.clone(),
+                self.cluster.load_statuses(&worker.id).await?,
+            );
+        }
+        Ok(Snapshot {
+            deployments,
+            placements,
+            live,
+            loads,
+        })
+    }
+
+    /// The replicas of `record`'s revision that are loaded on live workers, and its
+    /// functions as the first of them reported.
+    fn ready_replicas(
+        &self,
+        snapshot: &Snapshot,
+        record: &DeploymentRecord,
+    ) -> (Vec<Replica>, Vec<faas_cluster::FunctionSummary>) {
+        let name = &record.workflow.name;
+        let mut functions = Vec::new();
+        let mut replicas = Vec::new();
+        let placed = snapshot
+            .placements
+            .get(name)
+            .map_or(&[][..], |placement| &placement.workers[..]);
+        for info in snapshot
+            .live
+            .iter()
+            .filter(|info| placed.contains(&info.id))
+        {
+            let Some(status) = snapshot
+                .loads
+                .get(&info.id)
+                .and_then(|loads| loads.get(name))
+                .filter(|status| status.is_ready(record.revision))
+            else {
+                continue;
+            };
+            if functions.is_empty() {
+                functions = status.functions.clone();
+            }
+            replicas.push(Replica {
+                worker_id: WorkerId(info.id.clone()),
+                target: ReplicaTarget::Remote(self.client(info)),
+            });
+        }
+        (replicas, functions)
+    }
+
+    fn client(&self, info: &WorkerInfo) -> Arc<RemoteWorker> {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        clients
+            .entry((info.id.clone(), info.addr.clone()))
+            .or_insert_with(|| {
+                Arc::new(RemoteWorker::new(&info.id, &info.addr, &self.config.token))
+            })
+            .clone()
+    }
+}
+
+/// Keeps `registry` in step with the shared state until the task is dropped.
+///
+/// For each deployment, the replicas of its revision loaded on live workers serve it.
+/// While a new revision loads, the version the registry serves stays; a version
+/// whose workers all died stays routed with no replica (events get 503) until the
+/// scheduler's new placement has loaded.
+pub async fn follow(registry: Arc<Registry>) {
+    let Some(backend) = registry.cluster().cloned() else {
+        return;
+    };
+    let mut ticker = tokio::time::interval(backend.config.sync_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let snapshot = match backend.snapshot().await {
+            Ok(snapshot) => snapshot,
+            Err(err) => {
+                tracing::warn!("reading the shared state failed, retrying: {err}");
+                continue;
+            }
+        };
+        let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();
+        let mut deployments = Vec::new();
+        for (name, record) in &snapshot.deployments {
+            let (replicas, functions) = backend.ready_replicas(&snapshot, record);
+            let current = registry.get(name);
+            let deployment = match current {
+                Some(current) if replicas.is_empty() || current.revision > record.revision => {
+                    let alive: Vec<Replica> = current
+                        .replicas
+                        .iter()
+                        .filter(|replica| live.contains(&replica.worker_id.0))
+                        .cloned()
+                        .collect();
+                    if alive.len() == current.replicas.len() {
+                        current
+                    } else {
+                        Arc::new(current.with_replicas(alive))
+                    }
+                }
+                // Not served yet: its deploy is still waiting for the workers.
+                None if replicas.is_empty() => continue,
+                _ => Arc::new(Deployment::new(
+                    record.workflow.clone(),
+                    record.digest.clone(),
+                    record.revision,
+                    UNIX_EPOCH + Duration::from_secs(record.deployed_at),
+                    replicas,
+                    functions,
+                    Arc::default(),
+                )),
+            };
+            deployments.push(deployment);
+        }
+        registry.install(deployments, live.into_iter().map(WorkerId).collect());
+    }
+}
+
+fn shared_state(err: faas_cluster::ClusterError) -> DeployError {
+    DeployError::Cluster(format!("shared state: {err}"))
+}

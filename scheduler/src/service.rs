@@ -1,0 +1,160 @@
+//! The scheduler process of services mode: the [`Planner`] run against the shared
+//! state in Redis.
+//!
+//! Every `interval` it reads the registered workers and the deployments, drops the
+//! workers whose heartbeat expired (their workflows are placed again on the others),
+//! places every deployment that lacks replicas, and writes back the placements that
+//! changed. Placements are desired state: a deployment that fits nowhere now is
+//! placed as soon as a worker with room registers.
+
+use crate::{Planner, WorkerId, WorkerSpec, WorkflowKey};
+use faas_cluster::{Cluster, ClusterError, DeploymentRecord, PlacementRecord};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Runs placement against `cluster` until the task is dropped, riding out Redis
+/// outages (a failed round is retried at the next tick).
+pub async fn run(cluster: Cluster, interval: Duration) {
+    let mut scheduler = Scheduler::default();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(err) = scheduler.round(&cluster).await {
+            tracing::warn!("placement round failed, retrying: {err}");
+        }
+    }
+}
+
+/// The planner and what it last wrote.
+#[derive(Default)]
+struct Scheduler {
+    planner: Planner,
+    /// Whether placements already in Redis were read back (once, at start).
+    seeded: bool,
+    /// The workflows the planner holds, by name.
+    placed: BTreeMap<String, WorkflowKey>,
+    /// Workflows that fit nowhere at the last round, so each is logged once.
+    unplaced: BTreeSet<String>,
+}
+
+impl Scheduler {
+    async fn round(&mut self, cluster: &Cluster) -> Result<(), ClusterError> {
+        let workers = cluster.workers().await?;
+        let live: BTreeSet<WorkerId> = workers
+            .live
+            .iter()
+            .map(|info| WorkerId(info.id.clone()))
+            .collect();
+        let gone: Vec<WorkerId> = self
+            .planner
+            .worker_ids()
+            .filter(|id| !live.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            let unplaced = self.planner.remove_worker(&id);
+            tracing::warn!(worker = %id, ?unplaced, "worker stopped heartbeating; re-placing its workflows");
+        }
+        for id in &workers.dead {
+            cluster.forget_worker(id).await?;
+        }
+        for info in &workers.live {
+            self.planner.add_worker(WorkerSpec {
+                id: WorkerId(info.id.clone()),
+                capacity: info.capacity,
+            });
+        }
+        let deployments = cluster.deployments().await?;
+        let current = cluster.placements().await?;
+        if !self.seeded {
+            self.seed(&deployments, &current);
+        }
+        self.place(&deployments);
+        let desired: BTreeMap<String, PlacementRecord> = self
+            .placed
+            .iter()
+            .filter_map(|(name, key)| {
+                let workers = self.planner.replicas_of(key);
+                (!workers.is_empty()).then(|| {
+                    let record = PlacementRecord {
+                        tenant: key.tenant.clone(),
+                        workers: workers.iter().map(|id| id.0.clone()).collect(),
+                    };
+                    (name.clone(), record)
+                })
+            })
+            .collect();
+        let changed: BTreeMap<String, PlacementRecord> = desired
+            .iter()
+            .filter(|(name, record)| current.get(*name) != Some(*record))
+            .map(|(name, record)| (name.clone(), record.clone()))
+            .collect();
+        let removed: Vec<String> = current
+            .keys()
+            .filter(|name| !desired.contains_key(*name))
+            .cloned()
+            .collect();
+        if !changed.is_empty() || !removed.is_empty() {
+            for (name, record) in &changed {
+                tracing::info!(workflow = name, workers = ?record.workers, "placed");
+            }
+            cluster.write_placements(&changed, &removed).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes over the placements a previous scheduler wrote, so a restart moves nothing.
+    fn seed(
+        &mut self,
+        deployments: &BTreeMap<String, DeploymentRecord>,
+        current: &BTreeMap<String, PlacementRecord>,
+    ) {
+        for (name, placement) in current {
+            if let Some(record) = deployments.get(name) {
+                let key = key_of(record);
+                let workers = placement.workers.iter().cloned().map(WorkerId).collect();
+                self.planner.assign(&key, workers);
+                self.placed.insert(name.clone(), key);
+            }
+        }
+        self.seeded = true;
+    }
+
+    /// Places every deployment (keeping replicas already placed) and forgets removed ones.
+    fn place(&mut self, deployments: &BTreeMap<String, DeploymentRecord>) {
+        let removed: Vec<String> = self
+            .placed
+            .keys()
+            .filter(|name| !deployments.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in removed {
+            if let Some(key) = self.placed.remove(&name) {
+                self.planner.remove(&key);
+            }
+        }
+        for (name, record) in deployments {
+            let key = key_of(record);
+            let replicas = record.workflow.settings.replicas as usize;
+            match self.planner.place_replicas(&key, replicas) {
+                Ok(_) => {
+                    self.unplaced.remove(name);
+                    self.placed.insert(name.clone(), key);
+                }
+                Err(err) => {
+                    if self.unplaced.insert(name.clone()) {
+                        tracing::warn!(workflow = name, "cannot place yet: {err}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn key_of(record: &DeploymentRecord) -> WorkflowKey {
+    WorkflowKey {
+        tenant: record.workflow.tenant.clone(),
+        name: record.workflow.name.clone(),
+    }
+}

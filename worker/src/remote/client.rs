@@ -1,0 +1,167 @@
+//! [`RemoteWorker`]: the gateway's side of the internal API.
+
+use super::wire::{self, EventFailure};
+use crate::http::{BodyError, HttpResponse};
+use crate::messaging::TriggerMessage;
+use crate::region::Region;
+use crate::run::RunRecord;
+use bytes::Bytes;
+use http::{HeaderValue, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::sync::Arc;
+
+/// A worker in another process, reached over HTTP/2 (one multiplexed connection,
+/// re-established when it drops).
+#[derive(Clone)]
+pub struct RemoteWorker {
+    id: Arc<str>,
+    base: Arc<str>,
+    token: HeaderValue,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl RemoteWorker {
+    /// A client for worker `id` at `addr` (`host:port`), presenting `token`.
+    ///
+    /// # Panics
+    /// If `token` is not a valid header value (it is generated or checked at start).
+    pub fn new(id: &str, addr: &str, token: &str) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Self {
+            id: id.into(),
+            base: format!("http://{addr}").into(),
+            token: HeaderValue::from_str(token).expect("the cluster token is a valid header"),
+            client: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build(connector),
+        }
+    }
+
+    /// The worker's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Calls HTTP function `function` of `workflow` with `request`; the function's
+    /// response streams back as it is.
+    ///
+    /// # Errors
+    /// The [`EventFailure`] the worker reported, or an `unavailable` one when the
+    /// worker cannot be reached.
+    pub async fn call_function(
+        &self,
+        workflow: &str,
+        function: &str,
+        request: Request<Bytes>,
+    ) -> Result<HttpResponse, EventFailure> {
+        let (mut parts, body) = request.into_parts();
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |path| path.as_str())
+            .to_owned();
+        parts.uri = format!("{}{path}", self.base)
+            .parse()
+            .map_err(|err| EventFailure::unavailable(format!("forwarding {path}: {err}")))?;
+        parts.version = http::Version::HTTP_2;
+        let headers = &mut parts.headers;
+        headers.insert(wire::CALL, HeaderValue::from_static("http"));
+        headers.insert(wire::FUNCTION, header_value(function)?);
+        // Only the gateway speaks for a trigger message.
+        headers.remove(wire::MESSAGE);
+        self.prepare(headers, workflow)?;
+        let response = self
+            .send(Request::from_parts(parts, Full::new(body)))
+            .await?;
+        if response.headers().contains_key(wire::FAILURE) {
+            return Err(failure_of(response).await);
+        }
+        Ok(response.map(|body| {
+            body.map_err(|err| Box::new(err) as BodyError)
+                .boxed_unsync()
+        }))
+    }
+
+    /// Runs `workflow` from its entry step on `payload` (started by `message`, if
+    /// any) and returns the run's record and result.
+    ///
+    /// # Errors
+    /// An `unavailable` [`EventFailure`] when the worker cannot be reached or does not
+    /// hold the workflow; then no step ran.
+    pub async fn run(
+        &self,
+        workflow: &str,
+        payload: Bytes,
+        message: Option<&TriggerMessage>,
+    ) -> Result<(RunRecord, Result<Vec<Region>, EventFailure>), EventFailure> {
+        let mut request = Request::post(format!("{}/", self.base))
+            .version(http::Version::HTTP_2)
+            .body(Full::new(payload))
+            .expect("the run request is valid");
+        let headers = request.headers_mut();
+        headers.insert(wire::CALL, HeaderValue::from_static("run"));
+        if let Some(message) = message {
+            let json = serde_json::to_string(message).expect("a message serializes");
+            headers.insert(wire::MESSAGE, header_value(&json)?);
+        }
+        self.prepare(headers, workflow)?;
+        let response = self.send(request).await?;
+        if response.headers().contains_key(wire::FAILURE) {
+            return Err(failure_of(response).await);
+        }
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|err| self.lost(&err))?
+            .to_bytes();
+        wire::decode_run(body).map_err(|message| EventFailure {
+            kind: "bad_reply".to_owned(),
+            status: 502,
+            message: format!("worker `{}`: {message}", self.id),
+            function: None,
+        })
+    }
+
+    fn prepare(&self, headers: &mut http::HeaderMap, workflow: &str) -> Result<(), EventFailure> {
+        headers.insert(wire::WORKFLOW, header_value(workflow)?);
+        headers.insert(wire::TOKEN, self.token.clone());
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, EventFailure> {
+        self.client
+            .request(request)
+            .await
+            .map_err(|err| self.lost(&err))
+    }
+
+    fn lost(&self, err: &dyn std::fmt::Display) -> EventFailure {
+        EventFailure::unavailable(format!("worker `{}` at {}: {err}", self.id, self.base))
+    }
+}
+
+fn header_value(value: &str) -> Result<HeaderValue, EventFailure> {
+    HeaderValue::from_str(value)
+        .map_err(|_| EventFailure::unavailable(format!("`{value}` is not a valid header value")))
+}
+
+async fn failure_of(response: http::Response<hyper::body::Incoming>) -> EventFailure {
+    let status = response.status().as_u16();
+    match response.into_body().collect().await {
+        Ok(body) => serde_json::from_slice(&body.to_bytes()).unwrap_or_else(|err| EventFailure {
+            kind: "bad_reply".to_owned(),
+            status,
+            message: format!("the worker's failure report is malformed: {err}"),
+            function: None,
+        }),
+        Err(err) => EventFailure::unavailable(format!("reading the worker's reply: {err}")),
+    }
+}

@@ -1,0 +1,20 @@
+//! Services mode: a worker in its own process, and the gateway's way to reach it.
+//!
+//! - [`Node`] (`node.rs`) registers the worker in the shared state, heartbeats, and
+//!   loads (or drops) the workflows the scheduler places on it.
+//! - `serve.rs` is the worker's internal HTTP/2 API: an HTTP function call forwarded
+//!   as is, or a workflow run whose reply carries the run record and output regions.
+//! - [`RemoteWorker`] (`client.rs`) is the gateway's client for that API.
+//! - `wire.rs` holds what both sides must agree on: header names and the run reply's
+//!   framing.
+//!
+//! Every call carries the cluster token; the worker refuses calls without it.
+
+mod client;
+mod node;
+mod serve;
+mod wire;
+
+pub use client::RemoteWorker;
+pub use node::{Node, NodeConfig};
+pub use wire::EventFailure;
