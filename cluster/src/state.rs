@@ -17,6 +17,9 @@ const DEPLOYMENTS: &str = "faas:deployments";
 const PLACEMENTS: &str = "faas:placements";
 /// The last revision handed out.
 const REVISION: &str = "faas:revision";
+/// A random id set when the shared state was first written: if it vanishes, Redis lost
+/// the state (an empty restart) and the gateways write back what they serve.
+const EPOCH: &str = "faas:epoch";
 
 /// `faas:alive:<worker>`: exists while the worker heartbeats (it expires on its own).
 fn alive_key(id: &str) -> String {
@@ -166,6 +169,36 @@ impl Cluster {
     /// [`ClusterError::Redis`].
     pub async fn next_revision(&self) -> Result<u64, ClusterError> {
         Ok(self.conn().incr(REVISION, 1).await?)
+    }
+
+    /// The id of the shared state's current epoch, if any was set.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn epoch(&self) -> Result<Option<String>, ClusterError> {
+        Ok(self.conn().get(EPOCH).await?)
+    }
+
+    /// Starts epoch `id` unless one exists; returns whether this call started it.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn start_epoch(&self, id: &str) -> Result<bool, ClusterError> {
+        Ok(self.conn().set_nx(EPOCH, id).await?)
+    }
+
+    /// Makes sure revisions handed out from now on are above `revision` (after the
+    /// counter was lost with the rest of the state).
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn raise_revision(&self, revision: u64) -> Result<(), ClusterError> {
+        let mut conn = self.conn();
+        let current: Option<u64> = conn.get(REVISION).await?;
+        if current.unwrap_or(0) < revision {
+            let _: () = conn.set(REVISION, revision).await?;
+        }
+        Ok(())
     }
 
     /// Makes `record` the live version of its workflow.

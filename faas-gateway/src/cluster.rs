@@ -9,7 +9,9 @@
 //! scheduler placed instead join once they have loaded.
 
 use crate::registry::{DeployError, Deployment, Placed, Registry, Replica, ReplicaTarget};
-use faas_cluster::{Cluster, DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
+use faas_cluster::{
+    Cluster, ClusterError, DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo,
+};
 use faas_scheduler::WorkerId;
 use faas_worker::remote::RemoteWorker;
 use faas_workflow::Workflow;
@@ -64,15 +66,10 @@ impl ClusterBackend {
         digest: &str,
     ) -> Result<Placed, DeployError> {
         let name = &workflow.name;
-        let mut digests = BTreeMap::new();
-        for (function, bytes) in &components {
-            let sha = hex::encode(Sha256::digest(bytes));
-            self.cluster
-                .put_component(&sha, bytes)
-                .await
-                .map_err(shared_state)?;
-            digests.insert(function.clone(), sha);
-        }
+        let digests = self
+            .put_components(&components)
+            .await
+            .map_err(shared_state)?;
         let previous = self
             .cluster
             .deployments()
@@ -83,9 +80,7 @@ impl ClusterBackend {
             workflow: workflow.clone(),
             digest: digest.to_owned(),
             revision: self.cluster.next_revision().await.map_err(shared_state)?,
-            deployed_at: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |since| since.as_secs()),
+            deployed_at: unix_seconds(SystemTime::now()),
             components: digests,
         };
         self.cluster
@@ -97,7 +92,7 @@ impl ClusterBackend {
                 revision: Some(record.revision),
                 functions: replicas.1,
                 replicas: replicas.0,
-                components: Arc::default(),
+                components: Arc::new(components),
             }),
             Err(err) => {
                 let restored = match &previous {
@@ -113,6 +108,65 @@ impl ClusterBackend {
                 Err(err)
             }
         }
+    }
+
+    /// Stores each component under its SHA-256; returns the digests by function name.
+    async fn put_components(
+        &self,
+        components: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<BTreeMap<String, String>, ClusterError> {
+        let mut digests = BTreeMap::new();
+        for (function, bytes) in components {
+            let sha = hex::encode(Sha256::digest(bytes));
+            self.cluster.put_component(&sha, bytes).await?;
+            digests.insert(function.clone(), sha);
+        }
+        Ok(digests)
+    }
+
+    /// The components `record` names, read back from Redis.
+    async fn components_of(
+        &self,
+        record: &DeploymentRecord,
+    ) -> Result<BTreeMap<String, Vec<u8>>, ClusterError> {
+        let mut components = BTreeMap::new();
+        for (function, sha) in &record.components {
+            components.insert(function.clone(), self.cluster.component(sha).await?);
+        }
+        Ok(components)
+    }
+
+    /// Whether the shared state is the one this gateway has been following. When its
+    /// epoch is gone, Redis lost it (an empty restart): this gateway starts a new
+    /// epoch and writes back every deployment it serves, so the scheduler and the
+    /// workers find them again without an operator.
+    async fn state_is_intact(&self, registry: &Registry) -> Result<bool, ClusterError> {
+        if self.cluster.epoch().await?.is_some() {
+            return Ok(true);
+        }
+        let epoch = format!("{:016x}", rand::random::<u64>());
+        if self.cluster.start_epoch(&epoch).await? {
+            let deployments = registry.list();
+            if !deployments.is_empty() {
+                tracing::warn!(
+                    count = deployments.len(),
+                    "the shared state in Redis is gone; writing back the deployments"
+                );
+            }
+            for deployment in deployments {
+                let components = self.put_components(deployment.components()).await?;
+                self.cluster.raise_revision(deployment.revision).await?;
+                let record = DeploymentRecord {
+                    workflow: deployment.workflow.clone(),
+                    digest: deployment.digest.clone(),
+                    revision: deployment.revision,
+                    deployed_at: unix_seconds(deployment.deployed_at),
+                    components,
+                };
+                self.cluster.put_deployment(&record).await?;
+            }
+        }
+        Ok(false)
     }
 
     /// Waits until every worker the scheduler placed `record` on has loaded it.
@@ -178,7 +232,7 @@ impl ClusterBackend {
             .map_err(shared_state)
     }
 
-    async fn snapshot(&self) -> Result<Snapshot, faas_cluster::ClusterError> {
+    async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
         let deployments = self.cluster.deployments().await?;
         let placements = self.cluster.placements().await?;
         let live = self.cluster.workers().await?.live;
@@ -251,7 +305,7 @@ impl ClusterBackend {
 /// For each deployment, the replicas of its revision loaded on live workers serve it.
 /// While a new revision loads, the version the registry serves stays; a version
 /// whose workers all died stays routed with no replica (events get 503) until the
-/// scheduler's new placement has loaded.
+/// scheduler's new placement has loaded. While Redis is unreachable nothing changes.
 pub async fn follow(registry: Arc<Registry>) {
     let Some(backend) = registry.cluster().cloned() else {
         return;
@@ -260,50 +314,64 @@ pub async fn follow(registry: Arc<Registry>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let snapshot = match backend.snapshot().await {
-            Ok(snapshot) => snapshot,
-            Err(err) => {
-                tracing::warn!("reading the shared state failed, retrying: {err}");
-                continue;
-            }
-        };
-        let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();
-        let mut deployments = Vec::new();
-        for (name, record) in &snapshot.deployments {
-            let (replicas, functions) = backend.ready_replicas(&snapshot, record);
-            let current = registry.get(name);
-            let deployment = match current {
-                Some(current) if replicas.is_empty() || current.revision > record.revision => {
-                    let alive: Vec<Replica> = current
-                        .replicas
-                        .iter()
-                        .filter(|replica| live.contains(&replica.worker_id.0))
-                        .cloned()
-                        .collect();
-                    if alive.len() == current.replicas.len() {
-                        current
-                    } else {
-                        Arc::new(current.with_replicas(alive))
-                    }
-                }
-                // Not served yet: its deploy is still waiting for the workers.
-                None if replicas.is_empty() => continue,
-                _ => Arc::new(Deployment::new(
-                    record.workflow.clone(),
-                    record.digest.clone(),
-                    record.revision,
-                    UNIX_EPOCH + Duration::from_secs(record.deployed_at),
-                    replicas,
-                    functions,
-                    Arc::default(),
-                )),
-            };
-            deployments.push(deployment);
+        if let Err(err) = follow_once(&backend, &registry).await {
+            tracing::warn!("reading the shared state failed, retrying: {err}");
         }
-        registry.install(deployments, live.into_iter().map(WorkerId).collect());
     }
 }
 
-fn shared_state(err: faas_cluster::ClusterError) -> DeployError {
+async fn follow_once(backend: &ClusterBackend, registry: &Registry) -> Result<(), ClusterError> {
+    if !backend.state_is_intact(registry).await? {
+        return Ok(());
+    }
+    let snapshot = backend.snapshot().await?;
+    let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();
+    let mut deployments = Vec::new();
+    for (name, record) in &snapshot.deployments {
+        let (replicas, functions) = backend.ready_replicas(&snapshot, record);
+        let current = registry.get(name);
+        let deployment = match current {
+            Some(current) if replicas.is_empty() || current.revision > record.revision => {
+                let alive: Vec<Replica> = current
+                    .replicas
+                    .iter()
+                    .filter(|replica| live.contains(&replica.worker_id.0))
+                    .cloned()
+                    .collect();
+                if alive.len() == current.replicas.len() {
+                    current
+                } else {
+                    Arc::new(current.with_replicas(alive))
+                }
+            }
+            Some(current) if current.revision == record.revision => {
+                Arc::new(current.with_replicas(replicas))
+            }
+            // Not served yet: its deploy is still waiting for the workers.
+            None if replicas.is_empty() => continue,
+            // Deployed through another gateway: keep its components too, to write
+            // them back should Redis lose them.
+            _ => Arc::new(Deployment::new(
+                record.workflow.clone(),
+                record.digest.clone(),
+                record.revision,
+                UNIX_EPOCH + Duration::from_secs(record.deployed_at),
+                replicas,
+                functions,
+                Arc::new(backend.components_of(record).await?),
+            )),
+        };
+        deployments.push(deployment);
+    }
+    registry.install(deployments, live.into_iter().map(WorkerId).collect());
+    Ok(())
+}
+
+fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+fn shared_state(err: ClusterError) -> DeployError {
     DeployError::Cluster(format!("shared state: {err}"))
 }

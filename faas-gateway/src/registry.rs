@@ -49,7 +49,7 @@ pub struct Deployment {
     /// Each function as loaded (component digest and effective limits).
     pub functions: Vec<FunctionSummary>,
     /// The uploaded components, kept to place replicas again when a worker goes away
-    /// (embedded mode; in services mode they are in Redis).
+    /// (embedded mode) or to write them back if Redis loses them (services mode).
     components: Arc<BTreeMap<String, Vec<u8>>>,
     /// Round-robin position over `replicas`.
     next_replica: AtomicUsize,
@@ -94,6 +94,11 @@ impl Deployment {
             self.functions.clone(),
             self.components.clone(),
         )
+    }
+
+    /// The uploaded components by function name.
+    pub(crate) fn components(&self) -> &Arc<BTreeMap<String, Vec<u8>>> {
+        &self.components
     }
 
     /// The replica the next event goes to (round-robin), if one is ready.

@@ -293,3 +293,24 @@ fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
     let dead: usize = redis.xlen("events:dead").unwrap();
     assert_eq!(dead, 0, "nothing was dead-lettered");
 }
+
+#[test]
+fn an_empty_redis_restart_is_repaired_without_an_operator() {
+    let mut services = Services::start(&["w1"]);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    services.redis.restart();
+    services.wait_for("the deployment written back to Redis", |services| {
+        let mut redis = connect(&services.redis);
+        redis.hexists("faas:deployments", "hello").unwrap_or(false)
+    });
+    services.wait_for("hello served after the restart", |services| {
+        services.get("/hello?name=restarted").status() == 200
+    });
+    // Revisions keep increasing although the counter was lost.
+    let output = deploy_at(&services.url, &repo("functions/wordcount/workflow.toml"));
+    assert!(output.contains("revision 2"), "{output}");
+    assert_eq!(
+        services.get("/hello?name=restarted").text().unwrap().trim(),
+        "Hello, restarted!"
+    );
+}
