@@ -12,6 +12,7 @@ use faas_gateway::{Gateway, RedisBroker, Registry};
 use faas_worker::remote::{Node, NodeConfig};
 use faas_worker::{KeyValueStore, Worker};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,6 +89,14 @@ pub struct WorkerCmdArgs {
     /// the scheduler places its workflows elsewhere after that.
     #[arg(long, env = "FAAS_HEARTBEAT_TTL_MS", default_value_t = 3000)]
     heartbeat_ttl_ms: u64,
+    /// Identifies this machine: workers with the same host id hand regions to each
+    /// other as memory file descriptors. Defaults to the kernel's boot id.
+    #[arg(long, env = "FAAS_HOST_ID")]
+    host_id: Option<String>,
+    /// The Unix socket other workers on this host pass region descriptors through;
+    /// defaults to <data-dir>/worker.sock.
+    #[arg(long, env = "FAAS_WORKER_SOCKET")]
+    socket: Option<PathBuf>,
 }
 
 /// Runs a gateway of services mode until Ctrl-C or SIGTERM.
@@ -163,8 +172,28 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
         token,
         heartbeat_ttl: Duration::from_millis(args.heartbeat_ttl_ms.max(30)),
         sync_interval: args.redis.interval(),
+        host_id: match args.host_id {
+            Some(host_id) => host_id,
+            None => boot_id()?,
+        },
+        socket: Some(
+            args.socket
+                .unwrap_or_else(|| args.identity.data_dir.join("worker.sock")),
+        ),
     };
-    let _node = Node::start(Arc::new(worker), cluster, config, listener);
+    std::fs::create_dir_all(&args.identity.data_dir)
+        .with_context(|| format!("creating data dir {}", args.identity.data_dir.display()))?;
+    let _node = Node::start(Arc::new(worker), cluster, config, listener)
+        .context("binding the worker socket")?;
     println!("faas worker {id} is up at {bound}");
     wait_for_signal().await
+}
+
+/// This boot of this machine, as the kernel names it.
+fn boot_id() -> anyhow::Result<String> {
+    let path = "/proc/sys/kernel/random/boot_id";
+    Ok(std::fs::read_to_string(path)
+        .with_context(|| format!("reading {path}; give --host-id"))?
+        .trim()
+        .to_owned())
 }

@@ -13,6 +13,13 @@ pub struct WorkerInfo {
     pub addr: String,
     /// How many workflows it may hold.
     pub capacity: usize,
+    /// Identifies the machine it runs on (its boot id by default): workers with the
+    /// same host id pass regions to each other as memory file descriptors.
+    #[serde(default)]
+    pub host: String,
+    /// Its Unix socket for descriptor passing, on that host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 /// One deployed version of a workflow, as the gateway accepted it.

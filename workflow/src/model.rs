@@ -396,6 +396,12 @@ pub struct RunSettings {
     /// [`RunSettings::REPLICAS`]. Applies to HTTP functions too.
     #[serde(default = "RunSettings::default_replicas")]
     pub replicas: u32,
+    /// Whether a fan-out's branches run on every replica of the workflow rather than
+    /// all on the replica that runs the fan-out (services mode). Their regions reach the
+    /// other replicas as memory file descriptors on the same host, and over the network
+    /// in one copy otherwise.
+    #[serde(default)]
+    pub spread_branches: bool,
 }
 
 impl RunSettings {
@@ -421,12 +427,14 @@ impl RunSettings {
 }
 
 impl Default for RunSettings {
-    /// 16 step instances at once, a one-minute deadline, one replica.
+    /// 16 step instances at once, a one-minute deadline, one replica, branches kept
+    /// together.
     fn default() -> Self {
         RunSettings {
             concurrency: RunSettings::DEFAULT_CONCURRENCY,
             timeout_ms: RunSettings::DEFAULT_TIMEOUT_MS,
             replicas: RunSettings::default_replicas(),
+            spread_branches: false,
         }
     }
 }

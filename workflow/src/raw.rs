@@ -131,6 +131,7 @@ pub(crate) struct RawSettings {
     pub concurrency: Option<Spanned<u32>>,
     pub timeout_ms: Option<Spanned<u64>>,
     pub replicas: Option<Spanned<u32>>,
+    pub spread_branches: Option<bool>,
 }
 
 /// `[triggers]`: one array per trigger type.

@@ -625,6 +625,7 @@ impl<'a> Checker<'a> {
             self.in_range(field, &replicas, RunSettings::REPLICAS);
             settings.replicas = replicas.into_inner();
         }
+        settings.spread_branches = raw.spread_branches.unwrap_or(false);
         settings
     }
 

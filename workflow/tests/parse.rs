@@ -409,6 +409,7 @@ fn a_v2_manifest_parses_into_steps_edges_settings_and_step_triggers() {
             concurrency: 8,
             timeout_ms: 120_000,
             replicas: 1,
+            spread_branches: false,
         }
     );
     assert_eq!(
@@ -503,6 +504,7 @@ fn omitted_v2_fields_take_their_defaults() {
             concurrency: 16,
             timeout_ms: 60_000,
             replicas: 1,
+            spread_branches: false,
         }
     );
     // No trigger starts a run yet: allowed, runs may be started some other way later.

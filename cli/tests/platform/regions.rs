@@ -10,7 +10,7 @@ const EXAMPLE: &str = "functions/regions/workflow.toml";
 const MEMORIES: &str = "functions/regions/memories.toml";
 
 /// The byte sum of a blob of `len` data bytes as the example's producer makes it.
-fn expected_sum(len: usize) -> u64 {
+pub(crate) fn expected_sum(len: usize) -> u64 {
     let seed = len as u64 ^ 0x5a;
     (0..len)
         .map(|index| u64::from((index as u8) ^ (seed as u8)))

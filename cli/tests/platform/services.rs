@@ -78,27 +78,32 @@ impl Services {
 
     /// Starts worker `id`.
     fn start_worker(&mut self, id: &str) {
+        self.start_worker_with(id, &[]);
+    }
+
+    /// Starts worker `id` with extra `faas worker` arguments.
+    fn start_worker_with(&mut self, id: &str, extra: &[&str]) {
         let dir = self.data.path().join(id);
-        let worker = Process::spawn(
-            &[
-                "worker",
-                "--redis",
-                &self.redis.url(),
-                "--sync-interval-ms",
-                SYNC_MS,
-                "--heartbeat-ttl-ms",
-                HEARTBEAT_TTL_MS,
-                "--token",
-                TOKEN,
-                "--id",
-                id,
-                "--data-dir",
-                dir.to_str().unwrap(),
-                "--cache-dir",
-                compile_cache().to_str().unwrap(),
-            ],
-            "faas worker ",
-        );
+        let (url, cache) = (self.redis.url(), compile_cache());
+        let mut args = vec![
+            "worker",
+            "--redis",
+            &url,
+            "--sync-interval-ms",
+            SYNC_MS,
+            "--heartbeat-ttl-ms",
+            HEARTBEAT_TTL_MS,
+            "--token",
+            TOKEN,
+            "--id",
+            id,
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let worker = Process::spawn(&args, "faas worker ");
         self.workers.insert(id.to_owned(), worker);
         self.wait_for(&format!("worker `{id}` registered"), |services| {
             services.workers_json().contains_key(id)
@@ -313,4 +318,71 @@ fn an_empty_redis_restart_is_repaired_without_an_operator() {
         services.get("/hello?name=restarted").text().unwrap().trim(),
         "Hello, restarted!"
     );
+}
+
+/// The regions fan-out example on two replicas whose branches spread over both: the
+/// producer's blob reaches the other replica's consumers as a memory file descriptor on
+/// the same host, or in one network copy from another host. Every branch must see
+/// every byte, and the run's records say where each branch ran and how its region got
+/// there.
+fn check_spread_branches(services: &Services, handoff: &str) {
+    let dir = faas_testing::temp_dir();
+    let manifest = crate::support::copy_manifest(
+        dir.path(),
+        "functions/regions/fanout.toml",
+        &[
+            ("memory_mb = 1100", "memory_mb = 256"),
+            (
+                "concurrency = 4",
+                "concurrency = 4\nreplicas = 2\nspread_branches = true",
+            ),
+        ],
+    );
+    deploy_at(&services.url, &manifest);
+    let len = 4 << 20;
+    let response = client()
+        .post(format!("{}/regions-fanout", services.url))
+        .body(len.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200, "{:?}", response.text());
+    let reports: Vec<serde_json::Value> = response.json().unwrap();
+    assert_eq!(reports.len(), 4);
+    for (branch, report) in reports.iter().enumerate() {
+        assert_eq!(report["branch"], branch, "{report}");
+        assert_eq!(report["sum"], crate::regions::expected_sum(len), "{report}");
+    }
+    let runs = faas_at(
+        &services.url,
+        &["runs", "regions-fanout", "--output", "json"],
+    );
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let steps = runs["runs"][0]["steps"].as_array().unwrap();
+    let remote: Vec<&serde_json::Value> = steps
+        .iter()
+        .filter(|step| step["step"] == "consume" && step.get("worker").is_some())
+        .collect();
+    assert_eq!(
+        remote.len(),
+        2,
+        "branches 1 and 3 ran on the other replica: {steps:?}"
+    );
+    for step in remote {
+        assert_eq!(step["handoff"], handoff, "{step}");
+        assert_eq!(step["succeeded"], true, "{step}");
+        assert!(step["branch"] == 1 || step["branch"] == 3, "{step}");
+    }
+}
+
+#[test]
+fn spread_branches_reach_a_replica_on_this_host_as_memory_file_descriptors() {
+    let services = Services::start(&["w1", "w2"]);
+    check_spread_branches(&services, "fd");
+}
+
+#[test]
+fn spread_branches_reach_a_replica_on_another_host_in_one_network_copy() {
+    let mut services = Services::start(&["w1"]);
+    services.start_worker_with("w2", &["--host-id", "another-host"]);
+    check_spread_branches(&services, "network");
 }

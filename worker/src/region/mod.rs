@@ -297,6 +297,42 @@ impl Region {
         self.len() == 0
     }
 
+    /// A sealed value another process passed as memory file `fd`, for `owner`'s run.
+    ///
+    /// # Errors
+    /// [`RegionError::Map`] if the file is not sealed or is too small.
+    pub(crate) fn from_memory_file(
+        schema_type: String,
+        owner: RegionOwner,
+        fd: std::os::fd::OwnedFd,
+        len: usize,
+    ) -> Result<Self, RegionError> {
+        Ok(Self {
+            schema_type,
+            owner: Some(owner),
+            body: Body::Sealed {
+                file: Arc::new(PayloadFile::received(fd, len)?),
+                len,
+            },
+            producer: None,
+        })
+    }
+
+    /// The same value, owned by `owner`'s run (a value received from another process
+    /// for that run).
+    pub(crate) fn owned_by(mut self, owner: RegionOwner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The memory file holding the sealed value, to pass to another process.
+    pub(crate) fn memory_file(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match &self.body {
+            Body::Sealed { file, .. } => Some(std::os::fd::AsFd::as_fd(file.as_ref())),
+            _ => None,
+        }
+    }
+
     /// Whether the value lives in a memory file that consumers can map.
     pub fn is_mappable(&self) -> bool {
         matches!(self.body, Body::Sealed { .. })

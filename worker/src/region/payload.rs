@@ -53,6 +53,25 @@ impl PayloadFile {
         .map_err(map_err)
     }
 
+    /// A file another process sealed and passed over a Unix socket, holding a
+    /// `len`-byte value. Refused unless it is sealed against writes, growth and
+    /// shrinking, and holds the value's whole pages, so no one can change or cut what
+    /// consumers map.
+    pub(crate) fn received(fd: OwnedFd, len: usize) -> Result<Self, RegionError> {
+        let map_err = |errno: rustix::io::Errno| RegionError::Map(errno.into());
+        let seals = rustix::fs::fcntl_get_seals(&fd).map_err(map_err)?;
+        let sealed = (seals.contains(SealFlags::WRITE) || seals.contains(SealFlags::FUTURE_WRITE))
+            && seals.contains(SealFlags::GROW | SealFlags::SHRINK);
+        let size = rustix::fs::fstat(&fd).map_err(map_err)?.st_size;
+        if !sealed || (size as u64) < round_to_pages(len) as u64 {
+            return Err(RegionError::Map(std::io::Error::other(format!(
+                "a received memory file must be sealed and hold {len} bytes \
+                 (seals {seals:?}, size {size})"
+            ))));
+        }
+        Ok(Self { fd })
+    }
+
     /// Copies `into.len()` bytes from the start of the file.
     pub(crate) fn read_at_start(&self, into: &mut [u8]) -> Result<(), RegionError> {
         let mut read = 0;
@@ -71,5 +90,46 @@ impl PayloadFile {
 impl AsFd for PayloadFile {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_with(len: usize) -> PayloadFile {
+        let file = PayloadFile::create(round_to_pages(len)).unwrap();
+        rustix::io::pwrite(&file.fd, &vec![7u8; len], 0).unwrap();
+        file
+    }
+
+    fn dup(file: &PayloadFile) -> OwnedFd {
+        file.fd.try_clone().unwrap()
+    }
+
+    #[test]
+    fn a_received_file_must_be_sealed() {
+        let file = file_with(1000);
+        assert!(PayloadFile::received(dup(&file), 1000).is_err());
+        file.freeze(1000).unwrap();
+        let received = PayloadFile::received(dup(&file), 1000).unwrap();
+        let mut bytes = vec![0; 1000];
+        received.read_at_start(&mut bytes).unwrap();
+        assert!(bytes.iter().all(|byte| *byte == 7));
+    }
+
+    #[test]
+    fn a_received_file_must_hold_the_whole_value() {
+        let file = file_with(1000);
+        file.freeze(1000).unwrap();
+        let err = PayloadFile::received(dup(&file), 3 << 16).unwrap_err();
+        assert!(err.to_string().contains("hold 196608 bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_file_sealed_only_against_growth_is_refused() {
+        let file = file_with(10);
+        rustix::fs::fcntl_add_seals(&file.fd, SealFlags::GROW | SealFlags::SHRINK).unwrap();
+        assert!(PayloadFile::received(dup(&file), 10).is_err());
     }
 }

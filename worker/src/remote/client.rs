@@ -127,6 +127,35 @@ impl RemoteWorker {
         })
     }
 
+    /// Sends a branch call frame (see `branch.rs`) and returns the reply frame.
+    ///
+    /// # Errors
+    /// An `unavailable` [`EventFailure`] when the worker cannot be reached or does not
+    /// hold the workflow.
+    pub(crate) async fn branch(
+        &self,
+        workflow: &str,
+        frame: Vec<u8>,
+    ) -> Result<Bytes, EventFailure> {
+        let mut request = Request::post(format!("{}/", self.base))
+            .version(http::Version::HTTP_2)
+            .body(Full::new(Bytes::from(frame)))
+            .expect("the branch request is valid");
+        let headers = request.headers_mut();
+        headers.insert(wire::CALL, HeaderValue::from_static("branch"));
+        self.prepare(headers, workflow)?;
+        let response = self.send(request).await?;
+        if response.headers().contains_key(wire::FAILURE) {
+            return Err(failure_of(response).await);
+        }
+        Ok(response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|err| self.lost(&err))?
+            .to_bytes())
+    }
+
     fn prepare(&self, headers: &mut http::HeaderMap, workflow: &str) -> Result<(), EventFailure> {
         headers.insert(wire::WORKFLOW, header_value(workflow)?);
         headers.insert(wire::TOKEN, self.token.clone());

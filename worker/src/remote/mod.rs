@@ -7,12 +7,17 @@
 //! - [`RemoteWorker`] (`client.rs`) is the gateway's client for that API.
 //! - `wire.rs` holds what both sides must agree on: header names and the run reply's
 //!   framing.
+//! - `branch.rs` runs fan-out branches on the workflow's other replicas when it spreads
+//!   them; `socket.rs` serves such calls on a Unix socket, where region memory files
+//!   pass as descriptors (SCM_RIGHTS) between workers on one host.
 //!
 //! Every call carries the cluster token; the worker refuses calls without it.
 
+pub(crate) mod branch;
 mod client;
 mod node;
 mod serve;
+mod socket;
 mod wire;
 
 pub use client::RemoteWorker;

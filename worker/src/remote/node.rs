@@ -5,11 +5,16 @@
 //! it (reporting success or the load error) and drops the workflows no longer placed
 //! there, compiled code included.
 
-use super::serve;
+use super::branch::{BranchReply, CallHead, Peer, PeerLink, call_inputs};
+use super::client::RemoteWorker;
+use super::wire::EventFailure;
+use super::{serve, socket};
 use crate::function::LoadedWorkflow;
+use crate::run::{RunError, owner_of, run_branch};
 use crate::worker::Worker;
 use faas_cluster::{Cluster, ClusterError, DeploymentRecord, LoadStatus, WorkerInfo};
 use std::collections::{BTreeMap, HashMap};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -30,6 +35,11 @@ pub struct NodeConfig {
     pub heartbeat_ttl: Duration,
     /// How often it looks for placement changes.
     pub sync_interval: Duration,
+    /// Identifies this machine; workers with the same host id pass regions as memory
+    /// file descriptors over their Unix sockets.
+    pub host_id: String,
+    /// Where its Unix socket for descriptor passing is bound, if anywhere.
+    pub socket: Option<std::path::PathBuf>,
 }
 
 /// A worker taking part in the cluster.
@@ -42,29 +52,45 @@ pub struct Node {
     /// The revision whose load failed last, and why, so a bad deploy is reported and
     /// not retried.
     failed: RwLock<HashMap<String, (u64, String)>>,
+    /// For workflows that spread their branches: the other workers holding them.
+    peers: RwLock<HashMap<String, Arc<[Peer]>>>,
+    /// Clients of other workers, by id and address.
+    clients: std::sync::Mutex<HashMap<(String, String), Arc<RemoteWorker>>>,
 }
 
 impl Node {
     /// Starts serving on `listener`, heartbeating and following placements. The
     /// returned set holds the node's tasks: dropping it stops the node.
+    ///
+    /// # Errors
+    /// If the Unix socket cannot be bound.
     pub fn start(
         worker: Arc<Worker>,
         cluster: Cluster,
         config: NodeConfig,
         listener: TcpListener,
-    ) -> JoinSet<()> {
+    ) -> std::io::Result<JoinSet<()>> {
+        let socket = match &config.socket {
+            Some(path) => Some(socket::bind(path)?),
+            None => None,
+        };
         let node = Arc::new(Self {
             worker,
             cluster,
             config,
             loaded: RwLock::default(),
             failed: RwLock::default(),
+            peers: RwLock::default(),
+            clients: std::sync::Mutex::default(),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(serve::serve(listener, node.clone()));
+        if let Some(socket) = socket {
+            tasks.spawn(socket::serve(socket, node.clone()));
+        }
         tasks.spawn(node.clone().heartbeat());
         tasks.spawn(node.sync());
-        tasks
+        Ok(tasks)
     }
 
     pub(super) fn id(&self) -> &str {
@@ -79,6 +105,39 @@ impl Node {
         &self.worker
     }
 
+    /// The other workers that run some of workflow `name`'s fan-out branches.
+    pub(super) fn peers(&self, name: &str) -> Arc<[Peer]> {
+        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+        peers.get(name).cloned().unwrap_or_else(|| Arc::from([]))
+    }
+
+    /// Runs the branch a peer asked for (`head`, with the descriptors and inline bytes
+    /// of its inputs) and returns its step records and outputs.
+    pub(super) async fn branch(
+        &self,
+        mut head: CallHead,
+        fds: Vec<OwnedFd>,
+        inline: &[u8],
+    ) -> BranchReply {
+        let Some(workflow) = self.loaded(&head.call.workflow) else {
+            let message = format!(
+                "workflow `{}` is not loaded on worker `{}`",
+                head.call.workflow, self.config.id
+            );
+            return (Vec::new(), Err(EventFailure::unavailable(message)));
+        };
+        let owner = owner_of(&workflow, &head.call.run_id);
+        let inputs = match call_inputs(&mut head, fds, inline, &owner) {
+            Ok(inputs) => inputs,
+            Err(err) => {
+                let failure = EventFailure::from(&RunError::Output(err.to_string()));
+                return (Vec::new(), Err(failure));
+            }
+        };
+        let (steps, result) = run_branch(self.worker.clone(), workflow, head.call, inputs).await;
+        (steps, result.map_err(|err| EventFailure::from(&err)))
+    }
+
     /// The version of workflow `name` this worker serves, if any.
     pub(super) fn loaded(&self, name: &str) -> Option<Arc<LoadedWorkflow>> {
         let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
@@ -90,6 +149,12 @@ impl Node {
             id: self.config.id.clone(),
             addr: self.config.advertise.clone(),
             capacity: self.config.capacity,
+            host: self.config.host_id.clone(),
+            socket: self
+                .config
+                .socket
+                .as_ref()
+                .map(|path| path.display().to_string()),
         };
         let mut ticker = tokio::time::interval(self.config.heartbeat_ttl / 3);
         loop {
@@ -119,6 +184,7 @@ impl Node {
         let placements = self.cluster.placements().await?;
         let deployments = self.cluster.deployments().await?;
         let reported = self.cluster.load_statuses(&self.config.id).await?;
+        let workers = self.cluster.workers().await?.live;
         let mine: BTreeMap<&String, &DeploymentRecord> = deployments
             .iter()
             .filter(|(name, _)| {
@@ -147,6 +213,18 @@ impl Node {
                 .report_load(&self.config.id, name, None)
                 .await?;
         }
+        let mut peers = HashMap::new();
+        for (name, record) in &mine {
+            if record.workflow.settings.spread_branches
+                && let Some(placement) = placements.get(*name)
+            {
+                peers.insert(
+                    (*name).clone(),
+                    self.peers_among(&placement.workers, &workers),
+                );
+            }
+        }
+        *self.peers.write().unwrap_or_else(|p| p.into_inner()) = peers;
         for (name, record) in mine {
             let status = self.load(record).await;
             if reported.get(name) != Some(&status) {
@@ -156,6 +234,38 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// The workers of `placed` other than this one that are alive, each reached by
+    /// descriptor passing when on this host and over the network otherwise.
+    fn peers_among(&self, placed: &[String], live: &[WorkerInfo]) -> Arc<[Peer]> {
+        let token: Arc<str> = self.config.token.as_str().into();
+        placed
+            .iter()
+            .filter(|id| **id != self.config.id)
+            .filter_map(|id| live.iter().find(|info| info.id == *id))
+            .map(|info| {
+                let link = match &info.socket {
+                    Some(path) if info.host == self.config.host_id => PeerLink::Socket(path.into()),
+                    _ => PeerLink::Network(self.client(info)),
+                };
+                Peer {
+                    id: info.id.clone(),
+                    link,
+                    token: token.clone(),
+                }
+            })
+            .collect()
+    }
+
+    fn client(&self, info: &WorkerInfo) -> Arc<RemoteWorker> {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        clients
+            .entry((info.id.clone(), info.addr.clone()))
+            .or_insert_with(|| {
+                Arc::new(RemoteWorker::new(&info.id, &info.addr, &self.config.token))
+            })
+            .clone()
     }
 
     /// Loads `record`'s revision unless it is loaded or failed already, and says how

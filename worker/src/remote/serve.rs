@@ -1,10 +1,12 @@
 //! The worker's internal HTTP/2 API: the gateway forwards each event here.
 //!
 //! A request names its workflow in a header; `x-faas-call: http` runs an HTTP
-//! function on it as it came, `x-faas-call: run` runs the workflow's steps on its body.
+//! function on it as it came, `x-faas-call: run` runs the workflow's steps on its body,
+//! and `x-faas-call: branch` runs one fan-out branch for another worker (`branch.rs`).
 //! Platform failures come back with the `x-faas-failure` header and an
 //! [`EventFailure`] body, so the gateway tells them from a function's own response.
 
+use super::branch::{CallHead, reply_frame, split_frame};
 use super::node::Node;
 use super::wire::{self, EventFailure};
 use crate::http::{BodyError, HttpResponse};
@@ -108,16 +110,18 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
         }
         "run" => {
             let input = workflow.entry_input(&body[..]);
-            let outcome = match message {
-                Some(message) => {
-                    node.worker()
-                        .run_workflow_for_message(&workflow, input, message)
-                        .await
-                }
-                None => node.worker().run_workflow(&workflow, input).await,
-            };
-            let body = wire::encode_run(outcome);
-            Ok(Response::new(full(body)))
+            let peers = node.peers(&workflow_name);
+            let outcome = node
+                .worker()
+                .run_with_peers(&workflow, input, message, peers)
+                .await;
+            Ok(Response::new(full(wire::encode_run(outcome))))
+        }
+        "branch" => {
+            let (head, inline) = split_frame::<CallHead>(&body)
+                .map_err(|err| refused(400, "bad_request", &err.to_string()))?;
+            let (steps, result) = node.branch(head, Vec::new(), inline).await;
+            Ok(Response::new(full(reply_frame(steps, result, false).0)))
         }
         other => Err(refused(
             400,

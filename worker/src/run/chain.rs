@@ -1,11 +1,12 @@
 //! Walking a workflow's chain of steps: sequences, fan-outs and joins.
 
-use super::record::{Recorder, RunRecord, RunStatus};
+use super::record::{Recorder, RunRecord, RunStatus, StepRecord};
 use super::step::{Position, run_step};
 use super::{RunError, RunOutcome};
 use crate::function::LoadedWorkflow;
 use crate::messaging::TriggerMessage;
 use crate::region::{Region, RegionOwner};
+use crate::remote::branch::{BranchCall, Peer, run_on_peer};
 use crate::worker::Worker;
 use faas_workflow::{Edge, EdgeMode, FanOut, JoinPolicy, OnFailure};
 use std::sync::Arc;
@@ -25,6 +26,35 @@ pub(crate) struct RunShared {
     pub recorder: Recorder,
     /// Bounds how many step instances of this run exist at once.
     pub concurrency: Semaphore,
+    /// Other workers holding this workflow, which run some fan-out branches when the
+    /// workflow spreads them (services mode); empty otherwise.
+    pub peers: Arc<[Peer]>,
+}
+
+impl RunShared {
+    fn new(
+        worker: Arc<Worker>,
+        workflow: Arc<LoadedWorkflow>,
+        run_id: String,
+        message: Option<TriggerMessage>,
+        peers: Arc<[Peer]>,
+    ) -> Arc<Self> {
+        let settings = workflow.manifest().settings;
+        Arc::new(Self {
+            worker,
+            owner: RegionOwner {
+                tenant: workflow.tenant.clone(),
+                workflow: workflow.name.clone(),
+                run_id: run_id.as_str().into(),
+            },
+            run_id,
+            message,
+            recorder: Recorder::default(),
+            concurrency: Semaphore::new(settings.concurrency.max(1) as usize),
+            workflow,
+            peers,
+        })
+    }
 }
 
 /// Runs the whole workflow under its run deadline and records what happened.
@@ -33,22 +63,10 @@ pub(crate) async fn run(
     workflow: Arc<LoadedWorkflow>,
     input: Region,
     message: Option<TriggerMessage>,
+    peers: Arc<[Peer]>,
 ) -> RunOutcome {
     let settings = workflow.manifest().settings;
-    let run_id = new_run_id();
-    let run = Arc::new(RunShared {
-        worker,
-        owner: RegionOwner {
-            tenant: workflow.tenant.clone(),
-            workflow: workflow.name.clone(),
-            run_id: run_id.as_str().into(),
-        },
-        run_id,
-        message,
-        recorder: Recorder::default(),
-        concurrency: Semaphore::new(settings.concurrency.max(1) as usize),
-        workflow,
-    });
+    let run = RunShared::new(worker, workflow, new_run_id(), message, peers);
     let started_at = SystemTime::now();
     let clock = Instant::now();
     let deadline = Duration::from_millis(settings.timeout_ms);
@@ -143,20 +161,27 @@ async fn fan_out_and_join(
     joining: &str,
 ) -> Result<Vec<Region>, RunError> {
     let branches = branch_inputs.len() as u32;
+    let spread = run.workflow.manifest().settings.spread_branches && !run.peers.is_empty();
     let mut tasks = JoinSet::new();
     for (branch, inputs) in branch_inputs.into_iter().enumerate() {
         let (run, segment) = (run.clone(), segment.clone());
+        // Branch 0 stays here; the others go round the replicas, this one included.
+        let peer = match branch % (run.peers.len() + 1) {
+            0 => None,
+            slot if spread => Some(run.peers[slot - 1].clone()),
+            _ => None,
+        };
         tasks.spawn(async move {
-            let mut current = inputs;
-            for step in segment.iter() {
-                let position = Position {
-                    step,
-                    branch: branch as u32,
-                    branches,
-                };
-                current = run_step(&run, position, current).await?;
+            let branch = branch as u32;
+            if let Some(peer) = peer {
+                match on_peer(&run, &peer, &segment, branch, branches, inputs.clone()).await {
+                    Ok(outputs) => return Ok((branch as usize, outputs)),
+                    Err(None) => {}
+                    Err(Some(err)) => return Err(err),
+                }
             }
-            Ok::<_, RunError>((branch, current))
+            let outputs = run_segment(&run, &segment, branch, branches, inputs).await?;
+            Ok::<_, RunError>((branch as usize, outputs))
         });
     }
     let timeout = Duration::from_millis(policy.timeout_ms);
@@ -197,6 +222,110 @@ async fn fan_out_and_join(
         tracing::warn!(joining, missing, "joining without branches that timed out");
     }
     Ok(results.into_iter().flatten().flatten().collect())
+}
+
+/// Runs the steps of `segment` in order as branch `branch` of `branches`.
+async fn run_segment(
+    run: &RunShared,
+    segment: &[String],
+    branch: u32,
+    branches: u32,
+    inputs: Vec<Region>,
+) -> Result<Vec<Region>, RunError> {
+    let mut current = inputs;
+    for step in segment {
+        let position = Position {
+            step,
+            branch,
+            branches,
+        };
+        current = run_step(run, position, current).await?;
+    }
+    Ok(current)
+}
+
+/// Has `peer` run a branch. `Err(None)` when it could not take it (nothing ran there;
+/// the caller runs the branch itself).
+async fn on_peer(
+    run: &RunShared,
+    peer: &Peer,
+    segment: &[String],
+    branch: u32,
+    branches: u32,
+    inputs: Vec<Region>,
+) -> Result<Vec<Region>, Option<RunError>> {
+    let call = BranchCall {
+        workflow: run.workflow.name().to_owned(),
+        run_id: run.run_id.clone(),
+        message: run.message.clone(),
+        segment: segment.to_vec(),
+        branch,
+        branches,
+        token: String::new(),
+    };
+    let (steps, outputs) = match run_on_peer(peer, call, inputs, run.owner.clone()).await {
+        Ok(reply) => reply,
+        Err(unavailable) => {
+            tracing::warn!(
+                worker = peer.id,
+                branch,
+                "running the branch here: {unavailable}"
+            );
+            return Err(None);
+        }
+    };
+    for mut step in steps {
+        step.worker = Some(peer.id.clone());
+        step.handoff = Some(peer.link.mode().to_owned());
+        run.recorder.push(step);
+    }
+    outputs.map_err(|failure| {
+        Some(RunError::RemoteBranch {
+            branch,
+            worker: peer.id.clone(),
+            failure,
+        })
+    })
+}
+
+/// Runs one branch another worker asked for, in that worker's run `call.run_id`,
+/// and returns its step records with its outputs.
+pub(crate) async fn run_branch(
+    worker: Arc<Worker>,
+    workflow: Arc<LoadedWorkflow>,
+    call: BranchCall,
+    inputs: Vec<Region>,
+) -> (Vec<StepRecord>, Result<Vec<Region>, RunError>) {
+    let deadline = Duration::from_millis(workflow.manifest().settings.timeout_ms);
+    let unknown = call
+        .segment
+        .iter()
+        .find(|step| !workflow.manifest().steps.contains_key(*step));
+    if let Some(step) = unknown {
+        return (
+            Vec::new(),
+            Err(RunError::NoSteps(format!(
+                "{} (no step `{step}`)",
+                workflow.name()
+            ))),
+        );
+    }
+    let run = RunShared::new(worker, workflow, call.run_id, call.message, Arc::from([]));
+    let segment = run_segment(&run, &call.segment, call.branch, call.branches, inputs);
+    let result = match tokio::time::timeout(deadline, segment).await {
+        Ok(result) => result,
+        Err(_) => Err(RunError::Timeout(deadline)),
+    };
+    (run.recorder.take(), result)
+}
+
+/// The owner of the regions of run `run_id` of `workflow`.
+pub(crate) fn owner_of(workflow: &LoadedWorkflow, run_id: &str) -> RegionOwner {
+    RegionOwner {
+        tenant: workflow.tenant.clone(),
+        workflow: workflow.name.clone(),
+        run_id: run_id.into(),
+    }
 }
 
 /// A random 64-bit run id, hex-encoded.

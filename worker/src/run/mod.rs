@@ -12,6 +12,8 @@ mod chain;
 mod record;
 mod step;
 
+pub(crate) use chain::{owner_of, run_branch};
+
 pub use record::{RunRecord, RunStatus, StepRecord};
 
 use crate::error::InvokeError;
@@ -56,6 +58,16 @@ pub enum RunError {
     /// The run's output could not be read.
     #[error("cannot read the run's output: {0}")]
     Output(String),
+    /// A branch run by another replica's worker failed.
+    #[error("branch {branch} on worker `{worker}`: {failure}")]
+    RemoteBranch {
+        /// The branch.
+        branch: u32,
+        /// The worker that ran it.
+        worker: String,
+        /// What it reported.
+        failure: crate::remote::EventFailure,
+    },
 }
 
 impl RunError {
@@ -67,6 +79,7 @@ impl RunError {
                 cause: StepFailure::Invoke(err),
                 ..
             } if err.status() == 504 => 504,
+            Self::RemoteBranch { failure, .. } => failure.status,
             _ => 500,
         }
     }
@@ -79,6 +92,7 @@ impl RunError {
             Self::JoinTimeout { .. } => "join_timeout",
             Self::Timeout(_) => "run_timeout",
             Self::Output(_) => "output",
+            Self::RemoteBranch { .. } => "step_failed",
         }
     }
 }
@@ -123,7 +137,7 @@ impl Worker {
         workflow: &Arc<LoadedWorkflow>,
         input: Region,
     ) -> RunOutcome {
-        chain::run(self.clone(), workflow.clone(), input, None).await
+        chain::run(self.clone(), workflow.clone(), input, None, Arc::from([])).await
     }
 
     /// Like [`Worker::run_workflow`], for a run started by `message` (every step sees
@@ -134,6 +148,25 @@ impl Worker {
         input: Region,
         message: TriggerMessage,
     ) -> RunOutcome {
-        chain::run(self.clone(), workflow.clone(), input, Some(message)).await
+        chain::run(
+            self.clone(),
+            workflow.clone(),
+            input,
+            Some(message),
+            Arc::from([]),
+        )
+        .await
+    }
+
+    /// A run (started by `message`, if any) whose fan-out branches may go to `peers`,
+    /// the other workers holding `workflow` (services mode).
+    pub(crate) async fn run_with_peers(
+        self: &Arc<Self>,
+        workflow: &Arc<LoadedWorkflow>,
+        input: Region,
+        message: Option<TriggerMessage>,
+        peers: Arc<[crate::remote::branch::Peer]>,
+    ) -> RunOutcome {
+        chain::run(self.clone(), workflow.clone(), input, message, peers).await
     }
 }

@@ -48,6 +48,13 @@ pub struct StepRecord {
     pub succeeded: bool,
     /// The last failure, if any attempt failed.
     pub error: Option<String>,
+    /// The worker that ran it, when another replica's worker ran its branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// How its branch's regions reached that worker: `fd` (memory file descriptors
+    /// over a Unix socket, on the same host) or `network` (one copy over HTTP/2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<String>,
 }
 
 /// Collects step records from concurrently running branches.

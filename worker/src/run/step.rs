@@ -87,6 +87,8 @@ pub(crate) async fn run_step(
             duration_ms: started.elapsed().as_secs_f64() * 1e3,
             succeeded: error.is_none(),
             error,
+            worker: None,
+            handoff: None,
         };
         match result {
             Ok(outputs) => {
