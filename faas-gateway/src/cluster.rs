@@ -13,11 +13,11 @@ use faas_cluster::{
     Cluster, ClusterError, DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo,
 };
 use faas_scheduler::WorkerId;
-use faas_worker::remote::RemoteWorker;
+use faas_worker::remote::RemoteWorkers;
 use faas_workflow::Workflow;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How the gateway takes part in the cluster.
@@ -35,8 +35,8 @@ pub struct ClusterConfig {
 pub struct ClusterBackend {
     cluster: Cluster,
     config: ClusterConfig,
-    /// Clients by worker id and address, kept so connections are reused.
-    clients: Mutex<HashMap<(String, String), Arc<RemoteWorker>>>,
+    /// Clients of the workers.
+    clients: RemoteWorkers,
 }
 
 /// The shared state at one moment.
@@ -52,9 +52,9 @@ impl ClusterBackend {
     /// A backend over `cluster`.
     pub fn new(cluster: Cluster, config: ClusterConfig) -> Self {
         Self {
+            clients: RemoteWorkers::new(config.token.clone()),
             cluster,
             config,
-            clients: Mutex::default(),
         }
     }
 
@@ -283,20 +283,10 @@ impl ClusterBackend {
             }
             replicas.push(Replica {
                 worker_id: WorkerId(info.id.clone()),
-                target: ReplicaTarget::Remote(self.client(info)),
+                target: ReplicaTarget::Remote(self.clients.get(info)),
             });
         }
         (replicas, functions)
-    }
-
-    fn client(&self, info: &WorkerInfo) -> Arc<RemoteWorker> {
-        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        clients
-            .entry((info.id.clone(), info.addr.clone()))
-            .or_insert_with(|| {
-                Arc::new(RemoteWorker::new(&info.id, &info.addr, &self.config.token))
-            })
-            .clone()
     }
 }
 

@@ -6,12 +6,40 @@ use crate::messaging::TriggerMessage;
 use crate::region::Region;
 use crate::run::RunRecord;
 use bytes::Bytes;
+use faas_cluster::WorkerInfo;
 use http::{HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Clients of worker processes, one per worker id and address, so that connections
+/// are reused across events.
+pub struct RemoteWorkers {
+    token: String,
+    clients: Mutex<HashMap<(String, String), Arc<RemoteWorker>>>,
+}
+
+impl RemoteWorkers {
+    /// Clients presenting `token`.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self {
+            token: token.into(),
+            clients: Mutex::default(),
+        }
+    }
+
+    /// The client of the worker `info` registers.
+    pub fn get(&self, info: &WorkerInfo) -> Arc<RemoteWorker> {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        clients
+            .entry((info.id.clone(), info.addr.clone()))
+            .or_insert_with(|| Arc::new(RemoteWorker::new(&info.id, &info.addr, &self.token)))
+            .clone()
+    }
+}
 
 /// A worker in another process, reached over HTTP/2 (one multiplexed connection,
 /// re-established when it drops).

@@ -20,6 +20,6 @@ mod serve;
 mod socket;
 mod wire;
 
-pub use client::RemoteWorker;
+pub use client::{RemoteWorker, RemoteWorkers};
 pub use node::{Node, NodeConfig};
 pub use wire::EventFailure;

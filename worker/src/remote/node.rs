@@ -6,7 +6,7 @@
 //! there, compiled code included.
 
 use super::branch::{BranchReply, CallHead, Peer, PeerLink, call_inputs};
-use super::client::RemoteWorker;
+use super::client::RemoteWorkers;
 use super::wire::EventFailure;
 use super::{serve, socket};
 use crate::function::LoadedWorkflow;
@@ -54,8 +54,8 @@ pub struct Node {
     failed: RwLock<HashMap<String, (u64, String)>>,
     /// For workflows that spread their branches: the other workers holding them.
     peers: RwLock<HashMap<String, Arc<[Peer]>>>,
-    /// Clients of other workers, by id and address.
-    clients: std::sync::Mutex<HashMap<(String, String), Arc<RemoteWorker>>>,
+    /// Clients of the other workers.
+    clients: RemoteWorkers,
 }
 
 impl Node {
@@ -75,13 +75,13 @@ impl Node {
             None => None,
         };
         let node = Arc::new(Self {
+            clients: RemoteWorkers::new(config.token.clone()),
             worker,
             cluster,
             config,
             loaded: RwLock::default(),
             failed: RwLock::default(),
             peers: RwLock::default(),
-            clients: std::sync::Mutex::default(),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(serve::serve(listener, node.clone()));
@@ -247,7 +247,7 @@ impl Node {
             .map(|info| {
                 let link = match &info.socket {
                     Some(path) if info.host == self.config.host_id => PeerLink::Socket(path.into()),
-                    _ => PeerLink::Network(self.client(info)),
+                    _ => PeerLink::Network(self.clients.get(info)),
                 };
                 Peer {
                     id: info.id.clone(),
@@ -256,16 +256,6 @@ impl Node {
                 }
             })
             .collect()
-    }
-
-    fn client(&self, info: &WorkerInfo) -> Arc<RemoteWorker> {
-        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        clients
-            .entry((info.id.clone(), info.addr.clone()))
-            .or_insert_with(|| {
-                Arc::new(RemoteWorker::new(&info.id, &info.addr, &self.config.token))
-            })
-            .clone()
     }
 
     /// Loads `record`'s revision unless it is loaded or failed already, and says how
