@@ -44,16 +44,26 @@ pub struct WorkerConfig {
     /// memory on demand.
     pub pooling: bool,
     /// Regions of at least this many bytes are mapped into the next step's memory;
-    /// shorter ones are copied, which is cheaper than changing page tables.
+    /// shorter ones are copied, which measured faster than the page faults of a
+    /// mapping (see [`DEFAULT_REGION_MAP_THRESHOLD`]).
     /// `usize::MAX` turns mapping off (every region is copied once).
     pub region_map_threshold: usize,
 }
 
-/// The default [`WorkerConfig::region_map_threshold`]. From the prototype figures in
-/// the design notes (a copy into fresh pages costs about 0.7 ms per MiB, a mapping
-/// 4-15 us plus its page faults), a copy only wins for values of a few 64 KiB pages;
-/// 256 KiB is a conservative crossover, not yet re-measured with `bench/regions.sh`.
-pub const DEFAULT_REGION_MAP_THRESHOLD: usize = 256 << 10;
+/// The default [`WorkerConfig::region_map_threshold`], measured with
+/// `bench/regions.sh --sweep` (an A→B chain, mapped against copied, the two modes
+/// alternating run by run, on a 2-core VM). Up to 512 KiB copying is as fast or faster
+/// (handoff 0.8-0.98x of mapping's time at the median, end to end with the consumer
+/// reading every byte 0.84-0.96x, and less CPU): a memcpy into fresh pages beats the
+/// page faults of a mapping. At 1 MiB mapping wins the handoff (0.83x) and ties end to
+/// end; from 2 MiB it wins everything: handoff 0.27x, end to end 0.86x, the whole
+/// request 0.92x, CPU 0.98x, and the gap widens with size (16 MiB: 0.04x handoff,
+/// 0.75x end to end). So values from 2 MiB up are mapped.
+///
+/// The producer's teardown is put off until the consumer has placed the value whether
+/// it is mapped or copied; before that was so, copies looked slower than they are
+/// because the teardown competed with the consumer's start.
+pub const DEFAULT_REGION_MAP_THRESHOLD: usize = 2 << 20;
 
 impl WorkerConfig {
     /// A configuration with default limits that caches compiled code in `cache_dir`.

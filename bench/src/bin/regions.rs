@@ -14,11 +14,19 @@
 //! driver, and the CPU time (user + system) of the serving platform process per run.
 //! Then a 10 MiB region fanned out to 1, 4, 16 and 64 consumers, with both platforms.
 //!
+//! With `--sweep` it measures the map threshold instead: only the A→B chain, at 16 KiB
+//! to 1 MiB, mapped against copied. The mapping platform must then be started with
+//! `--region-map-threshold 0` (always map); `bench/regions.sh --sweep` does that. The
+//! two modes alternate run by run, so load from elsewhere on the machine hits both
+//! alike; per size it reports the median and p90 of handoff and end-to-end, the
+//! median request wall time, the CPU per run, and the ratios mapped/copied.
+//!
 //! Run through `bench/regions.sh`, which builds everything and starts both platforms.
 //! Environment: FAAS_URL, FAAS_TOKEN, FAAS_BIN (see `Target`), FAAS_PID (the mapping
 //! platform's process), FAAS_URL_COPY and FAAS_PID_COPY (the copying one); optional
 //! REGIONS_SIZES_MIB (default `1,10,100,512`) and REGIONS_BRANCHES (default
-//! `1,4,16,64`).
+//! `1,4,16,64`); with `--sweep`, REGIONS_SWEEP_KIB (default `16,32,64,128,256,512,1024`)
+//! and REGIONS_SWEEP_RUNS (timed runs per size and mode, default 300, after 30 untimed).
 
 use anyhow::{Context, bail, ensure};
 use faas_bench::{Target, quantile};
@@ -37,6 +45,13 @@ const FANOUT_RUNS: usize = 10;
 const HANDOFF_GOAL: Duration = Duration::from_millis(1);
 /// ...and at least this many times faster than HTTP+JSON at 100 MiB.
 const SPEEDUP_GOAL: f64 = 20.0;
+/// Payload sizes of the threshold sweep, in KiB.
+const SWEEP_KIB: &str = "16,32,64,128,256,512,1024";
+/// Timed runs per size and mode in the sweep...
+const SWEEP_RUNS: usize = 300;
+/// ...after this many untimed ones.
+const SWEEP_WARMUP: usize = 30;
+const KIB: usize = 1 << 10;
 
 /// A platform process: where it listens and its PID (for CPU time).
 struct Platform {
@@ -72,6 +87,36 @@ struct Summary {
     cpu: Duration,
 }
 
+/// One mode's samples at one size of the sweep, in the order they were taken.
+#[derive(Default)]
+struct Samples {
+    handoff: Vec<Duration>,
+    read: Vec<Duration>,
+    wall: Vec<Duration>,
+}
+
+/// One mode at one size of the sweep: median and p90 of handoff and end-to-end, the
+/// median wall time, and the platform's CPU per run.
+struct SweepStats {
+    handoff: [Duration; 2],
+    read: [Duration; 2],
+    wall: Duration,
+    cpu: Duration,
+}
+
+impl SweepStats {
+    fn new(mut samples: Samples, cpu: Duration) -> Self {
+        let runs = samples.read.len() as u32;
+        let p50_p90 = |values: &mut Vec<Duration>| [quantile(values, 0.5), quantile(values, 0.9)];
+        Self {
+            handoff: p50_p90(&mut samples.handoff),
+            read: p50_p90(&mut samples.read),
+            wall: quantile(&mut samples.wall, 0.5),
+            cpu: cpu / runs,
+        }
+    }
+}
+
 struct Bench {
     client: reqwest::Client,
     map: Platform,
@@ -88,6 +133,7 @@ async fn main() -> anyhow::Result<()> {
         token: target.token.clone(),
         faas: target.faas.clone(),
     };
+    let sweep = std::env::args().skip(1).any(|arg| arg == "--sweep");
     let sizes = list_var("REGIONS_SIZES_MIB", SIZES_MIB)?;
     let branches = list_var("REGIONS_BRANCHES", BRANCHES)?;
     let bench = Bench {
@@ -112,15 +158,18 @@ async fn main() -> anyhow::Result<()> {
         "functions/regions/workflow.toml",
         &[],
     )?;
+    for target in [&target, &copy_target] {
+        target.deploy(&chain)?;
+    }
+    if sweep {
+        return bench.sweep().await;
+    }
     let http = manifest(
         dir.path(),
         "regions-http.toml",
         "functions/regions/http-chain/workflow.toml",
         &[],
     )?;
-    for target in [&target, &copy_target] {
-        target.deploy(&chain)?;
-    }
     target.deploy(&http)?;
     for &width in &branches {
         let fanout = manifest(
@@ -295,6 +344,140 @@ impl Bench {
             wall: quantile(&mut walls, 0.5),
             cpu: cpu / runs as u32,
         })
+    }
+
+    /// The map-threshold sweep: the chain at each size, mapped and copied in turn, run
+    /// by run; the tables, and the sizes from which mapping is at least as fast.
+    async fn sweep(&self) -> anyhow::Result<()> {
+        let sizes = list_var("REGIONS_SWEEP_KIB", SWEEP_KIB)?;
+        let runs: usize = match std::env::var("REGIONS_SWEEP_RUNS") {
+            Ok(text) => text.trim().parse().context("REGIONS_SWEEP_RUNS")?,
+            Err(_) => SWEEP_RUNS,
+        };
+        ensure!(runs > 0, "REGIONS_SWEEP_RUNS must be at least 1");
+        const SWEEP_MODES: [Mode; 2] = [Mode::Map, Mode::Copy];
+        for mode in SWEEP_MODES {
+            self.chain_once(mode, MIB).await?;
+        }
+
+        println!("# Regions: map threshold sweep (A→B chain)\n");
+        println!(
+            "map: a platform with `--region-map-threshold 0` (every region mapped); copy: \
+             `--region-map-threshold off` (every region copied once). Per size {SWEEP_WARMUP} \
+             untimed runs per mode, then {runs} timed ones, the two modes alternating run by \
+             run. handoff: producer's seal → bytes usable in the consumer; end-to-end: → the \
+             consumer has read and checked every byte (both measured in the consumer); request \
+             wall: the whole request as the driver saw it (includes tearing the steps down); \
+             CPU: user+system time of the serving platform process per run.\n"
+        );
+        println!(
+            "| size | mode | handoff p50 | handoff p90 | end-to-end p50 | end-to-end p90 | request wall p50 | CPU per run |"
+        );
+        println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+        let mut rows = Vec::new();
+        for &kib in &sizes {
+            let len = kib * KIB;
+            // Alternating which mode goes first cancels any effect of the order.
+            let order = |run: usize| {
+                if run.is_multiple_of(2) {
+                    [0, 1]
+                } else {
+                    [1, 0]
+                }
+            };
+            for run in 0..SWEEP_WARMUP {
+                for index in order(run) {
+                    self.chain_once(SWEEP_MODES[index], len).await?;
+                }
+            }
+            let pids = SWEEP_MODES.map(|mode| self.platform(mode).pid);
+            let mut samples = [Samples::default(), Samples::default()];
+            let mut cpu = [Duration::ZERO; 2];
+            for (spent, pid) in cpu.iter_mut().zip(pids) {
+                *spent = cpu_time(pid, self.clock_ticks)?;
+            }
+            for run in 0..runs {
+                for index in order(run) {
+                    let (handoff, read, wall) = self.chain_once(SWEEP_MODES[index], len).await?;
+                    samples[index].handoff.push(handoff);
+                    samples[index].read.push(read);
+                    samples[index].wall.push(wall);
+                }
+            }
+            for (spent, pid) in cpu.iter_mut().zip(pids) {
+                *spent = cpu_time(pid, self.clock_ticks)?.saturating_sub(*spent);
+            }
+            // Runs of the same pair in which mapping was at least as fast end to end.
+            let map_wins = samples[0]
+                .read
+                .iter()
+                .zip(&samples[1].read)
+                .filter(|(map, copy)| map <= copy)
+                .count();
+            let [map, copy] = samples;
+            let stats = [SweepStats::new(map, cpu[0]), SweepStats::new(copy, cpu[1])];
+            for (stats, mode) in stats.iter().zip(SWEEP_MODES) {
+                println!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    kib_label(kib),
+                    if mode == Mode::Map { "map" } else { "copy" },
+                    human(stats.handoff[0]),
+                    human(stats.handoff[1]),
+                    human(stats.read[0]),
+                    human(stats.read[1]),
+                    human(stats.wall),
+                    human(stats.cpu)
+                );
+            }
+            rows.push((kib, stats, map_wins));
+        }
+
+        println!("\n## Ratios mapped / copied (below 1.00: mapping is faster)\n");
+        println!(
+            "| size | handoff p50 | handoff p90 | end-to-end p50 | end-to-end p90 | request wall p50 | CPU | pairs where map ≤ copy end-to-end |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for (kib, [map, copy], map_wins) in &rows {
+            // CPU time comes in clock ticks (10 ms): too few runs may show none.
+            let cpu = if copy.cpu.is_zero() {
+                "n/a".to_owned()
+            } else {
+                format!("{:.2}", ratio(map.cpu, copy.cpu))
+            };
+            println!(
+                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {cpu} | {:.0}% |",
+                kib_label(*kib),
+                ratio(map.handoff[0], copy.handoff[0]),
+                ratio(map.handoff[1], copy.handoff[1]),
+                ratio(map.read[0], copy.read[0]),
+                ratio(map.read[1], copy.read[1]),
+                ratio(map.wall, copy.wall),
+                *map_wins as f64 * 100.0 / runs as f64,
+            );
+        }
+
+        println!("\n## Crossover\n");
+        let from = |pick: fn(&SweepStats) -> Duration| {
+            // The smallest size from which mapping is at least as fast at every larger
+            // size too.
+            let mut crossover = None;
+            for (kib, [map, copy], _) in rows.iter().rev() {
+                if pick(map) > pick(copy) {
+                    break;
+                }
+                crossover = Some(*kib);
+            }
+            crossover.map_or_else(|| "no size".to_owned(), kib_label)
+        };
+        println!(
+            "- mapping at least as fast from (at that size and every larger one): \
+             handoff p50 {}, end-to-end p50 {}, end-to-end p90 {}, request wall p50 {}",
+            from(|s| s.handoff[0]),
+            from(|s| s.read[0]),
+            from(|s| s.read[1]),
+            from(|s| s.wall),
+        );
+        Ok(())
     }
 
     /// Runs `regions-fanout-<width>` after an untimed run; one table line.
@@ -494,6 +677,15 @@ fn list_var(name: &str, default: &str) -> anyhow::Result<Vec<usize>> {
 
 fn ratio(other: Duration, map: Duration) -> f64 {
     other.as_secs_f64() / map.as_secs_f64().max(1e-9)
+}
+
+/// A size in KiB as `<n> KiB`, or `<n> MiB` when whole MiB.
+fn kib_label(kib: usize) -> String {
+    if kib >= 1024 && kib.is_multiple_of(1024) {
+        format!("{} MiB", kib / 1024)
+    } else {
+        format!("{kib} KiB")
+    }
 }
 
 /// A duration in µs, ms or s with three significant digits or so.

@@ -112,7 +112,8 @@ pub struct Region {
     schema_type: String,
     owner: Option<RegionOwner>,
     body: Body,
-    /// The producer's instance, kept until the consumers have mapped the value.
+    /// The producer's instance, kept until the consumers have placed (mapped or copied)
+    /// the value.
     producer: Option<Arc<Retired>>,
 }
 
@@ -356,13 +357,7 @@ impl Region {
         }
     }
 
-    /// Whether the next step will map the value (rather than copy it) under
-    /// `map_threshold`.
-    pub(crate) fn will_map(&self, map_threshold: usize) -> bool {
-        matches!(self.body, Body::Sealed { len, .. } if len >= map_threshold)
-    }
-
-    /// Keeps `producer` alive while this region (or a clone) may still be mapped.
+    /// Keeps `producer` alive while this region (or a clone) may still be placed.
     pub(crate) fn retain_producer(&mut self, producer: Arc<Retired>) {
         self.producer = Some(producer);
     }

@@ -203,11 +203,13 @@ async fn attempt_once(
     }
     // Tearing an instance down (unmapping its region pages, resetting its slot) takes
     // time that grows with its memory; the next step need not wait for it, and should
-    // map what it maps before the teardown takes the memory-map lock.
-    let threshold = run.worker.config().region_map_threshold;
+    // map or copy what it takes before the teardown competes with it for the
+    // memory-map lock and the cores. `bench/regions.sh --sweep` measured that putting
+    // the teardown off for copied values too is what makes copying the faster handoff
+    // below the map threshold.
     let producer = Retired::new(store);
     for region in &mut outputs {
-        if region.will_map(threshold) {
+        if region.is_mappable() {
             region.retain_producer(producer.clone());
         }
     }
