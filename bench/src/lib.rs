@@ -1,6 +1,8 @@
 //! Shared pieces of the benchmark drivers: talking to a running platform and
 //! summarising latencies.
 
+pub mod regions;
+
 use anyhow::{Context, bail};
 use std::path::Path;
 use std::process::Command;
