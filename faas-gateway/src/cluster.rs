@@ -314,6 +314,7 @@ async fn follow_once(backend: &ClusterBackend, registry: &Registry) -> Result<()
     if !backend.state_is_intact(registry).await? {
         return Ok(());
     }
+    let generation = registry.local_generation();
     let snapshot = backend.snapshot().await?;
     let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();
     let mut deployments = Vec::new();
@@ -353,7 +354,11 @@ async fn follow_once(backend: &ClusterBackend, registry: &Registry) -> Result<()
         };
         deployments.push(deployment);
     }
-    registry.install(deployments, live.into_iter().map(WorkerId).collect());
+    registry.install(
+        deployments,
+        live.into_iter().map(WorkerId).collect(),
+        generation,
+    );
     Ok(())
 }
 

@@ -196,6 +196,9 @@ struct State {
     /// Workers in this process (embedded mode), or the live worker processes as last
     /// seen in Redis (services mode; `None`, as they are not here).
     workers: BTreeMap<WorkerId, Option<Arc<Worker>>>,
+    /// Counts the deploys and removals made through this registry, so that a view of
+    /// the shared state read before one of them is not installed over it.
+    local_changes: u64,
 }
 
 /// How many runs of each workflow `faas runs` can show.
@@ -317,6 +320,7 @@ impl Registry {
             .deployments
             .insert(deployment.workflow.name.clone(), deployment.clone());
         state.routes = Arc::new(route_table(&state.deployments));
+        state.local_changes += 1;
         drop(state);
         self.changed();
         Ok(DeployOutcome::Deployed(deployment))
@@ -343,6 +347,7 @@ impl Registry {
         let mut state = self.write();
         let removed = state.deployments.remove(name);
         state.routes = Arc::new(route_table(&state.deployments));
+        state.local_changes += 1;
         drop(state);
         self.lock_runs().remove(name);
         self.changed();
@@ -535,10 +540,22 @@ impl Registry {
         }
     }
 
+    /// Where the deploys and removals made through this registry stand; see
+    /// [`Registry::install`].
+    pub(crate) fn local_generation(&self) -> u64 {
+        self.read().local_changes
+    }
+
     /// Installs the deployments and workers as the shared state has them now
-    /// (services mode). Nothing changes, and no one is notified, when they are what
-    /// the registry already serves.
-    pub(crate) fn install(&self, deployments: Vec<Arc<Deployment>>, workers: Vec<WorkerId>) {
+    /// (services mode), if no deploy or removal went through this registry since
+    /// `generation` (the view may predate it; the next one will not). Nothing changes,
+    /// and no one is notified, when they are what the registry already serves.
+    pub(crate) fn install(
+        &self,
+        deployments: Vec<Arc<Deployment>>,
+        workers: Vec<WorkerId>,
+        generation: u64,
+    ) {
         let serving = |deployment: &Deployment| {
             (
                 deployment.revision,
@@ -546,6 +563,9 @@ impl Registry {
             )
         };
         let mut state = self.write();
+        if state.local_changes != generation {
+            return;
+        }
         state.workers = workers.into_iter().map(|id| (id, None)).collect();
         let same = state.deployments.len() == deployments.len()
             && deployments.iter().all(|new| {
