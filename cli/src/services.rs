@@ -97,6 +97,10 @@ pub struct WorkerCmdArgs {
     /// defaults to <data-dir>/worker.sock.
     #[arg(long, env = "FAAS_WORKER_SOCKET")]
     socket: Option<PathBuf>,
+    /// On SIGTERM, how long the worker may keep serving while its workflows are placed
+    /// and loaded elsewhere and its events in flight finish, in milliseconds.
+    #[arg(long, env = "FAAS_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
+    shutdown_grace_ms: u64,
 }
 
 /// Runs a gateway of services mode until Ctrl-C or SIGTERM.
@@ -183,10 +187,14 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&args.identity.data_dir)
         .with_context(|| format!("creating data dir {}", args.identity.data_dir.display()))?;
-    let _node = Node::start(Arc::new(worker), cluster, config, listener)
+    let node = Node::start(Arc::new(worker), cluster, config, listener)
         .context("binding the worker socket")?;
     println!("faas worker {id} is up at {bound}");
-    wait_for_signal().await
+    wait_for_signal().await?;
+    println!("draining");
+    node.drain(Duration::from_millis(args.shutdown_grace_ms))
+        .await;
+    Ok(())
 }
 
 /// This boot of this machine, as the kernel names it.

@@ -20,6 +20,10 @@ pub struct WorkerInfo {
     /// Its Unix socket for descriptor passing, on that host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// It is stopping: it serves what it holds until its workflows are placed and
+    /// loaded elsewhere, and takes nothing new.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// One deployed version of a workflow, as the gateway accepted it.

@@ -130,6 +130,15 @@ impl Cluster {
         Ok(sets)
     }
 
+    /// Takes a stopping worker out at once, rather than when its heartbeat expires.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn deregister(&self, id: &str) -> Result<(), ClusterError> {
+        let _: i64 = self.conn().del(alive_key(id)).await?;
+        self.forget_worker(id).await
+    }
+
     /// Forgets a dead worker: its registration and its load reports.
     ///
     /// # Errors

@@ -40,7 +40,10 @@ struct Scheduler {
 
 impl Scheduler {
     async fn round(&mut self, cluster: &Cluster) -> Result<(), ClusterError> {
-        let workers = cluster.workers().await?;
+        let mut workers = cluster.workers().await?;
+        // A draining worker keeps serving until its workflows run elsewhere, but takes
+        // nothing: for placement it is gone.
+        workers.live.retain(|info| !info.draining);
         let live: BTreeSet<WorkerId> = workers
             .live
             .iter()
@@ -54,7 +57,7 @@ impl Scheduler {
             .collect();
         for id in gone {
             let unplaced = self.planner.remove_worker(&id);
-            tracing::warn!(worker = %id, ?unplaced, "worker stopped heartbeating; re-placing its workflows");
+            tracing::warn!(worker = %id, ?unplaced, "worker left or is draining; re-placing its workflows");
         }
         for id in &workers.dead {
             cluster.forget_worker(id).await?;

@@ -386,3 +386,36 @@ fn spread_branches_reach_a_replica_on_another_host_in_one_network_copy() {
     services.start_worker_with("w2", &["--host-id", "another-host"]);
     check_spread_branches(&services, "network");
 }
+
+#[test]
+fn a_worker_stopped_with_sigterm_hands_its_workflows_over_without_failing_a_request() {
+    let mut services = Services::start(&["w1", "w2"]);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    let first = services.holder_of("hello");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hammer = {
+        let (url, stop) = (format!("{}/hello?name=drain", services.url), stop.clone());
+        std::thread::spawn(move || {
+            let client = client();
+            let mut statuses = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let status = client.get(&url).send().map_or(0, |r| r.status().as_u16());
+                statuses.push(status);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            statuses
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut worker = services.workers.remove(&first).unwrap();
+    let exit = worker.stop(libc::SIGTERM);
+    assert!(exit.success(), "the worker exited with {exit}");
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let statuses = hammer.join().unwrap();
+    let failed = statuses.iter().filter(|status| **status != 200).count();
+    assert!(statuses.len() > 50, "{} requests", statuses.len());
+    assert_eq!(failed, 0, "{failed} of {} requests failed", statuses.len());
+    assert_ne!(services.holder_of("hello"), first);
+    assert!(!services.workers_json().contains_key(&first));
+}

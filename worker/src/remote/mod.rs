@@ -21,5 +21,5 @@ mod socket;
 mod wire;
 
 pub use client::{RemoteWorker, RemoteWorkers};
-pub use node::{Node, NodeConfig};
+pub use node::{Node, NodeConfig, RunningNode};
 pub use wire::EventFailure;

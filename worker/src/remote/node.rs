@@ -15,6 +15,7 @@ use crate::worker::Worker;
 use faas_cluster::{Cluster, ClusterError, DeploymentRecord, LoadStatus, WorkerInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -56,11 +57,29 @@ pub struct Node {
     peers: RwLock<HashMap<String, Arc<[Peer]>>>,
     /// Clients of the other workers.
     clients: RemoteWorkers,
+    /// Set when the worker is stopping: it keeps what it holds and takes nothing new.
+    draining: AtomicBool,
+}
+
+/// A started node: its tasks run until it is drained or dropped.
+pub struct RunningNode {
+    node: Arc<Node>,
+    _tasks: JoinSet<()>,
+}
+
+impl RunningNode {
+    /// Stops the worker without failing an event: marks it draining (the scheduler
+    /// places its workflows elsewhere), keeps serving until every workflow it holds is
+    /// loaded on another worker and the gateways have had time to notice, waits for
+    /// its events in flight, then deregisters. Gives up waiting after `grace`.
+    pub async fn drain(self, grace: Duration) {
+        self.node.drain(grace).await;
+    }
 }
 
 impl Node {
-    /// Starts serving on `listener`, heartbeating and following placements. The
-    /// returned set holds the node's tasks: dropping it stops the node.
+    /// Starts serving on `listener`, heartbeating and following placements. Dropping
+    /// the returned node stops it at once; [`RunningNode::drain`] stops it gently.
     ///
     /// # Errors
     /// If the Unix socket cannot be bound.
@@ -69,7 +88,7 @@ impl Node {
         cluster: Cluster,
         config: NodeConfig,
         listener: TcpListener,
-    ) -> std::io::Result<JoinSet<()>> {
+    ) -> std::io::Result<RunningNode> {
         let socket = match &config.socket {
             Some(path) => Some(socket::bind(path)?),
             None => None,
@@ -82,6 +101,7 @@ impl Node {
             loaded: RwLock::default(),
             failed: RwLock::default(),
             peers: RwLock::default(),
+            draining: AtomicBool::new(false),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(serve::serve(listener, node.clone()));
@@ -89,8 +109,106 @@ impl Node {
             tasks.spawn(socket::serve(socket, node.clone()));
         }
         tasks.spawn(node.clone().heartbeat());
-        tasks.spawn(node.sync());
-        Ok(tasks)
+        tasks.spawn(node.clone().sync());
+        Ok(RunningNode {
+            node,
+            _tasks: tasks,
+        })
+    }
+
+    /// See [`RunningNode::drain`].
+    async fn drain(&self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        self.draining.store(true, Ordering::SeqCst);
+        if let Err(err) = self
+            .cluster
+            .heartbeat(&self.info(), self.config.heartbeat_ttl)
+            .await
+        {
+            tracing::warn!("announcing the drain failed: {err}");
+        }
+        tracing::info!(worker = self.config.id, "draining");
+        let pause = self.config.sync_interval;
+        while !self.handed_over().await.unwrap_or(false) {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!("workflows not placed elsewhere within {grace:?}; leaving anyway");
+                break;
+            }
+            tokio::time::sleep(pause).await;
+        }
+        // The gateways switch to the new replicas at their next read of the state.
+        tokio::time::sleep(pause * 4).await;
+        while self.worker.active_instances() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Err(err) = self.cluster.deregister(&self.config.id).await {
+            tracing::warn!("deregistering failed; the heartbeat will expire: {err}");
+        }
+        tracing::info!(worker = self.config.id, "drained");
+    }
+
+    /// Whether every workflow this worker holds is loaded, at its current revision, on
+    /// some other worker the scheduler placed it on (or is no longer deployed). Also
+    /// true when no other worker can take anything: then there is nothing to wait for.
+    async fn handed_over(&self) -> Result<bool, ClusterError> {
+        let others_alive = self
+            .cluster
+            .workers()
+            .await?
+            .live
+            .iter()
+            .any(|info| info.id != self.config.id && !info.draining);
+        if !others_alive {
+            return Ok(true);
+        }
+        let placements = self.cluster.placements().await?;
+        let deployments = self.cluster.deployments().await?;
+        let held: Vec<String> = {
+            let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
+            loaded.keys().cloned().collect()
+        };
+        for name in held {
+            let Some(record) = deployments.get(&name) else {
+                continue;
+            };
+            let others: Vec<&String> = placements
+                .get(&name)
+                .map(|placement| {
+                    placement
+                        .workers
+                        .iter()
+                        .filter(|id| **id != self.config.id)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut ready = false;
+            for other in others {
+                let statuses = self.cluster.load_statuses(other).await?;
+                ready |= statuses
+                    .get(&name)
+                    .is_some_and(|status| status.is_ready(record.revision));
+            }
+            if !ready {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// This worker as it registers.
+    fn info(&self) -> WorkerInfo {
+        WorkerInfo {
+            id: self.config.id.clone(),
+            addr: self.config.advertise.clone(),
+            capacity: self.config.capacity,
+            host: self.config.host_id.clone(),
+            socket: self
+                .config
+                .socket
+                .as_ref()
+                .map(|path| path.display().to_string()),
+            draining: self.draining.load(Ordering::SeqCst),
+        }
     }
 
     pub(super) fn id(&self) -> &str {
@@ -145,23 +263,12 @@ impl Node {
     }
 
     async fn heartbeat(self: Arc<Self>) {
-        let info = WorkerInfo {
-            id: self.config.id.clone(),
-            addr: self.config.advertise.clone(),
-            capacity: self.config.capacity,
-            host: self.config.host_id.clone(),
-            socket: self
-                .config
-                .socket
-                .as_ref()
-                .map(|path| path.display().to_string()),
-        };
         let mut ticker = tokio::time::interval(self.config.heartbeat_ttl / 3);
         loop {
             ticker.tick().await;
             if let Err(err) = self
                 .cluster
-                .heartbeat(&info, self.config.heartbeat_ttl)
+                .heartbeat(&self.info(), self.config.heartbeat_ttl)
                 .await
             {
                 tracing::warn!("heartbeat failed: {err}");
@@ -181,6 +288,10 @@ impl Node {
     }
 
     async fn sync_once(&self) -> Result<(), ClusterError> {
+        // A draining worker keeps serving what it holds, as it is, until it leaves.
+        if self.draining.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         let placements = self.cluster.placements().await?;
         let deployments = self.cluster.deployments().await?;
         let reported = self.cluster.load_statuses(&self.config.id).await?;
