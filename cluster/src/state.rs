@@ -31,6 +31,16 @@ fn loaded_key(id: &str) -> String {
     format!("faas:loaded:{id}")
 }
 
+/// `faas:lock:<workflow>`: held by the gateway changing that workflow.
+fn lock_key(name: &str) -> String {
+    format!("faas:lock:{name}")
+}
+
+/// Deletes a key only if it still holds the value given (a lock taken by someone else
+/// after ours expired stays).
+const RELEASE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+
 /// `faas:component:<sha256>`: a component's bytes.
 fn component_key(digest: &str) -> String {
     format!("faas:component:{digest}")
@@ -178,6 +188,43 @@ impl Cluster {
     /// [`ClusterError::Redis`].
     pub async fn next_revision(&self) -> Result<u64, ClusterError> {
         Ok(self.conn().incr(REVISION, 1).await?)
+    }
+
+    /// Takes the lock on changing workflow `name` for at most `ttl`, as `holder`;
+    /// returns false when someone else holds it.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn lock_workflow(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, ClusterError> {
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(lock_key(name))
+            .arg(holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(taken.is_some())
+    }
+
+    /// Releases the lock on workflow `name` if `holder` still holds it.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn unlock_workflow(&self, name: &str, holder: &str) -> Result<(), ClusterError> {
+        let _: i64 = redis::cmd("EVAL")
+            .arg(RELEASE)
+            .arg(1)
+            .arg(lock_key(name))
+            .arg(holder)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
     }
 
     /// The id of the shared state's current epoch, if any was set.

@@ -8,7 +8,9 @@
 //! a worker that stopped heartbeating leaves the replicas, and the replicas the
 //! scheduler placed instead join once they have loaded.
 
-use crate::registry::{DeployError, Deployment, Placed, Registry, Replica, ReplicaTarget};
+use crate::registry::{
+    DeployError, Deployment, Placed, Registry, Replica, ReplicaTarget, check_owner, check_routes,
+};
 use faas_cluster::{
     Cluster, ClusterError, DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo,
 };
@@ -66,16 +68,27 @@ impl ClusterBackend {
         digest: &str,
     ) -> Result<Placed, DeployError> {
         let name = &workflow.name;
+        self.locked(name, self.deploy_locked(workflow, components, digest))
+            .await
+    }
+
+    /// [`Self::deploy`], under the workflow's lock. The name and routes are checked
+    /// again against what every gateway deployed, not only this one.
+    async fn deploy_locked(
+        &self,
+        workflow: &Workflow,
+        components: BTreeMap<String, Vec<u8>>,
+        digest: &str,
+    ) -> Result<Placed, DeployError> {
+        let name = &workflow.name;
+        let mut deployed = self.cluster.deployments().await.map_err(shared_state)?;
+        check_owner(workflow, deployed.get(name).map(|record| &record.workflow))?;
+        check_routes(workflow, deployed.values().map(|record| &record.workflow))?;
+        let previous = deployed.remove(name);
         let digests = self
             .put_components(&components)
             .await
             .map_err(shared_state)?;
-        let previous = self
-            .cluster
-            .deployments()
-            .await
-            .map_err(shared_state)?
-            .remove(name);
         let record = DeploymentRecord {
             workflow: workflow.clone(),
             digest: digest.to_owned(),
@@ -226,10 +239,42 @@ impl ClusterBackend {
 
     /// Removes workflow `name` from the shared state.
     pub(crate) async fn remove(&self, name: &str) -> Result<(), DeployError> {
-        self.cluster
-            .remove_deployment(name)
+        self.locked(name, async {
+            self.cluster
+                .remove_deployment(name)
+                .await
+                .map_err(shared_state)
+        })
+        .await
+    }
+
+    /// Runs `change` holding the lock on workflow `name`, so that two gateways never
+    /// change one workflow at once.
+    async fn locked<T>(
+        &self,
+        name: &str,
+        change: impl Future<Output = Result<T, DeployError>>,
+    ) -> Result<T, DeployError> {
+        let holder = format!("{:016x}", rand::random::<u64>());
+        let ttl = self.config.deploy_timeout + Duration::from_secs(30);
+        if !self
+            .cluster
+            .lock_workflow(name, &holder, ttl)
             .await
-            .map_err(shared_state)
+            .map_err(shared_state)?
+        {
+            return Err(DeployError::Conflict(format!(
+                "another gateway is deploying or removing workflow `{name}`; try again"
+            )));
+        }
+        let result = change.await;
+        if let Err(err) = self.cluster.unlock_workflow(name, &holder).await {
+            tracing::warn!(
+                workflow = name,
+                "releasing the deploy lock (it expires): {err}"
+            );
+        }
+        result
     }
 
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {

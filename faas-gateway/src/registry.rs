@@ -281,18 +281,14 @@ impl Registry {
         }
         let digest = digest(&request);
         let current = self.get(&workflow.name);
-        if let Some(current) = &current {
-            if current.digest == digest {
-                return Ok(DeployOutcome::Unchanged(current.clone()));
-            }
-            if current.key.tenant != workflow.tenant {
-                return Err(DeployError::Conflict(format!(
-                    "workflow `{}` belongs to tenant `{}`",
-                    workflow.name, current.key.tenant
-                )));
-            }
+        if let Some(current) = current.as_ref().filter(|current| current.digest == digest) {
+            return Ok(DeployOutcome::Unchanged(current.clone()));
         }
-        self.check_routes_are_free(&workflow)?;
+        check_owner(&workflow, current.as_ref().map(|current| &current.workflow))?;
+        {
+            let state = self.read();
+            check_routes(&workflow, state.deployments.values().map(|d| &d.workflow))?;
+        }
         let placed = match &self.backend {
             Backend::Embedded(placement) => {
                 self.place_here(placement.as_ref(), &workflow, request.components)
@@ -617,24 +613,6 @@ impl Registry {
             .map(|entry| (entry.deployment.clone(), entry.target.clone()))
     }
 
-    fn check_routes_are_free(&self, workflow: &Workflow) -> Result<(), DeployError> {
-        let state = self.read();
-        for trigger in &workflow.http_triggers {
-            if let Some(owner) = state
-                .routes
-                .iter()
-                .find(|entry| entry.route == trigger.route)
-                .filter(|entry| entry.deployment.workflow.name != workflow.name)
-            {
-                return Err(DeployError::Conflict(format!(
-                    "route `{}` is already served by workflow `{}`",
-                    trigger.route, owner.deployment.workflow.name
-                )));
-            }
-        }
-        Ok(())
-    }
-
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         // Writers replace whole values; a panic cannot leave State half-updated.
         self.state.read().unwrap_or_else(|p| p.into_inner())
@@ -643,6 +621,41 @@ impl Registry {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Refuses `workflow` when its name belongs to `current`, another tenant's workflow.
+pub(crate) fn check_owner(
+    workflow: &Workflow,
+    current: Option<&Workflow>,
+) -> Result<(), DeployError> {
+    match current {
+        Some(current) if current.tenant != workflow.tenant => Err(DeployError::Conflict(format!(
+            "workflow `{}` belongs to tenant `{}`",
+            workflow.name, current.tenant
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses `workflow` when one of its routes is served by another of `deployed`.
+pub(crate) fn check_routes<'a>(
+    workflow: &Workflow,
+    deployed: impl IntoIterator<Item = &'a Workflow>,
+) -> Result<(), DeployError> {
+    for other in deployed {
+        if other.name == workflow.name {
+            continue;
+        }
+        for trigger in &workflow.http_triggers {
+            if other.http_triggers.iter().any(|t| t.route == trigger.route) {
+                return Err(DeployError::Conflict(format!(
+                    "route `{}` is already served by workflow `{}`",
+                    trigger.route, other.name
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The route table of `deployments`, most specific route first.

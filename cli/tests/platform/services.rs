@@ -16,6 +16,26 @@ const HEARTBEAT_TTL_MS: &str = "1000";
 const SYNC_MS: &str = "50";
 
 /// A platform in services mode: each part in its own process, sharing one Redis.
+/// A `faas gateway` on a free port, reading the shared state every `sync_ms`.
+fn spawn_gateway(redis: &RedisServer, dir: &std::path::Path, sync_ms: &str) -> Process {
+    Process::spawn(
+        &[
+            "gateway",
+            "--redis",
+            &redis.url(),
+            "--sync-interval-ms",
+            sync_ms,
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ],
+        "faas gateway is up at ",
+    )
+}
+
 /// Fields drop in order: the processes go before the Redis they use.
 struct Services {
     /// `http://127.0.0.1:<port>` of the gateway.
@@ -43,23 +63,7 @@ impl Services {
             ],
             "faas scheduler is up",
         );
-        let gateway_dir = data.path().join("gateway");
-        let gateway = Process::spawn(
-            &[
-                "gateway",
-                "--redis",
-                &redis.url(),
-                "--sync-interval-ms",
-                SYNC_MS,
-                "--listen",
-                "127.0.0.1:0",
-                "--token",
-                TOKEN,
-                "--data-dir",
-                gateway_dir.to_str().unwrap(),
-            ],
-            "faas gateway is up at ",
-        );
+        let gateway = spawn_gateway(&redis, &data.path().join("gateway"), SYNC_MS);
         let url = gateway.announced.clone();
         wait_ready(&url, Duration::from_secs(30));
         let mut services = Self {
@@ -418,4 +422,48 @@ fn a_worker_stopped_with_sigterm_hands_its_workflows_over_without_failing_a_requ
     assert_eq!(failed, 0, "{failed} of {} requests failed", statuses.len());
     assert_ne!(services.holder_of("hello"), first);
     assert!(!services.workers_json().contains_key(&first));
+}
+
+#[test]
+fn gateways_agree_on_names_and_routes_even_when_one_lags_behind() {
+    let services = Services::start(&["w1"]);
+    // A second gateway that reads the shared state once, at start, and then not for a
+    // minute: only the checks made in Redis can stop it.
+    let lagging = spawn_gateway(&services.redis, &services.data.path().join("g2"), "60000");
+    let lagging_url = lagging.announced.clone();
+    wait_ready(&lagging_url, Duration::from_secs(30));
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    let dir = faas_testing::temp_dir();
+    let refused = |replacements: &[(&str, &str)]| {
+        let manifest = crate::support::copy_manifest(
+            dir.path(),
+            "functions/hello/workflow.toml",
+            replacements,
+        );
+        let output = faas_at(&lagging_url, &["deploy", manifest.to_str().unwrap()]);
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refused(&[("tenant = \"demo\"", "tenant = \"other\"")]);
+    assert!(stderr.contains("belongs to tenant `demo`"), "{stderr}");
+    let stderr = refused(&[("name = \"hello\"", "name = \"hello-copy\"")]);
+    assert!(
+        stderr.contains("route `/hello` is already served by workflow `hello`"),
+        "{stderr}"
+    );
+    // While another gateway holds the workflow's lock, a change is refused, not raced.
+    let mut redis = connect(&services.redis);
+    let _: () = redis::cmd("SET")
+        .arg("faas:lock:hello")
+        .arg("someone")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut redis)
+        .unwrap();
+    let stderr = refused(&[("greeting = \"Hello\"", "greeting = \"Hi\"")]);
+    assert!(stderr.contains("another gateway is deploying"), "{stderr}");
+    assert_eq!(
+        services.get("/hello?name=x").text().unwrap().trim(),
+        "Hello, x!"
+    );
 }
