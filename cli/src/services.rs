@@ -9,7 +9,7 @@ use anyhow::Context;
 use faas_cluster::Cluster;
 use faas_gateway::cluster::{ClusterBackend, ClusterConfig};
 use faas_gateway::{Gateway, RedisBroker, Registry};
-use faas_worker::remote::{Node, NodeConfig};
+use faas_worker::remote::{Node, NodeConfig, NodeListeners};
 use faas_worker::{KeyValueStore, Worker};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -97,6 +97,9 @@ pub struct WorkerCmdArgs {
     /// defaults to <data-dir>/worker.sock.
     #[arg(long, env = "FAAS_WORKER_SOCKET")]
     socket: Option<PathBuf>,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address.
+    #[arg(long, env = "FAAS_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// On SIGTERM, how long the worker may keep serving while its workflows are placed
     /// and loaded elsewhere and its events in flight finish, in milliseconds.
     #[arg(long, env = "FAAS_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
@@ -187,9 +190,25 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&args.identity.data_dir)
         .with_context(|| format!("creating data dir {}", args.identity.data_dir.display()))?;
-    let node = Node::start(Arc::new(worker), cluster, config, listener)
+    let metrics = match args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?,
+        ),
+        None => None,
+    };
+    let metrics_at = match &metrics {
+        Some(listener) => format!(", metrics at http://{}/metrics", listener.local_addr()?),
+        None => String::new(),
+    };
+    let listeners = NodeListeners {
+        internal: listener,
+        metrics,
+    };
+    let node = Node::start(Arc::new(worker), cluster, config, listeners)
         .context("binding the worker socket")?;
-    println!("faas worker {id} is up at {bound}");
+    println!("faas worker {id} is up at {bound}{metrics_at}");
     wait_for_signal().await?;
     println!("draining");
     node.drain(Duration::from_millis(args.shutdown_grace_ms))

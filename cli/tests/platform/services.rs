@@ -467,3 +467,35 @@ fn gateways_agree_on_names_and_routes_even_when_one_lags_behind() {
         "Hello, x!"
     );
 }
+
+#[test]
+fn a_worker_reports_its_gauges_and_holds_no_instance_when_idle() {
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &["--metrics-listen", "127.0.0.1:0"]);
+    let announced = services.workers["w1"].announced.clone();
+    let metrics = announced
+        .split("metrics at ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no metrics address in `{announced}`"))
+        .to_owned();
+    let gauge = |name: &str| -> i64 {
+        let text = client().get(&metrics).send().unwrap().text().unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(gauge("faas_workflows_loaded"), 0);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    assert_eq!(gauge("faas_workflows_loaded"), 1);
+    for _ in 0..5 {
+        assert_eq!(services.get("/hello?name=idle").status(), 200);
+    }
+    assert_eq!(
+        gauge("faas_instances_active"),
+        0,
+        "no instance outlives its event"
+    );
+    assert_eq!(gauge("faas_worker_draining"), 0);
+}

@@ -7,6 +7,7 @@
 //! - [`RemoteWorker`] (`client.rs`) is the gateway's client for that API.
 //! - `wire.rs` holds what both sides must agree on: header names and the run reply's
 //!   framing.
+//! - `metrics.rs` serves the worker's Prometheus gauges (`--metrics-listen`).
 //! - `branch.rs` runs fan-out branches on the workflow's other replicas when it spreads
 //!   them; `socket.rs` serves such calls on a Unix socket, where region memory files
 //!   pass as descriptors (SCM_RIGHTS) between workers on one host.
@@ -15,11 +16,12 @@
 
 pub(crate) mod branch;
 mod client;
+mod metrics;
 mod node;
 mod serve;
 mod socket;
 mod wire;
 
 pub use client::{RemoteWorker, RemoteWorkers};
-pub use node::{Node, NodeConfig, RunningNode};
+pub use node::{Node, NodeConfig, NodeListeners, RunningNode};
 pub use wire::EventFailure;

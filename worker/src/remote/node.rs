@@ -8,7 +8,7 @@
 use super::branch::{BranchReply, CallHead, Peer, PeerLink, call_inputs};
 use super::client::RemoteWorkers;
 use super::wire::EventFailure;
-use super::{serve, socket};
+use super::{metrics, serve, socket};
 use crate::function::LoadedWorkflow;
 use crate::run::{RunError, owner_of, run_branch};
 use crate::worker::Worker;
@@ -41,6 +41,14 @@ pub struct NodeConfig {
     pub host_id: String,
     /// Where its Unix socket for descriptor passing is bound, if anywhere.
     pub socket: Option<std::path::PathBuf>,
+}
+
+/// Where a node listens.
+pub struct NodeListeners {
+    /// The internal API.
+    pub internal: TcpListener,
+    /// `GET /metrics`, if served.
+    pub metrics: Option<TcpListener>,
 }
 
 /// A worker taking part in the cluster.
@@ -87,7 +95,7 @@ impl Node {
         worker: Arc<Worker>,
         cluster: Cluster,
         config: NodeConfig,
-        listener: TcpListener,
+        listeners: NodeListeners,
     ) -> std::io::Result<RunningNode> {
         let socket = match &config.socket {
             Some(path) => Some(socket::bind(path)?),
@@ -104,7 +112,10 @@ impl Node {
             draining: AtomicBool::new(false),
         });
         let mut tasks = JoinSet::new();
-        tasks.spawn(serve::serve(listener, node.clone()));
+        tasks.spawn(serve::serve(listeners.internal, node.clone()));
+        if let Some(listener) = listeners.metrics {
+            tasks.spawn(metrics::serve(listener, node.clone()));
+        }
         if let Some(socket) = socket {
             tasks.spawn(socket::serve(socket, node.clone()));
         }
@@ -221,6 +232,16 @@ impl Node {
 
     pub(super) fn worker(&self) -> &Arc<Worker> {
         &self.worker
+    }
+
+    /// How many workflows it holds.
+    pub(super) fn workflows_loaded(&self) -> usize {
+        self.loaded.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether it is draining.
+    pub(super) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
     }
 
     /// The other workers that run some of workflow `name`'s fan-out branches.

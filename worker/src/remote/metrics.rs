@@ -1,0 +1,94 @@
+//! The worker process's Prometheus metrics (services mode): what it runs right now.
+//! Served on `GET /metrics` of its own HTTP/1.1 listener, for scrapers that do not
+//! speak the internal HTTP/2 API.
+
+use super::node::Node;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// The gauges, read from the node at every scrape.
+struct Gauges {
+    registry: Registry,
+    instances: Gauge,
+    workflows: Gauge,
+    draining: Gauge,
+}
+
+impl Gauges {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("faas");
+        let (instances, workflows, draining) =
+            (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "instances_active",
+            "Instances alive on this worker (0 when idle)",
+            instances.clone(),
+        );
+        registry.register(
+            "workflows_loaded",
+            "Workflows compiled and linked on this worker",
+            workflows.clone(),
+        );
+        registry.register(
+            "worker_draining",
+            "1 while the worker hands its workflows over before stopping",
+            draining.clone(),
+        );
+        Self {
+            registry,
+            instances,
+            workflows,
+            draining,
+        }
+    }
+
+    fn render(&self, node: &Node) -> String {
+        self.instances.set(node.worker().active_instances() as i64);
+        self.workflows.set(node.workflows_loaded() as i64);
+        self.draining.set(i64::from(node.is_draining()));
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// Serves `/metrics` on `listener` until the task is dropped.
+pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
+    let gauges = Arc::new(Gauges::new());
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let (node, gauges) = (node.clone(), gauges.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<Incoming>| {
+                let response = if request.uri().path() == "/metrics" {
+                    Response::builder()
+                        .header(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )
+                        .body(Full::new(Bytes::from(gauges.render(&node))))
+                } else {
+                    Response::builder()
+                        .status(StatusCode::NOT_FOUND)
+                        .body(Full::new(Bytes::new()))
+                };
+                async move { response }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
