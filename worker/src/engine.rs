@@ -30,7 +30,12 @@ pub(crate) fn build_engine(config: &WorkerConfig) -> wasmtime::Result<Engine> {
     wasm.memory_may_move(false);
     if config.pooling {
         let mut pool = PoolingAllocationConfig::new();
-        let slots = config.max_instances;
+        // `max_instances` (the slot semaphore) bounds live stores. A store frees its
+        // permit when its data is dropped, which Wasmtime does before it hands the
+        // instance's pool slot back (so that regions are unmapped before any reuse);
+        // an event that takes the permit at once can then find the pool still full for
+        // a moment. Twice the slots costs only address space.
+        let slots = config.max_instances.saturating_mul(2);
         pool.total_component_instances(slots)
             // A Rust component holds a few core instances (its module plus shims).
             .total_core_instances(slots.saturating_mul(4))

@@ -9,7 +9,7 @@ use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
 use crate::messaging::Publisher;
-use crate::region::RegionScope;
+use crate::region::{RegionScope, Retired};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
 use faas_workflow::{Function, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +33,9 @@ pub struct Worker {
     publisher: Option<Arc<dyn Publisher>>,
     /// One permit per instance slot: an event holds one for as long as its store lives.
     instance_slots: Arc<Semaphore>,
+    /// Finished producers kept until their consumers placed their regions; torn down
+    /// early when an event needs their slots.
+    retired: std::sync::Mutex<Vec<std::sync::Weak<Retired>>>,
     config: WorkerConfig,
     _clock: EpochClock,
 }
@@ -57,6 +60,7 @@ impl Worker {
             kv: Arc::new(KeyValueStore::memory()),
             publisher: None,
             instance_slots: Arc::new(Semaphore::new(config.max_instances as usize)),
+            retired: std::sync::Mutex::default(),
             config,
         })
     }
@@ -77,6 +81,24 @@ impl Worker {
     /// is dropped). Zero when idle: no instance outlives its event.
     pub fn active_instances(&self) -> usize {
         self.config.max_instances as usize - self.instance_slots.available_permits()
+    }
+
+    /// Keeps `store`, a finished producer, until its consumers placed its regions (or
+    /// an event needs its slot).
+    pub(crate) fn retire(&self, store: Store<InstanceState>) -> Arc<Retired> {
+        let retired = Retired::new(store);
+        let mut list = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        list.retain(|weak| weak.strong_count() > 0);
+        list.push(Arc::downgrade(&retired));
+        retired
+    }
+
+    /// Tears every retired producer down now, freeing their slots.
+    fn release_retired(&self) {
+        let list = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|p| p.into_inner()));
+        for retired in list.iter().filter_map(std::sync::Weak::upgrade) {
+            retired.release();
+        }
     }
 
     /// The configuration the worker was started with.
@@ -208,11 +230,18 @@ impl Worker {
         function: &LoadedFunction,
         regions: Option<RegionScope>,
     ) -> Result<(Store<InstanceState>, MemoryOutputPipe), InvokeError> {
-        let slot = tokio::time::timeout(
-            function.limits.timeout,
-            self.instance_slots.clone().acquire_owned(),
-        )
-        .await
+        let slot = match self.instance_slots.clone().try_acquire_owned() {
+            Ok(slot) => Ok(Ok(slot)),
+            Err(_) => {
+                // Retired producers wait only for speed; an event must not wait on them.
+                self.release_retired();
+                tokio::time::timeout(
+                    function.limits.timeout,
+                    self.instance_slots.clone().acquire_owned(),
+                )
+                .await
+            }
+        }
         .map_err(|_| InvokeError::Overloaded {
             function: function.name.to_string(),
             message: format!(

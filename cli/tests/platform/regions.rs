@@ -179,8 +179,10 @@ fn forged_handles_and_addresses_get_errors_not_memory() {
 #[test]
 fn the_last_page_tail_and_reused_slots_show_only_zeros() {
     let dir = faas_testing::temp_dir();
-    // Two instance slots, so the scan below runs in a slot that held a mapped payload.
-    let platform = start(&["--max-instances", "2"]);
+    // One instance at a time: the pool has two slots (see the engine), which the
+    // producer and the consumer both used, so the scan below runs in a slot that held
+    // a mapped payload.
+    let platform = start(&["--max-instances", "1"]);
     deploy_probe(&platform, dir.path(), "tail", ", dirty_tail = \"true\"");
     for len in [1_000, (4 << 20) + 123] {
         let report = transfer(&platform, "/regions", len);
@@ -199,6 +201,32 @@ fn the_last_page_tail_and_reused_slots_show_only_zeros() {
         report["nonzero"], 0,
         "a reused slot showed old data: {report}"
     );
+}
+
+#[test]
+fn a_single_instance_slot_still_runs_a_chain_whose_producer_is_kept_for_its_consumer() {
+    // The producer's instance is kept until the consumer placed its value; with one
+    // slot the consumer would wait for it until its deadline, unless the worker tears
+    // kept producers down when an event finds no free slot.
+    let dir = faas_testing::temp_dir();
+    let platform = start(&["--max-instances", "1"]);
+    deploy_example(
+        &platform,
+        dir.path(),
+        &[("timeout_ms = 60000", "timeout_ms = 5000")],
+    );
+    for len in [1_000, (4 << 20) + 1] {
+        let started = std::time::Instant::now();
+        assert_eq!(
+            transfer(&platform, "/regions", len)["sum"],
+            expected_sum(len)
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{len} bytes took {:?}: the consumer waited for the producer's slot",
+            started.elapsed()
+        );
+    }
 }
 
 #[test]

@@ -120,13 +120,22 @@ pub struct Region {
 /// A finished instance whose teardown is put off. Unmapping a producer's written pages
 /// takes time in proportion to their size and holds the process's memory-map lock,
 /// which the next step needs to map the value; so the producer is torn down once its
-/// consumers have mapped (or dropped) the value, and on a blocking thread.
+/// consumers have placed (or dropped) the value, and on a blocking thread. It still
+/// holds an instance slot meanwhile, so the worker tears retired instances down early
+/// when a new event finds no free slot ([`Retired::release`]).
 pub(crate) struct Retired(std::sync::Mutex<Option<Box<dyn Send>>>);
 
 impl Retired {
     /// Puts off dropping `instance`.
     pub(crate) fn new(instance: impl Send + 'static) -> Arc<Self> {
         Arc::new(Self(std::sync::Mutex::new(Some(Box::new(instance)))))
+    }
+
+    /// Tears the instance down now (on a blocking thread), freeing its slot. The
+    /// regions it produced stay readable: their memory files outlive it.
+    pub(crate) fn release(&self) {
+        let instance = self.0.lock().map_or(None, |mut held| held.take());
+        drop_off_thread(instance);
     }
 }
 
@@ -138,11 +147,18 @@ impl fmt::Debug for Retired {
 
 impl Drop for Retired {
     fn drop(&mut self) {
-        let instance = self.0.get_mut().map_or(None, Option::take);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn_blocking(move || drop(instance))),
-            Err(_) => drop(instance),
-        }
+        drop_off_thread(self.0.get_mut().map_or(None, Option::take));
+    }
+}
+
+/// Drops `instance` on a blocking thread when inside the runtime, here otherwise.
+fn drop_off_thread(instance: Option<Box<dyn Send>>) {
+    if instance.is_none() {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(move || drop(instance))),
+        Err(_) => drop(instance),
     }
 }
 

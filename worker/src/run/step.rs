@@ -6,7 +6,7 @@ use super::{RunError, StepFailure};
 use crate::failure::{Failure, classify};
 use crate::function::{Entry, LoadedFunction};
 use crate::host::{MessageInfo, StepContext};
-use crate::region::{Region, RegionScope, Retired};
+use crate::region::{Region, RegionScope};
 use crate::run::chain::RunShared;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -207,7 +207,7 @@ async fn attempt_once(
     // memory-map lock and the cores. `bench/regions.sh --sweep` measured that putting
     // the teardown off for copied values too is what makes copying the faster handoff
     // below the map threshold.
-    let producer = Retired::new(store);
+    let producer = run.worker.retire(store);
     for region in &mut outputs {
         if region.is_mappable() {
             region.retain_producer(producer.clone());
