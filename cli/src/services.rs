@@ -64,6 +64,10 @@ pub struct GatewayCmdArgs {
 pub struct SchedulerArgs {
     #[command(flatten)]
     redis: RedisArgs,
+    /// Delete from Redis the components no deployment names that were stored more than
+    /// this many seconds ago (a deploy in progress stores them before naming them).
+    #[arg(long, env = "FAAS_COMPONENT_TTL_S", default_value_t = 600)]
+    component_ttl_s: u64,
 }
 
 /// Arguments of `faas worker`.
@@ -137,7 +141,11 @@ pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
     let cluster = args.redis.cluster().await?;
     println!("faas scheduler is up");
     tokio::select! {
-        () = faas_scheduler::service::run(cluster, args.redis.interval()) => Ok(()),
+        () = faas_scheduler::service::run(
+            cluster,
+            args.redis.interval(),
+            Duration::from_secs(args.component_ttl_s),
+        ) => Ok(()),
         result = wait_for_signal() => result,
     }
 }

@@ -15,6 +15,8 @@ const WORKERS: &str = "faas:workers";
 const DEPLOYMENTS: &str = "faas:deployments";
 /// Workflow name -> [`PlacementRecord`].
 const PLACEMENTS: &str = "faas:placements";
+/// Component digest -> when it was last stored (milliseconds since the Unix epoch).
+const COMPONENTS: &str = "faas:components";
 /// The last revision handed out.
 const REVISION: &str = "faas:revision";
 /// A random id set when the shared state was first written: if it vanishes, Redis lost
@@ -35,6 +37,10 @@ fn loaded_key(id: &str) -> String {
 fn lock_key(name: &str) -> String {
     format!("faas:lock:{name}")
 }
+
+/// Deletes a component only if it was not stored again since its stamp was read.
+const COLLECT: &str = "if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then \
+     redis.call('del', KEYS[2]) redis.call('hdel', KEYS[1], ARGV[1]) return 1 end return 0";
 
 /// Deletes a key only if it still holds the value given (a lock taken by someone else
 /// after ours expired stays).
@@ -169,8 +175,53 @@ impl Cluster {
     /// # Errors
     /// [`ClusterError::Redis`].
     pub async fn put_component(&self, digest: &str, bytes: &[u8]) -> Result<(), ClusterError> {
-        let _: bool = self.conn().set_nx(component_key(digest), bytes).await?;
+        redis::pipe()
+            .atomic()
+            .set_nx(component_key(digest), bytes)
+            .ignore()
+            .hset(COMPONENTS, digest, unix_millis())
+            .ignore()
+            .query_async::<()>(&mut self.conn())
+            .await?;
         Ok(())
+    }
+
+    /// Deletes the components no deployment names that were last stored at least
+    /// `min_age` ago, and returns their digests. A deploy stores its components before
+    /// its record, so the age keeps a deploy in progress from losing them; a component
+    /// stored again meanwhile is kept.
+    ///
+    /// # Errors
+    /// [`ClusterError`] if Redis fails or a record is malformed.
+    pub async fn collect_components(&self, min_age: Duration) -> Result<Vec<String>, ClusterError> {
+        let named: std::collections::BTreeSet<String> = self
+            .deployments()
+            .await?
+            .into_values()
+            .flat_map(|record| record.components.into_values())
+            .collect();
+        let mut conn = self.conn();
+        let stamps: BTreeMap<String, u64> = conn.hgetall(COMPONENTS).await?;
+        let cutoff = unix_millis().saturating_sub(min_age.as_millis() as u64);
+        let mut deleted = Vec::new();
+        for (digest, stamp) in stamps {
+            if named.contains(&digest) || stamp > cutoff {
+                continue;
+            }
+            let removed: i64 = redis::cmd("EVAL")
+                .arg(COLLECT)
+                .arg(2)
+                .arg(COMPONENTS)
+                .arg(component_key(&digest))
+                .arg(&digest)
+                .arg(stamp)
+                .query_async(&mut conn)
+                .await?;
+            if removed == 1 {
+                deleted.push(digest);
+            }
+        }
+        Ok(deleted)
     }
 
     /// The component whose SHA-256 is `digest`.
@@ -366,6 +417,12 @@ impl Cluster {
             })
             .collect()
     }
+}
+
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
 }
 
 fn to_json(value: &impl Serialize) -> String {

@@ -12,16 +12,32 @@ use faas_cluster::{Cluster, ClusterError, DeploymentRecord, PlacementRecord};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+/// How often the scheduler deletes the components no deployment names any more.
+const COLLECT_EVERY: Duration = Duration::from_secs(10);
+
 /// Runs placement against `cluster` until the task is dropped, riding out Redis
-/// outages (a failed round is retried at the next tick).
-pub async fn run(cluster: Cluster, interval: Duration) {
+/// outages (a failed round is retried at the next tick). Components that no
+/// deployment names and that were stored more than `component_ttl` ago are deleted
+/// from Redis.
+pub async fn run(cluster: Cluster, interval: Duration, component_ttl: Duration) {
     let mut scheduler = Scheduler::default();
+    let mut collected = tokio::time::Instant::now();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         if let Err(err) = scheduler.round(&cluster).await {
             tracing::warn!("placement round failed, retrying: {err}");
+        }
+        if collected.elapsed() >= COLLECT_EVERY.min(component_ttl) {
+            collected = tokio::time::Instant::now();
+            match cluster.collect_components(component_ttl).await {
+                Ok(deleted) if !deleted.is_empty() => {
+                    tracing::info!(?deleted, "deleted components no deployment names");
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!("collecting components failed: {err}"),
+            }
         }
     }
 }

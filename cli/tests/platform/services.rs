@@ -50,19 +50,18 @@ struct Services {
 impl Services {
     /// A scheduler, a gateway and the workers named in `workers`.
     fn start(workers: &[&str]) -> Self {
+        Self::start_with(workers, &[])
+    }
+
+    /// Like [`Services::start`], with extra `faas scheduler` arguments.
+    fn start_with(workers: &[&str], scheduler_extra: &[&str]) -> Self {
         faas_testing::build_functions();
         let redis = RedisServer::start();
         let data = faas_testing::temp_dir();
-        let scheduler = Process::spawn(
-            &[
-                "scheduler",
-                "--redis",
-                &redis.url(),
-                "--sync-interval-ms",
-                SYNC_MS,
-            ],
-            "faas scheduler is up",
-        );
+        let url = redis.url();
+        let mut args = vec!["scheduler", "--redis", &url, "--sync-interval-ms", SYNC_MS];
+        args.extend(scheduler_extra);
+        let scheduler = Process::spawn(&args, "faas scheduler is up");
         let gateway = spawn_gateway(&redis, &data.path().join("gateway"), SYNC_MS);
         let url = gateway.announced.clone();
         wait_ready(&url, Duration::from_secs(30));
@@ -157,7 +156,7 @@ impl Services {
     }
 
     /// Polls `done` until it holds, for up to 30 s.
-    fn wait_for(&self, what: &str, done: impl Fn(&Self) -> bool) {
+    fn wait_for(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !done(self) {
             assert!(Instant::now() < deadline, "{what}: not within 30 s");
@@ -498,4 +497,43 @@ fn a_worker_reports_its_gauges_and_holds_no_instance_when_idle() {
         "no instance outlives its event"
     );
     assert_eq!(gauge("faas_worker_draining"), 0);
+}
+
+#[test]
+fn components_no_deployment_names_are_deleted_from_redis() {
+    let services = Services::start_with(&["w1"], &["--component-ttl-s", "1"]);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    deploy_at(&services.url, &repo("functions/wordcount/workflow.toml"));
+    let mut redis = connect(&services.redis);
+    let component = |redis: &mut redis::Connection, workflow: &str, function: &str| {
+        let record: String = redis.hget("faas:deployments", workflow).unwrap();
+        let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+        format!(
+            "faas:component:{}",
+            record["components"][function].as_str().unwrap()
+        )
+    };
+    let hello = component(&mut redis, "hello", "hello");
+    let split = component(&mut redis, "wordcount", "split");
+    let output = faas_at(&services.url, &["rm", "hello"]);
+    assert!(output.status.success());
+    services.wait_for("hello's component deleted", |_| {
+        !redis.exists::<_, bool>(&hello).unwrap()
+    });
+    assert!(
+        redis.exists::<_, bool>(&split).unwrap(),
+        "a named component stays"
+    );
+    let counted = client()
+        .post(format!("{}/wordcount", services.url))
+        .body("a b a")
+        .send()
+        .unwrap();
+    assert_eq!(counted.status(), 200);
+    // Deploying it again stores the component again.
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    assert_eq!(
+        services.get("/hello?name=back").text().unwrap().trim(),
+        "Hello, back!"
+    );
 }
