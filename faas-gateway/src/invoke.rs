@@ -2,7 +2,8 @@
 //! worker (an HTTP function call, or a run of the workflow's steps), and turn a failed
 //! event into a JSON error.
 
-use crate::replica::{Replica, RunResult};
+use crate::registry::Deployment;
+use crate::replica::RunResult;
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
@@ -38,40 +39,19 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
     let workflow = deployment.workflow.name.as_str();
     let response = match read_body(app, request).await {
         Err(response) => response,
-        Ok(request) => match (deployment.pick_replica(), target) {
-            (None, _) => failure_response(app, workflow, None, no_replica(workflow)),
-            (Some(replica), TriggerTarget::Function(function)) => {
-                call_function(app, workflow, replica, &function, request).await
+        Ok(request) => match target {
+            TriggerTarget::Function(function) => {
+                match deployment.call_function(&function, request).await {
+                    Ok(response) => response,
+                    Err(failure) => failure_response(app, workflow, Some(&function), failure),
+                }
             }
-            (Some(replica), TriggerTarget::Step(_)) => {
-                run_workflow(app, workflow, replica, request).await
-            }
+            TriggerTarget::Step(_) => run_workflow(app, &deployment, request).await,
         },
     };
     app.metrics
         .observe_request(workflow, response.status().as_u16(), started.elapsed());
     response
-}
-
-/// The failure of an event that found no replica ready to take it.
-fn no_replica(workflow: &str) -> EventFailure {
-    EventFailure::unavailable(format!(
-        "workflow `{workflow}` has no replica ready (its worker is starting or was lost)"
-    ))
-}
-
-/// One HTTP function call in a fresh instance.
-async fn call_function(
-    app: &App,
-    workflow: &str,
-    replica: &Replica,
-    function: &str,
-    request: Request<Bytes>,
-) -> Response<Body> {
-    match replica.call_function(workflow, function, request).await {
-        Ok(response) => response,
-        Err(failure) => failure_response(app, workflow, Some(function), failure),
-    }
 }
 
 /// A failed function call as a JSON error, logged and counted.
@@ -121,21 +101,18 @@ pub(crate) async fn run_message(
             "workflow `{workflow}` is not deployed"
         )));
     };
-    let Some(replica) = deployment.pick_replica() else {
-        return Err(no_replica(workflow));
-    };
-    let run = replica.run(workflow, payload.into(), Some(message)).await;
+    let run = deployment.run(payload.into(), Some(message)).await;
     settle(app, workflow, run).1.map(|_| ())
 }
 
 /// A run of the workflow's steps, from the entry step, on the request body.
 async fn run_workflow(
     app: &App,
-    workflow: &str,
-    replica: &Replica,
+    deployment: &Deployment,
     request: Request<Bytes>,
 ) -> Response<Body> {
-    let run = replica.run(workflow, request.into_body(), None).await;
+    let workflow = deployment.workflow.name.as_str();
+    let run = deployment.run(request.into_body(), None).await;
     let (run_id, result) = settle(app, workflow, run);
     let result = result.and_then(|outputs| concat_outputs(&outputs).map(|body| (outputs, body)));
     match result {

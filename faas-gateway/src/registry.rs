@@ -101,13 +101,11 @@ impl Deployment {
         &self.components
     }
 
-    /// The replica the next event goes to (round-robin), if one is ready.
-    pub fn pick_replica(&self) -> Option<&Replica> {
-        if self.replicas.is_empty() {
-            return None;
-        }
-        let index = self.next_replica.fetch_add(1, Ordering::Relaxed) % self.replicas.len();
-        Some(&self.replicas[index])
+    /// Every ready replica, starting with the one the next event goes to (round-robin).
+    pub fn replicas_in_turn(&self) -> impl Iterator<Item = &Replica> {
+        let count = self.replicas.len();
+        let start = self.next_replica.fetch_add(1, Ordering::Relaxed);
+        (0..count).map(move |offset| &self.replicas[(start + offset) % count])
     }
 
     /// The workers its replicas run on.

@@ -2,6 +2,7 @@
 //! handing it an event: a direct call to a worker in this process, or the worker's
 //! internal HTTP/2 API in services mode. Callers see one result type either way.
 
+use crate::registry::Deployment;
 use bytes::Bytes;
 use faas_scheduler::WorkerId;
 use faas_worker::remote::{EventFailure, RemoteWorker};
@@ -101,4 +102,68 @@ impl Replica {
             }
         }
     }
+}
+
+impl Deployment {
+    /// Calls HTTP function `function` on a replica. A replica whose worker cannot be
+    /// reached (so nothing ran there) passes the event to the next one.
+    ///
+    /// # Errors
+    /// The function's failure, or `unavailable` when no replica could take the event.
+    pub(crate) async fn call_function(
+        &self,
+        function: &str,
+        request: Request<Bytes>,
+    ) -> Result<HttpResponse, EventFailure> {
+        let mut failure = self.no_replica();
+        for replica in self.replicas_in_turn() {
+            match replica
+                .call_function(&self.workflow.name, function, copy_request(&request))
+                .await
+            {
+                Err(unreached) if unreached.is_unavailable() => failure = unreached,
+                outcome => return outcome,
+            }
+        }
+        Err(failure)
+    }
+
+    /// Runs the workflow's steps on a replica, passing the run on to the next replica
+    /// while a worker cannot be reached (so no step ran there).
+    pub(crate) async fn run(&self, payload: Bytes, message: Option<TriggerMessage>) -> RunResult {
+        let mut unreached = RunResult {
+            record: None,
+            result: Err(self.no_replica()),
+        };
+        for replica in self.replicas_in_turn() {
+            let run = replica
+                .run(&self.workflow.name, payload.clone(), message.clone())
+                .await;
+            match &run.result {
+                Err(failure) if run.record.is_none() && failure.is_unavailable() => {
+                    unreached = run;
+                }
+                _ => return run,
+            }
+        }
+        unreached
+    }
+
+    /// The failure of an event that found no replica ready to take it.
+    fn no_replica(&self) -> EventFailure {
+        EventFailure::unavailable(format!(
+            "workflow `{}` has no replica ready (its worker is starting or was lost)",
+            self.workflow.name
+        ))
+    }
+}
+
+/// A copy of `request` to send again (its extensions are not copied).
+fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
+    let mut copy = Request::new(request.body().clone());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    copy
 }

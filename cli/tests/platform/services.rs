@@ -537,3 +537,27 @@ fn components_no_deployment_names_are_deleted_from_redis() {
         "Hello, back!"
     );
 }
+
+#[test]
+fn a_replicated_workflow_loses_no_request_when_one_worker_dies() {
+    let mut services = Services::start(&["w1", "w2"]);
+    let dir = faas_testing::temp_dir();
+    let manifest = crate::support::copy_manifest(
+        dir.path(),
+        "functions/hello/workflow.toml",
+        &[(
+            "[[triggers.http]]",
+            "[workflow]\nreplicas = 2\n\n[[triggers.http]]",
+        )],
+    );
+    deploy_at(&services.url, &manifest);
+    assert_eq!(services.workers_json()["w1"], ["hello"]);
+    assert_eq!(services.workers_json()["w2"], ["hello"]);
+    services.kill_worker("w1");
+    // Until w1's heartbeat expires the gateway still counts it as a replica: every
+    // other event goes to it first, finds nobody, and is passed to w2.
+    for i in 0..20 {
+        let response = services.get(&format!("/hello?name={i}"));
+        assert_eq!(response.status(), 200, "request {i}: {:?}", response.text());
+    }
+}

@@ -95,7 +95,7 @@ async fn round(
     if app
         .registry
         .get(workflow)
-        .is_none_or(|deployment| deployment.pick_replica().is_none())
+        .is_none_or(|deployment| deployment.replicas.is_empty())
     {
         tokio::time::sleep(BLOCK).await;
         return Ok(());

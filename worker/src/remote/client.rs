@@ -194,14 +194,33 @@ impl RemoteWorker {
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<http::Response<hyper::body::Incoming>, EventFailure> {
-        self.client
-            .request(request)
-            .await
-            .map_err(|err| self.lost(&err))
+        self.client.request(request).await.map_err(|err| {
+            if err.is_connect() {
+                self.unreachable(&err)
+            } else {
+                self.lost(&err)
+            }
+        })
     }
 
-    fn lost(&self, err: &dyn std::fmt::Display) -> EventFailure {
+    /// The worker could not be reached: the event never got there, so it may go to
+    /// another replica.
+    fn unreachable(&self, err: &dyn std::fmt::Display) -> EventFailure {
         EventFailure::unavailable(format!("worker `{}` at {}: {err}", self.id, self.base))
+    }
+
+    /// The connection broke after the event was sent: it may have run, so it is not
+    /// passed on.
+    fn lost(&self, err: &dyn std::fmt::Display) -> EventFailure {
+        EventFailure {
+            kind: "worker_lost".to_owned(),
+            status: 502,
+            message: format!(
+                "worker `{}` at {} went away during the event: {err}",
+                self.id, self.base
+            ),
+            function: None,
+        }
     }
 }
 
