@@ -381,7 +381,12 @@ async fn follow_once(backend: &ClusterBackend, registry: &Registry) -> Result<()
                 }
             }
             Some(current) if current.revision == record.revision => {
-                Arc::new(current.with_replicas(replicas))
+                let same = current.workers().eq(replicas.iter().map(|r| &r.worker_id));
+                if same {
+                    current
+                } else {
+                    Arc::new(current.with_replicas(replicas))
+                }
             }
             // Not served yet: its deploy is still waiting for the workers.
             None if replicas.is_empty() => continue,

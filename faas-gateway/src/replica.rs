@@ -113,12 +113,18 @@ impl Deployment {
     pub(crate) async fn call_function(
         &self,
         function: &str,
-        request: Request<Bytes>,
+        mut request: Request<Bytes>,
     ) -> Result<HttpResponse, EventFailure> {
         let mut failure = self.no_replica();
-        for replica in self.replicas_in_turn() {
+        let mut replicas = self.replicas_in_turn().peekable();
+        while let Some(replica) = replicas.next() {
+            // Only a request that may go on to another replica is copied.
+            let attempt = match replicas.peek() {
+                Some(_) => copy_request(&request),
+                None => std::mem::take(&mut request),
+            };
             match replica
-                .call_function(&self.workflow.name, function, copy_request(&request))
+                .call_function(&self.workflow.name, function, attempt)
                 .await
             {
                 Err(unreached) if unreached.is_unavailable() => failure = unreached,

@@ -9,7 +9,9 @@
 //! would here, and its output regions come back the same way.
 
 use super::client::RemoteWorker;
-use super::wire::EventFailure;
+use super::wire::{
+    Carried, EventFailure, InlineLen, MAX_FDS, carry, frame, inline_len, split_frame, uncarry,
+};
 use crate::messaging::TriggerMessage;
 use crate::region::{Region, RegionError, RegionOwner};
 use crate::run::StepRecord;
@@ -25,10 +27,6 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// Most descriptors passed in one message (the kernel allows 253); further regions
-/// travel inline.
-const MAX_FDS: usize = 128;
 
 /// Another worker holding a replica of the same workflow.
 #[derive(Clone)]
@@ -77,15 +75,6 @@ pub(crate) struct BranchCall {
     /// The cluster token (socket calls; HTTP calls carry it in a header).
     #[serde(default)]
     pub token: String,
-}
-
-/// One region in a frame: its type and length, and whether its memory file is the
-/// next descriptor (otherwise its bytes follow the head, in order).
-#[derive(Debug, Serialize, Deserialize)]
-struct Carried {
-    schema_type: String,
-    len: u64,
-    fd: bool,
 }
 
 /// A branch call's head: the call and its inputs' entries.
@@ -165,7 +154,9 @@ fn decode_reply(
 ) -> std::io::Result<BranchReply> {
     let outputs = match reply.error {
         Some(error) => Err(error),
-        None => Ok(uncarry(reply.outputs, fds, inline, owner).map_err(std::io::Error::other)?),
+        None => {
+            Ok(uncarry(reply.outputs, fds, inline, Some(owner)).map_err(std::io::Error::other)?)
+        }
     };
     Ok((reply.steps, outputs))
 }
@@ -177,7 +168,7 @@ pub(crate) fn call_inputs(
     inline: &[u8],
     owner: &RegionOwner,
 ) -> Result<Vec<Region>, RegionError> {
-    uncarry(std::mem::take(&mut head.inputs), fds, inline, owner)
+    uncarry(std::mem::take(&mut head.inputs), fds, inline, Some(owner))
 }
 
 /// A branch's outcome as a reply frame, with the descriptors to pass along with it
@@ -208,99 +199,6 @@ pub(crate) fn reply_frame(
         error,
     };
     (frame(&head, &inline), descriptors)
-}
-
-/// Regions made ready for a frame.
-struct Packed<'a> {
-    /// One entry per region, in order.
-    carried: Vec<Carried>,
-    /// The memory files passed as descriptors.
-    fds: Vec<BorrowedFd<'a>>,
-    /// The bytes of the regions passed inline, in order.
-    inline: Vec<u8>,
-}
-
-/// Splits `regions` into their frame entries, the memory files to pass (when `fds`),
-/// and the inline bytes of the rest.
-fn carry(regions: &[Region], fds: bool) -> Result<Packed<'_>, RegionError> {
-    let mut carried = Vec::with_capacity(regions.len());
-    let mut descriptors = Vec::new();
-    let mut inline = Vec::new();
-    for region in regions {
-        let file = region
-            .memory_file()
-            .filter(|_| fds && descriptors.len() < MAX_FDS);
-        if let Some(file) = file {
-            descriptors.push(file);
-        } else {
-            inline.extend_from_slice(&region.bytes()?);
-        }
-        carried.push(Carried {
-            schema_type: region.schema_type().to_owned(),
-            len: region.len() as u64,
-            fd: file.is_some(),
-        });
-    }
-    Ok(Packed {
-        carried,
-        fds: descriptors,
-        inline,
-    })
-}
-
-/// Rebuilds the regions of a frame, owned by `owner`'s run.
-fn uncarry(
-    carried: Vec<Carried>,
-    fds: Vec<OwnedFd>,
-    mut inline: &[u8],
-    owner: &RegionOwner,
-) -> Result<Vec<Region>, RegionError> {
-    let mut fds = fds.into_iter();
-    let malformed = |what: &str| RegionError::Map(std::io::Error::other(what.to_owned()));
-    carried
-        .into_iter()
-        .map(|entry| {
-            let len = usize::try_from(entry.len).map_err(|_| malformed("length"))?;
-            if entry.fd {
-                let fd = fds
-                    .next()
-                    .ok_or_else(|| malformed("a memory file is missing"))?;
-                Region::from_memory_file(entry.schema_type, owner.clone(), fd, len)
-            } else {
-                if inline.len() < len {
-                    return Err(malformed("the inline bytes are truncated"));
-                }
-                let (bytes, rest) = inline.split_at(len);
-                inline = rest;
-                Ok(Region::new(entry.schema_type, bytes).owned_by(owner.clone()))
-            }
-        })
-        .collect()
-}
-
-/// `[u32 head length][head JSON][inline bytes]`.
-pub(crate) fn frame(head: &impl Serialize, inline: &[u8]) -> Vec<u8> {
-    let head = serde_json::to_vec(head).expect("frame heads serialize");
-    let mut frame = Vec::with_capacity(4 + head.len() + inline.len());
-    frame.extend_from_slice(&(head.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&head);
-    frame.extend_from_slice(inline);
-    frame
-}
-
-/// A frame's head and inline bytes.
-pub(crate) fn split_frame<H: DeserializeOwned>(frame: &[u8]) -> std::io::Result<(H, &[u8])> {
-    let malformed = |what: &str| std::io::Error::other(format!("malformed frame: {what}"));
-    let len_bytes: [u8; 4] = frame
-        .get(..4)
-        .and_then(|bytes| bytes.try_into().ok())
-        .ok_or_else(|| malformed("no length"))?;
-    let len = u32::from_be_bytes(len_bytes) as usize;
-    let head = frame
-        .get(4..4 + len)
-        .ok_or_else(|| malformed("short head"))?;
-    let head = serde_json::from_slice(head).map_err(|err| malformed(&err.to_string()))?;
-    Ok((head, &frame[4 + len..]))
 }
 
 /// Sends `frame` with `fds` attached to its first byte.
@@ -366,19 +264,6 @@ fn read_more(stream: &mut UnixStream, buffer: &mut Vec<u8>, len: usize) -> std::
         stream.read_exact(&mut buffer[start..])?;
     }
     Ok(())
-}
-
-/// How many inline bytes follow a frame's head.
-pub(crate) trait InlineLen {
-    fn inline_len(&self) -> usize;
-}
-
-fn inline_len(carried: &[Carried]) -> usize {
-    carried
-        .iter()
-        .filter(|entry| !entry.fd)
-        .map(|entry| entry.len as usize)
-        .sum()
 }
 
 impl InlineLen for CallHead {

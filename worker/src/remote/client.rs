@@ -126,28 +126,8 @@ impl RemoteWorker {
         payload: Bytes,
         message: Option<&TriggerMessage>,
     ) -> Result<(RunRecord, Result<Vec<Region>, EventFailure>), EventFailure> {
-        let mut request = Request::post(format!("{}/", self.base))
-            .version(http::Version::HTTP_2)
-            .body(Full::new(payload))
-            .expect("the run request is valid");
-        let headers = request.headers_mut();
-        headers.insert(wire::CALL, HeaderValue::from_static("run"));
-        if let Some(message) = message {
-            let json = serde_json::to_string(message).expect("a message serializes");
-            headers.insert(wire::MESSAGE, header_value(&json)?);
-        }
-        self.prepare(headers, workflow)?;
-        let response = self.send(request).await?;
-        if response.headers().contains_key(wire::FAILURE) {
-            return Err(failure_of(response).await);
-        }
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|err| self.lost(&err))?
-            .to_bytes();
-        wire::decode_run(body).map_err(|message| EventFailure {
+        let body = self.post("run", workflow, payload, message).await?;
+        wire::decode_run(&body).map_err(|message| EventFailure {
             kind: "bad_reply".to_owned(),
             status: 502,
             message: format!("worker `{}`: {message}", self.id),
@@ -165,12 +145,28 @@ impl RemoteWorker {
         workflow: &str,
         frame: Vec<u8>,
     ) -> Result<Bytes, EventFailure> {
+        self.post("branch", workflow, Bytes::from(frame), None)
+            .await
+    }
+
+    /// POSTs `body` as a `call` of `workflow` and returns the reply's body.
+    async fn post(
+        &self,
+        call: &'static str,
+        workflow: &str,
+        body: Bytes,
+        message: Option<&TriggerMessage>,
+    ) -> Result<Bytes, EventFailure> {
         let mut request = Request::post(format!("{}/", self.base))
             .version(http::Version::HTTP_2)
-            .body(Full::new(Bytes::from(frame)))
-            .expect("the branch request is valid");
+            .body(Full::new(body))
+            .expect("a POST to the worker is valid");
         let headers = request.headers_mut();
-        headers.insert(wire::CALL, HeaderValue::from_static("branch"));
+        headers.insert(wire::CALL, HeaderValue::from_static(call));
+        if let Some(message) = message {
+            let json = serde_json::to_string(message).expect("a message serializes");
+            headers.insert(wire::MESSAGE, header_value(&json)?);
+        }
         self.prepare(headers, workflow)?;
         let response = self.send(request).await?;
         if response.headers().contains_key(wire::FAILURE) {

@@ -6,9 +6,9 @@
 //! Platform failures come back with the `x-faas-failure` header and an
 //! [`EventFailure`] body, so the gateway tells them from a function's own response.
 
-use super::branch::{CallHead, reply_frame, split_frame};
+use super::branch::{CallHead, reply_frame};
 use super::node::Node;
-use super::wire::{self, EventFailure};
+use super::wire::{self, EventFailure, split_frame};
 use crate::http::{BodyError, HttpResponse};
 use crate::messaging::TriggerMessage;
 use bytes::Bytes;

@@ -1,11 +1,14 @@
-//! The internal API's contract: header names, the failure body, and the framing of a
-//! run's reply (a length-prefixed JSON head, then the output regions' bytes).
+//! The internal API's contract: header names, the failure body, and the frame that
+//! carries regions between processes (a length-prefixed JSON head naming each region,
+//! then the bytes of those not passed as memory file descriptors), used by run replies
+//! and branch calls alike.
 
 use crate::error::InvokeError;
-use crate::region::Region;
+use crate::region::{Region, RegionError, RegionOwner};
 use crate::run::{RunError, RunOutcome, RunRecord};
-use bytes::{Buf, Bytes};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 /// `http` (an HTTP function call) or `run` (a workflow run).
 pub(crate) const CALL: &str = "x-faas-call";
@@ -83,50 +86,28 @@ impl From<&RunError> for EventFailure {
 #[derive(Serialize, Deserialize)]
 struct RunHead {
     record: RunRecord,
-    /// Each output region's schema type and length, in order; their bytes follow.
-    outputs: Vec<(String, u64)>,
+    outputs: Vec<Carried>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<EventFailure>,
 }
 
-/// A run's outcome as the reply body.
+/// A run's outcome as the reply body: a frame whose inline bytes are the outputs.
 pub(crate) fn encode_run(outcome: RunOutcome) -> Vec<u8> {
-    let mut outputs = Vec::new();
-    let result = outcome.result.and_then(|regions| {
-        regions
-            .iter()
-            .map(|region| {
-                let bytes = region
-                    .bytes()
-                    .map_err(|err| RunError::Output(err.to_string()))?;
-                Ok((region.schema_type().to_owned(), bytes.into_owned()))
-            })
-            .collect::<Result<Vec<_>, RunError>>()
+    let packed = outcome.result.and_then(|regions| {
+        carry(&regions, false)
+            .map(|packed| (packed.carried, packed.inline))
+            .map_err(|err| RunError::Output(err.to_string()))
     });
-    let error = match result {
-        Ok(regions) => {
-            outputs = regions;
-            None
-        }
-        Err(err) => Some(EventFailure::from(&err)),
+    let (outputs, inline, error) = match packed {
+        Ok((outputs, inline)) => (outputs, inline, None),
+        Err(err) => (Vec::new(), Vec::new(), Some(EventFailure::from(&err))),
     };
     let head = RunHead {
         record: outcome.record,
-        outputs: outputs
-            .iter()
-            .map(|(schema_type, bytes)| (schema_type.clone(), bytes.len() as u64))
-            .collect(),
+        outputs,
         error,
     };
-    let head = serde_json::to_vec(&head).expect("the run head serializes");
-    let total = 4 + head.len() + outputs.iter().map(|(_, b)| b.len()).sum::<usize>();
-    let mut body = Vec::with_capacity(total);
-    body.extend_from_slice(&(head.len() as u32).to_be_bytes());
-    body.extend_from_slice(&head);
-    for (_, bytes) in &outputs {
-        body.extend_from_slice(bytes);
-    }
-    body
+    frame(&head, &inline)
 }
 
 /// A run reply's record and result.
@@ -134,27 +115,137 @@ pub(crate) fn encode_run(outcome: RunOutcome) -> Vec<u8> {
 /// # Errors
 /// A message saying how the body is malformed.
 pub(crate) fn decode_run(
-    mut body: Bytes,
+    body: &[u8],
 ) -> Result<(RunRecord, Result<Vec<Region>, EventFailure>), String> {
-    if body.len() < 4 {
-        return Err("the run reply is shorter than its length prefix".to_owned());
-    }
-    let head_len = body.get_u32() as usize;
-    if body.len() < head_len {
-        return Err("the run reply's head is truncated".to_owned());
-    }
-    let head: RunHead = serde_json::from_slice(&body.split_to(head_len))
-        .map_err(|err| format!("the run reply's head is malformed: {err}"))?;
+    let malformed = |err: &dyn std::fmt::Display| format!("the run reply is malformed: {err}");
+    let (head, inline) = split_frame::<RunHead>(body).map_err(|err| malformed(&err))?;
     if let Some(error) = head.error {
         return Ok((head.record, Err(error)));
     }
-    let mut regions = Vec::with_capacity(head.outputs.len());
-    for (schema_type, len) in head.outputs {
-        let len = usize::try_from(len).unwrap_or(usize::MAX);
-        if body.len() < len {
-            return Err("the run reply's outputs are truncated".to_owned());
+    let outputs = uncarry(head.outputs, Vec::new(), inline, None).map_err(|err| malformed(&err))?;
+    Ok((head.record, Ok(outputs)))
+}
+
+/// Most descriptors passed in one message (the kernel allows 253); further regions
+/// travel inline.
+pub(crate) const MAX_FDS: usize = 128;
+
+/// One region in a frame: its type and length, and whether its memory file is the
+/// next descriptor (otherwise its bytes follow the head, in order).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Carried {
+    schema_type: String,
+    len: u64,
+    fd: bool,
+}
+
+/// Regions made ready for a frame.
+pub(crate) struct Packed<'a> {
+    /// One entry per region, in order.
+    pub carried: Vec<Carried>,
+    /// The memory files passed as descriptors.
+    pub fds: Vec<BorrowedFd<'a>>,
+    /// The bytes of the regions passed inline, in order.
+    pub inline: Vec<u8>,
+}
+
+/// Splits `regions` into their frame entries, the memory files to pass (when `fds`),
+/// and the inline bytes of the rest.
+pub(crate) fn carry(regions: &[Region], fds: bool) -> Result<Packed<'_>, RegionError> {
+    let mut carried = Vec::with_capacity(regions.len());
+    let mut descriptors = Vec::new();
+    let mut inline = Vec::new();
+    for region in regions {
+        let file = region
+            .memory_file()
+            .filter(|_| fds && descriptors.len() < MAX_FDS);
+        if let Some(file) = file {
+            descriptors.push(file);
+        } else {
+            inline.extend_from_slice(&region.bytes()?);
         }
-        regions.push(Region::new(schema_type, &body.split_to(len)[..]));
+        carried.push(Carried {
+            schema_type: region.schema_type().to_owned(),
+            len: region.len() as u64,
+            fd: file.is_some(),
+        });
     }
-    Ok((head.record, Ok(regions)))
+    Ok(Packed {
+        carried,
+        fds: descriptors,
+        inline,
+    })
+}
+
+/// Rebuilds the regions of a frame, owned by `owner`'s run when given.
+pub(crate) fn uncarry(
+    carried: Vec<Carried>,
+    fds: Vec<OwnedFd>,
+    mut inline: &[u8],
+    owner: Option<&RegionOwner>,
+) -> Result<Vec<Region>, RegionError> {
+    let mut fds = fds.into_iter();
+    let malformed = |what: &str| RegionError::Map(std::io::Error::other(what.to_owned()));
+    carried
+        .into_iter()
+        .map(|entry| {
+            let len = usize::try_from(entry.len).map_err(|_| malformed("length"))?;
+            if entry.fd {
+                let fd = fds
+                    .next()
+                    .ok_or_else(|| malformed("a memory file is missing"))?;
+                let owner = owner.ok_or_else(|| malformed("a memory file needs a run"))?;
+                Region::from_memory_file(entry.schema_type, owner.clone(), fd, len)
+            } else {
+                if inline.len() < len {
+                    return Err(malformed("the inline bytes are truncated"));
+                }
+                let (bytes, rest) = inline.split_at(len);
+                inline = rest;
+                let region = Region::new(entry.schema_type, bytes);
+                Ok(match owner {
+                    Some(owner) => region.owned_by(owner.clone()),
+                    None => region,
+                })
+            }
+        })
+        .collect()
+}
+
+/// `[u32 head length][head JSON][inline bytes]`.
+pub(crate) fn frame(head: &impl Serialize, inline: &[u8]) -> Vec<u8> {
+    let head = serde_json::to_vec(head).expect("frame heads serialize");
+    let mut frame = Vec::with_capacity(4 + head.len() + inline.len());
+    frame.extend_from_slice(&(head.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&head);
+    frame.extend_from_slice(inline);
+    frame
+}
+
+/// A frame's head and inline bytes.
+pub(crate) fn split_frame<H: DeserializeOwned>(frame: &[u8]) -> std::io::Result<(H, &[u8])> {
+    let malformed = |what: &str| std::io::Error::other(format!("malformed frame: {what}"));
+    let len_bytes: [u8; 4] = frame
+        .get(..4)
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or_else(|| malformed("no length"))?;
+    let len = u32::from_be_bytes(len_bytes) as usize;
+    let head = frame
+        .get(4..4 + len)
+        .ok_or_else(|| malformed("short head"))?;
+    let head = serde_json::from_slice(head).map_err(|err| malformed(&err.to_string()))?;
+    Ok((head, &frame[4 + len..]))
+}
+
+/// How many inline bytes follow a frame's head.
+pub(crate) trait InlineLen {
+    fn inline_len(&self) -> usize;
+}
+
+pub(crate) fn inline_len(carried: &[Carried]) -> usize {
+    carried
+        .iter()
+        .filter(|entry| !entry.fd)
+        .map(|entry| entry.len as usize)
+        .sum()
 }
