@@ -5,8 +5,8 @@
 //! - `serve.rs` is the worker's internal HTTP/2 API: an HTTP function call forwarded
 //!   as is, or a workflow run whose reply carries the run record and output regions.
 //! - [`RemoteWorker`] (`client.rs`) is the gateway's client for that API.
-//! - `wire.rs` holds what both sides must agree on: header names and the run reply's
-//!   framing.
+//! - `wire.rs` holds what both sides must agree on: header names, the failure body, and
+//!   the frame that carries regions (run replies and branch calls).
 //! - `metrics.rs` serves the worker's Prometheus gauges (`--metrics-listen`).
 //! - `branch.rs` runs fan-out branches on the workflow's other replicas when it spreads
 //!   them; `socket.rs` serves such calls on a Unix socket, where region memory files
