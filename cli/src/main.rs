@@ -97,6 +97,8 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Before the flags are parsed: the default region-file budget is a share of it.
+    faas_worker::raise_descriptor_limit();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

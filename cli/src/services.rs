@@ -169,7 +169,11 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     };
     let cluster = args.redis.cluster().await?;
     let broker = RedisBroker::connect(&args.redis.redis).await?;
-    let key_value = Arc::new(KeyValueStore::redis(&args.redis.redis).await?);
+    let key_value = Arc::new(
+        KeyValueStore::redis(&args.redis.redis)
+            .await?
+            .with_quota(args.worker.kv_quota()),
+    );
     let worker = Worker::new(args.worker.config(&args.identity.data_dir))?
         .with_key_value(key_value)
         .with_publisher(Arc::new(broker));

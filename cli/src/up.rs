@@ -55,10 +55,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let token = args.identity.token()?;
     let worker_config = args.worker.config(&args.identity.data_dir);
     // State belongs to the platform, not to a worker: every worker sees the same store.
-    let key_value = Arc::new(match &args.redis {
-        Some(url) => KeyValueStore::redis(url).await?,
-        None => KeyValueStore::memory(),
-    });
+    let key_value = Arc::new(
+        match &args.redis {
+            Some(url) => KeyValueStore::redis(url).await?,
+            None => KeyValueStore::memory(),
+        }
+        .with_quota(args.worker.kv_quota()),
+    );
     // With Redis, functions can publish and append, and the gateway consumes the
     // workflows' channel and stream triggers.
     let broker = match &args.redis {

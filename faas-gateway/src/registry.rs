@@ -202,12 +202,40 @@ struct State {
 /// How many runs of each workflow `faas runs` can show.
 const RUN_HISTORY: usize = 100;
 
+/// How many bytes of run records each workflow keeps (see [`RunRecord::approx_bytes`]);
+/// the oldest go first. Guest error texts are already cut to
+/// [`faas_worker::GUEST_TEXT_BYTES`], but a fan-out has a record per branch.
+const RUN_HISTORY_BYTES: usize = 1 << 20;
+
+/// One workflow's recent runs, newest last, within [`RUN_HISTORY`] and
+/// [`RUN_HISTORY_BYTES`].
+#[derive(Debug, Default)]
+struct RunHistory {
+    records: VecDeque<RunRecord>,
+    bytes: usize,
+}
+
+impl RunHistory {
+    fn push(&mut self, record: RunRecord) {
+        self.bytes += record.approx_bytes();
+        self.records.push_back(record);
+        // The newest record stays even if it alone is over the budget.
+        while self.records.len() > 1
+            && (self.records.len() > RUN_HISTORY || self.bytes > RUN_HISTORY_BYTES)
+        {
+            if let Some(oldest) = self.records.pop_front() {
+                self.bytes -= oldest.approx_bytes();
+            }
+        }
+    }
+}
+
 /// Every deployed workflow, the workers that run them and their placement.
 pub struct Registry {
     backend: Backend,
     state: RwLock<State>,
     /// Recent runs per workflow name, newest last.
-    runs: Mutex<BTreeMap<String, VecDeque<RunRecord>>>,
+    runs: Mutex<BTreeMap<String, RunHistory>>,
     /// Serializes deploys and deletes so two uploads of one workflow cannot race.
     deploy_lock: tokio::sync::Mutex<()>,
     /// Bumped whenever the set of deployments changes, for whoever follows them
@@ -443,18 +471,14 @@ impl Registry {
     /// Remembers a finished run of `workflow` for [`Registry::runs`].
     pub fn record_run(&self, workflow: &str, record: RunRecord) {
         let mut runs = self.lock_runs();
-        let history = runs.entry(workflow.to_owned()).or_default();
-        if history.len() == RUN_HISTORY {
-            history.pop_front();
-        }
-        history.push_back(record);
+        runs.entry(workflow.to_owned()).or_default().push(record);
     }
 
     /// The recent runs of `workflow`, newest first.
     pub fn runs(&self, workflow: &str) -> Vec<RunRecord> {
         self.lock_runs()
             .get(workflow)
-            .map(|history| history.iter().rev().cloned().collect())
+            .map(|history| history.records.iter().rev().cloned().collect())
             .unwrap_or_default()
     }
 
@@ -521,7 +545,7 @@ impl Registry {
         Ok(replicas)
     }
 
-    fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, VecDeque<RunRecord>>> {
+    fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RunHistory>> {
         // Each operation is a single push/pop: a poisoned lock is still consistent.
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -694,4 +718,43 @@ fn digest(request: &DeployRequest) -> String {
         hasher.update(Sha256::digest(text.as_bytes()));
     }
     hex::encode(hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faas_worker::RunStatus;
+
+    fn failed_run(index: usize, error_bytes: usize) -> RunRecord {
+        RunRecord {
+            run_id: format!("run-{index}"),
+            workflow: "w".into(),
+            started_at_ms: 0,
+            duration_ms: 1.0,
+            status: RunStatus::Failed,
+            error: Some("x".repeat(error_bytes)),
+            steps: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn run_history_keeps_within_its_byte_budget_and_the_newest_run() {
+        let mut history = RunHistory::default();
+        for index in 0..10 {
+            history.push(failed_run(index, 300 << 10));
+        }
+        assert!(history.bytes <= RUN_HISTORY_BYTES, "{}", history.bytes);
+        assert_eq!(history.records.len(), 3);
+        assert_eq!(history.records.back().unwrap().run_id, "run-9");
+        // One record over the whole budget is still kept, alone.
+        history.push(failed_run(10, 2 << 20));
+        assert_eq!(history.records.len(), 1);
+        // And the count limit still holds for small records.
+        for index in 0..(RUN_HISTORY + 20) {
+            history.push(failed_run(index, 10));
+        }
+        assert_eq!(history.records.len(), RUN_HISTORY);
+        let expected: usize = history.records.iter().map(RunRecord::approx_bytes).sum();
+        assert_eq!(history.bytes, expected);
+    }
 }

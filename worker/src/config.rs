@@ -4,15 +4,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Limits one instance runs under. Defaults are on: 128 MiB of linear memory, a 10 s
-/// deadline and 10 billion units of fuel per event.
+/// Limits one instance runs under. Defaults: 128 MiB of linear memory, a 10 s deadline
+/// and no fuel limit (the deadline already bounds an event's time, and fuel metering
+/// slows all compiled code, so only functions given a fuel limit pay for it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Largest linear memory an instance may grow to, in MiB.
     pub memory_mb: u32,
     /// Wall-clock time an event may take before it is interrupted.
     pub timeout: Duration,
-    /// Fuel (roughly, wasm instructions) an event may burn; `None` turns fuel off.
+    /// Fuel (roughly, wasm instructions) an event may burn; `None` turns fuel off: the
+    /// function is then compiled without fuel metering.
     pub fuel: Option<u64>,
 }
 
@@ -21,7 +23,7 @@ impl Default for Limits {
         Self {
             memory_mb: 128,
             timeout: Duration::from_secs(10),
-            fuel: Some(10_000_000_000),
+            fuel: None,
         }
     }
 }
@@ -31,6 +33,9 @@ impl Default for Limits {
 pub struct WorkerConfig {
     /// Directory for precompiled components (created if missing).
     pub cache_dir: PathBuf,
+    /// How many bytes of compiled components `cache_dir` may hold; the least recently
+    /// used are deleted beyond it (0: no limit). See [`crate::cache`].
+    pub cache_max_bytes: u64,
     /// Defaults for functions whose workflow.toml sets no limits. A function may ask
     /// for less or more memory, but never more than `max_memory_mb`.
     pub default_limits: Limits,
@@ -48,6 +53,33 @@ pub struct WorkerConfig {
     /// mapping (see [`DEFAULT_REGION_MAP_THRESHOLD`]).
     /// `usize::MAX` turns mapping off (every region is copied once).
     pub region_map_threshold: usize,
+    /// How many guests may run at the same moment (turns of [`crate::fair`]): the
+    /// cores given to guest code. A freed turn goes to the tenant running the fewest
+    /// guests, so one tenant's busy loops cannot take every core while another tenant
+    /// waits. Defaults to the number of cores.
+    pub guest_turns: usize,
+    /// How many instances one tenant may hold at once, so that one tenant cannot take
+    /// every instance slot. Defaults to half of `max_instances`.
+    pub max_instances_per_tenant: u32,
+    /// How many regions one instance may create (`create-in` and `from-bytes`).
+    pub max_regions_per_instance: usize,
+    /// How many region memory files may be open in this worker at once: each is a file
+    /// descriptor, so this keeps guests far from the process's descriptor limit.
+    pub max_region_files: usize,
+}
+
+/// The default [`WorkerConfig::max_regions_per_instance`]: far more than a fan-out
+/// needs (one region per branch), far fewer than would strain the host.
+pub const DEFAULT_MAX_REGIONS_PER_INSTANCE: usize = 1024;
+
+/// The default [`WorkerConfig::max_region_files`]: a quarter of the descriptors the
+/// process may open (after [`crate::raise_descriptor_limit`]), so sockets, compiled
+/// code and everything else keep three quarters.
+pub fn default_max_region_files() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1 << 20);
+    usize::try_from(limit / 4).unwrap_or(usize::MAX).max(16)
 }
 
 /// The default [`WorkerConfig::region_map_threshold`], measured with
@@ -70,11 +102,16 @@ impl WorkerConfig {
     pub fn new(cache_dir: impl Into<PathBuf>) -> Self {
         Self {
             cache_dir: cache_dir.into(),
+            cache_max_bytes: crate::cache::DEFAULT_CACHE_MAX_BYTES,
             default_limits: Limits::default(),
             max_memory_mb: 512,
             max_instances: 1000,
             pooling: true,
             region_map_threshold: DEFAULT_REGION_MAP_THRESHOLD,
+            guest_turns: std::thread::available_parallelism().map_or(1, usize::from),
+            max_instances_per_tenant: 500,
+            max_regions_per_instance: DEFAULT_MAX_REGIONS_PER_INSTANCE,
+            max_region_files: default_max_region_files(),
         }
     }
 }

@@ -1,9 +1,10 @@
-//! The Wasmtime engine every function of a worker shares, and the clock that enforces
-//! deadlines.
+//! The Wasmtime engines a worker's functions share (one without fuel metering, and one
+//! with it for the functions that have a fuel limit), and the clock that enforces
+//! deadlines on both.
 
 use crate::config::WorkerConfig;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -18,13 +19,18 @@ const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 /// them). Enough for the busy functions of a worker; beyond it, idle slots are released.
 const MAX_WARM_SLOTS: u32 = 16;
 
-/// Builds the engine: pooling allocator, epoch interruption, fuel if the default limits
-/// use it.
-pub(crate) fn build_engine(config: &WorkerConfig) -> wasmtime::Result<Engine> {
+/// Builds an engine: pooling allocator and epoch interruption, and fuel metering if
+/// `fuel`.
+///
+/// Fuel is compiled into every function of an engine (a counter updated in every
+/// block), which costs compute-heavy guests time (4-27% in bench/cachesim.sh), while
+/// epochs already bound an event's time. So a worker compiles functions without a
+/// fuel limit for an engine without metering, and only those with one for a metered
+/// engine; both are built here, so their pooling and epoch settings cannot drift apart.
+pub(crate) fn build_engine(config: &WorkerConfig, fuel: bool) -> wasmtime::Result<Engine> {
     let mut wasm = Config::new();
     wasm.epoch_interruption(true);
-    // Always metered so any function can be given a fuel limit in workflow.toml.
-    wasm.consume_fuel(true);
+    wasm.consume_fuel(fuel);
     // Regions map payload pages at host addresses inside linear memories; a memory
     // that moved on growth would leave those mappings behind.
     wasm.memory_may_move(false);
@@ -62,45 +68,60 @@ pub(crate) fn build_engine(config: &WorkerConfig) -> wasmtime::Result<Engine> {
     Engine::new(&wasm)
 }
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] on a thread of its own until
-/// dropped.
+/// Advances the epoch of every engine it was given every [`EPOCH_TICK`], on a thread
+/// of its own, until dropped.
 pub(crate) struct EpochClock {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    engines: Arc<Mutex<Vec<Engine>>>,
 }
 
 impl EpochClock {
-    pub(crate) fn start(engine: Engine) -> Self {
+    /// Starts ticking `engine`. After the clock is dropped it keeps ticking while any
+    /// of `live`'s `slots` permits is out (a store still exists): a running guest
+    /// yields, and meets its deadline, only on ticks, so without them a guest still
+    /// running when its worker goes (at shutdown) would spin forever.
+    pub(crate) fn start(engine: Engine, live: Arc<tokio::sync::Semaphore>, slots: usize) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let thread = std::thread::Builder::new()
+        let engines = Arc::new(Mutex::new(vec![engine]));
+        let (stopped, ticked) = (stop.clone(), engines.clone());
+        std::thread::Builder::new()
             .name("faas-epoch".into())
             .spawn(move || {
-                while !stopped.load(Ordering::Relaxed) {
+                while !(stopped.load(Ordering::Relaxed) && live.available_permits() >= slots) {
                     std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
+                    for engine in ticked.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                        engine.increment_epoch();
+                    }
                 }
             })
             .expect("spawning the epoch thread");
-        Self {
-            stop,
-            thread: Some(thread),
+        Self { stop, engines }
+    }
+
+    /// A function that ends the current tick of every engine now, so every running
+    /// guest reaches its epoch callback (and yields) within microseconds: how a guest
+    /// of a tenant below its fair share gets the cores without waiting for a tick.
+    pub(crate) fn preempter(&self) -> impl Fn() + Send + Sync + 'static {
+        let engines = self.engines.clone();
+        move || {
+            for engine in engines.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                engine.increment_epoch();
+            }
         }
+    }
+
+    /// Ticks `engine` too, from the next tick on.
+    pub(crate) fn add(&self, engine: Engine) {
+        self.engines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(engine);
     }
 }
 
 impl Drop for EpochClock {
     fn drop(&mut self) {
+        // The thread ends by itself once no store is left.
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
-}
-
-/// The number of epoch ticks that covers `timeout`, plus one because the current tick
-/// is already partly over.
-pub(crate) fn deadline_ticks(timeout: Duration) -> u64 {
-    let tick = EPOCH_TICK.as_nanos();
-    (timeout.as_nanos().div_ceil(tick) as u64).saturating_add(1)
 }

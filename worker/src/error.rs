@@ -39,6 +39,14 @@ pub enum LoadError {
         /// The worker's maximum, in MiB.
         max: u32,
     },
+    /// The engine the function needs (the fuel-metered one) could not be started.
+    #[error("function `{function}`: starting the fuel-metered engine: {message}")]
+    Engine {
+        /// The function with a fuel limit.
+        function: String,
+        /// Wasmtime's explanation.
+        message: String,
+    },
     /// The compiled-code cache could not be written.
     #[error("compiled-code cache {}: {source}", path.display())]
     Cache {
@@ -82,6 +90,14 @@ pub enum InvokeError {
         function: String,
         /// Its limit in MiB.
         limit_mb: u32,
+    },
+    /// The guest created more regions, or held more region memory files, than allowed.
+    #[error("function `{function}` exceeded a region limit: {message}")]
+    RegionLimit {
+        /// The function stopped.
+        function: String,
+        /// Which limit.
+        message: String,
     },
     /// The guest burned all its fuel.
     #[error("function `{function}` ran out of fuel ({fuel} units)")]
@@ -128,6 +144,7 @@ impl InvokeError {
             Self::Trap { .. } => "trap",
             Self::Timeout { .. } => "timeout",
             Self::MemoryLimit { .. } => "memory_limit",
+            Self::RegionLimit { .. } => "region_limit",
             Self::OutOfFuel { .. } => "out_of_fuel",
             Self::Overloaded { .. } => "overloaded",
             Self::BadResponse { .. } => "bad_response",
@@ -141,6 +158,7 @@ impl InvokeError {
             | Self::Trap { function, .. }
             | Self::Timeout { function, .. }
             | Self::MemoryLimit { function, .. }
+            | Self::RegionLimit { function, .. }
             | Self::OutOfFuel { function, .. }
             | Self::Overloaded { function, .. }
             | Self::BadResponse { function, .. } => function,

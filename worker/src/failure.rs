@@ -3,9 +3,30 @@
 
 use crate::error::InvokeError;
 use crate::function::LoadedFunction;
+use crate::region::RegionLimitExceeded;
 use crate::state::MemoryLimitExceeded;
 use wasmtime::Trap;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+/// The most bytes of text a guest controls (an error it returns, a log line, a type
+/// label) that the platform keeps in run records, error bodies and logs.
+pub const GUEST_TEXT_BYTES: usize = 4096;
+
+/// `text` cut to [`GUEST_TEXT_BYTES`] at a character boundary, saying how much was cut,
+/// so that nothing a guest returns is kept unbounded.
+pub(crate) fn cut_guest_text(mut text: String) -> String {
+    if text.len() <= GUEST_TEXT_BYTES {
+        return text;
+    }
+    let total = text.len();
+    let mut end = GUEST_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&format!("... ({} more bytes cut)", total - end));
+    text
+}
 
 /// Where a guest failed: starting, or running.
 pub(crate) enum Failure {
@@ -32,6 +53,12 @@ pub(crate) fn classify(
         }
         Failure::Run(err) => err,
     };
+    if let Some(limit) = err.downcast_ref::<RegionLimitExceeded>() {
+        return InvokeError::RegionLimit {
+            function: name,
+            message: limit.to_string(),
+        };
+    }
     if err.is::<MemoryLimitExceeded>() {
         return InvokeError::MemoryLimit {
             function: name,
@@ -59,8 +86,22 @@ pub(crate) fn classify(
             }
             InvokeError::Trap {
                 function: name,
-                message,
+                message: cut_guest_text(message),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_guest_text_is_cut_at_a_character_boundary() {
+        let text = "é".repeat(GUEST_TEXT_BYTES);
+        let cut = cut_guest_text(text.clone());
+        assert!(cut.len() < GUEST_TEXT_BYTES + 40, "{}", cut.len());
+        assert!(cut.ends_with(&format!("({} more bytes cut)", GUEST_TEXT_BYTES)));
+        assert_eq!(cut_guest_text("short".into()), "short");
     }
 }

@@ -9,6 +9,7 @@ use faas_cluster::FunctionSummary;
 use faas_workflow::{Edge, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use wasmtime::{Engine, Store};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 /// How a loaded function is entered.
@@ -25,7 +26,11 @@ pub struct LoadedFunction {
     pub(crate) digest: String,
     pub(crate) entry: Entry,
     pub(crate) limits: Limits,
+    /// The engine it was compiled for: the fuel-metered one only if it has a fuel limit.
+    pub(crate) engine: Engine,
     pub(crate) config: Arc<BTreeMap<String, String>>,
+    /// Its `allowed_outbound_hosts` (see `outbound.rs`).
+    pub(crate) allowed_outbound_hosts: Arc<faas_workflow::AllowedOutboundHosts>,
 }
 
 impl LoadedFunction {
@@ -50,6 +55,13 @@ impl LoadedFunction {
     /// The limits each of its instances runs under.
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// Whether its code counts fuel: true only if it was compiled for the worker's
+    /// fuel-metered engine, which only functions with a fuel limit are.
+    pub fn fuel_metered(&self) -> bool {
+        // `Config` does not tell; a store of an engine without metering has no fuel.
+        Store::new(&self.engine, ()).get_fuel().is_ok()
     }
 }
 

@@ -6,8 +6,13 @@ use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::worker::Worker;
 use bytes::Bytes;
 use http_body::Body;
+use http_body::Frame;
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
@@ -27,7 +32,8 @@ impl Worker {
     /// Runs `function` of `workflow` on `request` in a fresh instance.
     ///
     /// Returns as soon as the guest has set the response head; the body streams from
-    /// the instance, which lives until it finishes (still under its deadline).
+    /// the instance, which lives until it finishes or its deadline passes, whichever
+    /// comes first (a body cut by the deadline ends with an error).
     ///
     /// # Errors
     /// An [`InvokeError`] saying why this request failed; the function stays loaded
@@ -63,7 +69,7 @@ impl Worker {
             wiring.map_err(|err: wasmtime::Error| bad_response(loaded, &format!("{err:#}")))?;
 
         let pre = pre.clone();
-        let task = tokio::spawn(async move {
+        let guest = self.fair(workflow.tenant.clone(), async move {
             let proxy = match pre.instantiate_async(&mut store).await {
                 Ok(proxy) => proxy,
                 Err(err) => return Err(Failure::Instantiate(err)),
@@ -74,13 +80,39 @@ impl Worker {
                 .await
                 .map_err(Failure::Run)
         });
+        // The deadline covers the whole event, the body's streaming included: a guest
+        // that has sent its head and then waits on the host (where no epoch tick can
+        // interrupt it) is dropped with its store when the deadline has passed.
+        let gone_at = tokio::time::Instant::now() + loaded.limits.timeout + HOST_WAIT_GRACE;
+        let cut = Arc::new(AtomicBool::new(false));
+        let cut_by_task = cut.clone();
+        let task = self.spawn_guest(async move {
+            let mut guest = Box::pin(guest);
+            match tokio::time::timeout_at(gone_at, guest.as_mut()).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    // Flagged before the store (and with it the body's sender) goes, so
+                    // the body sees the flag when it sees its end.
+                    cut_by_task.store(true, Ordering::Release);
+                    drop(guest);
+                    Err(Failure::Run(wasmtime::Trap::Interrupt.into()))
+                }
+            }
+        });
 
         // On timeout the instance must go at once, freeing its slot.
         let abort = task.abort_handle();
         let deadline = loaded.limits.timeout + HOST_WAIT_GRACE;
         let outcome = tokio::time::timeout(deadline, async {
             match receiver.await {
-                Ok(Ok(response)) => Ok(response.map(box_body)),
+                Ok(Ok(response)) => Ok(response.map(|body| {
+                    CutAtDeadline {
+                        body,
+                        cut,
+                        function: loaded.name.clone(),
+                    }
+                    .boxed_unsync()
+                })),
                 Ok(Err(code)) => Err(bad_response(loaded, &format!("error code {code:?}"))),
                 // The guest dropped its response-outparam: it failed or returned early.
                 Err(_) => Err(match task.await {
@@ -101,9 +133,42 @@ impl Worker {
     }
 }
 
-fn box_body(body: HyperOutgoingBody) -> UnsyncBoxBody<Bytes, BodyError> {
-    body.map_err(|err| Box::new(err) as BodyError)
-        .boxed_unsync()
+pin_project_lite::pin_project! {
+    /// A guest's response body that ends with an error, not a clean end, when the
+    /// event's deadline cut it short: Wasmtime ends a body whose instance was dropped
+    /// as if it were complete.
+    struct CutAtDeadline {
+        #[pin]
+        body: HyperOutgoingBody,
+        cut: Arc<AtomicBool>,
+        function: Arc<str>,
+    }
+}
+
+impl Body for CutAtDeadline {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.project();
+        Poll::Ready(match std::task::ready!(this.body.poll_frame(cx)) {
+            Some(Ok(frame)) => Some(Ok(frame)),
+            Some(Err(err)) => Some(Err(Box::new(err))),
+            None if this.cut.swap(false, Ordering::AcqRel) => Some(Err(format!(
+                "function `{}` did not finish its response body before its deadline",
+                this.function
+            )
+            .into())),
+            None => None,
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream() && !self.cut.load(Ordering::Acquire)
+    }
 }
 
 fn bad_response(function: &LoadedFunction, message: &str) -> InvokeError {

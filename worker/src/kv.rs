@@ -8,6 +8,14 @@
 //! - [`KeyValueStore::Memory`]: a map in this process, for `faas up` and tests.
 //! - [`KeyValueStore::Redis`]: a Redis server, so state outlives the process and is
 //!   shared by every process pointed at the same server.
+//!
+//! Every tenant has a quota at rest ([`KvQuota`]): a number of keys and a number of
+//! bytes (keys plus values). A write that would take the tenant over either fails with
+//! [`KvError::Quota`]; writes that shrink or keep the usage (overwrites with shorter
+//! values, deletes) always pass, so a tenant over its quota (e.g. after the quota was
+//! lowered) can always clean up. Both backends count the same way; Redis keeps the
+//! usage in a hash per tenant that only Lua scripts change, in the same atomic step as
+//! the write, so concurrent writers from any number of processes cannot overshoot.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,9 +29,102 @@ pub const MAX_KEY_BYTES: usize = 1024;
 /// Largest value a function may store, in bytes.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;
 
+/// Default [`KvQuota::max_keys`]: 10,000 keys per tenant. Enough for a tenant's
+/// counters, sessions and small documents; it also bounds what the bytes quota does not
+/// count, the store's own overhead per key (about 100 bytes in either backend), to about
+/// 1 MiB per tenant.
+pub const DEFAULT_MAX_KEYS: u64 = 10_000;
+/// Default [`KvQuota::max_bytes`]: 64 MiB of keys and values per tenant. The embedded
+/// store keeps everything in the platform's own memory, so this is what one tenant can
+/// make the process hold: 16 tenants at their quota make 1 GiB. It is 64 values of the
+/// largest size ([`MAX_VALUE_BYTES`]).
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+
 /// Prefix of every key the Redis backend writes, so the platform's keys can share a
 /// server (or a database) with other data and be found with `SCAN MATCH faas:kv:*`.
 const REDIS_KEY_PREFIX: &str = "faas:kv:";
+/// Prefix of each tenant's usage hash in Redis (fields `keys` and `bytes`), outside
+/// [`REDIS_KEY_PREFIX`] so a scan of the values never meets it.
+const REDIS_USAGE_PREFIX: &str = "faas:kv-usage:";
+
+/// What one tenant may keep in the store. A limit of `u64::MAX` means none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvQuota {
+    /// How many keys a tenant may have.
+    pub max_keys: u64,
+    /// How many bytes of keys plus values a tenant may have (each key counted in UTF-8
+    /// bytes, each value in bytes; not the store's own overhead).
+    pub max_bytes: u64,
+}
+
+impl Default for KvQuota {
+    fn default() -> Self {
+        Self {
+            max_keys: DEFAULT_MAX_KEYS,
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+impl KvQuota {
+    /// A quota of `max_keys` keys and `max_bytes` bytes per tenant; 0 means no limit.
+    pub fn new(max_keys: u64, max_bytes: u64) -> Self {
+        let limit = |max: u64| if max == 0 { u64::MAX } else { max };
+        Self {
+            max_keys: limit(max_keys),
+            max_bytes: limit(max_bytes),
+        }
+    }
+
+    /// No limit at all.
+    pub fn unlimited() -> Self {
+        Self::new(0, 0)
+    }
+
+    /// Whether a write may go from `before` (the tenant's usage) to `after`: a limit
+    /// only stops growth, so a write that does not add keys or bytes always passes.
+    fn check(&self, tenant: &str, before: Usage, after: Usage) -> Result<(), KvError> {
+        if after.keys > before.keys && after.keys > self.max_keys {
+            return Err(self.exceeded(tenant, Exceeded::Keys));
+        }
+        if after.bytes > before.bytes && after.bytes > self.max_bytes {
+            return Err(self.exceeded(tenant, Exceeded::Bytes));
+        }
+        Ok(())
+    }
+
+    /// The error for a write refused by the `which` limit: it names the quota, the
+    /// tenant and the limit, and says how to get under it.
+    fn exceeded(&self, tenant: &str, which: Exceeded) -> KvError {
+        KvError::Quota(match which {
+            Exceeded::Keys => format!(
+                "key-value quota exceeded: tenant `{tenant}` may keep at most {} keys \
+                 (the kv-max-keys quota); delete keys to store new ones",
+                self.max_keys
+            ),
+            Exceeded::Bytes => format!(
+                "key-value quota exceeded: tenant `{tenant}` may keep at most {} bytes of \
+                 keys and values (the kv-max-bytes quota); delete keys or store smaller \
+                 values",
+                self.max_bytes
+            ),
+        })
+    }
+}
+
+/// Which limit of a [`KvQuota`] a write would exceed.
+#[derive(Debug, Clone, Copy)]
+enum Exceeded {
+    Keys,
+    Bytes,
+}
+
+/// What a tenant keeps in the store, as its quota counts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Usage {
+    keys: u64,
+    bytes: u64,
+}
 
 /// Why a key-value operation failed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -31,25 +132,87 @@ pub enum KvError {
     /// The key or value exceeds [`MAX_KEY_BYTES`] / [`MAX_VALUE_BYTES`].
     #[error("{0}")]
     TooLarge(String),
+    /// The write would take the tenant over its [`KvQuota`]; the text names the quota,
+    /// the tenant and the limit. (The WIT interface has no case of its own for it:
+    /// guests see it as `too-large`, the tenant's data being too large.)
+    #[error("{0}")]
+    Quota(String),
     /// The stored value is not what the operation needs (e.g. not an integer), or the
     /// backend failed (e.g. Redis is unreachable).
     #[error("{0}")]
     Store(String),
 }
 
-/// The entries of the in-memory backend, keyed by (tenant, key).
-type MemoryMap = HashMap<(String, String), Vec<u8>>;
+/// One tenant's entries in the in-memory backend, with their size in bytes (keys plus
+/// values) kept up to date by every write.
+#[derive(Debug, Default)]
+struct TenantEntries {
+    entries: HashMap<String, Vec<u8>>,
+    bytes: u64,
+}
 
-/// A key-value backend. In-memory is the embedded default; Redis keeps state outside
-/// the process. Both behave the same: same limits, same errors, same integer rules.
+impl TenantEntries {
+    fn usage(&self) -> Usage {
+        Usage {
+            keys: self.entries.len() as u64,
+            bytes: self.bytes,
+        }
+    }
+
+    /// Stores `value` under `key` if the quota allows it.
+    fn put(
+        &mut self,
+        quota: &KvQuota,
+        tenant: &str,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<(), KvError> {
+        let before = self.usage();
+        let old = self.entries.get(key).map(|old| entry_bytes(key, old));
+        let new = entry_bytes(key, &value);
+        let after = Usage {
+            keys: before.keys + u64::from(old.is_none()),
+            bytes: before.bytes - old.unwrap_or(0) + new,
+        };
+        quota.check(tenant, before, after)?;
+        self.entries.insert(key.to_owned(), value);
+        self.bytes = after.bytes;
+        Ok(())
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(old) = self.entries.remove(key) {
+            self.bytes -= entry_bytes(key, &old);
+        }
+    }
+}
+
+/// The bytes one entry counts for in a quota.
+fn entry_bytes(key: &str, value: &[u8]) -> u64 {
+    (key.len() + value.len()) as u64
+}
+
+/// The entries of the in-memory backend, by tenant. A tenant with no keys has no entry.
+type MemoryMap = HashMap<String, TenantEntries>;
+
+/// Where a [`KeyValueStore`] keeps its entries.
 #[derive(Debug)]
-pub enum KeyValueStore {
+enum Backend {
     /// A map in this process; gone when the process exits.
     Memory(Mutex<MemoryMap>),
     /// A Redis server. The manager multiplexes every operation over one connection
     /// and reconnects by itself when the connection drops, so a Redis restart costs
     /// failed operations while it is down, never a restart of this process.
     Redis(ConnectionManager),
+}
+
+/// A key-value backend. In-memory is the embedded default; Redis keeps state outside
+/// the process. Both behave the same: same limits, same quota, same errors, same
+/// integer rules.
+#[derive(Debug)]
+pub struct KeyValueStore {
+    backend: Backend,
+    quota: KvQuota,
 }
 
 impl Default for KeyValueStore {
@@ -59,13 +222,28 @@ impl Default for KeyValueStore {
 }
 
 impl KeyValueStore {
-    /// An empty in-memory store.
+    /// An empty in-memory store with the default quota.
     pub fn memory() -> Self {
-        Self::Memory(Mutex::default())
+        Self {
+            backend: Backend::Memory(Mutex::default()),
+            quota: KvQuota::default(),
+        }
     }
 
-    /// A store in the Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`),
-    /// connected and checked with `PING` before it is returned.
+    /// The same store with `quota` for every tenant instead of the default.
+    #[must_use]
+    pub fn with_quota(mut self, quota: KvQuota) -> Self {
+        self.quota = quota;
+        self
+    }
+
+    /// The quota every tenant has.
+    pub fn quota(&self) -> KvQuota {
+        self.quota
+    }
+
+    /// A store in the Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`)
+    /// with the default quota, connected and checked with `PING` before it is returned.
     ///
     /// # Errors
     /// [`KvError::Store`] naming the URL (credentials hidden) when the URL is invalid
@@ -94,15 +272,21 @@ impl KeyValueStore {
             .map_err(|err| {
                 KvError::Store(format!("Redis at {shown} did not answer PING: {err}"))
             })?;
-        Ok(Self::Redis(manager))
+        Ok(Self {
+            backend: Backend::Redis(manager),
+            quota: KvQuota::default(),
+        })
     }
 
     /// The value of `key` in `tenant`'s namespace.
     pub async fn get(&self, tenant: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         check_key(key)?;
-        match self {
-            Self::Memory(map) => Ok(lock(map).get(&namespaced(tenant, key)).cloned()),
-            Self::Redis(manager) => redis::cmd("GET")
+        match &self.backend {
+            Backend::Memory(map) => Ok(lock(map)
+                .get(tenant)
+                .and_then(|entries| entries.entries.get(key))
+                .cloned()),
+            Backend::Redis(manager) => redis::cmd("GET")
                 .arg(redis_key(tenant, key))
                 .query_async(&mut manager.clone())
                 .await
@@ -111,6 +295,10 @@ impl KeyValueStore {
     }
 
     /// Stores `value` under `key` in `tenant`'s namespace.
+    ///
+    /// # Errors
+    /// [`KvError::TooLarge`] for a key or value over its limit, [`KvError::Quota`] when
+    /// the write would take the tenant over its quota (nothing is written then).
     pub async fn set(&self, tenant: &str, key: &str, value: Vec<u8>) -> Result<(), KvError> {
         check_key(key)?;
         if value.len() > MAX_VALUE_BYTES {
@@ -119,33 +307,44 @@ impl KeyValueStore {
                 value.len()
             )));
         }
-        match self {
-            Self::Memory(map) => {
-                lock(map).insert(namespaced(tenant, key), value);
-                Ok(())
+        match &self.backend {
+            Backend::Memory(map) => {
+                lock(map)
+                    .entry(tenant.to_owned())
+                    .or_default()
+                    .put(&self.quota, tenant, key, value)
             }
-            Self::Redis(manager) => redis::cmd("SET")
-                .arg(redis_key(tenant, key))
-                .arg(value)
-                .query_async::<()>(&mut manager.clone())
-                .await
-                .map_err(|err| redis_failed("SET", &err)),
+            Backend::Redis(manager) => {
+                let status: String = self
+                    .script(SET_SCRIPT, tenant, key)
+                    .arg(value)
+                    .query_async(&mut manager.clone())
+                    .await
+                    .map_err(|err| redis_failed("SET", &err))?;
+                self.quota_status(tenant, &status)
+            }
         }
     }
 
     /// Removes `key` from `tenant`'s namespace; removing a missing key succeeds.
     pub async fn delete(&self, tenant: &str, key: &str) -> Result<(), KvError> {
         check_key(key)?;
-        match self {
-            Self::Memory(map) => {
-                lock(map).remove(&namespaced(tenant, key));
+        match &self.backend {
+            Backend::Memory(map) => {
+                let mut map = lock(map);
+                if let Some(entries) = map.get_mut(tenant) {
+                    entries.remove(key);
+                    if entries.entries.is_empty() {
+                        map.remove(tenant);
+                    }
+                }
                 Ok(())
             }
-            // DEL answers how many keys it removed; 0 for a missing key is not an error.
-            Self::Redis(manager) => redis::cmd("DEL")
-                .arg(redis_key(tenant, key))
-                .query_async::<()>(&mut manager.clone())
+            Backend::Redis(manager) => self
+                .script(DELETE_SCRIPT, tenant, key)
+                .query_async::<String>(&mut manager.clone())
                 .await
+                .map(drop)
                 .map_err(|err| redis_failed("DEL", &err)),
         }
     }
@@ -156,44 +355,182 @@ impl KeyValueStore {
     /// # Errors
     /// [`KvError::Store`] when the value is not the canonical decimal spelling of an
     /// `i64` (`42`, `-7`; not `+7`, `007`, `-0` or empty, exactly as Redis's `INCRBY`
-    /// decides) or the result would overflow `i64`.
+    /// decides) or the result would overflow `i64`. [`KvError::Quota`] when the new
+    /// key, or the longer value, would take the tenant over its quota (the value is
+    /// left as it was).
     pub async fn increment(&self, tenant: &str, key: &str, delta: i64) -> Result<i64, KvError> {
         check_key(key)?;
-        match self {
-            Self::Memory(map) => {
-                let entry = namespaced(tenant, key);
+        match &self.backend {
+            Backend::Memory(map) => {
                 let mut map = lock(map);
-                let current = match map.get(&entry) {
+                let entries = map.entry(tenant.to_owned()).or_default();
+                let current = match entries.entries.get(key) {
                     None => 0,
                     Some(value) => parse_counter(value).ok_or_else(|| not_an_integer(key))?,
                 };
-                let next = current
+                let result = current
                     .checked_add(delta)
-                    .ok_or_else(|| would_overflow(key))?;
-                map.insert(entry, next.to_string().into_bytes());
-                Ok(next)
+                    .ok_or_else(|| would_overflow(key))
+                    .and_then(|next| {
+                        entries.put(&self.quota, tenant, key, next.to_string().into_bytes())?;
+                        Ok(next)
+                    });
+                if entries.entries.is_empty() {
+                    // A refused first increment must not leave an empty tenant behind.
+                    map.remove(tenant);
+                }
+                result
             }
-            // INCRBY is atomic on the server, so concurrent increments from any number
-            // of processes never lose an update.
-            Self::Redis(manager) => redis::cmd("INCRBY")
-                .arg(redis_key(tenant, key))
-                .arg(delta)
-                .query_async(&mut manager.clone())
-                .await
-                .map_err(|err| increment_failed(key, &err)),
+            // The script runs INCRBY, atomic on the server, so concurrent increments from
+            // any number of processes never lose an update; it then checks the quota and
+            // puts the old value back if the new one does not fit.
+            Backend::Redis(manager) => {
+                let (status, value): (String, String) = self
+                    .script(INCREMENT_SCRIPT, tenant, key)
+                    .arg(delta)
+                    .query_async(&mut manager.clone())
+                    .await
+                    .map_err(|err| increment_failed(key, &err))?;
+                self.quota_status(tenant, &status)?;
+                value.parse().map_err(|_| not_an_integer(key))
+            }
+        }
+    }
+
+    /// An `EVAL` of `script` for `key` in `tenant`'s namespace. Every script takes the
+    /// same keys (the value's key, the tenant's usage hash) and first arguments (the
+    /// key's length in bytes, the quota's two limits); the caller adds the rest.
+    fn script(&self, script: &str, tenant: &str, key: &str) -> redis::Cmd {
+        // Plain EVAL (not EVALSHA): Redis caches the compiled script by its hash, and
+        // sending a few hundred bytes of text costs less than a NOSCRIPT round trip
+        // after every Redis restart.
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script)
+            .arg(2)
+            .arg(redis_key(tenant, key))
+            .arg(redis_usage_key(tenant))
+            .arg(key.len())
+            .arg(self.quota.max_keys.to_string())
+            .arg(self.quota.max_bytes.to_string());
+        cmd
+    }
+
+    /// A script's status: `ok`, or the limit (`keys` or `bytes`) that refused it.
+    fn quota_status(&self, tenant: &str, status: &str) -> Result<(), KvError> {
+        match status {
+            "ok" => Ok(()),
+            "keys" => Err(self.quota.exceeded(tenant, Exceeded::Keys)),
+            "bytes" => Err(self.quota.exceeded(tenant, Exceeded::Bytes)),
+            other => Err(KvError::Store(format!(
+                "key-value store: unexpected answer `{other}` from Redis"
+            ))),
         }
     }
 }
+
+/// The Lua helpers every script starts with. `KEYS[1]` is the value's key, `KEYS[2]`
+/// the tenant's usage hash; `ARGV[1]` is the key's length in bytes, `ARGV[2]` and
+/// `ARGV[3]` the quota's key and byte limits.
+///
+/// Scripts run atomically in Redis, so the check and the write (and the usage they
+/// change) are one step whatever other clients do. Numbers are Lua doubles, exact far
+/// beyond any byte count a server holds. Usage can only be wrong for values written
+/// without these scripts (e.g. by a platform version without quotas): they were never
+/// counted, so they are not credited back below zero either.
+macro_rules! lua_prelude {
+    () => {
+        r#"
+local klen = tonumber(ARGV[1])
+local max_keys = tonumber(ARGV[2])
+local max_bytes = tonumber(ARGV[3])
+local usage = redis.call('HMGET', KEYS[2], 'keys', 'bytes')
+local keys = tonumber(usage[1] or '0')
+local bytes = tonumber(usage[2] or '0')
+-- Sets the usage to keys + dkeys, bytes + dbytes; an empty tenant has no hash.
+local function account(dkeys, dbytes)
+  if dkeys == 0 and dbytes == 0 then return end
+  local k = math.max(keys + dkeys, 0)
+  local b = math.max(bytes + dbytes, 0)
+  if k == 0 then
+    redis.call('DEL', KEYS[2])
+  else
+    redis.call('HSET', KEYS[2], 'keys', k, 'bytes', b)
+  end
+end
+-- The status of a write from (keys, bytes) by (dkeys, dbytes): limits stop growth only.
+local function refused(dkeys, dbytes)
+  if dkeys > 0 and keys + dkeys > max_keys then return 'keys' end
+  if dbytes > 0 and bytes + dbytes > max_bytes then return 'bytes' end
+  return nil
+end
+-- The bytes the current value of KEYS[1] counts for, and whether there is one.
+local function current()
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0, false end
+  return klen + redis.call('STRLEN', KEYS[1]), true
+end
+"#
+    };
+}
+
+/// `set`: `ARGV[4]` is the value. Answers `ok`, `keys` or `bytes`.
+const SET_SCRIPT: &str = concat!(
+    lua_prelude!(),
+    r#"
+local old, existed = current()
+local dkeys = existed and 0 or 1
+local dbytes = klen + string.len(ARGV[4]) - old
+local refusal = refused(dkeys, dbytes)
+if refusal then return refusal end
+redis.call('SET', KEYS[1], ARGV[4])
+account(dkeys, dbytes)
+return 'ok'
+"#
+);
+
+/// `delete`. Answers `ok`.
+const DELETE_SCRIPT: &str = concat!(
+    lua_prelude!(),
+    r#"
+local old, existed = current()
+if existed then
+  redis.call('DEL', KEYS[1])
+  account(-1, -old)
+end
+return 'ok'
+"#
+);
+
+/// `increment`: `ARGV[4]` is the delta. Answers `{status, new value}`; INCRBY's own
+/// errors (not an integer, overflow) come back as Redis errors, before anything changed.
+const INCREMENT_SCRIPT: &str = concat!(
+    lua_prelude!(),
+    r#"
+local before = redis.call('GET', KEYS[1])
+local result = redis.pcall('INCRBY', KEYS[1], ARGV[4])
+if type(result) == 'table' and result.err then return result end
+local value = redis.call('GET', KEYS[1])
+local old = 0
+local dkeys = 1
+if before then
+  old = klen + string.len(before)
+  dkeys = 0
+end
+local dbytes = klen + string.len(value) - old
+local refusal = refused(dkeys, dbytes)
+if refusal then
+  if before then redis.call('SET', KEYS[1], before) else redis.call('DEL', KEYS[1]) end
+  return {refusal, ''}
+end
+account(dkeys, dbytes)
+return {'ok', value}
+"#
+);
 
 /// Locks the in-memory map.
 fn lock(map: &Mutex<MemoryMap>) -> std::sync::MutexGuard<'_, MemoryMap> {
     // A panic while holding the lock cannot leave a half-written entry (each
     // operation ends in one map call), so a poisoned lock is still consistent.
     map.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn namespaced(tenant: &str, key: &str) -> (String, String) {
-    (tenant.to_owned(), key.to_owned())
 }
 
 /// The Redis key of `key` in `tenant`'s namespace:
@@ -206,6 +543,12 @@ fn namespaced(tenant: &str, key: &str) -> (String, String) {
 /// with key `b:c` the same Redis key, letting one tenant read another's value.
 fn redis_key(tenant: &str, key: &str) -> String {
     format!("{REDIS_KEY_PREFIX}{}:{tenant}:{key}", tenant.len())
+}
+
+/// The Redis key of `tenant`'s usage hash: `faas:kv-usage:{tenant length}:{tenant}`
+/// (the length prefix for the same reason as in [`redis_key`]).
+fn redis_usage_key(tenant: &str) -> String {
+    format!("{REDIS_USAGE_PREFIX}{}:{tenant}", tenant.len())
 }
 
 /// Parses a stored counter: only the canonical decimal spelling of an `i64` (`0`,

@@ -25,6 +25,8 @@ pub(crate) struct EventContext {
     pub config: Arc<BTreeMap<String, String>>,
     pub kv: Arc<KeyValueStore>,
     pub publisher: Option<Arc<dyn Publisher>>,
+    /// Where its outbound HTTP may go: the store's `wasi:http` hooks.
+    pub outbound: crate::outbound::Outbound,
 }
 
 /// The `T` of every `Store<T>` the worker creates.
@@ -37,8 +39,9 @@ pub(crate) struct InstanceState {
     /// The regions' rules and the guest pages they changed (restored when the store
     /// is dropped, before Wasmtime reuses its memory).
     pub regions: StoreRegions,
-    /// The instance slot this store occupies; freed when the store is dropped.
-    _slot: OwnedSemaphorePermit,
+    /// The instance slots this store occupies (its tenant's share, and the worker's);
+    /// freed when the store is dropped.
+    _slots: [OwnedSemaphorePermit; 2],
 }
 
 impl InstanceState {
@@ -47,7 +50,7 @@ impl InstanceState {
         event: EventContext,
         max_memory_bytes: usize,
         output: MemoryOutputPipe,
-        slot: OwnedSemaphorePermit,
+        slots: [OwnedSemaphorePermit; 2],
         regions: RegionScope,
     ) -> Self {
         let wasi = WasiCtx::builder()
@@ -61,7 +64,7 @@ impl InstanceState {
             limiter: MemoryLimiter { max_memory_bytes },
             event,
             regions: StoreRegions::new(regions),
-            _slot: slot,
+            _slots: slots,
         }
     }
 }
@@ -80,7 +83,7 @@ impl WasiHttpView for InstanceState {
         WasiHttpCtxView {
             ctx: &mut self.http,
             table: &mut self.table,
-            hooks: Default::default(),
+            hooks: &mut self.event.outbound,
         }
     }
 }

@@ -1,15 +1,17 @@
-//! The [`Worker`]: owns the engine, the linker and the compiled-code cache, loads
+//! The [`Worker`]: owns the engines, their linkers and the compiled-code cache, loads
 //! workflows and creates one store per event.
 
 use crate::cache::{CacheOutcome, ComponentCache};
 use crate::config::{Limits, WorkerConfig};
-use crate::engine::{EpochClock, build_engine, deadline_ticks};
+use crate::engine::{EpochClock, build_engine};
 use crate::error::{InvokeError, LoadError, StartError};
+use crate::fair::{Fair, GuestPool};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
+use crate::limits::FileBudget;
 use crate::messaging::Publisher;
-use crate::region::{RegionScope, Retired};
+use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
 use faas_workflow::{Function, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
@@ -17,49 +19,93 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
-use wasmtime::{Engine, Store};
+use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 /// The name under which a step function exports its handler.
 const STEP_HANDLER_EXPORT: &str = "faas:platform/handler@0.1.0";
 
-/// Runs functions. One per process in embedded mode; cheap to share behind an `Arc`.
-pub struct Worker {
+/// One engine and what is bound to it: the host interfaces linked for it and its
+/// compiled-code cache (a directory per engine compatibility hash).
+struct Runtime {
     engine: Engine,
     linker: Linker<InstanceState>,
     cache: ComponentCache,
+}
+
+impl Runtime {
+    fn new(config: &WorkerConfig, fuel: bool) -> wasmtime::Result<Self> {
+        let engine = build_engine(config, fuel)?;
+        let mut linker = Linker::new(&engine);
+        host::add_to_linker(&mut linker)?;
+        let cache =
+            ComponentCache::new(&config.cache_dir, &engine).with_max_bytes(config.cache_max_bytes);
+        // Left over by a crash, or over the size after a restart with a lower limit.
+        cache.tidy();
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+        })
+    }
+}
+
+/// Runs functions. One per process in embedded mode; cheap to share behind an `Arc`.
+pub struct Worker {
+    /// For functions without a fuel limit: compiled without fuel metering.
+    unmetered: Runtime,
+    /// For functions with a fuel limit; built when the first such function loads.
+    metered: std::sync::OnceLock<Runtime>,
+    /// Held while the metered runtime is being built, so it is built once.
+    metered_init: std::sync::Mutex<()>,
     kv: Arc<KeyValueStore>,
     publisher: Option<Arc<dyn Publisher>>,
     /// One permit per instance slot: an event holds one for as long as its store lives.
     instance_slots: Arc<Semaphore>,
+    /// Each tenant's share of the instance slots (`max_instances_per_tenant`), made on
+    /// a tenant's first event.
+    tenant_slots: std::sync::Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    /// The threads guest code runs on, shared fairly between tenants.
+    guests: GuestPool,
+    /// Region memory files open in this worker, against `max_region_files`.
+    region_files: Arc<FileBudget>,
     /// Finished producers kept until their consumers placed their regions; torn down
     /// early when an event needs their slots.
     retired: std::sync::Mutex<Vec<std::sync::Weak<Retired>>>,
     config: WorkerConfig,
-    _clock: EpochClock,
+    clock: EpochClock,
 }
 
 impl Worker {
     /// Starts a worker: builds the engine (pooling allocator unless turned off) and
-    /// starts the epoch clock that enforces deadlines.
+    /// starts the epoch clock that enforces deadlines. The fuel-metered engine is
+    /// built later, when a function with a fuel limit is first loaded.
     ///
     /// # Errors
     /// If the engine cannot be created (e.g. the pooling allocator cannot reserve its
     /// address space).
     pub fn new(config: WorkerConfig) -> Result<Self, StartError> {
-        let engine = build_engine(&config).map_err(|err| StartError(format!("{err:#}")))?;
-        let mut linker = Linker::new(&engine);
-        host::add_to_linker(&mut linker).map_err(|err| StartError(format!("{err:#}")))?;
-        let cache = ComponentCache::new(&config.cache_dir, &engine);
+        let unmetered =
+            Runtime::new(&config, false).map_err(|err| StartError(format!("{err:#}")))?;
+        let instance_slots = Arc::new(Semaphore::new(config.max_instances as usize));
+        let clock = EpochClock::start(
+            unmetered.engine.clone(),
+            instance_slots.clone(),
+            config.max_instances as usize,
+        );
         Ok(Self {
-            _clock: EpochClock::start(engine.clone()),
-            engine,
-            linker,
-            cache,
+            guests: GuestPool::new(config.guest_turns, clock.preempter())
+                .map_err(|err| StartError(format!("starting the guest threads: {err}")))?,
+            clock,
+            unmetered,
+            metered: std::sync::OnceLock::new(),
+            metered_init: std::sync::Mutex::new(()),
             kv: Arc::new(KeyValueStore::memory()),
             publisher: None,
-            instance_slots: Arc::new(Semaphore::new(config.max_instances as usize)),
+            instance_slots,
+            tenant_slots: std::sync::Mutex::default(),
+            region_files: FileBudget::new(config.max_region_files),
             retired: std::sync::Mutex::default(),
             config,
         })
@@ -83,6 +129,21 @@ impl Worker {
         self.config.max_instances as usize - self.instance_slots.available_permits()
     }
 
+    /// `guest`, the future that drives one instance of `tenant`'s, polled only while
+    /// it holds a fair turn on the cores (see [`crate::fair`]).
+    pub(crate) fn fair<F: std::future::Future>(&self, tenant: Arc<str>, guest: F) -> Fair<F> {
+        self.guests.fair(tenant, guest)
+    }
+
+    /// Runs `task` (which drives guests) on the guest threads.
+    pub(crate) fn spawn_guest<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.guests.spawn(task)
+    }
+
     /// Keeps `store`, a finished producer, until its consumers placed its regions (or
     /// an event needs its slot).
     pub(crate) fn retire(&self, store: Store<InstanceState>) -> Arc<Retired> {
@@ -99,6 +160,46 @@ impl Worker {
         for retired in list.iter().filter_map(std::sync::Weak::upgrade) {
             retired.release();
         }
+    }
+
+    /// The runtime for functions with a fuel limit (`fuel`) or without; the metered
+    /// one is built on first use, and its engine ticked by the same epoch clock.
+    fn runtime(&self, fuel: bool) -> wasmtime::Result<&Runtime> {
+        if !fuel {
+            return Ok(&self.unmetered);
+        }
+        if let Some(metered) = self.metered.get() {
+            return Ok(metered);
+        }
+        let _building = self.metered_init.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(metered) = self.metered.get() {
+            return Ok(metered);
+        }
+        let metered = Runtime::new(&self.config, true)?;
+        self.clock.add(metered.engine.clone());
+        tracing::info!("fuel-metered engine started");
+        Ok(self.metered.get_or_init(|| metered))
+    }
+
+    /// What every store's regions are held to.
+    pub(crate) fn region_limits(&self) -> RegionLimits {
+        RegionLimits {
+            per_instance: self.config.max_regions_per_instance,
+            files: self.region_files.clone(),
+        }
+    }
+
+    /// `tenant`'s share of the instance slots.
+    fn tenant_slots(&self, tenant: &Arc<str>) -> Arc<Semaphore> {
+        let mut slots = self.tenant_slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .entry(tenant.clone())
+            .or_insert_with(|| {
+                Arc::new(Semaphore::new(
+                    self.config.max_instances_per_tenant.max(1) as usize
+                ))
+            })
+            .clone()
     }
 
     /// The configuration the worker was started with.
@@ -149,9 +250,19 @@ impl Worker {
         bytes: Vec<u8>,
     ) -> Result<LoadedFunction, LoadError> {
         let limits = self.limits_for(name, spec)?;
+        // Only a function with a fuel limit pays for fuel metering.
+        let runtime = self
+            .runtime(limits.fuel.is_some())
+            .map_err(|err| LoadError::Engine {
+                function: name.to_owned(),
+                message: format!("{err:#}"),
+            })?;
         let digest = ComponentCache::digest(&bytes);
-        let (engine, cache, owned_name) =
-            (self.engine.clone(), self.cache.clone(), name.to_owned());
+        let (engine, cache, owned_name) = (
+            runtime.engine.clone(),
+            runtime.cache.clone(),
+            name.to_owned(),
+        );
         // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
         let (component, outcome) =
             tokio::task::spawn_blocking(move || cache.load(&engine, &owned_name, &bytes))
@@ -170,7 +281,7 @@ impl Worker {
             function: name.to_owned(),
             message,
         };
-        let pre = self
+        let pre = runtime
             .linker
             .instantiate_pre(&component)
             .map_err(|err| link_error(format!("{err:#}")))?;
@@ -191,7 +302,9 @@ impl Worker {
             digest,
             entry,
             limits,
+            engine: runtime.engine.clone(),
             config: Arc::new(spec.config.clone()),
+            allowed_outbound_hosts: Arc::new(spec.allowed_outbound_hosts.clone()),
         })
     }
 
@@ -230,25 +343,43 @@ impl Worker {
         function: &LoadedFunction,
         regions: Option<RegionScope>,
     ) -> Result<(Store<InstanceState>, MemoryOutputPipe), InvokeError> {
+        let overloaded = |message: String| InvokeError::Overloaded {
+            function: function.name.to_string(),
+            message,
+        };
+        let wait = function.limits.timeout;
+        let tenant_slots = self.tenant_slots(&workflow.tenant);
+        let tenant_slot = match tenant_slots.clone().try_acquire_owned() {
+            Ok(slot) => Ok(Ok(slot)),
+            Err(_) => {
+                // Retired producers (kept for speed) must not make their consumers wait.
+                self.release_retired();
+                tokio::time::timeout(wait, tenant_slots.acquire_owned()).await
+            }
+        }
+        .map_err(|_| {
+            overloaded(format!(
+                "tenant `{}` kept all of its {} instance slots busy for {}ms",
+                workflow.tenant,
+                self.config.max_instances_per_tenant,
+                wait.as_millis()
+            ))
+        })?
+        .expect("tenant slot semaphores are never closed");
         let slot = match self.instance_slots.clone().try_acquire_owned() {
             Ok(slot) => Ok(Ok(slot)),
             Err(_) => {
                 // Retired producers wait only for speed; an event must not wait on them.
                 self.release_retired();
-                tokio::time::timeout(
-                    function.limits.timeout,
-                    self.instance_slots.clone().acquire_owned(),
-                )
-                .await
+                tokio::time::timeout(wait, self.instance_slots.clone().acquire_owned()).await
             }
         }
-        .map_err(|_| InvokeError::Overloaded {
-            function: function.name.to_string(),
-            message: format!(
+        .map_err(|_| {
+            overloaded(format!(
                 "all {} instance slots stayed busy for {}ms",
                 self.config.max_instances,
-                function.limits.timeout.as_millis()
-            ),
+                wait.as_millis()
+            ))
         })?
         .expect("the slot semaphore is never closed");
         let output = MemoryOutputPipe::new(GUEST_OUTPUT_BYTES);
@@ -259,29 +390,56 @@ impl Worker {
             config: function.config.clone(),
             kv: self.kv.clone(),
             publisher: self.publisher.clone(),
+            outbound: crate::outbound::Outbound::new(
+                function.allowed_outbound_hosts.clone(),
+                function.name.clone(),
+                function.limits.timeout,
+            ),
         };
         let max_memory = function.limits.memory_mb as usize * (1 << 20);
+        let regions = regions.unwrap_or_else(|| {
+            RegionScope::detached(self.config.region_map_threshold, self.region_limits())
+        });
+        let places_read_only = regions.input.read_only;
         let mut store = Store::new(
-            &self.engine,
+            &function.engine,
             InstanceState::new(
                 event,
                 max_memory,
                 output.clone(),
-                slot,
-                regions.unwrap_or_else(|| RegionScope::detached(self.config.region_map_threshold)),
+                [tenant_slot, slot],
+                regions,
             ),
         );
+        if places_read_only {
+            // Read-only region pages must be writable while the host runs (it writes
+            // call results into guest memory): see `MappedPages::on_call`.
+            store.call_hook(|mut store, hook| store.data_mut().regions.mapped.on_call(hook));
+        }
         store.limiter(|state| &mut state.limiter);
         // A list argument can be at most the guest's whole memory, which the memory
         // limit already bounds; region pages are passed as lists without being copied.
         store.set_hostcall_fuel(max_memory.max(128 << 20));
-        store.set_epoch_deadline(deadline_ticks(function.limits.timeout));
-        store.epoch_deadline_trap();
-        // Fuel is always metered, so that any function may set a fuel limit; no limit
-        // means as much as a u64 holds.
-        store
-            .set_fuel(function.limits.fuel.unwrap_or(u64::MAX))
-            .expect("fuel metering is enabled on every engine");
+        // At every epoch tick the guest yields to the runtime, so that a busy guest
+        // neither holds a thread nor its fair turn on the cores for longer than a
+        // tick; the deadline is checked at the same time.
+        let deadline = std::time::Instant::now() + function.limits.timeout;
+        store.epoch_deadline_callback(move |_| {
+            if std::time::Instant::now() >= deadline {
+                return Err(wasmtime::Trap::Interrupt.into());
+            }
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
+        });
+        store.set_epoch_deadline(1);
+        // Only functions with a fuel limit were compiled for the metered engine.
+        if let Some(fuel) = function.limits.fuel {
+            store
+                .set_fuel(fuel)
+                .expect("a function with a fuel limit runs on the metered engine");
+        }
         Ok((store, output))
     }
 }

@@ -7,36 +7,39 @@
 //! errors, key layout) follows at the end.
 
 use faas_testing::RedisServer;
-use faas_worker::kv::{KeyValueStore, KvError, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use faas_worker::kv::{KeyValueStore, KvError, KvQuota, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Generates, for each named check, one test on the in-memory backend and one on the
-/// Redis backend (each with its own server, so tests can run in parallel).
+/// Generates, for each named check, one test on the in-memory backend (in module
+/// `$memory`) and one on the Redis backend (in `$redis`, each with its own server, so
+/// tests can run in parallel); both stores have the quota `$quota()`.
 macro_rules! on_every_backend {
-    ($($check:ident),* $(,)?) => {
-        mod memory {
+    ($memory:ident, $redis:ident, $quota:ident => $($check:ident),* $(,)?) => {
+        mod $memory {
             $(
                 #[tokio::test]
                 async fn $check() {
-                    super::$check(&faas_worker::KeyValueStore::memory()).await;
+                    let store = faas_worker::KeyValueStore::memory().with_quota(super::$quota());
+                    super::$check(&store).await;
                 }
             )*
         }
 
-        mod redis {
+        mod $redis {
             $(
                 #[tokio::test]
                 async fn $check() {
                     let server = faas_testing::RedisServer::start();
-                    super::$check(&super::redis_store(&server).await).await;
+                    let store = super::redis_store(&server).await.with_quota(super::$quota());
+                    super::$check(&store).await;
                 }
             )*
         }
     };
 }
 
-on_every_backend!(
+on_every_backend!(memory, redis, default_quota =>
     set_get_and_delete,
     a_missing_key_is_none,
     tenants_never_see_each_others_keys,
@@ -46,6 +49,23 @@ on_every_backend!(
     oversized_keys_and_values_are_refused,
     binary_values_round_trip,
 );
+
+on_every_backend!(memory_quota, redis_quota, small_quota =>
+    keys_beyond_the_quota_are_refused,
+    bytes_beyond_the_quota_are_refused,
+    increments_count_towards_the_quota,
+    deletes_and_overwrites_credit_the_quota_back,
+    a_full_tenant_can_still_read_shrink_and_delete,
+);
+
+fn default_quota() -> KvQuota {
+    KvQuota::default()
+}
+
+/// 3 keys and 100 bytes per tenant.
+fn small_quota() -> KvQuota {
+    KvQuota::new(3, 100)
+}
 
 /// A store on `server`.
 async fn redis_store(server: &RedisServer) -> KeyValueStore {
@@ -210,6 +230,138 @@ async fn binary_values_round_trip(store: &KeyValueStore) {
     );
 }
 
+/// The message of a refusal by the key quota of `small_quota`.
+fn keys_refused(tenant: &str) -> KvError {
+    KvError::Quota(format!(
+        "key-value quota exceeded: tenant `{tenant}` may keep at most 3 keys (the \
+         kv-max-keys quota); delete keys to store new ones"
+    ))
+}
+
+/// The message of a refusal by the byte quota of `small_quota`.
+fn bytes_refused(tenant: &str) -> KvError {
+    KvError::Quota(format!(
+        "key-value quota exceeded: tenant `{tenant}` may keep at most 100 bytes of keys \
+         and values (the kv-max-bytes quota); delete keys or store smaller values"
+    ))
+}
+
+async fn keys_beyond_the_quota_are_refused(store: &KeyValueStore) {
+    for key in ["a", "b", "c"] {
+        store.set("t", key, b"v".to_vec()).await.unwrap();
+    }
+    assert_eq!(
+        store.set("t", "d", b"v".to_vec()).await,
+        Err(keys_refused("t"))
+    );
+    assert_eq!(store.get("t", "d").await.unwrap(), None);
+    // Overwriting a key adds none.
+    store.set("t", "a", b"w".to_vec()).await.unwrap();
+    // Another tenant has its own quota.
+    for key in ["a", "b", "c"] {
+        store.set("u", key, b"v".to_vec()).await.unwrap();
+    }
+    assert_eq!(
+        store.set("u", "d", b"v".to_vec()).await,
+        Err(keys_refused("u"))
+    );
+    // The refused writes changed nothing.
+    assert_eq!(store.get("t", "a").await.unwrap(), Some(b"w".to_vec()));
+    assert_eq!(store.get("t", "c").await.unwrap(), Some(b"v".to_vec()));
+}
+
+async fn bytes_beyond_the_quota_are_refused(store: &KeyValueStore) {
+    // "a" + 89 bytes + "b" + 9 bytes = 100 bytes: exactly the quota.
+    store.set("t", "a", vec![1; 89]).await.unwrap();
+    store.set("t", "b", vec![2; 9]).await.unwrap();
+    // One more byte in a new key or in an overwrite is refused.
+    assert_eq!(
+        store.set("t", "c", Vec::new()).await,
+        Err(bytes_refused("t"))
+    );
+    assert_eq!(
+        store.set("t", "b", vec![3; 10]).await,
+        Err(bytes_refused("t"))
+    );
+    assert_eq!(store.get("t", "b").await.unwrap(), Some(vec![2; 9]));
+    assert_eq!(store.get("t", "c").await.unwrap(), None);
+    // A value over the whole quota is refused outright.
+    assert_eq!(
+        store.set("u", "big", vec![0; 200]).await,
+        Err(bytes_refused("u"))
+    );
+    assert_eq!(store.get("u", "big").await.unwrap(), None);
+}
+
+async fn increments_count_towards_the_quota(store: &KeyValueStore) {
+    // 96 bytes used; "n" with "9" makes 98.
+    store.set("t", "f", vec![0; 95]).await.unwrap();
+    assert_eq!(store.increment("t", "n", 9).await.unwrap(), 9);
+    // "10" makes 99, "100" makes 100.
+    assert_eq!(store.increment("t", "n", 1).await.unwrap(), 10);
+    assert_eq!(store.increment("t", "n", 90).await.unwrap(), 100);
+    // "1000" would make 101: refused, and the counter keeps its value.
+    assert_eq!(
+        store.increment("t", "n", 900).await,
+        Err(bytes_refused("t"))
+    );
+    assert_eq!(store.get("t", "n").await.unwrap(), Some(b"100".to_vec()));
+    // A shorter result is always fine.
+    assert_eq!(store.increment("t", "n", -99).await.unwrap(), 1);
+    // A new counter is a new key.
+    store.delete("t", "f").await.unwrap();
+    assert_eq!(store.increment("t", "m", 1).await.unwrap(), 1);
+    assert_eq!(store.increment("t", "o", 1).await.unwrap(), 1);
+    assert_eq!(store.increment("t", "p", 1).await, Err(keys_refused("t")));
+    assert_eq!(store.get("t", "p").await.unwrap(), None);
+    // Refusals by the value come before the quota's.
+    store.set("t", "o", b"x".to_vec()).await.unwrap();
+    assert_eq!(
+        store.increment("t", "o", 1).await,
+        Err(KvError::Store("value of `o` is not an integer".into()))
+    );
+}
+
+async fn deletes_and_overwrites_credit_the_quota_back(store: &KeyValueStore) {
+    for round in 0..5 {
+        for key in ["a", "b", "c"] {
+            store.set("t", key, vec![round; 30]).await.unwrap();
+        }
+        assert_eq!(
+            store.set("t", "d", Vec::new()).await,
+            Err(keys_refused("t")),
+            "round {round}"
+        );
+        for key in ["a", "b", "c", "never-set"] {
+            store.delete("t", key).await.unwrap();
+        }
+    }
+    // Overwriting the same key many times counts it once.
+    for round in 0..200u8 {
+        store.set("t", "k", vec![round; 99]).await.unwrap();
+    }
+    store.delete("t", "k").await.unwrap();
+    // Everything was credited back: the whole quota is free again.
+    store.set("t", "x", vec![0; 99]).await.unwrap();
+    store.delete("t", "x").await.unwrap();
+    for key in ["a", "b", "c"] {
+        store.set("t", key, Vec::new()).await.unwrap();
+    }
+}
+
+async fn a_full_tenant_can_still_read_shrink_and_delete(store: &KeyValueStore) {
+    store.set("t", "a", vec![0; 90]).await.unwrap();
+    assert_eq!(
+        store.set("t", "b", vec![0; 20]).await,
+        Err(bytes_refused("t"))
+    );
+    // Shrinking, reading and deleting always work.
+    store.set("t", "a", vec![0; 10]).await.unwrap();
+    store.set("t", "b", vec![0; 20]).await.unwrap();
+    assert_eq!(store.get("t", "b").await.unwrap(), Some(vec![0; 20]));
+    store.delete("t", "b").await.unwrap();
+}
+
 #[tokio::test]
 async fn redis_store_reconnects_by_itself_after_a_restart() {
     let mut server = RedisServer::start();
@@ -288,7 +440,76 @@ async fn redis_keys_are_laid_out_per_tenant_under_one_prefix() {
         .query_async(&mut connection)
         .await
         .unwrap();
-    assert_eq!(keys, ["faas:kv:4:acme:hits"]);
+    let mut keys = keys;
+    keys.sort();
+    // The values, and the tenant's usage for its quota beside them.
+    assert_eq!(keys, ["faas:kv-usage:4:acme", "faas:kv:4:acme:hits"]);
+    let usage: Vec<(String, String)> = ::redis::cmd("HGETALL")
+        .arg("faas:kv-usage:4:acme")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(
+        usage,
+        [("keys".into(), "1".into()), ("bytes".into(), "5".into())]
+    );
+    // A tenant without keys has no usage left behind.
+    store.delete("acme", "hits").await.unwrap();
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[tokio::test]
+async fn concurrent_writers_in_two_processes_cannot_overshoot_the_quota() {
+    let server = RedisServer::start();
+    let quota = KvQuota::new(50, 0);
+    let stores = [
+        Arc::new(redis_store(&server).await.with_quota(quota)),
+        Arc::new(redis_store(&server).await.with_quota(quota)),
+    ];
+    let mut tasks = tokio::task::JoinSet::new();
+    for round in 0..200 {
+        let store = stores[round % 2].clone();
+        tasks.spawn(async move {
+            // Sets and increments of new keys race for the last places.
+            if round % 3 == 0 {
+                store
+                    .increment("t", &format!("n{round}"), 1)
+                    .await
+                    .map(drop)
+            } else {
+                store.set("t", &format!("k{round}"), b"v".to_vec()).await
+            }
+        });
+    }
+    let results = tasks.join_all().await;
+    let stored = results.iter().filter(|result| result.is_ok()).count();
+    assert_eq!(stored, 50, "{results:?}");
+    for result in results.iter().filter_map(|result| result.as_ref().err()) {
+        assert!(
+            matches!(result, KvError::Quota(message) if message.contains("50 keys")),
+            "{result:?}"
+        );
+    }
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("faas:kv:1:t:*")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 50);
+    let counted: u64 = ::redis::cmd("HGET")
+        .arg("faas:kv-usage:1:t")
+        .arg("keys")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(counted, 50);
 }
 
 #[tokio::test]

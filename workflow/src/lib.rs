@@ -16,6 +16,10 @@
 //! the memories that function declares into limits on the step's regions, see
 //! [`memory`].
 //!
+//! A function may send outbound HTTP requests only where its `allowed_outbound_hosts`
+//! lists (`["https://api.example.com", "http://*:8080"]`, Spin's syntax); see
+//! [`outbound`].
+//!
 //! [`Workflow::parse`] / [`Workflow::from_file`] turn the TOML into a validated
 //! [`Workflow`]; every problem comes back as a [`ManifestError`] naming the file, line,
 //! column and field. The [`Workflow`] types serialize to JSON for the trip between CLI,
@@ -47,6 +51,7 @@ mod error;
 mod locate;
 pub mod memory;
 mod model;
+pub mod outbound;
 mod raw;
 mod route;
 mod schema_type;
@@ -57,6 +62,9 @@ pub use memory::{InterfaceRef, InterfaceRefError, MemoryLimit, StepMemories};
 pub use model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, OnFailure,
     RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TriggerTarget, Workflow,
+};
+pub use outbound::{
+    AllowedOutboundHosts, OutboundAccess, OutboundHost, OutboundHostError, is_public_address,
 };
 pub use route::{Route, RouteError};
 pub use schema_type::{SchemaType, SchemaTypeError};

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ManifestError, Source};
 use crate::memory::{InterfaceRef, StepMemories};
+use crate::outbound::AllowedOutboundHosts;
 use crate::route::Route;
 use crate::schema_type::SchemaType;
 
@@ -72,6 +73,10 @@ pub struct Function {
     /// String settings exposed to the function.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
+    /// `allowed_outbound_hosts`: where its outbound HTTP requests may go; empty (the
+    /// default) denies them all. See [`crate::outbound`].
+    #[serde(default, skip_serializing_if = "AllowedOutboundHosts::is_empty")]
+    pub allowed_outbound_hosts: AllowedOutboundHosts,
 }
 
 /// Which interface a function's component exports.

@@ -43,6 +43,9 @@ pub(crate) struct RawFunction {
     pub fuel: Option<Spanned<u64>>,
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    /// Entries parsed by the validator, so that a bad one is reported at its place.
+    #[serde(default)]
+    pub allowed_outbound_hosts: Vec<Spanned<String>>,
 }
 
 /// `[steps.<name>]`. Types stay strings here: parsing them in the validator gives

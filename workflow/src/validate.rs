@@ -17,6 +17,7 @@ use crate::model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, RedisTrigger,
     RetryPolicy, RunSettings, Step, StreamTrigger, TriggerTarget, Workflow,
 };
+use crate::outbound::{AllowedOutboundHosts, OutboundHost};
 use crate::raw::{
     RawEdge, RawFanOut, RawFunction, RawHttpTrigger, RawJoin, RawRedisTrigger, RawSettings,
     RawStep, RawStreamTrigger, RawWorkflow,
@@ -346,6 +347,17 @@ impl<'a> Checker<'a> {
                 "must be greater than 0; omit `fuel` for the platform default",
             );
         }
+        let mut allowed_outbound_hosts = Vec::new();
+        for (i, entry) in raw.allowed_outbound_hosts.iter().enumerate() {
+            match OutboundHost::parse(entry.get_ref()) {
+                Ok(host) => allowed_outbound_hosts.push(host),
+                Err(e) => self.error(
+                    entry.span(),
+                    format!("{field}.allowed_outbound_hosts[{i}]"),
+                    e.to_string(),
+                ),
+            }
+        }
         Function {
             component: PathBuf::from(raw.component.into_inner()),
             build: raw.build.map(Spanned::into_inner),
@@ -356,6 +368,7 @@ impl<'a> Checker<'a> {
                 fuel: raw.fuel.map(Spanned::into_inner),
             },
             config: raw.config,
+            allowed_outbound_hosts: AllowedOutboundHosts(allowed_outbound_hosts),
         }
     }
 

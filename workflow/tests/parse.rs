@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use faas_workflow::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, InterfaceRef, JoinPolicy, Limits,
-    MAX_REDIS_NAME_LEN, ManifestError, MemoryLimit, OnFailure, RedisTrigger, RetryPolicy, Route,
-    RunSettings, SchemaType, Step, StepMemories, StreamTrigger, TriggerTarget, Workflow,
-    is_valid_redis_name,
+    MAX_REDIS_NAME_LEN, ManifestError, MemoryLimit, OnFailure, OutboundAccess, RedisTrigger,
+    RetryPolicy, Route, RunSettings, SchemaType, Step, StepMemories, StreamTrigger, TriggerTarget,
+    Workflow, is_valid_redis_name,
 };
 
 fn parse(text: &str) -> Workflow {
@@ -49,6 +49,7 @@ fn a_manifest_with_every_field_parses_into_the_full_model() {
                     fuel: Some(1_000_000_000),
                 },
                 config: BTreeMap::from([("greeting".to_owned(), "hi".to_owned())]),
+                allowed_outbound_hosts: Default::default(),
             },
         )]),
         steps: BTreeMap::new(),
@@ -154,6 +155,7 @@ fn absolute_component_paths_are_not_changed_by_resolution() {
         kind: FunctionKind::Http,
         limits: Limits::default(),
         config: BTreeMap::new(),
+        allowed_outbound_hosts: Default::default(),
     };
     assert_eq!(
         function.component_path(Path::new("/srv")),
@@ -1054,4 +1056,63 @@ fn interface_errors_name_the_field_and_the_schema_position() {
     let err = Workflow::parse_with_schemas("workflow.toml", &text, &BTreeMap::new()).unwrap_err();
     assert_eq!(err.field(), "steps.consume.interface");
     assert!(err.message().contains("`blob.km` is missing"), "{err}");
+}
+
+#[test]
+fn allowed_outbound_hosts_are_parsed_and_survive_the_json_trip() {
+    let wf = Workflow::parse(
+        "workflow.toml",
+        r#"
+        name = "fetch"
+        tenant = "demo"
+
+        [functions.fetch]
+        component = "fetch.wasm"
+        allowed_outbound_hosts = ["https://api.example.com", "http://127.0.0.1:8080", "*://*.example.org:*"]
+
+        [[triggers.http]]
+        route = "/fetch"
+        function = "fetch"
+        "#,
+    )
+    .unwrap();
+    let hosts = &wf.functions["fetch"].allowed_outbound_hosts;
+    let written: Vec<&str> = hosts.iter().map(|host| host.as_str()).collect();
+    assert_eq!(
+        written,
+        [
+            "https://api.example.com",
+            "http://127.0.0.1:8080",
+            "*://*.example.org:*"
+        ]
+    );
+    assert_eq!(
+        hosts.access("https", "api.example.com", 443),
+        OutboundAccess::AnyAddress
+    );
+    assert_eq!(
+        hosts.access("http", "a.example.org", 8000),
+        OutboundAccess::PublicOnly
+    );
+    assert_eq!(
+        hosts.access("http", "api.example.com", 80),
+        OutboundAccess::Denied
+    );
+    let json = serde_json::to_string(&wf).unwrap();
+    let back: Workflow = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, wf);
+}
+
+#[test]
+fn functions_without_allowed_outbound_hosts_may_reach_nothing() {
+    let wf = Workflow::from_file(&good_dir().join("hello.toml")).unwrap();
+    let hosts = &wf.functions["hello"].allowed_outbound_hosts;
+    assert!(hosts.is_empty());
+    assert_eq!(
+        hosts.access("https", "example.com", 443),
+        OutboundAccess::Denied
+    );
+    // Nothing is serialized for an empty list: older readers see the same JSON.
+    let json = serde_json::to_string(&wf).unwrap();
+    assert!(!json.contains("allowed_outbound_hosts"), "{json}");
 }

@@ -5,6 +5,7 @@ mod support;
 
 mod admin;
 mod deploy;
+mod hostile;
 mod limits;
 mod manifest;
 mod placement;

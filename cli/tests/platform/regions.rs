@@ -7,7 +7,7 @@ use std::path::Path;
 const EXAMPLE: &str = "functions/regions/workflow.toml";
 /// The example under a Karmem interface: its consumer implements `transfer.consume` of
 /// `blob.km`, which lets it only read its blob.
-const MEMORIES: &str = "functions/regions/memories.toml";
+pub(crate) const MEMORIES: &str = "functions/regions/memories.toml";
 
 /// The byte sum of a blob of `len` data bytes as the example's producer makes it.
 pub(crate) fn expected_sum(len: usize) -> u64 {
@@ -17,26 +17,31 @@ pub(crate) fn expected_sum(len: usize) -> u64 {
         .sum()
 }
 
-fn transfer(platform: &Platform, route: &str, len: usize) -> serde_json::Value {
+pub(crate) fn transfer(platform: &Platform, route: &str, len: usize) -> serde_json::Value {
     let response = platform.post(route, len.to_string());
     assert_eq!(response.status(), 200, "{:?}", response.text());
     response.json().unwrap()
 }
 
 /// The example workflow, with each `(from, to)` text replacement applied, deployed.
-fn deploy_example(platform: &Platform, dir: &Path, replacements: &[(&str, &str)]) {
+pub(crate) fn deploy_example(platform: &Platform, dir: &Path, replacements: &[(&str, &str)]) {
     deploy_manifest(platform, dir, EXAMPLE, replacements);
 }
 
 /// The repository manifest `manifest` (with `blob.km` beside it), with each
 /// `(from, to)` text replacement applied, deployed.
-fn deploy_manifest(platform: &Platform, dir: &Path, manifest: &str, replacements: &[(&str, &str)]) {
+pub(crate) fn deploy_manifest(
+    platform: &Platform,
+    dir: &Path,
+    manifest: &str,
+    replacements: &[(&str, &str)],
+) {
     platform.deploy(&copy_manifest(dir, manifest, replacements));
 }
 
 /// Replacements that make the example's function `role` the probe component with
 /// config `probe`.
-fn probe_as(role: &str, probe: &str) -> [(String, String); 2] {
+pub(crate) fn probe_as(role: &str, probe: &str) -> [(String, String); 2] {
     let component = |package| {
         format!(
             "[functions.{role}]\ncomponent = \"{}\"",
@@ -53,7 +58,7 @@ fn probe_as(role: &str, probe: &str) -> [(String, String); 2] {
 }
 
 /// `owned` as the borrowed pairs `copy_manifest` takes.
-fn pairs(owned: &[(String, String)]) -> Vec<(&str, &str)> {
+pub(crate) fn pairs(owned: &[(String, String)]) -> Vec<(&str, &str)> {
     owned
         .iter()
         .map(|(from, to)| (from.as_str(), to.as_str()))
@@ -135,7 +140,7 @@ join = { timeout_ms = 30000, on_failure = "fail" }
 }
 
 /// The example's producer feeding the probe component (config `probe`), deployed.
-fn deploy_probe(platform: &Platform, dir: &Path, probe: &str, producer_config: &str) {
+pub(crate) fn deploy_probe(platform: &Platform, dir: &Path, probe: &str, producer_config: &str) {
     let mut replacements = vec![(
         "config = { role = \"produce\" }".to_owned(),
         format!("config = {{ role = \"produce\"{producer_config} }}"),
@@ -145,7 +150,7 @@ fn deploy_probe(platform: &Platform, dir: &Path, probe: &str, producer_config: &
 }
 
 /// A platform whose instances may have the example's 1100 MiB.
-fn start(extra: &[&str]) -> Platform {
+pub(crate) fn start(extra: &[&str]) -> Platform {
     let mut args = vec!["--no-demo", "--max-memory-mb", "1100"];
     args.extend_from_slice(extra);
     Platform::start_with(&args)

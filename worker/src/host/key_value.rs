@@ -9,6 +9,8 @@ impl From<KvError> for Error {
     fn from(err: KvError) -> Self {
         match err {
             KvError::TooLarge(what) => Error::TooLarge(what),
+            // The tenant's data would be too large; the text names the quota.
+            KvError::Quota(what) => Error::TooLarge(what),
             KvError::Store(what) => Error::Store(what),
         }
     }

@@ -2,21 +2,13 @@
 //! them.
 
 use super::platform::log::{Host, Level};
+use crate::failure::cut_guest_text;
 use crate::state::InstanceState;
-
-/// Longest log line kept; the rest is cut so a guest cannot flood the logs.
-const MAX_LINE: usize = 4096;
 
 impl Host for InstanceState {
     async fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        let mut message = message;
-        if message.len() > MAX_LINE {
-            let mut end = MAX_LINE;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
-            message.truncate(end);
-        }
+        // Cut, so that a guest cannot flood the logs with one line.
+        let message = cut_guest_text(message);
         let event = &self.event;
         let (tenant, workflow, function) = (&*event.tenant, &*event.workflow, &*event.function);
         match level {

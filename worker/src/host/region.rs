@@ -33,6 +33,7 @@ impl HostRegion for InstanceState {
             }
             .into());
         }
+        self.regions.count_created()?;
         self.regions.copied_bytes = total;
         let region = Region::copied(&self.regions.scope, schema_type, bytes);
         Ok(self.table.push(region)?)
@@ -98,19 +99,23 @@ pub(crate) fn add_page_functions(linker: &mut Linker<InstanceState>) -> wasmtime
          (schema_type, pages): (String, WasmList<u8>)| {
             let pages = PageRange::of_guest(pages.as_le_slice(&store));
             let state = store.data_mut();
-            let created = pages.and_then(|pages| {
-                // SAFETY: the pages are this store's guest memory (Wasmtime checked the
-                // list against it), the slice borrow has ended, and the guest is
-                // suspended in this call.
-                unsafe {
-                    Region::create_in(
-                        &state.regions.scope,
-                        &mut state.regions.mapped,
-                        schema_type,
-                        pages,
-                    )
+            let created = match pages {
+                Err(err) => Err(err),
+                Ok(pages) => {
+                    state.regions.count_created()?;
+                    // SAFETY: the pages are this store's guest memory (Wasmtime checked
+                    // the list against it), the slice borrow has ended, and the guest
+                    // is suspended in this call.
+                    unsafe {
+                        Region::create_in(
+                            &state.regions.scope,
+                            &mut state.regions.mapped,
+                            schema_type,
+                            pages,
+                        )
+                    }?
                 }
-            });
+            };
             Ok((match created {
                 Ok(region) => Ok(state.table.push(region)?),
                 Err(err) => Err(err.to_string()),

@@ -14,6 +14,7 @@ mod payload;
 
 pub(crate) use pages::{MappedPages, PageRange};
 
+use crate::limits::FileBudget;
 use payload::PayloadFile;
 use rustix::mm::ProtFlags;
 use std::borrow::Cow;
@@ -100,9 +101,30 @@ pub enum RegionError {
         /// Who asked for it.
         requester: RegionOwner,
     },
+    /// Pages passed for a region already hold one (or an input placed there).
+    #[error("region pages overlap pages that already hold a region; use fresh pages")]
+    PagesInUse,
     /// The kernel refused a memory operation.
     #[error("region memory operation failed: {0}")]
     Map(#[source] std::io::Error),
+}
+
+/// A region limit the guest ran into: it fails the guest's event (a trap the worker
+/// reports as `region_limit`), not just the call.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionLimitExceeded {
+    /// The instance created as many regions as it may.
+    #[error("an instance may create at most {limit} regions")]
+    PerInstance {
+        /// `max_regions_per_instance`.
+        limit: usize,
+    },
+    /// The worker has as many region memory files open as it may.
+    #[error("the worker has {limit} region memory files open, its limit")]
+    Files {
+        /// `max_region_files`.
+        limit: usize,
+    },
 }
 
 /// One value handed between workflow steps: the host side of a `region` resource.
@@ -226,6 +248,17 @@ pub(crate) struct RegionScope {
     pub input: MemoryRule,
     /// The step's declared output memory.
     pub output: MemoryRule,
+    /// How many regions the store may create, and the worker's memory-file budget.
+    pub limits: RegionLimits,
+}
+
+/// The counts a store's regions are held to.
+#[derive(Debug, Clone)]
+pub(crate) struct RegionLimits {
+    /// Regions one instance may create.
+    pub per_instance: usize,
+    /// Memory files the whole worker may hold.
+    pub files: Arc<FileBudget>,
 }
 
 /// One store's region state.
@@ -238,6 +271,8 @@ pub(crate) struct StoreRegions {
     /// Bytes of copied regions the store created (held in host memory, so they count
     /// against its memory limit).
     pub copied_bytes: usize,
+    /// Regions the store created.
+    created: usize,
 }
 
 impl StoreRegions {
@@ -247,19 +282,35 @@ impl StoreRegions {
             scope,
             mapped: MappedPages::default(),
             copied_bytes: 0,
+            created: 0,
         }
+    }
+
+    /// Counts one more region created by the store.
+    ///
+    /// # Errors
+    /// [`RegionLimitExceeded::PerInstance`] past the limit.
+    pub(crate) fn count_created(&mut self) -> Result<(), RegionLimitExceeded> {
+        if self.created >= self.scope.limits.per_instance {
+            return Err(RegionLimitExceeded::PerInstance {
+                limit: self.scope.limits.per_instance,
+            });
+        }
+        self.created += 1;
+        Ok(())
     }
 }
 
 impl RegionScope {
     /// The scope of a store outside any workflow run (an HTTP function): its regions
     /// cannot reach another function.
-    pub(crate) fn detached(map_threshold: usize) -> Self {
+    pub(crate) fn detached(map_threshold: usize, limits: RegionLimits) -> Self {
         Self {
             owner: None,
             map_threshold,
             input: MemoryRule::default(),
             output: MemoryRule::default(),
+            limits,
         }
     }
 
@@ -268,6 +319,7 @@ impl RegionScope {
     pub(crate) fn step(
         owner: RegionOwner,
         map_threshold: usize,
+        limits: RegionLimits,
         memories: &faas_workflow::StepMemories,
     ) -> Self {
         Self {
@@ -275,6 +327,7 @@ impl RegionScope {
             map_threshold,
             input: MemoryRule::from(&memories.input),
             output: MemoryRule::from(&memories.output),
+            limits,
         }
     }
 }
@@ -407,6 +460,13 @@ impl Region {
     /// A region being written in `pages` of the calling guest's memory: backs them with
     /// a fresh memory file mapped shared, so the guest's writes land in the file.
     ///
+    /// The pages must not hold a region already: so every memory file a store creates
+    /// is also a distinct part of its linear memory, and counts against its memory
+    /// limit like any page the guest grew.
+    ///
+    /// # Errors
+    /// The outer error is a limit that fails the event; the inner one the guest sees.
+    ///
     /// # Safety
     /// `pages` must be unborrowed pages of the calling store's live guest memory.
     pub(crate) unsafe fn create_in(
@@ -414,9 +474,36 @@ impl Region {
         mapped: &mut MappedPages,
         schema_type: String,
         pages: PageRange,
+    ) -> Result<Result<Self, RegionError>, RegionLimitExceeded> {
+        if let Err(err) = scope.output.check("region capacity", pages.len()) {
+            return Ok(Err(err));
+        }
+        if mapped.overlaps(pages) {
+            return Ok(Err(RegionError::PagesInUse));
+        }
+        let ticket = scope
+            .limits
+            .files
+            .take()
+            .ok_or(RegionLimitExceeded::Files {
+                limit: scope.limits.files.max(),
+            })?;
+        // SAFETY: forwarded from the caller.
+        Ok(unsafe { Self::create_in_file(scope, mapped, schema_type, pages, ticket) })
+    }
+
+    /// [`Self::create_in`] once the limits are checked.
+    ///
+    /// # Safety
+    /// As for [`Self::create_in`].
+    unsafe fn create_in_file(
+        scope: &RegionScope,
+        mapped: &mut MappedPages,
+        schema_type: String,
+        pages: PageRange,
+        ticket: crate::limits::FileTicket,
     ) -> Result<Self, RegionError> {
-        scope.output.check("region capacity", pages.len())?;
-        let file = PayloadFile::create(pages.len())?;
+        let file = PayloadFile::create(pages.len(), ticket)?;
         // Recorded before mapping, so even a failure half-way leaves nothing behind.
         mapped.record(pages);
         // SAFETY: forwarded from the caller; the range is recorded for restoring.
@@ -492,18 +579,30 @@ impl Region {
             return Ok(());
         }
         let target = pages.prefix(needed);
+        // Pages the host already mapped may be read-only, and would orphan what is
+        // there: only fresh pages take a value.
+        if mapped.overlaps(target) {
+            return Err(RegionError::PagesInUse);
+        }
+        // A read-only value is placed writable and becomes read-only when this host
+        // call returns (see `MappedPages::on_call`): Wasmtime still writes this call's
+        // result into guest memory, wherever the guest asks.
         let read_only = scope.input.read_only;
+        let record = |mapped: &mut MappedPages| {
+            if read_only {
+                mapped.record_read_only(target);
+            } else {
+                mapped.record(target);
+            }
+        };
         match &self.body {
             Body::Writing { .. } => return Err(RegionError::NotSealed),
             Body::Sealed { file, .. } if len >= scope.map_threshold => {
-                let prot = if read_only {
-                    ProtFlags::READ
-                } else {
-                    ProtFlags::READ | ProtFlags::WRITE
-                };
-                mapped.record(target);
+                record(mapped);
                 // SAFETY: forwarded from the caller; recorded for restoring.
-                unsafe { target.map_file(file.as_fd(), prot, false) }?;
+                unsafe {
+                    target.map_file(file.as_fd(), ProtFlags::READ | ProtFlags::WRITE, false)
+                }?;
                 return Ok(());
             }
             Body::Sealed { file, .. } => {
@@ -518,9 +617,7 @@ impl Region {
             }
         }
         if read_only {
-            mapped.record(target);
-            // SAFETY: forwarded from the caller; recorded for restoring.
-            unsafe { target.protect_read_only() }?;
+            record(mapped);
         }
         Ok(())
     }

@@ -50,6 +50,11 @@ impl PageRange {
         self.len
     }
 
+    /// Whether it shares a page with `other`.
+    pub(crate) fn overlaps(self, other: Self) -> bool {
+        self.addr < other.addr + other.len && other.addr < self.addr + self.len
+    }
+
     /// The first `len` bytes (a whole number of pages, at most the range).
     pub(crate) fn prefix(self, len: usize) -> Self {
         debug_assert!(len <= self.len && len.is_multiple_of(host_page_size()));
@@ -95,14 +100,19 @@ impl PageRange {
         Ok(())
     }
 
-    /// Makes the range read-only: a guest write to it then traps.
+    /// Makes the range read-only (a guest write to it then traps), or writable again.
     ///
     /// # Safety
     /// As for [`PageRange::map_file`].
-    pub(crate) unsafe fn protect_read_only(self) -> Result<(), RegionError> {
+    unsafe fn protect(self, read_only: bool) -> std::io::Result<()> {
+        let flags = if read_only {
+            MprotectFlags::READ
+        } else {
+            MprotectFlags::READ | MprotectFlags::WRITE
+        };
         // SAFETY: see `map_file`.
-        unsafe { rustix::mm::mprotect(self.addr as *mut _, self.len, MprotectFlags::READ) }
-            .map_err(|errno| RegionError::Map(errno.into()))
+        unsafe { rustix::mm::mprotect(self.addr as *mut _, self.len, flags) }?;
+        Ok(())
     }
 
     /// Puts fresh, zeroed, writable anonymous pages in place of whatever is mapped.
@@ -137,15 +147,74 @@ impl PageRange {
 /// restores them all, which must happen before Wasmtime returns the memory to its pool:
 /// it is a field of the store's data, and Wasmtime drops a store's data before its
 /// instances.
+///
+/// Read-only ranges are the one place where a guest's pages are not writable, and
+/// Wasmtime writes into guest memory from host code (results of host calls, at an
+/// address the guest chooses), where a fault would kill the process. So read-only
+/// ranges are writable whenever the host runs on the guest's behalf: [`Self::on_call`]
+/// lifts the protection when the guest calls the host and puts it back when the
+/// outermost host call returns. The guest itself never runs while they are writable.
 #[derive(Debug, Default)]
 pub(crate) struct MappedPages {
     ranges: Vec<PageRange>,
+    read_only: Vec<PageRange>,
+    /// Host calls under way (a host call may call back into the guest, e.g. its
+    /// allocator, which may call the host again).
+    host_depth: u32,
 }
 
 impl MappedPages {
     /// Remembers `range` to restore later.
     pub(crate) fn record(&mut self, range: PageRange) {
         self.ranges.push(range);
+    }
+
+    /// Remembers `range` to restore later, and to make read-only whenever the guest
+    /// runs. Takes effect when the host call under way returns.
+    pub(crate) fn record_read_only(&mut self, range: PageRange) {
+        self.ranges.push(range);
+        self.read_only.push(range);
+    }
+
+    /// Whether the host already mapped or protected any page of `range`. Placing a
+    /// region over such pages is refused: it would orphan the memory file mapped there
+    /// (uncounted memory) or write over pages that may be read-only.
+    pub(crate) fn overlaps(&self, range: PageRange) -> bool {
+        self.ranges.iter().any(|recorded| recorded.overlaps(range))
+    }
+
+    /// Follows the guest's calls into the host (a Wasmtime call hook): read-only ranges
+    /// are writable from the first call into the host until it returns.
+    ///
+    /// # Errors
+    /// If the kernel refuses to change a protection: the guest must then stop, since
+    /// its pages would be writable or the host could fault.
+    pub(crate) fn on_call(&mut self, hook: wasmtime::CallHook) -> wasmtime::Result<()> {
+        let read_only = match hook {
+            wasmtime::CallHook::CallingHost => {
+                self.host_depth += 1;
+                if self.host_depth > 1 {
+                    return Ok(());
+                }
+                false
+            }
+            wasmtime::CallHook::ReturningFromHost => {
+                self.host_depth = self.host_depth.saturating_sub(1);
+                if self.host_depth > 0 {
+                    return Ok(());
+                }
+                true
+            }
+            _ => return Ok(()),
+        };
+        for range in &self.read_only {
+            // SAFETY: recorded ranges are pages of this store's live guest memory, and
+            // the guest is not running: it is calling, or about to return to, the host.
+            unsafe { range.protect(read_only) }.map_err(|err| {
+                wasmtime::Error::msg(format!("cannot change region page protection: {err}"))
+            })?;
+        }
+        Ok(())
     }
 }
 

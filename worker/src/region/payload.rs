@@ -3,6 +3,7 @@
 
 use super::RegionError;
 use super::pages::round_to_pages;
+use crate::limits::FileTicket;
 use rustix::fs::{MemfdFlags, SealFlags};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -11,11 +12,16 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 #[derive(Debug)]
 pub(crate) struct PayloadFile {
     fd: OwnedFd,
+    /// Its place in the worker's memory-file budget. A file received from another
+    /// worker process has none: it arrives for a run that process started, and is
+    /// counted there.
+    _ticket: Option<FileTicket>,
 }
 
 impl PayloadFile {
-    /// A zero-filled file of `capacity` bytes (whole pages), writable until sealed.
-    pub(crate) fn create(capacity: usize) -> Result<Self, RegionError> {
+    /// A zero-filled file of `capacity` bytes (whole pages), writable until sealed,
+    /// holding `ticket` of the worker's file budget while it exists.
+    pub(crate) fn create(capacity: usize, ticket: FileTicket) -> Result<Self, RegionError> {
         let fd = rustix::fs::memfd_create(
             "faas-region",
             MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
@@ -23,7 +29,10 @@ impl PayloadFile {
         .map_err(|errno| RegionError::Map(errno.into()))?;
         rustix::fs::ftruncate(&fd, capacity as u64)
             .map_err(|errno| RegionError::Map(errno.into()))?;
-        Ok(Self { fd })
+        Ok(Self {
+            fd,
+            _ticket: Some(ticket),
+        })
     }
 
     /// Freezes the file holding a `len`-byte value: zeroes the last page's tail (the
@@ -69,7 +78,7 @@ impl PayloadFile {
                  (seals {seals:?}, size {size})"
             ))));
         }
-        Ok(Self { fd })
+        Ok(Self { fd, _ticket: None })
     }
 
     /// Copies `into.len()` bytes from the start of the file.
@@ -96,9 +105,11 @@ impl AsFd for PayloadFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::FileBudget;
 
     fn file_with(len: usize) -> PayloadFile {
-        let file = PayloadFile::create(round_to_pages(len)).unwrap();
+        let budget = FileBudget::new(8);
+        let file = PayloadFile::create(round_to_pages(len), budget.take().unwrap()).unwrap();
         rustix::io::pwrite(&file.fd, &vec![7u8; len], 0).unwrap();
         file
     }

@@ -33,6 +33,22 @@ pub struct RunRecord {
     pub steps: Vec<StepRecord>,
 }
 
+impl RunRecord {
+    /// About how many bytes the record holds, to keep run history within a byte
+    /// budget: its strings plus a fixed cost per step.
+    pub fn approx_bytes(&self) -> usize {
+        let step = |record: &StepRecord| {
+            64 + record.step.len()
+                + record.error.as_ref().map_or(0, String::len)
+                + record.worker.as_ref().map_or(0, String::len)
+        };
+        128 + self.run_id.len()
+            + self.workflow.len()
+            + self.error.as_ref().map_or(0, String::len)
+            + self.steps.iter().map(step).sum::<usize>()
+    }
+}
+
 /// One step of a run, in one branch, with all its attempts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepRecord {

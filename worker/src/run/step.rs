@@ -3,7 +3,7 @@
 
 use super::record::StepRecord;
 use super::{RunError, StepFailure};
-use crate::failure::{Failure, classify};
+use crate::failure::{Failure, classify, cut_guest_text};
 use crate::function::{Entry, LoadedFunction};
 use crate::host::{MessageInfo, StepContext};
 use crate::region::{Region, RegionScope};
@@ -138,6 +138,7 @@ async fn attempt_once(
     let scope = RegionScope::step(
         run.owner.clone(),
         run.worker.config().region_map_threshold,
+        run.worker.region_limits(),
         memories,
     );
     // Also checked on the way out: a value copied with `from-bytes` has no capacity to
@@ -158,28 +159,46 @@ async fn attempt_once(
         })?;
         handles.push(handle);
     }
-    let call = async {
-        let instance = pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(Failure::Instantiate)?;
-        instance
-            .faas_platform_handler()
-            .call_handle(&mut store, &context, &handles)
-            .await
-            .map_err(Failure::Run)
-    };
-    let returned = match tokio::time::timeout(function.limits.timeout + HOST_WAIT_GRACE, call).await
-    {
-        Err(_) => {
-            return Err(invoke(crate::InvokeError::Timeout {
-                function: function.name().to_owned(),
-                timeout: function.limits.timeout,
-            }));
+    let pre = pre.clone();
+    let guest = run.worker.fair(run.workflow.tenant.clone(), async move {
+        let called = async {
+            let instance = pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(Failure::Instantiate)?;
+            instance
+                .faas_platform_handler()
+                .call_handle(&mut store, &context, &handles)
+                .await
+                .map_err(Failure::Run)
         }
-        Ok(Err(failure)) => return Err(invoke(classify(function, failure, &output))),
-        Ok(Ok(Err(message))) => return Err(StepFailure::Returned(message)),
-        Ok(Ok(Ok(handles))) => handles,
+        .await;
+        (store, called)
+    });
+    // On the guest threads; past the deadline the instance is dropped there at once.
+    let deadline = function.limits.timeout + HOST_WAIT_GRACE;
+    let task = run
+        .worker
+        .spawn_guest(async move { tokio::time::timeout(deadline, guest).await.ok() });
+    let timed_out = || {
+        invoke(crate::InvokeError::Timeout {
+            function: function.name().to_owned(),
+            timeout: function.limits.timeout,
+        })
+    };
+    let (mut store, returned) = match task.await {
+        Ok(Some(finished)) => finished,
+        Ok(None) => return Err(timed_out()),
+        Err(join) => {
+            return Err(StepFailure::Returned(format!(
+                "the instance's task failed: {join}"
+            )));
+        }
+    };
+    let returned = match returned {
+        Err(failure) => return Err(invoke(classify(function, failure, &output))),
+        Ok(Err(message)) => return Err(StepFailure::Returned(cut_guest_text(message))),
+        Ok(Ok(handles)) => handles,
     };
     let mut outputs = Vec::with_capacity(returned.len());
     for handle in returned {
@@ -189,7 +208,7 @@ async fn attempt_once(
         if region.schema_type() != expected_output {
             return Err(StepFailure::WrongOutputType {
                 expected: expected_output.to_owned(),
-                found: region.schema_type().to_owned(),
+                found: cut_guest_text(region.schema_type().to_owned()),
             });
         }
         // The producer has returned, so the value can be fixed for its consumers.

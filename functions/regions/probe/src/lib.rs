@@ -12,6 +12,15 @@
 //!   end of its last page.
 //! - `scan`: grows its memory by config `pages` fresh pages and reports any non-zero
 //!   byte in them (a reused instance slot must not show a previous payload).
+//! - `replace-read-only`: places its read-only input, then asks the host to place it
+//!   again over the same (now read-only) pages.
+//! - `host-writes-read-only`: places its read-only input, then calls a host function
+//!   through the raw import, with the address for the result inside those pages: the
+//!   host writes there from host code, where a fault would kill the process.
+//! - `recreate`: creates a region twice over the same pages (each would otherwise pin a
+//!   memory file the size of the pages, invisible to its memory limit).
+//! - `flood`: creates one-page regions on fresh pages until the host stops it.
+//! - `huge-error`: fails with a 32 MiB error text, which the platform must not keep.
 
 use faas_sdk::region::{PAGE_SIZE, RegionExt, RegionWriter};
 use faas_sdk::step::{Context, Region, StepResult};
@@ -79,9 +88,54 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
                 nonzero(fresh)
             )
         }
+        "replace-read-only" => {
+            let input = inputs.first().ok_or("needs an input")?;
+            let bytes = input.place()?;
+            let pages = bytes.len().div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE;
+            // SAFETY (of the guest): the placed value's pages, read-only; only the host
+            // touches them here.
+            let again = unsafe { core::slice::from_raw_parts(bytes.as_ptr(), pages) };
+            input.read_into(again)?;
+            "{\"placed_twice\":true}".to_owned()
+        }
+        "host-writes-read-only" => {
+            let input = inputs.first().ok_or("needs an input")?;
+            let bytes = input.place()?;
+            let key = "probe";
+            // SAFETY (of the guest): deliberately hands the host a result address in
+            // read-only pages; the host must neither fault nor let the guest write.
+            unsafe { raw_config_get(key.as_ptr(), key.len(), bytes.as_ptr() as *mut u8) };
+            eprintln!("host call returned");
+            // SAFETY (of the guest): deliberately not; the pages must be read-only again.
+            unsafe { core::ptr::write_volatile(bytes.as_ptr().add(8) as *mut u8, 1) };
+            "{\"wrote_read_only\":true}".to_owned()
+        }
+        "recreate" => {
+            let pages = grow(1)?;
+            let first = Region::create_in("bytes", pages)?;
+            let second = Region::create_in("bytes", pages)?;
+            drop((first, second));
+            "{\"created_twice\":true}".to_owned()
+        }
+        "flood" => {
+            let mut regions = Vec::new();
+            loop {
+                regions.push(Region::create_in("bytes", grow(1)?)?);
+                core::hint::black_box(&regions);
+            }
+        }
+        "huge-error" => return Err("E".repeat(32 << 20)),
         other => return Err(format!("unknown probe `{other}`")),
     };
     Ok(vec![Region::from_bytes("json", report.as_bytes())])
+}
+
+#[link(wasm_import_module = "faas:platform/config@0.1.0")]
+unsafe extern "C" {
+    /// `config.get` as the canonical ABI lowers it: the key, and where the host writes
+    /// the `option<string>` result.
+    #[link_name = "get"]
+    fn raw_config_get(key: *const u8, key_len: usize, result: *mut u8);
 }
 
 fn nonzero(bytes: &[u8]) -> usize {

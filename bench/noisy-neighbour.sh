@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Fair CPU between tenants: tenant B's hello (`demo`, /hello) at 8 connections, alone,
+# then again while tenant A (`chaos`) keeps 16 busy loops running (/misbehave/loop,
+# each interrupted at its 1 s deadline and sent again at once). Prints both, and B's
+# throughput under attack as a share of its throughput alone.
+#
+#   bench/noisy-neighbour.sh                 # 10 s per measurement, 3 rounds
+#   DURATION=20s ROUNDS=5 bench/noisy-neighbour.sh
+#
+# Installs wrk (apt) if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
+CONNECTIONS=${CONNECTIONS:-8}
+ATTACKERS=${ATTACKERS:-16}
+PORT=3511
+
+if ! command -v wrk >/dev/null 2>&1; then apt-get update -qq && apt-get install -y -qq wrk; fi
+
+echo "building faas and the functions (release)"
+cargo build --release -q -p faas-cli --bin faas
+(cd functions && cargo build --release -q -p hello -p misbehave)
+
+source bench/lib.sh
+start_faas "$PORT" --deploy functions/hello/workflow.toml \
+    --deploy functions/misbehave/workflow.toml
+URL=http://127.0.0.1:$PORT
+
+# Prints "req/s p99_ms" of tenant B's hello for one wrk run.
+measure() {
+    wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency "$URL/hello" | awk '
+        function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
+        /^ +99%/ { p99 = ms($2) } /^Requests\/sec/ { rps = $2 }
+        /Non-2xx/ { bad = $NF }
+        END { if (bad) { print "non-2xx responses: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.2f\n", rps, p99 }'
+}
+
+echo "warming up"
+wrk -t1 -c2 -d2s "$URL/hello" >/dev/null
+
+printf '\n%-6s %-28s %10s %9s\n' "round" "tenant B's /hello" "req/s" "p99 ms"
+ratios=()
+for round in $(seq 1 "$ROUNDS"); do
+    read -r alone_rps alone_p99 < <(measure)
+    # The attack runs a little longer than the measurement, which starts once the
+    # loops are running.
+    wrk -t1 -c"$ATTACKERS" -d"$(( ${DURATION%s} + 3 ))s" --timeout 5s "$URL/misbehave/loop" >/dev/null 2>&1 &
+    attack=$!
+    sleep 1.5
+    read -r attacked_rps attacked_p99 < <(measure)
+    wait "$attack" || true
+    printf '%-6s %-28s %10s %9s\n' "$round" "alone" "$alone_rps" "$alone_p99"
+    printf '%-6s %-28s %10s %9s\n' "$round" "with $ATTACKERS busy loops of A" "$attacked_rps" "$attacked_p99"
+    ratios+=("$(awk -v a="$attacked_rps" -v b="$alone_rps" 'BEGIN { printf "%.2f", a / b }')")
+done
+echo
+echo "B's throughput under attack / alone, per round: ${ratios[*]} (goal: at least 0.5, p99 under 10 ms)"

@@ -1,0 +1,257 @@
+//! Outbound HTTP: a guest fetches only what its `allowed_outbound_hosts` names, and a
+//! wildcard never opens loopback, private networks or the cloud metadata address,
+//! whether the URL names them or a host name resolves to them.
+//!
+//! The attacker is `functions/hostile/outbound`, which fetches the URL in its query and
+//! answers `status <code>` or `error <wasi:http error code>`. Every target is on
+//! 127.0.0.1 or is denied before any connection is made: no test sends a packet beyond
+//! loopback.
+
+use super::{Watch, assert_bystander_served, deploy_bystander};
+use crate::support::{Platform, TOKEN, client, error_of, write_manifest};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const ATTACKER_ROUTE: &str = "/outbound";
+const DENIED: &str = "error ErrorCode::HttpRequestDenied";
+
+/// A tiny HTTP server on 127.0.0.1 that answers every request with `body`, and counts
+/// the connections it accepted.
+struct TestServer {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+}
+
+impl TestServer {
+    fn start(body: &'static str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding on loopback");
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counter = connections.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes());
+            }
+        });
+        Self { port, connections }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// The port the platform listens on (its own `/metrics`, admin API...).
+fn platform_port(platform: &Platform) -> u16 {
+    platform
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|port| port.parse().ok())
+        .expect("the platform URL ends with its port")
+}
+
+/// Deploys the attacker for tenant `attacker` with `extra` in its function's table.
+fn deploy_attacker(platform: &Platform, dir: &Path, extra: &str) {
+    let manifest = write_manifest(
+        dir,
+        "outbound",
+        "attacker",
+        "hostile-outbound",
+        ATTACKER_ROUTE,
+        extra,
+    );
+    platform.deploy(&manifest);
+}
+
+/// Has the attacker fetch `url`; returns its one-line report (and what follows).
+fn fetch(platform: &Platform, url: &str) -> String {
+    let response = platform.get(&format!("{ATTACKER_ROUTE}?url={url}"));
+    assert_eq!(response.status(), 200, "the attacker itself must answer");
+    response.text().unwrap()
+}
+
+fn assert_denied(platform: &Platform, url: &str) {
+    let report = fetch(platform, url);
+    assert!(report.starts_with(DENIED), "{url} was not denied: {report}");
+}
+
+#[test]
+fn by_default_a_guest_cannot_fetch_the_platforms_own_metrics_or_anything_else() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start();
+    deploy_bystander(&platform, dir.path());
+    deploy_attacker(&platform, dir.path(), "");
+    let server = TestServer::start("reachable");
+    let port = platform_port(&platform);
+
+    let watch = Watch::start(&platform);
+    for _ in 0..10 {
+        assert_denied(&platform, &format!("http://127.0.0.1:{port}/metrics"));
+    }
+    for url in [
+        format!("http://localhost:{port}/metrics"),
+        format!("http://[::1]:{port}/metrics"),
+        format!("http://127.0.0.1:{}/", server.port),
+        // Refused by the empty allow-list before any name is resolved or address
+        // reached, so nothing can leave this machine.
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        "https://example.com/".to_owned(),
+    ] {
+        assert_denied(&platform, &url);
+    }
+    watch.finish();
+    assert_eq!(server.connections(), 0, "a denied request must not connect");
+    assert_bystander_served(&platform);
+}
+
+#[test]
+fn a_wildcard_host_does_not_open_loopback_private_or_cloud_metadata_addresses() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start();
+    deploy_bystander(&platform, dir.path());
+    deploy_attacker(
+        &platform,
+        dir.path(),
+        r#"allowed_outbound_hosts = ["http://*", "http://*:*", "*://*.localhost:*"]"#,
+    );
+    let server = TestServer::start("reachable");
+    let port = platform_port(&platform);
+
+    let watch = Watch::start(&platform);
+    for url in [
+        format!("http://127.0.0.1:{port}/metrics"),
+        format!("http://127.0.0.1:{}/", server.port),
+        format!("http://127.1:{}/", server.port),
+        format!("http://0.0.0.0:{}/", server.port),
+        format!("http://[::1]:{port}/metrics"),
+        format!("http://[::ffff:127.0.0.1]:{}/", server.port),
+    ] {
+        // Only loopback targets here: were the check ever broken, nothing would leave
+        // this machine. Link-local (cloud metadata) and private addresses are the same
+        // rule, covered address by address in `faas_workflow::outbound`'s unit tests.
+        assert_denied(&platform, &url);
+    }
+    watch.finish();
+    assert_eq!(server.connections(), 0, "a denied request must not connect");
+    assert_bystander_served(&platform);
+}
+
+#[test]
+fn a_host_name_that_resolves_to_loopback_is_denied_under_a_wildcard() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start();
+    deploy_bystander(&platform, dir.path());
+    deploy_attacker(
+        &platform,
+        dir.path(),
+        r#"allowed_outbound_hosts = ["http://*:*"]"#,
+    );
+    let server = TestServer::start("reachable");
+    let port = platform_port(&platform);
+
+    // The URL names no address: only the resolved one shows where it goes.
+    assert_denied(&platform, &format!("http://localhost:{}/", server.port));
+    assert_denied(&platform, &format!("http://localhost:{port}/metrics"));
+    assert_eq!(server.connections(), 0, "a denied request must not connect");
+    assert_bystander_served(&platform);
+}
+
+#[test]
+fn an_explicit_loopback_entry_lets_that_fetch_through_and_no_other() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start();
+    deploy_bystander(&platform, dir.path());
+    let server = TestServer::start("hello from the test server");
+    let port = platform_port(&platform);
+    deploy_attacker(
+        &platform,
+        dir.path(),
+        &format!(
+            r#"allowed_outbound_hosts = ["http://127.0.0.1:{0}", "http://localhost:{0}"]"#,
+            server.port
+        ),
+    );
+
+    let report = fetch(&platform, &format!("http://127.0.0.1:{}/x", server.port));
+    assert_eq!(report, "status 200\nhello from the test server");
+    // `localhost` named explicitly is allowed to resolve to loopback.
+    let report = fetch(&platform, &format!("http://localhost:{}/x", server.port));
+    assert_eq!(report, "status 200\nhello from the test server");
+    assert_eq!(server.connections(), 2);
+    // The entry names that port only: the platform's own port stays closed.
+    assert_denied(&platform, &format!("http://127.0.0.1:{port}/metrics"));
+    // And that scheme only.
+    assert_denied(&platform, &format!("https://127.0.0.1:{}/x", server.port));
+    assert_eq!(server.connections(), 2);
+    assert_bystander_served(&platform);
+}
+
+#[test]
+fn a_malformed_entry_is_refused_naming_its_line_and_field() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start();
+    deploy_bystander(&platform, dir.path());
+    let manifest = write_manifest(
+        dir.path(),
+        "outbound",
+        "attacker",
+        "hostile-outbound",
+        ATTACKER_ROUTE,
+        r#"allowed_outbound_hosts = ["api.example.com"]"#,
+    );
+
+    // The CLI checks the manifest before uploading anything.
+    let output = platform.faas(&["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(":6:27: functions.main.allowed_outbound_hosts[0]: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no scheme"), "{stderr}");
+
+    // So does the server, which trusts no client.
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replace("api.example.com", "http://127.0.0.1:80800");
+    let body = serde_json::json!({
+        "file_name": "workflow.toml",
+        "manifest": text,
+        "components": {"main": BASE64.encode(faas_testing::component("hostile-outbound"))},
+    });
+    let response = client()
+        .post(platform.at("/admin/v1/workflows"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error = error_of(response);
+    assert_eq!(error["kind"], "manifest");
+    assert_eq!(error["line"], 6);
+    assert_eq!(error["field"], "functions.main.allowed_outbound_hosts[0]");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("invalid port `80800`"), "{message}");
+
+    // Nothing was deployed.
+    assert_eq!(platform.get(ATTACKER_ROUTE).status(), 404);
+    assert_bystander_served(&platform);
+}

@@ -1,0 +1,47 @@
+//! Holds its instance after the response head is out, where a deadline that stops at
+//! the head would no longer apply.
+//!
+//! - `/linger/sleep?ms=N`: sends the head and a first chunk, then sleeps N ms in the
+//!   host (a `wasi:io` poll, where no epoch tick can interrupt it), then finishes.
+//! - `/linger/spin`: sends the head and a first chunk, then spins forever.
+//! - anything else: answers `still here` at once.
+
+use wasip2::exports::http::incoming_handler::Guest;
+use wasip2::http::types::{
+    Fields, IncomingRequest, OutgoingBody, OutgoingResponse, ResponseOutparam,
+};
+
+struct Linger;
+
+impl Guest for Linger {
+    fn handle(request: IncomingRequest, out: ResponseOutparam) {
+        let path = request.path_with_query().unwrap_or_default();
+        let response = OutgoingResponse::new(Fields::new());
+        let body = response
+            .body()
+            .expect("a new response's body is taken once");
+        ResponseOutparam::set(out, Ok(response));
+        let stream = body.write().expect("a new body's stream is taken once");
+        if stream.blocking_write_and_flush(b"first chunk\n").is_err() {
+            return;
+        }
+        if let Some(query) = path.strip_prefix("/linger/sleep") {
+            let ms: u64 = query
+                .strip_prefix("?ms=")
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(60_000);
+            wasip2::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+        } else if path.starts_with("/linger/spin") {
+            let mut n: u64 = 0;
+            loop {
+                n = core::hint::black_box(n.wrapping_add(1));
+            }
+        } else {
+            let _ = stream.blocking_write_and_flush(b"still here\n");
+        }
+        drop(stream);
+        let _ = OutgoingBody::finish(body, None);
+    }
+}
+
+wasip2::http::proxy::export!(Linger);

@@ -1,0 +1,102 @@
+//! A hostile guest: `GET /<route>?url=<url>` fetches `url` (percent-encoded or not)
+//! through `wasi:http/outgoing-handler` and answers 200 with one line, `status <code>`
+//! followed by the first bytes of the body, or `error <error-code>` (the `Debug` form
+//! of the `wasi:http` error code, e.g. `error ErrorCode::HttpRequestDenied`). The
+//! outbound tests use it to aim at the platform's own endpoints, loopback and cloud
+//! metadata.
+
+use faas_sdk::http::{Request, Response};
+use wasip2::http::outgoing_handler;
+use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingRequest, Scheme};
+use wasip2::io::streams::StreamError;
+
+/// How much of the fetched body the report quotes.
+const QUOTED_BYTES: usize = 256;
+
+#[faas_sdk::http]
+fn handle(req: Request) -> Response {
+    let Some(url) = req.query_param("url").map(percent_decode) else {
+        return Response::text(400, "usage: ?url=http://host:port/path\n");
+    };
+    match fetch(&url) {
+        Ok((status, body)) => {
+            let quoted = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BYTES)]);
+            Response::text(200, format!("status {status}\n{quoted}"))
+        }
+        Err(error) => Response::text(200, format!("error {error}\n")),
+    }
+}
+
+/// GETs `url`; the status and body, or what went wrong.
+fn fetch(url: &str) -> Result<(u16, Vec<u8>), String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("BadUrl no scheme in {url:?}"))?;
+    let scheme = match scheme {
+        "http" => Scheme::Http,
+        "https" => Scheme::Https,
+        other => Scheme::Other(other.to_owned()),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, "/"),
+    };
+    let request = OutgoingRequest::new(Fields::new());
+    let set = request
+        .set_method(&Method::Get)
+        .and(request.set_scheme(Some(&scheme)))
+        .and(request.set_authority(Some(authority)))
+        .and(request.set_path_with_query(Some(path)));
+    set.map_err(|()| format!("BadUrl {url:?}"))?;
+    let future = outgoing_handler::handle(request, None).map_err(code)?;
+    future.subscribe().block();
+    let response = future
+        .get()
+        .ok_or("NotReady")?
+        .map_err(|()| "AlreadyTaken")?
+        .map_err(code)?;
+    let status = response.status();
+    let body = response.consume().map_err(|()| "NoBody")?;
+    let mut bytes = Vec::new();
+    {
+        let stream = body.stream().map_err(|()| "NoStream")?;
+        loop {
+            match stream.blocking_read(64 * 1024) {
+                Ok(chunk) => bytes.extend_from_slice(&chunk),
+                Err(StreamError::Closed) => break,
+                Err(StreamError::LastOperationFailed(e)) => {
+                    return Err(format!("BodyFailed {}", e.to_debug_string()));
+                }
+            }
+        }
+    }
+    Ok((status, bytes))
+}
+
+fn code(error: ErrorCode) -> String {
+    format!("{error:?}")
+}
+
+/// Decodes `%XX` escapes; anything else is kept as is.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

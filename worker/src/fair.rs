@@ -1,0 +1,428 @@
+//! Fair CPU between tenants: which guest may run next when there are more runnable
+//! guests than cores.
+//!
+//! A guest runs only while its future is polled, and a guest never blocks a thread for
+//! long: the epoch callback ([`crate::worker`]) makes every running guest yield at each
+//! epoch tick, and a guest waiting on the host returns `Pending`. So the unit of CPU is
+//! one poll of a guest's future, and [`Fair`] wraps that future: before each poll it
+//! takes one of [`CpuShares`]' turns (as many as the worker has cores for guests), and
+//! gives it back when the poll returns. When every turn is taken, polls queue; a freed
+//! turn goes to the waiting guest whose tenant holds the fewest turns, oldest first.
+//!
+//! The result: a tenant running sixteen busy loops holds no more turns than a tenant
+//! serving short requests once the latter waits. A guest of a tenant below its share
+//! does not even wait for the tick: its arrival ends the current epoch tick at once
+//! (`preempt`), so the running guests yield within microseconds. Nothing is reserved
+//! while a tenant is alone: one tenant can use every core. The queue costs one
+//! uncontended lock per poll.
+//!
+//! Guests are polled on threads of their own ([`GuestPool`]), never on the threads
+//! that accept connections and move bytes: a guest poll lasts up to a tick, and a
+//! runtime thread busy with one cannot poll its sockets meanwhile. With separate
+//! threads the kernel's scheduler interleaves the two, and an idle tenant's request is
+//! read and answered while other tenants' guests spin.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+/// The turns to run guest code, shared by every event of a worker.
+pub(crate) struct CpuShares {
+    turns: usize,
+    state: Mutex<State>,
+    next_ticket: AtomicU64,
+    /// Makes every running guest yield now (see `EpochClock::preempter`).
+    preempt: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for CpuShares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuShares")
+            .field("turns", &self.turns)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Turns held right now, in total and per tenant.
+    held: usize,
+    per_tenant: HashMap<Arc<str>, usize>,
+    /// Polls waiting for a turn, oldest first.
+    waiting: VecDeque<Waiter>,
+    /// Tickets handed a turn that their polls have not taken yet, with their tenants.
+    granted: Vec<(u64, Arc<str>)>,
+    /// Guests made but not polled yet, per tenant: a turn a less busy tenant is about
+    /// to ask for is kept free for it rather than granted to a busier one.
+    arriving: HashMap<Arc<str>, usize>,
+}
+
+impl State {
+    /// Turns `tenant` holds or was granted.
+    fn load(&self, tenant: &Arc<str>) -> usize {
+        self.per_tenant.get(tenant).copied().unwrap_or(0)
+            + self.granted.iter().filter(|(_, t)| t == tenant).count()
+    }
+
+    fn free(&self, turns: usize) -> bool {
+        self.held + self.granted.len() < turns
+    }
+
+    /// Whether a tenant holds at least two turns more than `tenant`: then the running
+    /// guests should yield now instead of at their tick's end.
+    fn behind(&self, tenant: &Arc<str>) -> bool {
+        let own = self.load(tenant);
+        self.per_tenant.values().any(|&held| held > own + 1)
+    }
+
+    fn count_down(map: &mut HashMap<Arc<str>, usize>, tenant: &Arc<str>) {
+        if let Some(count) = map.get_mut(tenant) {
+            *count -= 1;
+            if *count == 0 {
+                map.remove(tenant);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Waiter {
+    ticket: u64,
+    tenant: Arc<str>,
+    waker: Waker,
+}
+
+impl CpuShares {
+    /// Shares `turns` turns (at least one): how many guests may run at once.
+    /// `preempt` makes every running guest yield at once; it is called when a guest of
+    /// a tenant holding fewer turns than another arrives or queues.
+    pub(crate) fn new(turns: usize, preempt: impl Fn() + Send + Sync + 'static) -> Arc<Self> {
+        Arc::new(Self {
+            turns: turns.max(1),
+            state: Mutex::default(),
+            next_ticket: AtomicU64::new(0),
+            preempt: Box::new(preempt),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes a turn for `tenant` if `ticket` was granted one, or if one is free and no
+    /// waiter or arriving guest would come first (a tenant holding fewer turns, or as
+    /// few and queued earlier); otherwise queues `ticket` and returns false.
+    fn enter(&self, tenant: &Arc<str>, ticket: u64, waker: &Waker, first: bool) -> bool {
+        let mut state = self.lock();
+        if first {
+            State::count_down(&mut state.arriving, tenant);
+        }
+        let may_take = match state.granted.iter().position(|(t, _)| *t == ticket) {
+            Some(index) => {
+                state.granted.swap_remove(index);
+                true
+            }
+            None => {
+                let own = state.load(tenant);
+                state.free(self.turns)
+                    && state.waiting.iter().all(|w| state.load(&w.tenant) > own)
+                    && !state.arriving.keys().any(|t| state.load(t) < own)
+            }
+        };
+        if may_take {
+            state.held += 1;
+            *state.per_tenant.entry(tenant.clone()).or_default() += 1;
+            return true;
+        }
+        match state.waiting.iter_mut().find(|w| w.ticket == ticket) {
+            Some(waiter) => waiter.waker.clone_from(waker),
+            None => state.waiting.push_back(Waiter {
+                ticket,
+                tenant: tenant.clone(),
+                waker: waker.clone(),
+            }),
+        }
+        let behind = state.behind(tenant);
+        drop(state);
+        if behind {
+            (self.preempt)();
+        }
+        false
+    }
+
+    /// Gives `tenant`'s turn back and hands free turns to the fairest waiters.
+    fn leave(&self, tenant: &Arc<str>) {
+        let mut state = self.lock();
+        state.held -= 1;
+        State::count_down(&mut state.per_tenant, tenant);
+        Self::grant(self.turns, &mut state);
+    }
+
+    /// Forgets `ticket` (its future was dropped while arriving, queued or granted).
+    fn cancel(&self, tenant: &Arc<str>, ticket: u64, arriving: bool) {
+        let mut state = self.lock();
+        if arriving {
+            State::count_down(&mut state.arriving, tenant);
+        }
+        state.waiting.retain(|waiter| waiter.ticket != ticket);
+        state.granted.retain(|(t, _)| *t != ticket);
+        Self::grant(self.turns, &mut state);
+    }
+
+    /// Hands every free turn to the waiter whose tenant holds (or was granted) the
+    /// fewest turns, the oldest first among equals, and wakes it; but keeps a turn free
+    /// when a guest of a tenant with fewer still is about to ask.
+    fn grant(turns: usize, state: &mut State) {
+        while state.free(turns) && !state.waiting.is_empty() {
+            let (fairest, load) = (0..state.waiting.len())
+                .map(|index| (index, state.load(&state.waiting[index].tenant)))
+                .min_by_key(|&(index, load)| (load, index))
+                .expect("the queue is not empty");
+            if state
+                .arriving
+                .keys()
+                .any(|tenant| state.load(tenant) < load)
+            {
+                return;
+            }
+            let waiter = state.waiting.remove(fairest).expect("index is in range");
+            state.granted.push((waiter.ticket, waiter.tenant));
+            waiter.waker.wake();
+        }
+    }
+
+    /// Whether any poll waits for a turn right now.
+    #[cfg(test)]
+    fn contended(&self) -> bool {
+        !self.lock().waiting.is_empty()
+    }
+
+    /// Runs `future` (a guest's) for `tenant`, one turn per poll. If the tenant holds
+    /// far fewer turns than another, the running guests are made to yield at once.
+    pub(crate) fn run<F: Future>(self: &Arc<Self>, tenant: Arc<str>, future: F) -> Fair<F> {
+        let mut state = self.lock();
+        *state.arriving.entry(tenant.clone()).or_default() += 1;
+        let behind = !state.free(self.turns) && state.behind(&tenant);
+        drop(state);
+        if behind {
+            (self.preempt)();
+        }
+        Fair {
+            shares: self.clone(),
+            tenant,
+            ticket: self.next_ticket.fetch_add(1, Ordering::Relaxed),
+            future,
+            polled: false,
+            done: false,
+        }
+    }
+}
+
+/// The threads guests run on, and the turns that share them between tenants.
+pub(crate) struct GuestPool {
+    /// Taken (and shut down in the background) when the pool is dropped: a runtime
+    /// must not be dropped from inside another one.
+    runtime: Option<tokio::runtime::Runtime>,
+    shares: Arc<CpuShares>,
+}
+
+impl GuestPool {
+    /// `threads` threads (at least one) with as many turns; `preempt` as for
+    /// [`CpuShares::new`].
+    pub(crate) fn new(
+        threads: usize,
+        preempt: impl Fn() + Send + Sync + 'static,
+    ) -> std::io::Result<Self> {
+        let threads = threads.max(1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            // A new guest waits in the shared queue, which a busy thread would check
+            // only every 61 polls of up to a tick each: check it every time.
+            .global_queue_interval(1)
+            .thread_name("faas-guest")
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            runtime: Some(runtime),
+            shares: CpuShares::new(threads, preempt),
+        })
+    }
+
+    /// `guest` (the future driving one instance of `tenant`'s) polled only while it
+    /// holds a fair turn.
+    pub(crate) fn fair<F: Future>(&self, tenant: Arc<str>, guest: F) -> Fair<F> {
+        self.shares.run(tenant, guest)
+    }
+
+    /// Runs `task` on the guest threads.
+    pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.runtime
+            .as_ref()
+            .expect("the runtime is only taken on drop")
+            .spawn(task)
+    }
+}
+
+impl Drop for GuestPool {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A guest's future that is polled only while it holds one of its worker's turns.
+    pub(crate) struct Fair<F> {
+        shares: Arc<CpuShares>,
+        tenant: Arc<str>,
+        ticket: u64,
+        #[pin]
+        future: F,
+        polled: bool,
+        done: bool,
+    }
+
+    impl<F> PinnedDrop for Fair<F> {
+        fn drop(this: Pin<&mut Self>) {
+            if !this.done {
+                this.shares.cancel(&this.tenant, this.ticket, !this.polled);
+            }
+        }
+    }
+}
+
+impl<F: Future> Future for Fair<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let first = !std::mem::replace(this.polled, true);
+        if !this
+            .shares
+            .enter(this.tenant, *this.ticket, cx.waker(), first)
+        {
+            return Poll::Pending;
+        }
+        // Gives the turn back even if the guest's poll panics.
+        struct Turn<'a>(&'a CpuShares, &'a Arc<str>);
+        impl Drop for Turn<'_> {
+            fn drop(&mut self) {
+                self.0.leave(self.1);
+            }
+        }
+        let turn = Turn(this.shares, this.tenant);
+        let polled = this.future.poll(cx);
+        drop(turn);
+        if polled.is_ready() {
+            *this.done = true;
+        }
+        polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Wake;
+
+    struct Flag(std::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn waker() -> (Arc<Flag>, Waker) {
+        let flag = Arc::new(Flag(false.into()));
+        (flag.clone(), Waker::from(flag))
+    }
+
+    #[test]
+    fn a_freed_turn_goes_to_the_tenant_holding_fewest() {
+        let shares = CpuShares::new(2, || ());
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let (_, w) = waker();
+        // Tenant a holds both turns.
+        assert!(shares.enter(&a, 1, &w, false));
+        assert!(shares.enter(&a, 2, &w, false));
+        // a queues first, then b.
+        let (a_woken, a_waker) = waker();
+        let (b_woken, b_waker) = waker();
+        assert!(!shares.enter(&a, 3, &a_waker, false));
+        assert!(!shares.enter(&b, 4, &b_waker, false));
+        assert!(shares.contended());
+        shares.leave(&a);
+        assert!(
+            b_woken.0.load(Ordering::SeqCst),
+            "b holds none, so b goes first"
+        );
+        assert!(!a_woken.0.load(Ordering::SeqCst));
+        // A newcomer cannot jump the granted waiter.
+        assert!(!shares.enter(&a, 5, &w, false));
+        assert!(shares.enter(&b, 4, &b_waker, false));
+        // Now a and b hold one each; the next free turn goes to the oldest a waiter.
+        shares.leave(&a);
+        assert!(a_woken.0.load(Ordering::SeqCst));
+        assert!(shares.enter(&a, 3, &a_waker, false));
+    }
+
+    #[test]
+    fn a_dropped_grant_passes_the_turn_on() {
+        let shares = CpuShares::new(1, || ());
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let (_, w) = waker();
+        assert!(shares.enter(&a, 1, &w, false));
+        let (_, b_waker) = waker();
+        let (c_woken, c_waker) = waker();
+        assert!(!shares.enter(&b, 2, &b_waker, false));
+        assert!(!shares.enter(&b, 3, &c_waker, false));
+        shares.leave(&a);
+        // Ticket 2 was granted but its future is dropped before taking the turn.
+        shares.cancel(&b, 2, false);
+        assert!(c_woken.0.load(Ordering::SeqCst));
+        assert!(shares.enter(&b, 3, &c_waker, false));
+    }
+
+    #[test]
+    fn a_free_turn_is_kept_for_an_arriving_guest_of_a_less_busy_tenant() {
+        let preempted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = preempted.clone();
+        let shares = CpuShares::new(2, move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let (_, w) = waker();
+        assert!(shares.enter(&a, 1, &w, false));
+        assert!(shares.enter(&a, 2, &w, false));
+        let (a_woken, a_waker) = waker();
+        assert!(!shares.enter(&a, 3, &a_waker, false));
+        // A guest of b is made: a's running guests are told to yield at once.
+        let arriving = shares.run(b.clone(), std::future::pending::<()>());
+        assert_eq!(preempted.load(Ordering::SeqCst), 1);
+        // a's guest yields; its turn is kept for b, not granted to a's waiter.
+        shares.leave(&a);
+        assert!(!a_woken.0.load(Ordering::SeqCst));
+        assert!(shares.enter(&b, arriving.ticket, &w, true));
+        drop(arriving);
+    }
+
+    #[test]
+    fn one_tenant_alone_uses_every_turn() {
+        let shares = CpuShares::new(3, || ());
+        let a: Arc<str> = "a".into();
+        let (_, w) = waker();
+        assert!((0..3).all(|ticket| shares.enter(&a, ticket, &w, false)));
+        assert!(!shares.enter(&a, 3, &w, false));
+    }
+}

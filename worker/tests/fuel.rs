@@ -1,0 +1,133 @@
+//! Fuel is paid for only where it is asked for: a function without a fuel limit is
+//! compiled for the engine without fuel metering, one with a limit for the metered
+//! engine (built on first need), and that one still runs out of fuel.
+
+use bytes::Bytes;
+use faas_worker::{InvokeError, LoadedWorkflow, Worker, WorkerConfig};
+use faas_workflow::Workflow;
+use http_body_util::Empty;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A workflow `name` serving `misbehave` (which acts on paths `/misbehave/...`), with
+/// `limits` in its function. The worker is used directly, so routes may repeat.
+fn manifest(name: &str, limits: &str) -> Workflow {
+    let component = faas_testing::component_path("misbehave");
+    let text = format!(
+        r#"name = "{name}"
+tenant = "t"
+
+[functions.misbehave]
+component = "{}"
+timeout_ms = 500
+{limits}
+
+[[triggers.http]]
+route = "/misbehave/..."
+function = "misbehave"
+"#,
+        component.display()
+    );
+    Workflow::parse("workflow.toml", &text).unwrap()
+}
+
+async fn load(worker: &Worker, workflow: &Workflow) -> Arc<LoadedWorkflow> {
+    let components =
+        BTreeMap::from([("misbehave".to_owned(), faas_testing::component("misbehave"))]);
+    Arc::new(worker.load_workflow(workflow, components).await.unwrap())
+}
+
+async fn get(worker: &Worker, workflow: &LoadedWorkflow, path: &str) -> Result<u16, InvokeError> {
+    let request = hyper::Request::get(format!("http://localhost{path}"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = worker.handle_http(workflow, "misbehave", request).await?;
+    Ok(response.status().as_u16())
+}
+
+/// The engine directories of the compile cache (one per engine compatibility hash).
+fn engine_dirs(cache: &Path) -> usize {
+    std::fs::read_dir(cache)
+        .map(|dir| {
+            dir.filter(|entry| {
+                entry
+                    .as_ref()
+                    .is_ok_and(|entry| entry.file_name().to_string_lossy().starts_with("engine-"))
+            })
+            .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_function_with_a_fuel_limit_is_metered_and_it_still_runs_out_of_fuel() {
+    let dir = faas_testing::temp_dir();
+    let mut config = WorkerConfig::new(dir.path());
+    config.max_instances = 8;
+    assert_eq!(config.default_limits.fuel, None, "fuel is off by default");
+    let worker = Worker::new(config).unwrap();
+
+    let free = load(&worker, &manifest("free", "")).await;
+    let function = free.function("misbehave").unwrap();
+    assert_eq!(function.limits().fuel, None);
+    assert!(
+        !function.fuel_metered(),
+        "no fuel limit: compiled without fuel metering"
+    );
+    assert_eq!(
+        engine_dirs(dir.path()),
+        1,
+        "the metered engine is not built until a function needs it"
+    );
+    assert_eq!(get(&worker, &free, "/misbehave/ok").await.unwrap(), 200);
+    // Unmetered, an endless loop is still stopped by its deadline.
+    let looped = get(&worker, &free, "/misbehave/loop").await.unwrap_err();
+    assert!(matches!(looped, InvokeError::Timeout { .. }), "{looped}");
+
+    let limited = load(&worker, &manifest("limited", "fuel = 1000000")).await;
+    let function = limited.function("misbehave").unwrap();
+    assert_eq!(function.limits().fuel, Some(1_000_000));
+    assert!(
+        function.fuel_metered(),
+        "a fuel limit: compiled with metering"
+    );
+    assert_eq!(
+        engine_dirs(dir.path()),
+        2,
+        "the compile cache keeps each engine's artifacts apart"
+    );
+    let burned = get(&worker, &limited, "/misbehave/loop").await.unwrap_err();
+    assert!(
+        matches!(
+            burned,
+            InvokeError::OutOfFuel {
+                fuel: 1_000_000,
+                ..
+            }
+        ),
+        "{burned}"
+    );
+    assert_eq!(get(&worker, &limited, "/misbehave/ok").await.unwrap(), 200);
+
+    // Both engines keep serving side by side, and the unmetered one is unchanged.
+    assert_eq!(get(&worker, &free, "/misbehave/ok").await.unwrap(), 200);
+    assert!(!free.function("misbehave").unwrap().fuel_metered());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_fuel_default_meters_every_function_and_the_deadline_still_ticks() {
+    let dir = faas_testing::temp_dir();
+    let mut config = WorkerConfig::new(dir.path());
+    config.max_instances = 8;
+    // Far more fuel than 500 ms of looping burns: the deadline must stop it, which
+    // needs the epoch clock to tick the metered engine too.
+    config.default_limits.fuel = Some(u64::MAX / 2);
+    let worker = Worker::new(config).unwrap();
+    let workflow = load(&worker, &manifest("defaulted", "")).await;
+    assert!(workflow.function("misbehave").unwrap().fuel_metered());
+    let looped = get(&worker, &workflow, "/misbehave/loop")
+        .await
+        .unwrap_err();
+    assert!(matches!(looped, InvokeError::Timeout { .. }), "{looped}");
+}
