@@ -10,7 +10,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 /// How often the epoch advances. Deadlines are rounded up to whole ticks, so a
 /// runaway guest is stopped at most one tick late.
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 
 /// How much of each pooled memory and table slot stays resident between instances.
 const KEEP_RESIDENT_BYTES: usize = 2 << 20;

@@ -9,8 +9,13 @@
 //! gives it back when the poll returns. When every turn is taken, polls queue; a freed
 //! turn goes to the waiting guest whose tenant holds the fewest turns, oldest first.
 //!
-//! The result: a tenant running sixteen busy loops holds no more turns than a tenant
-//! serving short requests once the latter waits. A guest of a tenant below its share
+//! The tenants active in the last [`ACTIVE_WINDOW`] split the turns equally; a tenant
+//! alone has them all. The share holds even while a tenant's guests are all waiting
+//! on the host, as a tenant serving short requests mostly is: were its share handed to
+//! a tenant of busy loops whenever it was unused for a moment, the loops would fill
+//! every core and its requests would queue behind them in the kernel's scheduler.
+//! Within the shares, a tenant running sixteen busy loops holds no more turns than a
+//! tenant serving short requests once the latter waits. A guest of a tenant below its share
 //! does not even wait for the tick: its arrival ends the current epoch tick at once
 //! (`preempt`), so the running guests yield within microseconds. Nothing is reserved
 //! while a tenant is alone: one tenant can use every core. The queue costs one
@@ -28,6 +33,14 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+/// How far behind the least busy running tenant a tenant's CPU count may start: how
+/// long a tenant back from idling may go first.
+const IDLE_CREDIT: u64 = 20_000_000;
+
+/// How long a tenant counts as active after its last guest asked for a turn.
+const ACTIVE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The turns to run guest code, shared by every event of a worker.
 pub(crate) struct CpuShares {
@@ -59,6 +72,13 @@ struct State {
     /// Guests made but not polled yet, per tenant: a turn a less busy tenant is about
     /// to ask for is kept free for it rather than granted to a busier one.
     arriving: HashMap<Arc<str>, usize>,
+    /// CPU time each tenant's guests used, in nanoseconds (as in a fair scheduler's
+    /// virtual runtime): between tenants holding as many turns, the one that used less
+    /// goes first, so a tenant of short requests goes before one of busy loops.
+    used: HashMap<Arc<str>, u64>,
+    /// When each tenant last had a guest arrive or ask for a turn: the tenants seen
+    /// within [`ACTIVE_WINDOW`] split the turns between them.
+    seen: HashMap<Arc<str>, Instant>,
 }
 
 impl State {
@@ -68,15 +88,53 @@ impl State {
             + self.granted.iter().filter(|(_, t)| t == tenant).count()
     }
 
+    /// Notes that `tenant` is active now.
+    fn see(&mut self, tenant: &Arc<str>, now: Instant) {
+        self.seen.insert(tenant.clone(), now);
+    }
+
+    /// The most turns one tenant may hold: an equal share of them between the tenants
+    /// active within [`ACTIVE_WINDOW`] (all of them for a tenant alone). A share left
+    /// unused for a moment stays free: a tenant serving short requests has its guests
+    /// in the host most of the time, and would otherwise find its share taken whenever
+    /// one arrives.
+    fn cap(&mut self, turns: usize, now: Instant) -> usize {
+        self.seen
+            .retain(|_, seen| now.duration_since(*seen) < ACTIVE_WINDOW);
+        turns.div_ceil(self.seen.len().max(1))
+    }
+
+    /// Who goes first: the tenant holding fewer turns, then the one that used less.
+    fn priority(&self, tenant: &Arc<str>) -> (usize, u64) {
+        (
+            self.load(tenant),
+            self.used.get(tenant).copied().unwrap_or(0),
+        )
+    }
+
+    /// Starts or catches up `tenant`'s count of CPU used: no lower than the least any
+    /// running tenant used, less [`IDLE_CREDIT`], so a tenant back from idling (or new)
+    /// goes first for a while but cannot make up for all the time it was away.
+    fn catch_up(&mut self, tenant: &Arc<str>) {
+        let floor = self
+            .per_tenant
+            .keys()
+            .filter_map(|t| self.used.get(t))
+            .min()
+            .map_or(0, |least| least.saturating_sub(IDLE_CREDIT));
+        let used = self.used.entry(tenant.clone()).or_default();
+        *used = (*used).max(floor);
+    }
+
     fn free(&self, turns: usize) -> bool {
         self.held + self.granted.len() < turns
     }
 
-    /// Whether a tenant holds at least two turns more than `tenant`: then the running
-    /// guests should yield now instead of at their tick's end.
+    /// Whether another tenant holds more turns than `tenant`: `tenant` is owed the
+    /// next turn, so the running guests should yield now instead of at their tick's end.
     fn behind(&self, tenant: &Arc<str>) -> bool {
         let own = self.load(tenant);
-        self.per_tenant.values().any(|&held| held > own + 1)
+        self.per_tenant.values().any(|&held| held > own)
     }
 
     fn count_down(map: &mut HashMap<Arc<str>, usize>, tenant: &Arc<str>) {
@@ -129,10 +187,18 @@ impl CpuShares {
                 true
             }
             None => {
-                let own = state.load(tenant);
-                state.free(self.turns)
-                    && state.waiting.iter().all(|w| state.load(&w.tenant) > own)
-                    && !state.arriving.keys().any(|t| state.load(t) < own)
+                state.catch_up(tenant);
+                let now = Instant::now();
+                state.see(tenant, now);
+                let cap = state.cap(self.turns, now);
+                let own = state.priority(tenant);
+                own.0 < cap
+                    && state.free(self.turns)
+                    && state
+                        .waiting
+                        .iter()
+                        .all(|w| state.priority(&w.tenant) > own)
+                    && !state.arriving.keys().any(|t| state.priority(t) < own)
             }
         };
         if may_take {
@@ -156,9 +222,13 @@ impl CpuShares {
         false
     }
 
-    /// Gives `tenant`'s turn back and hands free turns to the fairest waiters.
-    fn leave(&self, tenant: &Arc<str>) {
+    /// Gives `tenant`'s turn back, held for `ran`, and hands free turns to the
+    /// fairest waiters.
+    fn leave(&self, tenant: &Arc<str>, ran: std::time::Duration) {
         let mut state = self.lock();
+        let ran = u64::try_from(ran.as_nanos()).unwrap_or(u64::MAX);
+        let used = state.used.entry(tenant.clone()).or_default();
+        *used = used.saturating_add(ran);
         state.held -= 1;
         State::count_down(&mut state.per_tenant, tenant);
         Self::grant(self.turns, &mut state);
@@ -175,20 +245,21 @@ impl CpuShares {
         Self::grant(self.turns, &mut state);
     }
 
-    /// Hands every free turn to the waiter whose tenant holds (or was granted) the
-    /// fewest turns, the oldest first among equals, and wakes it; but keeps a turn free
-    /// when a guest of a tenant with fewer still is about to ask.
+    /// Hands every free turn to the waiter whose tenant goes first (holds or was granted
+    /// the fewest turns, then used the least CPU; the oldest waiter among equals),
+    /// and wakes it; but keeps a turn free when a guest of a tenant that goes before it
+    /// is about to ask.
     fn grant(turns: usize, state: &mut State) {
-        while state.free(turns) && !state.waiting.is_empty() {
-            let (fairest, load) = (0..state.waiting.len())
-                .map(|index| (index, state.load(&state.waiting[index].tenant)))
-                .min_by_key(|&(index, load)| (load, index))
-                .expect("the queue is not empty");
-            if state
-                .arriving
-                .keys()
-                .any(|tenant| state.load(tenant) < load)
-            {
+        let cap = state.cap(turns, Instant::now());
+        while state.free(turns) {
+            let Some((fairest, priority)) = (0..state.waiting.len())
+                .map(|index| (index, state.priority(&state.waiting[index].tenant)))
+                .filter(|&(_, (load, _))| load < cap)
+                .min_by_key(|&(index, priority)| (priority, index))
+            else {
+                return;
+            };
+            if state.arriving.keys().any(|t| state.priority(t) < priority) {
                 return;
             }
             let waiter = state.waiting.remove(fairest).expect("index is in range");
@@ -208,6 +279,8 @@ impl CpuShares {
     pub(crate) fn run<F: Future>(self: &Arc<Self>, tenant: Arc<str>, future: F) -> Fair<F> {
         let mut state = self.lock();
         *state.arriving.entry(tenant.clone()).or_default() += 1;
+        state.catch_up(&tenant);
+        state.see(&tenant, Instant::now());
         let behind = !state.free(self.turns) && state.behind(&tenant);
         drop(state);
         if behind {
@@ -315,13 +388,13 @@ impl<F: Future> Future for Fair<F> {
             return Poll::Pending;
         }
         // Gives the turn back even if the guest's poll panics.
-        struct Turn<'a>(&'a CpuShares, &'a Arc<str>);
+        struct Turn<'a>(&'a CpuShares, &'a Arc<str>, Instant);
         impl Drop for Turn<'_> {
             fn drop(&mut self) {
-                self.0.leave(self.1);
+                self.0.leave(self.1, self.2.elapsed());
             }
         }
-        let turn = Turn(this.shares, this.tenant);
+        let turn = Turn(this.shares, this.tenant, Instant::now());
         let polled = this.future.poll(cx);
         drop(turn);
         if polled.is_ready() {
@@ -362,7 +435,7 @@ mod tests {
         assert!(!shares.enter(&a, 3, &a_waker, false));
         assert!(!shares.enter(&b, 4, &b_waker, false));
         assert!(shares.contended());
-        shares.leave(&a);
+        shares.leave(&a, std::time::Duration::from_millis(5));
         assert!(
             b_woken.0.load(Ordering::SeqCst),
             "b holds none, so b goes first"
@@ -372,7 +445,7 @@ mod tests {
         assert!(!shares.enter(&a, 5, &w, false));
         assert!(shares.enter(&b, 4, &b_waker, false));
         // Now a and b hold one each; the next free turn goes to the oldest a waiter.
-        shares.leave(&a);
+        shares.leave(&a, std::time::Duration::from_millis(5));
         assert!(a_woken.0.load(Ordering::SeqCst));
         assert!(shares.enter(&a, 3, &a_waker, false));
     }
@@ -387,7 +460,7 @@ mod tests {
         let (c_woken, c_waker) = waker();
         assert!(!shares.enter(&b, 2, &b_waker, false));
         assert!(!shares.enter(&b, 3, &c_waker, false));
-        shares.leave(&a);
+        shares.leave(&a, std::time::Duration::from_millis(5));
         // Ticket 2 was granted but its future is dropped before taking the turn.
         shares.cancel(&b, 2, false);
         assert!(c_woken.0.load(Ordering::SeqCst));
@@ -411,10 +484,25 @@ mod tests {
         let arriving = shares.run(b.clone(), std::future::pending::<()>());
         assert_eq!(preempted.load(Ordering::SeqCst), 1);
         // a's guest yields; its turn is kept for b, not granted to a's waiter.
-        shares.leave(&a);
+        shares.leave(&a, std::time::Duration::from_millis(5));
         assert!(!a_woken.0.load(Ordering::SeqCst));
         assert!(shares.enter(&b, arriving.ticket, &w, true));
         drop(arriving);
+    }
+
+    #[test]
+    fn active_tenants_split_the_turns_even_while_one_waits_on_the_host() {
+        let shares = CpuShares::new(2, || ());
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let (_, w) = waker();
+        // b's guest ran a moment ago and now waits on the host.
+        let guest = shares.run(b.clone(), std::future::pending::<()>());
+        assert!(shares.enter(&b, guest.ticket, &w, true));
+        shares.leave(&b, std::time::Duration::from_micros(50));
+        // a may take its share, one turn, but not b's.
+        assert!(shares.enter(&a, 100, &w, false));
+        assert!(!shares.enter(&a, 101, &w, false));
+        drop(guest);
     }
 
     #[test]
