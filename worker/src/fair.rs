@@ -7,19 +7,17 @@
 //! one poll of a guest's future, and [`Fair`] wraps that future: before each poll it
 //! takes one of [`CpuShares`]' turns (as many as the worker has cores for guests), and
 //! gives it back when the poll returns. When every turn is taken, polls queue; a freed
-//! turn goes to the waiting guest whose tenant holds the fewest turns, oldest first.
+//! turn goes to the waiting guest whose tenant holds the fewest turns, then has used
+//! the least guest CPU (oldest first among equals).
 //!
 //! The tenants active in the last [`ACTIVE_WINDOW`] split the turns equally; a tenant
 //! alone has them all. The share holds even while a tenant's guests are all waiting
 //! on the host, as a tenant serving short requests mostly is: were its share handed to
 //! a tenant of busy loops whenever it was unused for a moment, the loops would fill
 //! every core and its requests would queue behind them in the kernel's scheduler.
-//! Within the shares, a tenant running sixteen busy loops holds no more turns than a
-//! tenant serving short requests once the latter waits. A guest of a tenant below its share
-//! does not even wait for the tick: its arrival ends the current epoch tick at once
-//! (`preempt`), so the running guests yield within microseconds. Nothing is reserved
-//! while a tenant is alone: one tenant can use every core. The queue costs one
-//! uncontended lock per poll.
+//! A guest of a tenant holding fewer turns than another does not even wait for the
+//! tick: its arrival ends the current epoch tick at once (`preempt`), so the running
+//! guests yield within microseconds. The queue costs one uncontended lock per poll.
 //!
 //! Guests are polled on threads of their own ([`GuestPool`]), never on the threads
 //! that accept connections and move bytes: a guest poll lasts up to a tick, and a
