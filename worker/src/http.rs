@@ -13,7 +13,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
@@ -23,10 +22,6 @@ pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The response of an HTTP function; its body may still be streaming from the guest.
 pub type HttpResponse = hyper::Response<UnsyncBoxBody<Bytes, BodyError>>;
-
-/// Extra time, beyond a function's deadline, before the host gives up on it while it
-/// waits on the host (where the epoch deadline cannot fire).
-const HOST_WAIT_GRACE: Duration = Duration::from_millis(100);
 
 impl Worker {
     /// Runs `function` of `workflow` on `request` in a fresh instance.
@@ -69,7 +64,10 @@ impl Worker {
             wiring.map_err(|err: wasmtime::Error| bad_response(loaded, &format!("{err:#}")))?;
 
         let pre = pre.clone();
-        let guest = self.fair(workflow.tenant.clone(), async move {
+        // The deadline covers the whole event, the body's streaming included.
+        let cut = Arc::new(AtomicBool::new(false));
+        let cut_by_task = cut.clone();
+        let guest = async move {
             let proxy = match pre.instantiate_async(&mut store).await {
                 Ok(proxy) => proxy,
                 Err(err) => return Err(Failure::Instantiate(err)),
@@ -79,30 +77,16 @@ impl Worker {
                 .call_handle(&mut store, request, out)
                 .await
                 .map_err(Failure::Run)
-        });
-        // The deadline covers the whole event, the body's streaming included: a guest
-        // that has sent its head and then waits on the host (where no epoch tick can
-        // interrupt it) is dropped with its store when the deadline has passed.
-        let gone_at = tokio::time::Instant::now() + loaded.limits.timeout + HOST_WAIT_GRACE;
-        let cut = Arc::new(AtomicBool::new(false));
-        let cut_by_task = cut.clone();
-        let task = self.spawn_guest(async move {
-            let mut guest = Box::pin(guest);
-            match tokio::time::timeout_at(gone_at, guest.as_mut()).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    // Flagged before the store (and with it the body's sender) goes, so
-                    // the body sees the flag when it sees its end.
-                    cut_by_task.store(true, Ordering::Release);
-                    drop(guest);
-                    Err(Failure::Run(wasmtime::Trap::Interrupt.into()))
-                }
-            }
+        };
+        let task = self.spawn_guest(workflow.tenant.clone(), loaded, guest, move || {
+            // Flagged before the store (and with it the body's sender) goes, so the
+            // body sees the flag when it sees its end.
+            cut_by_task.store(true, Ordering::Release);
         });
 
         // On timeout the instance must go at once, freeing its slot.
         let abort = task.abort_handle();
-        let deadline = loaded.limits.timeout + HOST_WAIT_GRACE;
+        let deadline = loaded.limits.timeout + crate::worker::HOST_WAIT_GRACE;
         let outcome = tokio::time::timeout(deadline, async {
             match receiver.await {
                 Ok(Ok(response)) => Ok(response.map(|body| {
@@ -116,8 +100,15 @@ impl Worker {
                 Ok(Err(code)) => Err(bad_response(loaded, &format!("error code {code:?}"))),
                 // The guest dropped its response-outparam: it failed or returned early.
                 Err(_) => Err(match task.await {
-                    Ok(Ok(())) => bad_response(loaded, "it returned without setting a response"),
-                    Ok(Err(failure)) => classify(loaded, failure, &output),
+                    Ok(Some(Ok(()))) => {
+                        bad_response(loaded, "it returned without setting a response")
+                    }
+                    Ok(Some(Err(failure))) => classify(loaded, failure, &output),
+                    Ok(None) => classify(
+                        loaded,
+                        Failure::Run(wasmtime::Trap::Interrupt.into()),
+                        &output,
+                    ),
                     Err(join) => bad_response(loaded, &format!("instance task failed: {join}")),
                 }),
             }

@@ -5,7 +5,7 @@ use crate::cache::{CacheOutcome, ComponentCache};
 use crate::config::{Limits, WorkerConfig};
 use crate::engine::{EpochClock, build_engine};
 use crate::error::{InvokeError, LoadError, StartError};
-use crate::fair::{Fair, GuestPool};
+use crate::fair::GuestPool;
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
@@ -22,6 +22,10 @@ use wasmtime::component::Linker;
 use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
+
+/// Extra time, beyond a function's deadline, before the host drops an instance that
+/// waits on the host (where the epoch deadline cannot fire).
+pub(crate) const HOST_WAIT_GRACE: Duration = Duration::from_millis(100);
 
 /// The name under which a step function exports its handler.
 const STEP_HANDLER_EXPORT: &str = "faas:platform/handler@0.1.0";
@@ -129,19 +133,36 @@ impl Worker {
         self.config.max_instances as usize - self.instance_slots.available_permits()
     }
 
-    /// `guest`, the future that drives one instance of `tenant`'s, polled only while
-    /// it holds a fair turn on the cores (see [`crate::fair`]).
-    pub(crate) fn fair<F: std::future::Future>(&self, tenant: Arc<str>, guest: F) -> Fair<F> {
-        self.guests.fair(tenant, guest)
-    }
-
-    /// Runs `task` (which drives guests) on the guest threads.
-    pub(crate) fn spawn_guest<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    /// Runs `guest`, the future that drives one instance of `function` for `tenant`,
+    /// on the guest threads, polled only while it holds a fair turn on the cores (see
+    /// [`crate::fair`]). The event's deadline covers all of it: past the function's
+    /// timeout (plus [`HOST_WAIT_GRACE`]) the future is dropped with its store, even if
+    /// it waits on the host where no epoch tick can interrupt it, and the task gives
+    /// `None`. `on_deadline` runs just before that drop.
+    pub(crate) fn spawn_guest<F>(
+        &self,
+        tenant: Arc<str>,
+        function: &LoadedFunction,
+        guest: F,
+        on_deadline: impl FnOnce() + Send + 'static,
+    ) -> tokio::task::JoinHandle<Option<F::Output>>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.guests.spawn(task)
+        let gone_at = tokio::time::Instant::now() + function.limits.timeout + HOST_WAIT_GRACE;
+        let guest = self.guests.fair(tenant, guest);
+        self.guests.spawn(async move {
+            let mut guest = Box::pin(guest);
+            match tokio::time::timeout_at(gone_at, guest.as_mut()).await {
+                Ok(outcome) => Some(outcome),
+                Err(_) => {
+                    on_deadline();
+                    drop(guest);
+                    None
+                }
+            }
+        })
     }
 
     /// Keeps `store`, a finished producer, until its consumers placed its regions (or

@@ -12,10 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-/// Extra time beyond a step's deadline before the host gives up on it while it waits on
-/// the host (where the epoch deadline cannot fire).
-const HOST_WAIT_GRACE: Duration = Duration::from_millis(100);
-
 /// Where a step invocation sits in its run.
 pub(crate) struct Position<'a> {
     pub step: &'a str,
@@ -160,7 +156,7 @@ async fn attempt_once(
         handles.push(handle);
     }
     let pre = pre.clone();
-    let guest = run.worker.fair(run.workflow.tenant.clone(), async move {
+    let guest = async move {
         let called = async {
             let instance = pre
                 .instantiate_async(&mut store)
@@ -174,12 +170,10 @@ async fn attempt_once(
         }
         .await;
         (store, called)
-    });
-    // On the guest threads; past the deadline the instance is dropped there at once.
-    let deadline = function.limits.timeout + HOST_WAIT_GRACE;
+    };
     let task = run
         .worker
-        .spawn_guest(async move { tokio::time::timeout(deadline, guest).await.ok() });
+        .spawn_guest(run.workflow.tenant.clone(), function, guest, || ());
     let timed_out = || {
         invoke(crate::InvokeError::Timeout {
             function: function.name().to_owned(),

@@ -93,115 +93,119 @@ fn assert_denied(platform: &Platform, url: &str) {
     assert!(report.starts_with(DENIED), "{url} was not denied: {report}");
 }
 
+/// One test's world: a platform serving the bystander and the attacker (its table
+/// given `extra`, which may name the test server's port), and a test server on loopback.
+struct Scene {
+    platform: Platform,
+    server: TestServer,
+    /// The platform's own port.
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Scene {
+    fn start(body: &'static str, extra: impl FnOnce(u16) -> String) -> Self {
+        let dir = faas_testing::temp_dir();
+        let platform = Platform::start();
+        deploy_bystander(&platform, dir.path());
+        let server = TestServer::start(body);
+        deploy_attacker(&platform, dir.path(), &extra(server.port));
+        Self {
+            port: platform_port(&platform),
+            platform,
+            server,
+            _dir: dir,
+        }
+    }
+
+    /// Asserts that every fetch of `urls` is denied while the bystander is watched, and
+    /// that none reached the test server.
+    fn assert_all_denied(&self, urls: &[String]) {
+        let watch = Watch::start(&self.platform);
+        for url in urls {
+            assert_denied(&self.platform, url);
+        }
+        watch.finish();
+        assert_eq!(
+            self.server.connections(),
+            0,
+            "a denied request must not connect"
+        );
+        assert_bystander_served(&self.platform);
+    }
+}
+
 #[test]
 fn by_default_a_guest_cannot_fetch_the_platforms_own_metrics_or_anything_else() {
-    let dir = faas_testing::temp_dir();
-    let platform = Platform::start();
-    deploy_bystander(&platform, dir.path());
-    deploy_attacker(&platform, dir.path(), "");
-    let server = TestServer::start("reachable");
-    let port = platform_port(&platform);
-
-    let watch = Watch::start(&platform);
-    for _ in 0..10 {
-        assert_denied(&platform, &format!("http://127.0.0.1:{port}/metrics"));
-    }
-    for url in [
+    let scene = Scene::start("reachable", |_| String::new());
+    let (port, server) = (scene.port, scene.server.port);
+    let mut urls = vec![format!("http://127.0.0.1:{port}/metrics"); 10];
+    urls.extend([
         format!("http://localhost:{port}/metrics"),
         format!("http://[::1]:{port}/metrics"),
-        format!("http://127.0.0.1:{}/", server.port),
+        format!("http://127.0.0.1:{server}/"),
         // Refused by the empty allow-list before any name is resolved or address
         // reached, so nothing can leave this machine.
         "http://169.254.169.254/latest/meta-data/".to_owned(),
         "https://example.com/".to_owned(),
-    ] {
-        assert_denied(&platform, &url);
-    }
-    watch.finish();
-    assert_eq!(server.connections(), 0, "a denied request must not connect");
-    assert_bystander_served(&platform);
+    ]);
+    scene.assert_all_denied(&urls);
 }
 
 #[test]
 fn a_wildcard_host_does_not_open_loopback_private_or_cloud_metadata_addresses() {
-    let dir = faas_testing::temp_dir();
-    let platform = Platform::start();
-    deploy_bystander(&platform, dir.path());
-    deploy_attacker(
-        &platform,
-        dir.path(),
-        r#"allowed_outbound_hosts = ["http://*", "http://*:*", "*://*.localhost:*"]"#,
-    );
-    let server = TestServer::start("reachable");
-    let port = platform_port(&platform);
-
-    let watch = Watch::start(&platform);
-    for url in [
+    let scene = Scene::start("reachable", |_| {
+        r#"allowed_outbound_hosts = ["http://*", "http://*:*", "*://*.localhost:*"]"#.into()
+    });
+    let (port, server) = (scene.port, scene.server.port);
+    // Only loopback targets here: were the check ever broken, nothing would leave this
+    // machine. Link-local (cloud metadata) and private addresses are the same rule,
+    // covered address by address in `faas_workflow::outbound`'s unit tests.
+    scene.assert_all_denied(&[
         format!("http://127.0.0.1:{port}/metrics"),
-        format!("http://127.0.0.1:{}/", server.port),
-        format!("http://127.1:{}/", server.port),
-        format!("http://0.0.0.0:{}/", server.port),
+        format!("http://127.0.0.1:{server}/"),
+        format!("http://127.1:{server}/"),
+        format!("http://0.0.0.0:{server}/"),
         format!("http://[::1]:{port}/metrics"),
-        format!("http://[::ffff:127.0.0.1]:{}/", server.port),
-    ] {
-        // Only loopback targets here: were the check ever broken, nothing would leave
-        // this machine. Link-local (cloud metadata) and private addresses are the same
-        // rule, covered address by address in `faas_workflow::outbound`'s unit tests.
-        assert_denied(&platform, &url);
-    }
-    watch.finish();
-    assert_eq!(server.connections(), 0, "a denied request must not connect");
-    assert_bystander_served(&platform);
+        format!("http://[::ffff:127.0.0.1]:{server}/"),
+    ]);
 }
 
 #[test]
 fn a_host_name_that_resolves_to_loopback_is_denied_under_a_wildcard() {
-    let dir = faas_testing::temp_dir();
-    let platform = Platform::start();
-    deploy_bystander(&platform, dir.path());
-    deploy_attacker(
-        &platform,
-        dir.path(),
-        r#"allowed_outbound_hosts = ["http://*:*"]"#,
-    );
-    let server = TestServer::start("reachable");
-    let port = platform_port(&platform);
-
+    let scene = Scene::start("reachable", |_| {
+        r#"allowed_outbound_hosts = ["http://*:*"]"#.into()
+    });
     // The URL names no address: only the resolved one shows where it goes.
-    assert_denied(&platform, &format!("http://localhost:{}/", server.port));
-    assert_denied(&platform, &format!("http://localhost:{port}/metrics"));
-    assert_eq!(server.connections(), 0, "a denied request must not connect");
-    assert_bystander_served(&platform);
+    scene.assert_all_denied(&[
+        format!("http://localhost:{}/", scene.server.port),
+        format!("http://localhost:{}/metrics", scene.port),
+    ]);
 }
 
 #[test]
 fn an_explicit_loopback_entry_lets_that_fetch_through_and_no_other() {
-    let dir = faas_testing::temp_dir();
-    let platform = Platform::start();
-    deploy_bystander(&platform, dir.path());
-    let server = TestServer::start("hello from the test server");
-    let port = platform_port(&platform);
-    deploy_attacker(
-        &platform,
-        dir.path(),
-        &format!(
-            r#"allowed_outbound_hosts = ["http://127.0.0.1:{0}", "http://localhost:{0}"]"#,
-            server.port
-        ),
-    );
-
-    let report = fetch(&platform, &format!("http://127.0.0.1:{}/x", server.port));
+    let scene = Scene::start("hello from the test server", |server| {
+        format!(
+            r#"allowed_outbound_hosts = ["http://127.0.0.1:{server}", "http://localhost:{server}"]"#
+        )
+    });
+    let (platform, server) = (&scene.platform, scene.server.port);
+    let report = fetch(platform, &format!("http://127.0.0.1:{server}/x"));
     assert_eq!(report, "status 200\nhello from the test server");
     // `localhost` named explicitly is allowed to resolve to loopback.
-    let report = fetch(&platform, &format!("http://localhost:{}/x", server.port));
+    let report = fetch(platform, &format!("http://localhost:{server}/x"));
     assert_eq!(report, "status 200\nhello from the test server");
-    assert_eq!(server.connections(), 2);
+    assert_eq!(scene.server.connections(), 2);
     // The entry names that port only: the platform's own port stays closed.
-    assert_denied(&platform, &format!("http://127.0.0.1:{port}/metrics"));
+    assert_denied(
+        platform,
+        &format!("http://127.0.0.1:{}/metrics", scene.port),
+    );
     // And that scheme only.
-    assert_denied(&platform, &format!("https://127.0.0.1:{}/x", server.port));
-    assert_eq!(server.connections(), 2);
-    assert_bystander_served(&platform);
+    assert_denied(platform, &format!("https://127.0.0.1:{server}/x"));
+    assert_eq!(scene.server.connections(), 2);
+    assert_bystander_served(platform);
 }
 
 #[test]
