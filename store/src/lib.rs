@@ -1,0 +1,15 @@
+//! The platform's state at rest in embedded mode: one SQLite database,
+//! `<data-dir>/faas.db`, that survives restarts and `kill -9`.
+//!
+//! Why SQLite: it is what Spin keeps its default key-value store in, it is one file an
+//! operator can copy and inspect with `sqlite3`, and in WAL mode each commit reaches the
+//! operating system before it returns, so killing the process at any moment leaves the
+//! last committed state (a power cut may lose the last commits with
+//! `synchronous = NORMAL`, never consistency).
+//!
+//! [`Database`] opens the file and creates the tables; each concern keeps its own
+//! tables in its own module.
+
+mod db;
+
+pub use db::{Database, StoreError};
