@@ -13,4 +13,5 @@ mod redis;
 mod regions;
 mod server;
 mod services;
+mod tenants;
 mod workflows;
