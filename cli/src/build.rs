@@ -25,6 +25,9 @@ pub async fn build_manifest(manifest: &Path) -> anyhow::Result<Workflow> {
     if commands.is_empty() {
         return Ok(workflow);
     }
+    if commands.iter().any(|(_, command)| command.contains("cargo")) {
+        ensure_wasm_target(&dir).await?;
+    }
     let bar = ProgressBar::new(commands.len() as u64).with_style(
         ProgressStyle::with_template("{spinner} [{pos}/{len}] {msg} ({elapsed})")
             .expect("the template is valid"),
@@ -58,6 +61,44 @@ pub async fn build_manifest(manifest: &Path) -> anyhow::Result<Workflow> {
     }
     bar.finish_and_clear();
     Ok(workflow)
+}
+
+/// The Rust target guest functions are built for.
+const WASM_TARGET: &str = "wasm32-wasip2";
+
+/// Adds the wasm32-wasip2 target to the toolchain `dir` builds with, if rustup manages
+/// it and the target is missing. rust-toolchain.toml lists the target, but rustup adds
+/// listed targets only when it installs the toolchain, not to one already installed
+/// under that name; without this a fresh machine fails with "can't find crate for
+/// `core`".
+async fn ensure_wasm_target(dir: &Path) -> anyhow::Result<()> {
+    let installed = match tokio::process::Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .current_dir(dir)
+        .output()
+        .await
+    {
+        Ok(output) if output.status.success() => output.stdout,
+        // No rustup: the toolchain is managed otherwise; cargo says what is missing.
+        _ => return Ok(()),
+    };
+    if String::from_utf8_lossy(&installed)
+        .lines()
+        .any(|line| line.trim() == WASM_TARGET)
+    {
+        return Ok(());
+    }
+    println!("adding the {WASM_TARGET} Rust target (rustup target add {WASM_TARGET})");
+    let status = tokio::process::Command::new("rustup")
+        .args(["target", "add", WASM_TARGET])
+        .current_dir(dir)
+        .status()
+        .await
+        .context("running rustup target add")?;
+    if !status.success() {
+        bail!("`rustup target add {WASM_TARGET}` failed ({status}); run it by hand and retry");
+    }
+    Ok(())
 }
 
 /// The directory relative paths in `manifest` are resolved against.
