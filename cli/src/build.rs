@@ -25,7 +25,10 @@ pub async fn build_manifest(manifest: &Path) -> anyhow::Result<Workflow> {
     if commands.is_empty() {
         return Ok(workflow);
     }
-    if commands.iter().any(|(_, command)| command.contains("cargo")) {
+    if commands
+        .iter()
+        .any(|(_, command)| command.contains("cargo"))
+    {
         ensure_wasm_target(&dir).await?;
     }
     let bar = ProgressBar::new(commands.len() as u64).with_style(
