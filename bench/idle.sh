@@ -25,6 +25,10 @@ instances() { curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^faas_instances_a
 
 empty=$(rss_kib)
 export FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench
+# Tenants are created explicitly before anything is deployed for them.
+for t in $(seq 0 9); do
+    target/release/faas tenant create "tenant-$t" >/dev/null
+done
 for i in $(seq 1 "$WORKFLOWS"); do
     cat > "$DATA/idle-$i.toml" <<TOML
 name = "idle-$i"

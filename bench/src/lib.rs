@@ -30,13 +30,18 @@ impl Target {
         })
     }
 
-    /// `faas deploy --no-build <manifest>`.
+    /// `faas deploy --no-build <manifest>`, after creating the tenant the manifest
+    /// names if it does not exist yet.
     pub fn deploy(&self, manifest: &Path) -> anyhow::Result<()> {
-        let output = Command::new(&self.faas)
+        let text = std::fs::read_to_string(manifest)
+            .with_context(|| format!("reading {}", manifest.display()))?;
+        if let Some(tenant) = manifest_tenant(&text) {
+            self.ensure_tenant(tenant)?;
+        }
+        let output = self
+            .faas()
             .args(["deploy", "--no-build"])
             .arg(manifest)
-            .env("FAAS_URL", &self.url)
-            .env("FAAS_TOKEN", &self.token)
             .output()
             .context("running faas deploy")?;
         if !output.status.success() {
@@ -48,6 +53,43 @@ impl Target {
         }
         Ok(())
     }
+}
+
+impl Target {
+    /// The `faas` command, pointed at this platform.
+    fn faas(&self) -> Command {
+        let mut command = Command::new(&self.faas);
+        command
+            .env("FAAS_URL", &self.url)
+            .env("FAAS_TOKEN", &self.token);
+        command
+    }
+
+    /// `faas tenant create <tenant>`, unless it exists.
+    pub fn ensure_tenant(&self, tenant: &str) -> anyhow::Result<()> {
+        let output = self
+            .faas()
+            .args(["tenant", "create", tenant])
+            .output()
+            .context("running faas tenant create")?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() && !stderr.contains("already exists") {
+            bail!("creating tenant {tenant} failed: {stderr}");
+        }
+        Ok(())
+    }
+}
+
+/// The `tenant = "..."` a manifest names, if any.
+fn manifest_tenant(text: &str) -> Option<&str> {
+    text.lines().find_map(|line| {
+        let value = line
+            .trim()
+            .strip_prefix("tenant")?
+            .trim_start()
+            .strip_prefix('=')?;
+        value.trim().strip_prefix('"')?.strip_suffix('"')
+    })
 }
 
 /// The `q` quantile (0..=1) of `samples`, which it sorts.

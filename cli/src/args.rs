@@ -2,7 +2,7 @@
 //! up` (everything in one process) and `faas gateway` / `faas worker` (services mode).
 
 use anyhow::Context;
-use faas_gateway::GatewayConfig;
+use faas_gateway::{DEFAULT_STREAM_MAX_LEN, GatewayConfig, RedisBroker};
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
 use faas_worker::config::{DEFAULT_MAX_REGIONS_PER_INSTANCE, DEFAULT_REGION_MAP_THRESHOLD};
 use faas_worker::kv::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, KvQuota};
@@ -14,8 +14,8 @@ use std::time::Duration;
 /// The token and the data directory.
 #[derive(Debug, clap::Args)]
 pub struct IdentityArgs {
-    /// Admin API token (services mode: also the token the gateway presents to
-    /// workers); generated and written to <data-dir>/token when not given.
+    /// Admin API token; generated and written to <data-dir>/token when not given.
+    /// Workers never accept it (services mode uses `--cluster-token`).
     #[arg(long, env = "FAAS_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Directory for compiled components and the token.
@@ -57,7 +57,15 @@ pub struct GatewayArgs {
     /// Largest request body an invocation may send, in bytes.
     #[arg(long, env = "FAAS_MAX_BODY_BYTES", default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
+    /// How many workflows each tenant may have deployed, unless the operator set the
+    /// tenant's own quota (`faas tenant set <name> --max-workflows N`). 0 for no limit.
+    #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = DEFAULT_TENANT_MAX_WORKFLOWS)]
+    pub tenant_max_workflows: u64,
 }
+
+/// Default of `--tenant-max-workflows`: far more than a team deploys by hand, few
+/// enough that a runaway script cannot fill the cluster's placement and Redis.
+pub const DEFAULT_TENANT_MAX_WORKFLOWS: u64 = 100;
 
 impl GatewayArgs {
     /// The gateway's configuration with admin token `token`.
@@ -172,6 +180,27 @@ impl WorkerArgs {
     }
 }
 
+/// How the processes that use Redis as a message broker treat its streams.
+#[derive(Debug, clap::Args)]
+pub struct BrokerArgs {
+    /// About how many entries a stream keeps when a function appends to it or an entry
+    /// is dead-lettered (`XADD ... MAXLEN ~ N`); the oldest go first. 0 for no limit.
+    #[arg(long, env = "FAAS_STREAM_MAX_LEN", default_value_t = DEFAULT_STREAM_MAX_LEN)]
+    pub stream_max_len: usize,
+}
+
+impl BrokerArgs {
+    /// Connects to the broker at `url` with these settings.
+    ///
+    /// # Errors
+    /// When Redis cannot be reached.
+    pub async fn connect(&self, url: &str) -> anyhow::Result<RedisBroker> {
+        Ok(RedisBroker::connect(url)
+            .await?
+            .with_stream_max_len(self.stream_max_len))
+    }
+}
+
 /// `--region-map-threshold`: a byte count, or `off` (never map).
 #[derive(Debug, Clone, Copy)]
 pub struct MapThreshold(usize);
@@ -197,13 +226,13 @@ fn parse_map_threshold(value: &str) -> Result<MapThreshold, String> {
 }
 
 /// A random 256-bit token, hex-encoded.
-fn generate_token() -> String {
+pub(crate) fn generate_token() -> String {
     let bytes: [u8; 32] = rand::random();
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Writes the token readable by its owner only.
-fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
+pub(crate) fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// # Errors
 /// If the manifest is invalid or a build command fails (its output is shown).
 pub async fn build_manifest(manifest: &Path) -> anyhow::Result<Workflow> {
-    let workflow = Workflow::from_file(manifest)?;
+    let workflow = Workflow::from_file_scoped(manifest, crate::deploy::LOCAL_SCOPE)?;
     let dir = manifest_dir(manifest);
     let mut commands: Vec<(&str, &str)> = Vec::new();
     for (name, function) in &workflow.functions {

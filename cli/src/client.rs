@@ -2,7 +2,9 @@
 
 use anyhow::{Context, bail};
 use faas_gateway::admin::{
-    DeployBody, DeployResponse, ListResponse, RunsResponse, WorkersResponse, WorkflowStatus,
+    CreateTenantBody, CreateTokenBody, DeployBody, DeployResponse, IssuedToken, ListResponse,
+    QuotaChanges, Quotas, RunsResponse, Tenant, TenantsResponse, TokenInfo, TokensResponse,
+    WorkersResponse, WorkflowStatus,
 };
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use std::path::PathBuf;
@@ -13,7 +15,8 @@ pub struct ServerArgs {
     /// The gateway's URL.
     #[arg(long, env = "FAAS_URL", default_value = "http://127.0.0.1:3000")]
     pub url: String,
-    /// The admin token; defaults to the one `faas up` wrote into its data dir.
+    /// The admin token or a tenant token (which acts on its own tenant only); defaults
+    /// to the admin token `faas up` wrote into its data dir.
     #[arg(long, env = "FAAS_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// The data dir of a local `faas up`, where its token is read from.
@@ -105,6 +108,78 @@ impl Client {
             "listing workers",
         )
         .await
+    }
+
+    /// Creates a tenant with its own `quotas` (admin token only).
+    pub async fn create_tenant(&self, name: &str, quotas: Quotas) -> anyhow::Result<Tenant> {
+        let body = CreateTenantBody {
+            quotas,
+            name: name.to_owned(),
+        };
+        let response = self.admin(Method::POST, "tenants").json(&body).send().await;
+        decode(response, "creating the tenant").await
+    }
+
+    /// Changes a tenant's quotas (admin token only).
+    pub async fn set_tenant_quotas(
+        &self,
+        name: &str,
+        changes: &QuotaChanges,
+    ) -> anyhow::Result<Tenant> {
+        let response = self
+            .admin(Method::PATCH, &format!("tenants/{name}"))
+            .json(changes)
+            .send()
+            .await;
+        decode(response, "changing the tenant's quotas").await
+    }
+
+    /// Lists the tenants (admin token only).
+    pub async fn tenants(&self) -> anyhow::Result<TenantsResponse> {
+        let response = self.admin(Method::GET, "tenants").send().await;
+        decode(response, "listing tenants").await
+    }
+
+    /// Removes a tenant with no deployed workflows, revoking its tokens.
+    pub async fn remove_tenant(&self, name: &str) -> anyhow::Result<serde_json::Value> {
+        let response = self
+            .admin(Method::DELETE, &format!("tenants/{name}"))
+            .send()
+            .await;
+        decode(response, "removing the tenant").await
+    }
+
+    /// Creates a token for `tenant`; its secret is in the answer only.
+    pub async fn create_token(&self, tenant: &str, label: &str) -> anyhow::Result<IssuedToken> {
+        let body = CreateTokenBody {
+            tenant: tenant.to_owned(),
+            label: label.to_owned(),
+        };
+        let response = self.admin(Method::POST, "tokens").json(&body).send().await;
+        decode(response, "creating the token").await
+    }
+
+    /// Lists the tokens of `tenant`, or all the caller may see.
+    pub async fn tokens(&self, tenant: Option<&str>) -> anyhow::Result<TokensResponse> {
+        let mut request = self.admin(Method::GET, "tokens");
+        if let Some(tenant) = tenant {
+            request = request.query(&[("tenant", tenant)]);
+        }
+        decode(request.send().await, "listing tokens").await
+    }
+
+    /// Revokes token `id`.
+    pub async fn revoke_token(&self, id: &str) -> anyhow::Result<TokenInfo> {
+        #[derive(serde::Deserialize)]
+        struct Revoked {
+            token: TokenInfo,
+        }
+        let response = self
+            .admin(Method::DELETE, &format!("tokens/{id}"))
+            .send()
+            .await;
+        let revoked: Revoked = decode(response, "revoking the token").await?;
+        Ok(revoked.token)
     }
 
     /// Removes a workflow.

@@ -9,9 +9,13 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use faas_gateway::DeployRequest;
 use faas_gateway::admin::DeployBody;
-use faas_workflow::Workflow;
+use faas_workflow::{TenantScope, Workflow};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// How the CLI reads a manifest before the upload: a manifest may leave `tenant` out
+/// (a tenant token's deploy); the gateway decides which tenant it is for.
+pub(crate) const LOCAL_SCOPE: TenantScope<'static> = TenantScope::Unchecked("token-tenant");
 
 /// Arguments of `faas deploy`.
 #[derive(Debug, clap::Args)]
@@ -68,7 +72,7 @@ pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployReque
     let workflow = if build {
         build_manifest(manifest).await?
     } else {
-        Workflow::from_file(manifest)?
+        Workflow::from_file_scoped(manifest, LOCAL_SCOPE)?
     };
     let text = std::fs::read_to_string(manifest)
         .with_context(|| format!("reading {}", manifest.display()))?;
@@ -77,7 +81,12 @@ pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployReque
     check_karmem_types(manifest, &workflow, &schemas)?;
     // Resolving the interfaces' memories here too reports a mistake before the upload,
     // in the words the platform would use.
-    Workflow::parse_with_schemas(&manifest.display().to_string(), &text, &schemas)?;
+    Workflow::parse_scoped(
+        &manifest.display().to_string(),
+        &text,
+        Some(&schemas),
+        LOCAL_SCOPE,
+    )?;
     let mut components = BTreeMap::new();
     for (name, function) in &workflow.functions {
         let path = function.component_path(&dir);
@@ -91,6 +100,13 @@ pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployReque
                 } else {
                     ""
                 }
+            )
+        })?;
+        faas_workflow::check_component_header(&bytes).map_err(|reason| {
+            anyhow::anyhow!(
+                "{}: function `{name}`: component {} is {reason}",
+                manifest.display(),
+                path.display()
             )
         })?;
         components.insert(name.clone(), bytes);

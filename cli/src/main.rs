@@ -9,6 +9,7 @@ mod output;
 mod schema;
 mod schemas;
 mod services;
+mod tenants;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -78,6 +79,16 @@ enum Command {
     Schema {
         #[command(subcommand)]
         command: schema::SchemaCommand,
+    },
+    /// Manage tenants (admin token): create, ls, rm.
+    Tenant {
+        #[command(subcommand)]
+        command: tenants::TenantCommand,
+    },
+    /// Manage a tenant's API tokens: create, ls, revoke.
+    Token {
+        #[command(subcommand)]
+        command: tenants::TokenCommand,
     },
     /// Remove a deployed workflow.
     Rm {
@@ -150,6 +161,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
             output::print_workers(&workers, output.output)
         }
         Command::Schema { command } => schema::run(command),
+        Command::Tenant { command } => tenants::tenant(command).await,
+        Command::Token { command } => tenants::token(command).await,
         Command::Rm { name, server } => {
             client::Client::new(&server)?.remove(&name).await?;
             println!("removed {name}");

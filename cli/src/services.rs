@@ -3,16 +3,17 @@
 //! registrations through Redis (crate `faas-cluster`). Run one scheduler, one or
 //! more gateways and any number of workers against the same Redis.
 
-use crate::args::{GatewayArgs, IdentityArgs, WorkerArgs};
+use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs, WorkerArgs, generate_token};
 use crate::up::wait_for_signal;
 use anyhow::Context;
 use faas_cluster::Cluster;
 use faas_gateway::cluster::{ClusterBackend, ClusterConfig};
-use faas_gateway::{Gateway, RedisBroker, Registry};
-use faas_worker::remote::{Node, NodeConfig, NodeListeners};
+use faas_gateway::{Gateway, Registry};
+use faas_store::TenantStore;
+use faas_worker::remote::{MAX_CLUSTER_TOKEN_BYTES, Node, NodeConfig, NodeListeners};
 use faas_worker::{KeyValueStore, Worker};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,15 +45,104 @@ impl RedisArgs {
     }
 }
 
+/// The secret between gateways and workers, distinct from the admin token.
+#[derive(Debug, clap::Args)]
+pub struct ClusterTokenArgs {
+    /// Secret the gateway presents to workers' internal API and workers to each other
+    /// (never the admin token). When not given, read from <data-dir>/cluster-token,
+    /// or generated there (mode 0600) if that file does not exist.
+    #[arg(long, env = "FAAS_CLUSTER_TOKEN", hide_env_values = true)]
+    cluster_token: Option<String>,
+}
+
+impl ClusterTokenArgs {
+    /// The token given, else the one saved in `data_dir`, else a new one saved there.
+    fn resolve(&self, data_dir: &Path) -> anyhow::Result<String> {
+        let token = match &self.cluster_token {
+            Some(token) => token.clone(),
+            None => read_or_create_token(&data_dir.join("cluster-token"))?,
+        };
+        check_cluster_token(&token)?;
+        Ok(token)
+    }
+
+    /// Tells the operator where the token came from when it was not given, since every
+    /// gateway and worker of the cluster needs the same one.
+    fn print_source(&self, data_dir: &Path) {
+        if self.cluster_token.is_none() {
+            println!(
+                "  cluster token: in {} (gateways and workers need the same; \
+                 --cluster-token)",
+                data_dir.join("cluster-token").display()
+            );
+        }
+    }
+}
+
+/// Reads the token saved at `path`, or writes a new one there (owner-only) when there
+/// is none; creating it exclusively means a gateway and a worker sharing a data dir
+/// and starting together end up with the same token.
+fn read_or_create_token(path: &Path) -> anyhow::Result<String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating data dir {}", dir.display()))?;
+    }
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    match created {
+        Ok(mut file) => {
+            let token = generate_token();
+            writeln!(file, "{token}").with_context(|| format!("writing {}", path.display()))?;
+            Ok(token)
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Written by the process that created it, maybe an instant ago.
+            for _ in 0..50 {
+                let token = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                if token.ends_with('\n') {
+                    return Ok(token.trim().to_owned());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            anyhow::bail!("{} is incomplete; give --cluster-token", path.display())
+        }
+        Err(err) => Err(err).with_context(|| format!("creating {}", path.display())),
+    }
+}
+
+/// Refuses a cluster token a worker could not check or a header could not carry.
+fn check_cluster_token(token: &str) -> anyhow::Result<()> {
+    if token.is_empty() || token.len() > MAX_CLUSTER_TOKEN_BYTES {
+        anyhow::bail!(
+            "the cluster token must be 1 to {MAX_CLUSTER_TOKEN_BYTES} bytes long (it has {})",
+            token.len()
+        );
+    }
+    if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+        anyhow::bail!("the cluster token must be printable ASCII without spaces");
+    }
+    Ok(())
+}
+
 /// Arguments of `faas gateway`.
 #[derive(Debug, clap::Args)]
 pub struct GatewayCmdArgs {
     #[command(flatten)]
     identity: IdentityArgs,
     #[command(flatten)]
+    cluster_token: ClusterTokenArgs,
+    #[command(flatten)]
     gateway: GatewayArgs,
     #[command(flatten)]
     redis: RedisArgs,
+    #[command(flatten)]
+    broker: BrokerArgs,
     /// How long a deploy waits for the scheduler to place it and the workers to load
     /// it, in seconds.
     #[arg(long, env = "FAAS_DEPLOY_TIMEOUT_S", default_value_t = 120)]
@@ -76,9 +166,13 @@ pub struct WorkerCmdArgs {
     #[command(flatten)]
     identity: IdentityArgs,
     #[command(flatten)]
+    cluster_token: ClusterTokenArgs,
+    #[command(flatten)]
     worker: WorkerArgs,
     #[command(flatten)]
     redis: RedisArgs,
+    #[command(flatten)]
+    broker: BrokerArgs,
     /// Address of the internal API the gateway forwards events to.
     #[arg(long, env = "FAAS_WORKER_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -108,28 +202,47 @@ pub struct WorkerCmdArgs {
     /// and loaded elsewhere and its events in flight finish, in milliseconds.
     #[arg(long, env = "FAAS_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
     shutdown_grace_ms: u64,
+    /// Close an internal API connection after it carried no request for this many
+    /// milliseconds.
+    #[arg(long, env = "FAAS_INTERNAL_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
+    internal_idle_timeout_ms: u64,
+    /// Most internal API connections one client address may hold open at once; more
+    /// are refused.
+    #[arg(long, env = "FAAS_INTERNAL_MAX_CONNECTIONS", default_value_t = 64)]
+    internal_max_connections: usize,
 }
 
 /// Runs a gateway of services mode until Ctrl-C or SIGTERM.
 pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
     let token = args.identity.token()?;
+    let cluster_token = args.cluster_token.resolve(&args.identity.data_dir)?;
     let cluster = args.redis.cluster().await?;
-    let broker = RedisBroker::connect(&args.redis.redis).await?;
+    let broker = args.broker.connect(&args.redis.redis).await?;
     let backend = ClusterBackend::new(
         cluster,
         ClusterConfig {
-            token: token.clone(),
+            token: cluster_token,
             sync_interval: args.redis.interval(),
             deploy_timeout: Duration::from_secs(args.deploy_timeout_s),
         },
     );
-    let registry = Arc::new(Registry::clustered(backend).with_redis_triggers());
+    // Tenants and tokens in Redis, so that every gateway knows the same credentials.
+    let tenants = TenantStore::redis(&args.redis.redis)
+        .await
+        .context("connecting to the tenant store")?;
+    let registry = Arc::new(
+        Registry::clustered(backend)
+            .with_redis_triggers()
+            .with_tenants(tenants)
+            .with_max_workflows(args.gateway.tenant_max_workflows),
+    );
     let gateway = Gateway::new(args.gateway.config(&token), registry)
         .with_broker(broker)
         .start()
         .await?;
     println!("faas gateway is up at http://{}", gateway.local_addr());
     args.identity.print_token(&token);
+    args.cluster_token.print_source(&args.identity.data_dir);
     gateway.set_ready();
     wait_for_signal().await?;
     gateway.shutdown().await;
@@ -152,23 +265,9 @@ pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
 
 /// Runs a worker until Ctrl-C or SIGTERM.
 pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
-    let token = match &args.identity.token {
-        Some(token) => token.clone(),
-        None => {
-            let path = args.identity.data_dir.join("token");
-            std::fs::read_to_string(&path)
-                .with_context(|| {
-                    format!(
-                        "reading {}; give the gateway's token with --token",
-                        path.display()
-                    )
-                })?
-                .trim()
-                .to_owned()
-        }
-    };
+    let token = args.cluster_token.resolve(&args.identity.data_dir)?;
     let cluster = args.redis.cluster().await?;
-    let broker = RedisBroker::connect(&args.redis.redis).await?;
+    let broker = args.broker.connect(&args.redis.redis).await?;
     let key_value = Arc::new(
         KeyValueStore::redis(&args.redis.redis)
             .await?
@@ -176,7 +275,15 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     );
     let worker = Worker::new(args.worker.config(&args.identity.data_dir))?
         .with_key_value(key_value)
-        .with_publisher(Arc::new(broker));
+        .with_publisher(Arc::new(broker.clone()));
+    let worker = Arc::new(worker);
+    crate::tenants::follow_quotas(
+        &args.redis.redis,
+        worker.clone(),
+        broker,
+        args.redis.interval(),
+    )
+    .await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -199,6 +306,8 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
             args.socket
                 .unwrap_or_else(|| args.identity.data_dir.join("worker.sock")),
         ),
+        idle_timeout: Duration::from_millis(args.internal_idle_timeout_ms.max(1)),
+        max_connections_per_client: args.internal_max_connections.max(1),
     };
     std::fs::create_dir_all(&args.identity.data_dir)
         .with_context(|| format!("creating data dir {}", args.identity.data_dir.display()))?;
@@ -218,9 +327,10 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
         internal: listener,
         metrics,
     };
-    let node = Node::start(Arc::new(worker), cluster, config, listeners)
-        .context("binding the worker socket")?;
+    let node =
+        Node::start(worker, cluster, config, listeners).context("binding the worker socket")?;
     println!("faas worker {id} is up at {bound}{metrics_at}");
+    args.cluster_token.print_source(&args.identity.data_dir);
     wait_for_signal().await?;
     println!("draining");
     node.drain(Duration::from_millis(args.shutdown_grace_ms))

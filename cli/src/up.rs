@@ -1,12 +1,16 @@
 //! `faas up`: the whole platform in one process (gateway, scheduler and one or more
-//! workers). By default its state is in memory and it needs no external service; with
-//! `--redis` it keeps key-value state in Redis and serves Redis triggers.
+//! workers). It needs no external service: deployments and key-value data are kept
+//! in `<data-dir>/faas.db` (SQLite), so a restart, even after `kill -9`, serves them
+//! again. With `--redis` it keeps key-value state in Redis instead and serves Redis
+//! triggers.
 
-use crate::args::{GatewayArgs, IdentityArgs, WorkerArgs};
+use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs, WorkerArgs};
 use crate::deploy::prepare;
 use anyhow::Context;
-use faas_gateway::{DeployOutcome, Gateway, RedisBroker, Registry};
+use faas_gateway::registry::Deployment;
+use faas_gateway::{DeployOutcome, Gateway, Registry};
 use faas_scheduler::{EmbeddedPlacement, WorkerId, WorkerSpec};
+use faas_store::{Database, DeploymentStore, TenantStore};
 use faas_worker::{KeyValueStore, Worker};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +32,8 @@ pub struct UpArgs {
     gateway: GatewayArgs,
     #[command(flatten)]
     worker: WorkerArgs,
+    #[command(flatten)]
+    broker: BrokerArgs,
     /// A workflow.toml to build and deploy at start (repeatable). Without any, the demo
     /// workflows under functions/ are deployed when present.
     #[arg(long = "deploy", value_name = "WORKFLOW_TOML")]
@@ -54,18 +60,21 @@ pub struct UpArgs {
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let token = args.identity.token()?;
     let worker_config = args.worker.config(&args.identity.data_dir);
+    // Everything kept at rest is in this one database (opened once: clones share its
+    // connection), so a restart finds what was committed before it.
+    let database = Database::open(&args.identity.data_dir)?;
     // State belongs to the platform, not to a worker: every worker sees the same store.
     let key_value = Arc::new(
         match &args.redis {
             Some(url) => KeyValueStore::redis(url).await?,
-            None => KeyValueStore::memory(),
+            None => KeyValueStore::sqlite(database.clone()),
         }
         .with_quota(args.worker.kv_quota()),
     );
     // With Redis, functions can publish and append, and the gateway consumes the
     // workflows' channel and stream triggers.
     let broker = match &args.redis {
-        Some(url) => Some(RedisBroker::connect(url).await?),
+        Some(url) => Some(args.broker.connect(url).await?),
         None => None,
     };
     let mut workers = Vec::new();
@@ -81,11 +90,21 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         id: id.clone(),
         capacity: args.worker.capacity,
     }));
-    let mut registry = Registry::new(workers, Arc::new(placement));
+    // Tenants and their tokens persist in the same database.
+    let tenants = TenantStore::sqlite(database.clone());
+    let mut registry = Registry::new(workers, Arc::new(placement))
+        .with_saved_deployments(DeploymentStore::new(database.clone()))
+        .with_tenants(tenants.clone())
+        .with_max_workflows(args.gateway.tenant_max_workflows);
     if broker.is_some() {
         registry = registry.with_redis_triggers();
     }
     let registry = Arc::new(registry);
+    // Each tenant's own quotas hold from the first event on.
+    registry
+        .apply_tenant_quotas()
+        .await
+        .context("reading the tenants' quotas")?;
 
     let mut gateway = Gateway::new(args.gateway.config(&token), registry.clone());
     if let Some(broker) = broker {
@@ -95,6 +114,24 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let url = format!("http://{}", gateway.local_addr());
     println!("faas is up at {url}");
     args.identity.print_token(&token);
+    let demo_token = crate::tenants::demo_token(&tenants, &args.identity.data_dir).await?;
+    println!(
+        "  {} tenant token: {demo_token} (saved in {}; deploys, lists and removes the {0} \
+         tenant's workflows only)",
+        crate::tenants::DEMO_TENANT,
+        args.identity.data_dir.join("demo-token").display()
+    );
+
+    // What was deployed before the last stop is served again first, with its revision,
+    // so the demo below finds it (an identical demo is `unchanged`). The registry logs
+    // each saved workflow it cannot serve again, with why.
+    let restored = registry
+        .restore_saved()
+        .await
+        .context("reading the saved deployments")?;
+    for deployment in &restored.served {
+        print_routes("restored", &url, deployment);
+    }
 
     let manifests = if args.no_demo {
         Vec::new()
@@ -109,17 +146,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     for manifest in &manifests {
         let request = prepare(manifest, true).await?;
+        crate::tenants::ensure_tenant_of(&tenants, &request).await?;
         let deployment = match registry.deploy(request).await? {
             DeployOutcome::Deployed(deployment) | DeployOutcome::Unchanged(deployment) => {
                 deployment
             }
         };
-        for trigger in &deployment.workflow.http_triggers {
-            println!(
-                "  deployed {}: {url}{} -> {}",
-                deployment.workflow.name, trigger.route, trigger.target
-            );
-        }
+        print_routes("deployed", &url, &deployment);
     }
     gateway.set_ready();
     println!("ready; press Ctrl-C to stop");
@@ -128,6 +161,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("shutting down");
     gateway.shutdown().await;
     Ok(())
+}
+
+/// Tells the operator where `deployment`'s routes are served, each line starting with
+/// what happened to it (`deployed`, `restored`).
+fn print_routes(what: &str, url: &str, deployment: &Deployment) {
+    for trigger in &deployment.workflow.http_triggers {
+        println!(
+            "  {what} {} (revision {}): {url}{} -> {}",
+            deployment.workflow.name, deployment.revision, trigger.route, trigger.target
+        );
+    }
 }
 
 /// Returns on Ctrl-C or SIGTERM.

@@ -5,6 +5,11 @@
 //! placements; each worker reports which revision of each workflow placed on it it
 //! has loaded, or why it could not. [`Cluster`] has one method per read or write.
 //!
+//! A deploy is staged beside the live record and switched to only once its workers
+//! loaded it, under a short lease on the workflow that fences every write (a gateway
+//! whose lease expired writes nothing); the scheduler removes a staged record whose
+//! lease is gone.
+//!
 //! Every process follows this state by reading it again at a short interval, so none
 //! depends on a notification that a Redis restart could lose; workers register again
 //! with every heartbeat.

@@ -11,8 +11,11 @@ use std::time::Duration;
 
 /// Worker id -> [`WorkerInfo`].
 const WORKERS: &str = "faas:workers";
-/// Workflow name -> [`DeploymentRecord`].
+/// Workflow name -> [`DeploymentRecord`]: the live version of each workflow.
 const DEPLOYMENTS: &str = "faas:deployments";
+/// Workflow name -> [`DeploymentRecord`]: a new version being deployed, which workers
+/// load beside the live one; it becomes live once they all have.
+const STAGED: &str = "faas:deployments:staged";
 /// Workflow name -> [`PlacementRecord`].
 const PLACEMENTS: &str = "faas:placements";
 /// Component digest -> when it was last stored (milliseconds since the Unix epoch).
@@ -33,10 +36,36 @@ fn loaded_key(id: &str) -> String {
     format!("faas:loaded:{id}")
 }
 
-/// `faas:lock:<workflow>`: held by the gateway changing that workflow.
+/// `faas:loaded-staged:<worker>`: workflow name -> [`LoadStatus`] of its staged version.
+fn staged_loaded_key(id: &str) -> String {
+    format!("faas:loaded-staged:{id}")
+}
+
+/// `faas:lock:<workflow>`: a short lease held (and renewed) by the gateway changing
+/// that workflow; its value names the holder.
 fn lock_key(name: &str) -> String {
     format!("faas:lock:{name}")
 }
+
+/// Extends a lease only if it still names the holder.
+const RENEW: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+     return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0";
+
+/// Sets `HSET KEYS[2] ARGV[2] ARGV[3]` and removes field ARGV[2] from every further key,
+/// only while the lease KEYS[1] names holder ARGV[1]: a gateway whose lease expired
+/// writes nothing over a newer holder.
+const FENCED_WRITE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+     redis.call('hset', KEYS[2], ARGV[2], ARGV[3]) \
+     for i = 3, #KEYS do redis.call('hdel', KEYS[i], ARGV[2]) end return 1";
+
+/// Removes field ARGV[2] from every key after the first, only while the lease KEYS[1]
+/// names holder ARGV[1].
+const FENCED_REMOVE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+     for i = 2, #KEYS do redis.call('hdel', KEYS[i], ARGV[2]) end return 1";
+
+/// Removes a staged version whose deploy holds no lease any more (its gateway died).
+const DROP_ABANDONED: &str = "if redis.call('exists', KEYS[1]) == 0 then \
+     return redis.call('hdel', KEYS[2], ARGV[1]) end return 0";
 
 /// Deletes a component only if it was not stored again since its stamp was read.
 const COLLECT: &str = "if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then \
@@ -165,6 +194,8 @@ impl Cluster {
             .ignore()
             .del(loaded_key(id))
             .ignore()
+            .del(staged_loaded_key(id))
+            .ignore()
             .query_async::<()>(&mut self.conn())
             .await?;
         Ok(())
@@ -186,10 +217,10 @@ impl Cluster {
         Ok(())
     }
 
-    /// Deletes the components no deployment names that were last stored at least
-    /// `min_age` ago, and returns their digests. A deploy stores its components before
-    /// its record, so the age keeps a deploy in progress from losing them; a component
-    /// stored again meanwhile is kept.
+    /// Deletes the components no deployment names, live or staged, that were last
+    /// stored at least `min_age` ago, and returns their digests. A deploy stores its
+    /// components before its staged record, so the age keeps a deploy in progress from
+    /// losing them; a component stored again meanwhile is kept.
     ///
     /// # Errors
     /// [`ClusterError`] if Redis fails or a record is malformed.
@@ -198,6 +229,7 @@ impl Cluster {
             .deployments()
             .await?
             .into_values()
+            .chain(self.staged_deployments().await?.into_values())
             .flat_map(|record| record.components.into_values())
             .collect();
         let mut conn = self.conn();
@@ -241,8 +273,9 @@ impl Cluster {
         Ok(self.conn().incr(REVISION, 1).await?)
     }
 
-    /// Takes the lock on changing workflow `name` for at most `ttl`, as `holder`;
-    /// returns false when someone else holds it.
+    /// Takes the lease on changing workflow `name` for `ttl`, as `holder`; returns
+    /// false when someone else holds it. The holder renews it with
+    /// [`Cluster::renew_lock`] while it works, so a dead holder's lease ends soon.
     ///
     /// # Errors
     /// [`ClusterError::Redis`].
@@ -261,6 +294,28 @@ impl Cluster {
             .query_async(&mut self.conn())
             .await?;
         Ok(taken.is_some())
+    }
+
+    /// Extends `holder`'s lease on workflow `name` to `ttl` from now; returns false when
+    /// the lease is not (any longer) `holder`'s.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn renew_lock(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, ClusterError> {
+        let renewed: i64 = redis::cmd("EVAL")
+            .arg(RENEW)
+            .arg(1)
+            .arg(lock_key(name))
+            .arg(holder)
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(renewed == 1)
     }
 
     /// Releases the lock on workflow `name` if `holder` still holds it.
@@ -308,7 +363,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Makes `record` the live version of its workflow.
+    /// Makes `record` the live version of its workflow (writing back a lost state;
+    /// deploys go through [`Cluster::stage_deployment`] and
+    /// [`Cluster::promote_deployment`]).
     ///
     /// # Errors
     /// [`ClusterError::Redis`].
@@ -320,19 +377,129 @@ impl Cluster {
         Ok(())
     }
 
-    /// Removes workflow `name`'s deployment and placement.
+    /// Stages `record` (workers load it beside the live version) while `holder` holds
+    /// the workflow's lease; returns false, writing nothing, when it does not.
     ///
     /// # Errors
     /// [`ClusterError::Redis`].
-    pub async fn remove_deployment(&self, name: &str) -> Result<(), ClusterError> {
-        redis::pipe()
-            .hdel(DEPLOYMENTS, name)
-            .ignore()
-            .hdel(PLACEMENTS, name)
-            .ignore()
-            .query_async::<()>(&mut self.conn())
-            .await?;
-        Ok(())
+    pub async fn stage_deployment(
+        &self,
+        record: &DeploymentRecord,
+        holder: &str,
+    ) -> Result<bool, ClusterError> {
+        self.fenced(
+            FENCED_WRITE,
+            &record.workflow.name,
+            holder,
+            &[STAGED],
+            Some(record),
+        )
+        .await
+    }
+
+    /// Makes `record` (staged) the live version and removes its staged copy, in one
+    /// step, while `holder` holds the workflow's lease; returns false when it does not.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn promote_deployment(
+        &self,
+        record: &DeploymentRecord,
+        holder: &str,
+    ) -> Result<bool, ClusterError> {
+        let name = &record.workflow.name;
+        self.fenced(
+            FENCED_WRITE,
+            name,
+            holder,
+            &[DEPLOYMENTS, STAGED],
+            Some(record),
+        )
+        .await
+    }
+
+    /// Removes workflow `name`'s staged version (a deploy that failed) while `holder`
+    /// holds its lease.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn unstage_deployment(&self, name: &str, holder: &str) -> Result<bool, ClusterError> {
+        self.fenced(FENCED_REMOVE, name, holder, &[STAGED], None)
+            .await
+    }
+
+    /// Removes workflow `name`'s deployment, staged version and placement while
+    /// `holder` holds its lease; returns false when it does not.
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn remove_deployment(&self, name: &str, holder: &str) -> Result<bool, ClusterError> {
+        self.fenced(
+            FENCED_REMOVE,
+            name,
+            holder,
+            &[DEPLOYMENTS, STAGED, PLACEMENTS],
+            None,
+        )
+        .await
+    }
+
+    /// Runs `script` on workflow `name`'s field of `hashes`, fenced by its lease.
+    async fn fenced(
+        &self,
+        script: &str,
+        name: &str,
+        holder: &str,
+        hashes: &[&str],
+        record: Option<&DeploymentRecord>,
+    ) -> Result<bool, ClusterError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script)
+            .arg(1 + hashes.len())
+            .arg(lock_key(name))
+            .arg(hashes)
+            .arg(holder)
+            .arg(name);
+        if let Some(record) = record {
+            cmd.arg(to_json(record));
+        }
+        let done: i64 = cmd.query_async(&mut self.conn()).await?;
+        Ok(done == 1)
+    }
+
+    /// Every staged version, by workflow name.
+    ///
+    /// # Errors
+    /// [`ClusterError`] if Redis fails or a record is malformed.
+    pub async fn staged_deployments(
+        &self,
+    ) -> Result<BTreeMap<String, DeploymentRecord>, ClusterError> {
+        self.read_hash(STAGED).await
+    }
+
+    /// Removes the staged versions whose deploy lost its lease (its gateway died, or
+    /// gave up without cleaning up) and returns their names.
+    ///
+    /// # Errors
+    /// [`ClusterError`] if Redis fails or a record is malformed.
+    pub async fn drop_abandoned_stages(&self) -> Result<Vec<String>, ClusterError> {
+        let mut conn = self.conn();
+        let names: Vec<String> = conn.hkeys(STAGED).await?;
+        let mut dropped = Vec::new();
+        for name in names {
+            let removed: i64 = redis::cmd("EVAL")
+                .arg(DROP_ABANDONED)
+                .arg(2)
+                .arg(lock_key(&name))
+                .arg(STAGED)
+                .arg(&name)
+                .query_async(&mut conn)
+                .await?;
+            if removed == 1 {
+                dropped.push(name);
+            }
+        }
+        Ok(dropped)
     }
 
     /// Every deployment, by workflow name.
@@ -383,6 +550,17 @@ impl Cluster {
         self.read_hash(&loaded_key(worker)).await
     }
 
+    /// What `worker` reported for the staged version of each workflow placed on it.
+    ///
+    /// # Errors
+    /// [`ClusterError`] if Redis fails or a record is malformed.
+    pub async fn staged_load_statuses(
+        &self,
+        worker: &str,
+    ) -> Result<BTreeMap<String, LoadStatus>, ClusterError> {
+        self.read_hash(&staged_loaded_key(worker)).await
+    }
+
     /// Reports what `worker` did with workflow `name` (`None`: it dropped it).
     ///
     /// # Errors
@@ -393,13 +571,36 @@ impl Cluster {
         name: &str,
         status: Option<&LoadStatus>,
     ) -> Result<(), ClusterError> {
+        self.report(&loaded_key(worker), name, status).await
+    }
+
+    /// Reports what `worker` did with workflow `name`'s staged version (`None`: it has
+    /// none any more).
+    ///
+    /// # Errors
+    /// [`ClusterError::Redis`].
+    pub async fn report_staged_load(
+        &self,
+        worker: &str,
+        name: &str,
+        status: Option<&LoadStatus>,
+    ) -> Result<(), ClusterError> {
+        self.report(&staged_loaded_key(worker), name, status).await
+    }
+
+    async fn report(
+        &self,
+        key: &str,
+        name: &str,
+        status: Option<&LoadStatus>,
+    ) -> Result<(), ClusterError> {
         let mut conn = self.conn();
         match status {
             Some(status) => {
-                let _: i64 = conn.hset(loaded_key(worker), name, to_json(status)).await?;
+                let _: i64 = conn.hset(key, name, to_json(status)).await?;
             }
             None => {
-                let _: i64 = conn.hdel(loaded_key(worker), name).await?;
+                let _: i64 = conn.hdel(key, name).await?;
             }
         }
         Ok(())

@@ -1,29 +1,45 @@
-//! The admin API under `/admin/v1`, behind the bearer token:
+//! The admin API under `/admin/v1`, behind a bearer token: the admin token (the
+//! operator, who may do everything) or a tenant token (who acts on its own tenant
+//! only; "own" below):
 //!
-//! | method | path | does |
-//! |---|---|---|
-//! | POST | `/admin/v1/workflows` | deploy a [`DeployBody`]; answers [`DeployResponse`] |
-//! | GET | `/admin/v1/workflows` | list: [`ListResponse`] |
-//! | GET | `/admin/v1/workflows/{name}` | one workflow's [`WorkflowStatus`] |
-//! | DELETE | `/admin/v1/workflows/{name}` | remove it |
-//! | GET | `/admin/v1/workflows/{name}/runs` | its recent runs: [`RunsResponse`] |
-//! | GET | `/admin/v1/workers` | workers and their workflows: [`WorkersResponse`] |
-//! | DELETE | `/admin/v1/workers/{id}` | take a worker out; its workflows move |
+//! | method | path | does | who |
+//! |---|---|---|---|
+//! | POST | `/admin/v1/workflows` | deploy a [`DeployBody`]; answers [`DeployResponse`] | own tenant |
+//! | GET | `/admin/v1/workflows` | list: [`ListResponse`] | own workflows |
+//! | GET | `/admin/v1/workflows/{name}` | one workflow's [`WorkflowStatus`] | own |
+//! | DELETE | `/admin/v1/workflows/{name}` | remove it | own |
+//! | GET | `/admin/v1/workflows/{name}/runs` | its recent runs: [`RunsResponse`] | own |
+//! | GET | `/admin/v1/workers` | workers and their workflows: [`WorkersResponse`] | admin |
+//! | DELETE | `/admin/v1/workers/{id}` | take a worker out; its workflows move | admin |
+//! | POST | `/admin/v1/tenants` | create a [`CreateTenantBody`] (name, optional [`Quotas`]); answers a [`Tenant`] | admin |
+//! | GET | `/admin/v1/tenants` | list: [`TenantsResponse`] | admin |
+//! | PATCH | `/admin/v1/tenants/{name}` | change its quotas ([`QuotaChanges`]); answers the [`Tenant`] | admin |
+//! | DELETE | `/admin/v1/tenants/{name}` | remove it, revoking its tokens | admin |
+//! | POST | `/admin/v1/tokens` | create a [`CreateTokenBody`]; answers [`IssuedToken`] | own tenant |
+//! | GET | `/admin/v1/tokens[?tenant=NAME]` | list: [`TokensResponse`] | own tenant |
+//! | DELETE | `/admin/v1/tokens/{id}` | revoke it | own tenant |
 //!
-//! Errors are `{"error": {"kind", "message", ...}}`; a manifest error adds `file`,
-//! `line`, `column` and `field`.
+//! Another tenant's workflows and tokens are invisible to a tenant token (404, as if
+//! they did not exist, so their names do not leak); what only the operator may do is
+//! 403. Errors are `{"error": {"kind", "message", ...}}`; a manifest error adds `file`,
+//! `line`, `column` and `field`. A deploy over the tenant's workflow quota is 403 with
+//! kind `quota`, its message naming the quota and how an operator raises it.
 
-use crate::auth::is_authorized;
-use crate::registry::{DeployError, DeployOutcome, DeployRequest, Deployment};
+use crate::auth::{Caller, authenticate};
+use crate::registry::{DeployError, DeployOutcome, DeployRequest, Deployment, no_tenant_store};
 use crate::response::{self, Body};
 use crate::server::App;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use faas_scheduler::WorkerId;
+pub use faas_store::{IssuedToken, QuotaChanges, Quotas, Tenant, TokenInfo};
+use faas_store::{TenantError, TenantStore};
 use faas_worker::{LoadError, RunRecord};
+use faas_workflow::ManifestError;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::UNIX_EPOCH;
@@ -85,6 +101,45 @@ pub struct WorkerStatus {
     /// The workflows it holds a replica of.
     pub workflows: Vec<String>,
 }
+
+/// A tenant to create.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenantBody {
+    /// Its name, as manifests write it.
+    pub name: String,
+    /// Its own limits; those left out are the platform's defaults.
+    #[serde(default, skip_serializing_if = "Quotas::is_default")]
+    pub quotas: Quotas,
+}
+
+/// The answer to a tenants query.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TenantsResponse {
+    /// Every tenant, by name.
+    pub tenants: Vec<Tenant>,
+}
+
+/// A token to create.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTokenBody {
+    /// The tenant it acts for.
+    pub tenant: String,
+    /// What it is for (shown in lists).
+    #[serde(default)]
+    pub label: String,
+}
+
+/// The answer to a tokens query.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TokensResponse {
+    /// The tokens, oldest first, without their secrets.
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// The largest tenant or token request body.
+const MAX_SMALL_BODY: usize = 64 << 10;
 
 /// A deployed workflow as the API shows it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -157,51 +212,51 @@ impl From<&Deployment> for WorkflowStatus {
 
 /// Serves an admin request.
 pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Body> {
-    if !is_authorized(request.headers(), &app.config.token) {
-        let mut response = response::error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "the admin API needs `Authorization: Bearer <token>` (see `faas up` output)",
-        );
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Bearer"),
-        );
-        return response;
-    }
+    let caller =
+        match authenticate(request.headers(), &app.config.token, app.registry.tenants()).await {
+            Ok(Some(caller)) => caller,
+            Ok(None) => return unauthorized(),
+            Err(err) => return tenant_error(err),
+        };
     let path = request.uri().path().trim_end_matches('/').to_owned();
     let rest = path.strip_prefix(PREFIX).unwrap_or_default();
     let segments: Vec<&str> = rest.split('/').collect();
     match (request.method().clone(), segments.as_slice()) {
-        (Method::POST, ["workflows"]) => deploy(app, request).await,
+        (Method::POST, ["workflows"]) => deploy(app, request, &caller).await,
         (Method::GET, ["workflows"]) => {
             let workflows = app
                 .registry
                 .list()
                 .iter()
+                .filter(|d| caller.may_act_for(&d.key.tenant))
                 .map(|d| d.as_ref().into())
                 .collect();
             response::json(StatusCode::OK, &ListResponse { workflows })
         }
-        (Method::GET, ["workflows", name]) => match app.registry.get(name) {
+        (Method::GET, ["workflows", name]) => match visible(app, &caller, name) {
             Some(deployment) => {
                 response::json(StatusCode::OK, &WorkflowStatus::from(deployment.as_ref()))
             }
             None => not_found(name),
         },
-        (Method::DELETE, ["workflows", name]) => match app.registry.remove(name).await {
-            Ok(Some(removed)) => {
-                app.metrics.set_workflows(app.registry.list().len());
-                tracing::info!(workflow = *name, tenant = %removed.key.tenant, "workflow removed");
-                response::json(
-                    StatusCode::OK,
-                    &serde_json::json!({"status": "deleted", "name": name}),
-                )
+        (Method::DELETE, ["workflows", name]) => {
+            if visible(app, &caller, name).is_none() {
+                return not_found(name);
             }
-            Ok(None) => not_found(name),
-            Err(err) => deploy_error(err),
-        },
-        (Method::GET, ["workflows", name, "runs"]) => match app.registry.get(name) {
+            match app.registry.remove(name).await {
+                Ok(Some(removed)) => {
+                    app.metrics.set_workflows(app.registry.list().len());
+                    tracing::info!(workflow = *name, tenant = %removed.key.tenant, "workflow removed");
+                    response::json(
+                        StatusCode::OK,
+                        &serde_json::json!({"status": "deleted", "name": name}),
+                    )
+                }
+                Ok(None) => not_found(name),
+                Err(err) => deploy_error(err),
+            }
+        }
+        (Method::GET, ["workflows", name, "runs"]) => match visible(app, &caller, name) {
             Some(_) => response::json(
                 StatusCode::OK,
                 &RunsResponse {
@@ -210,6 +265,9 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             ),
             None => not_found(name),
         },
+        (_, ["workers" | "tenants", ..]) if !caller.is_admin() => forbidden(format!(
+            "{path} is the operator's: it needs the admin token, not a tenant token"
+        )),
         (Method::GET, ["workers"]) => {
             let workers = app
                 .registry
@@ -244,12 +302,39 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             }
         }
         (
+            Method::POST | Method::GET | Method::PATCH | Method::DELETE,
+            ["tenants" | "tokens", ..],
+        ) if app.registry.tenants().is_none() => deploy_error(no_tenant_store()),
+        (Method::POST, ["tenants"]) => create_tenant(app, request).await,
+        (Method::GET, ["tenants"]) => match tenant_store(app).tenants().await {
+            Ok(tenants) => response::json(StatusCode::OK, &TenantsResponse { tenants }),
+            Err(err) => tenant_error(err),
+        },
+        (Method::PATCH, ["tenants", name]) => set_quotas(app, name, request).await,
+        (Method::DELETE, ["tenants", name]) => match app.registry.remove_tenant(name).await {
+            Ok(revoked) => {
+                tracing::info!(tenant = *name, revoked, "tenant removed");
+                response::json(
+                    StatusCode::OK,
+                    &serde_json::json!({"status": "deleted", "name": name, "revoked_tokens": revoked}),
+                )
+            }
+            Err(err) => deploy_error(err),
+        },
+        (Method::POST, ["tokens"]) => create_token(app, request, &caller).await,
+        (Method::GET, ["tokens"]) => list_tokens(app, request.uri().query(), &caller).await,
+        (Method::DELETE, ["tokens", id]) => revoke_token(app, id, &caller).await,
+        (
             _,
             ["workflows"]
             | ["workflows", _]
             | ["workflows", _, "runs"]
             | ["workers"]
-            | ["workers", _],
+            | ["workers", _]
+            | ["tenants"]
+            | ["tenants", _]
+            | ["tokens"]
+            | ["tokens", _],
         ) => response::error(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
@@ -263,6 +348,175 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
     }
 }
 
+fn unauthorized() -> Response<Body> {
+    let mut response = response::error(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "the admin API needs `Authorization: Bearer <token>`: the admin token or a live \
+         tenant token (see `faas up` output)",
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    response
+}
+
+fn forbidden(message: impl Into<String>) -> Response<Body> {
+    response::error(StatusCode::FORBIDDEN, "forbidden", message)
+}
+
+/// The deployment `name` if `caller` may see it: another tenant's workflow is as
+/// good as absent.
+fn visible(app: &App, caller: &Caller, name: &str) -> Option<std::sync::Arc<Deployment>> {
+    app.registry
+        .get(name)
+        .filter(|deployment| caller.may_act_for(&deployment.key.tenant))
+}
+
+/// The tenant store; the routes that use it are only reached when there is one.
+fn tenant_store(app: &App) -> &TenantStore {
+    app.registry
+        .tenants()
+        .expect("tenant routes are only reached with a tenant store")
+}
+
+/// Reads a JSON body of at most `limit` bytes, or the error response to send.
+async fn read_json<T: DeserializeOwned>(
+    request: Request<Incoming>,
+    limit: usize,
+    what: &str,
+) -> Result<T, Response<Body>> {
+    let body = match Limited::new(request.into_body(), limit).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+            return Err(response::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("{what} exceeds the limit of {limit} bytes"),
+            ));
+        }
+        Err(err) => {
+            return Err(response::error(
+                StatusCode::BAD_REQUEST,
+                "bad_body",
+                err.to_string(),
+            ));
+        }
+    };
+    serde_json::from_slice(&body).map_err(|err| {
+        response::error(
+            StatusCode::BAD_REQUEST,
+            "bad_upload",
+            format!("{what} is not valid: {err}"),
+        )
+    })
+}
+
+async fn create_tenant(app: &App, request: Request<Incoming>) -> Response<Body> {
+    let body: CreateTenantBody = match read_json(request, MAX_SMALL_BODY, "tenant body").await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    match app.registry.create_tenant(&body.name, body.quotas).await {
+        Ok(tenant) => {
+            tracing::info!(tenant = %tenant.name, quotas = ?tenant.quotas, "tenant created");
+            response::json(StatusCode::CREATED, &tenant)
+        }
+        Err(err) => deploy_error(err),
+    }
+}
+
+async fn set_quotas(app: &App, name: &str, request: Request<Incoming>) -> Response<Body> {
+    let changes: QuotaChanges = match read_json(request, MAX_SMALL_BODY, "quota changes").await {
+        Ok(changes) => changes,
+        Err(response) => return response,
+    };
+    match app.registry.set_tenant_quotas(name, &changes).await {
+        Ok(tenant) => {
+            tracing::info!(tenant = %tenant.name, quotas = ?tenant.quotas, "tenant quotas set");
+            response::json(StatusCode::OK, &tenant)
+        }
+        Err(err) => deploy_error(err),
+    }
+}
+
+async fn create_token(app: &App, request: Request<Incoming>, caller: &Caller) -> Response<Body> {
+    let body: CreateTokenBody = match read_json(request, MAX_SMALL_BODY, "token body").await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    if !caller.may_act_for(&body.tenant) {
+        return forbidden("a tenant token creates tokens for its own tenant only");
+    }
+    match tenant_store(app)
+        .create_token(&body.tenant, &body.label)
+        .await
+    {
+        Ok(issued) => {
+            tracing::info!(tenant = %body.tenant, token = %issued.token.id, "token created");
+            response::json(StatusCode::CREATED, &issued)
+        }
+        Err(err) => tenant_error(err),
+    }
+}
+
+async fn list_tokens(app: &App, query: Option<&str>, caller: &Caller) -> Response<Body> {
+    let asked = query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("tenant="));
+    let tenant = match (caller, asked) {
+        (_, Some(asked)) if !caller.may_act_for(asked) => {
+            return forbidden("a tenant token lists its own tenant's tokens only");
+        }
+        (_, Some(asked)) => Some(asked),
+        (Caller::Tenant(own), None) => Some(own.as_str()),
+        (Caller::Admin, None) => None,
+    };
+    match tenant_store(app).tokens(tenant).await {
+        Ok(tokens) => response::json(StatusCode::OK, &TokensResponse { tokens }),
+        Err(err) => tenant_error(err),
+    }
+}
+
+async fn revoke_token(app: &App, id: &str, caller: &Caller) -> Response<Body> {
+    let store = tenant_store(app);
+    // Another tenant's token is as good as absent.
+    match store.token(id).await {
+        Ok(Some(token)) if caller.may_act_for(&token.tenant) => {}
+        Ok(_) => return tenant_error(TenantError::NoSuchToken(id.to_owned())),
+        Err(err) => return tenant_error(err),
+    }
+    match store.revoke_token(id).await {
+        Ok(token) => {
+            tracing::info!(tenant = %token.tenant, token = %token.id, "token revoked");
+            response::json(
+                StatusCode::OK,
+                &serde_json::json!({"status": "revoked", "token": token}),
+            )
+        }
+        Err(err) => tenant_error(err),
+    }
+}
+
+fn tenant_error(err: TenantError) -> Response<Body> {
+    let (status, kind) = match &err {
+        TenantError::InvalidName(_) | TenantError::InvalidLabel | TenantError::InvalidQuota(_) => {
+            (StatusCode::BAD_REQUEST, "bad_request")
+        }
+        TenantError::TenantExists(_) => (StatusCode::CONFLICT, "conflict"),
+        TenantError::NoSuchTenant(_) => (StatusCode::NOT_FOUND, "no_such_tenant"),
+        TenantError::NoSuchToken(_) => (StatusCode::NOT_FOUND, "not_found"),
+        TenantError::HasWorkflows { .. } => (StatusCode::CONFLICT, "has_workflows"),
+        TenantError::Store(_) | TenantError::Redis(_) | TenantError::Malformed { .. } => {
+            tracing::error!("tenant store: {err}");
+            (StatusCode::SERVICE_UNAVAILABLE, "tenant_store")
+        }
+    };
+    response::error(status, kind, err.to_string())
+}
+
 fn not_found(name: &str) -> Response<Body> {
     response::error(
         StatusCode::NOT_FOUND,
@@ -271,30 +525,11 @@ fn not_found(name: &str) -> Response<Body> {
     )
 }
 
-async fn deploy(app: &App, request: Request<Incoming>) -> Response<Body> {
+async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Response<Body> {
     let limit = app.config.max_deploy_bytes;
-    let body = match Limited::new(request.into_body(), limit).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
-            return response::error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("deploy upload exceeds the limit of {limit} bytes"),
-            );
-        }
-        Err(err) => {
-            return response::error(StatusCode::BAD_REQUEST, "bad_body", err.to_string());
-        }
-    };
-    let upload: DeployBody = match serde_json::from_slice(&body) {
+    let upload: DeployBody = match read_json(request, limit, "deploy upload").await {
         Ok(upload) => upload,
-        Err(err) => {
-            return response::error(
-                StatusCode::BAD_REQUEST,
-                "bad_upload",
-                format!("deploy body is not a valid upload: {err}"),
-            );
-        }
+        Err(response) => return response,
     };
     let mut components = BTreeMap::new();
     for (name, encoded) in upload.components {
@@ -315,7 +550,7 @@ async fn deploy(app: &App, request: Request<Incoming>) -> Response<Body> {
         components,
         schemas: upload.schemas,
     };
-    match app.registry.deploy(request).await {
+    match app.registry.deploy_as(request, caller).await {
         Ok(outcome) => {
             let (status, deployment) = match outcome {
                 DeployOutcome::Deployed(deployment) => ("deployed", deployment),
@@ -353,7 +588,12 @@ fn deploy_error(err: DeployError) -> Response<Body> {
     let message = err.to_string();
     match err {
         DeployError::Manifest(manifest) => response::error_with(
-            StatusCode::BAD_REQUEST,
+            // Naming another tenant is a matter of permission, not of syntax.
+            if matches!(manifest, ManifestError::TenantMismatch(_)) {
+                StatusCode::FORBIDDEN
+            } else {
+                StatusCode::BAD_REQUEST
+            },
             "manifest",
             message,
             ManifestDetails {
@@ -368,6 +608,9 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         }
         DeployError::Load(_) => response::error(StatusCode::BAD_REQUEST, "component", message),
         DeployError::Conflict(_) => response::error(StatusCode::CONFLICT, "conflict", message),
+        DeployError::Forbidden(_) => forbidden(message),
+        DeployError::Quota(_) => response::error(StatusCode::FORBIDDEN, "quota", message),
+        DeployError::Tenant(err) => tenant_error(err),
         DeployError::Unsupported(_) => {
             response::error(StatusCode::BAD_REQUEST, "unsupported", message)
         }
@@ -379,6 +622,9 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         }
         DeployError::Cluster(_) => {
             response::error(StatusCode::SERVICE_UNAVAILABLE, "cluster", message)
+        }
+        DeployError::Store(_) => {
+            response::error(StatusCode::INTERNAL_SERVER_ERROR, "store", message)
         }
     }
 }

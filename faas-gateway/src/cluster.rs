@@ -1,13 +1,18 @@
 //! Services mode on the gateway's side.
 //!
-//! A deploy stores the components and a [`DeploymentRecord`] in Redis, then waits
-//! until the scheduler process has placed it and every placed worker reports the new
-//! revision loaded. If a worker reports a load error, or nothing is ready in time, the
-//! previous record is put back, so a failed deploy changes nothing. [`follow`] keeps
+//! A deploy takes the workflow's lease (a few seconds, renewed while the deploy runs,
+//! so a dead gateway's lease ends soon), stores the components and stages a
+//! [`DeploymentRecord`] in Redis, then waits until the scheduler process has placed it
+//! and every placed worker reports the staged revision loaded (beside the live one,
+//! which keeps serving). Only then does the staged record replace the live one. If a
+//! worker reports a load error, or nothing is ready in time, the staged record is
+//! removed; if the gateway dies, its lease expires and the scheduler removes it. Every
+//! write is fenced by the lease: a gateway that lost it writes nothing. [`follow`] keeps
 //! the registry's deployments, replicas and route table in step with the shared state:
 //! a worker that stopped heartbeating leaves the replicas, and the replicas the
 //! scheduler placed instead join once they have loaded.
 
+use crate::auth::Caller;
 use crate::registry::{
     DeployError, Deployment, Placed, Registry, Replica, ReplicaTarget, check_owner, check_routes,
 };
@@ -21,6 +26,12 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long a workflow's lease lasts unless its holder renews it: how soon a workflow
+/// whose deploying gateway died can be changed again.
+const LEASE: Duration = Duration::from_secs(5);
+/// How often the holder renews its lease.
+const RENEW_EVERY: Duration = Duration::from_secs(1);
 
 /// How the gateway takes part in the cluster.
 #[derive(Debug, Clone)]
@@ -47,8 +58,13 @@ struct Snapshot {
     placements: BTreeMap<String, PlacementRecord>,
     live: Vec<WorkerInfo>,
     /// What each live worker reported, by worker id then workflow name.
-    loads: BTreeMap<String, BTreeMap<String, LoadStatus>>,
+    loads: Loads,
+    /// What each live worker reported for staged revisions (read for deploys only).
+    staged_loads: Loads,
 }
+
+/// Load reports by worker id, then workflow name.
+type Loads = BTreeMap<String, BTreeMap<String, LoadStatus>>;
 
 impl ClusterBackend {
     /// A backend over `cluster`.
@@ -66,25 +82,47 @@ impl ClusterBackend {
         workflow: &Workflow,
         components: BTreeMap<String, Vec<u8>>,
         digest: &str,
+        caller: &Caller,
     ) -> Result<Placed, DeployError> {
         let name = &workflow.name;
-        self.locked(name, self.deploy_locked(workflow, components, digest))
-            .await
+        let holder = new_holder();
+        self.locked(
+            name,
+            &holder,
+            self.deploy_locked(workflow, components, digest, caller, &holder),
+        )
+        .await
     }
 
-    /// [`Self::deploy`], under the workflow's lock. The name and routes are checked
-    /// again against what every gateway deployed, not only this one.
+    /// [`Self::deploy`], under the workflow's lease. The name and routes are checked
+    /// again against what every gateway deployed or is deploying, not only this one.
     async fn deploy_locked(
         &self,
         workflow: &Workflow,
         components: BTreeMap<String, Vec<u8>>,
         digest: &str,
+        caller: &Caller,
+        holder: &str,
     ) -> Result<Placed, DeployError> {
         let name = &workflow.name;
-        let mut deployed = self.cluster.deployments().await.map_err(shared_state)?;
-        check_owner(workflow, deployed.get(name).map(|record| &record.workflow))?;
-        check_routes(workflow, deployed.values().map(|record| &record.workflow))?;
-        let previous = deployed.remove(name);
+        let deployed = self.cluster.deployments().await.map_err(shared_state)?;
+        let staged = self
+            .cluster
+            .staged_deployments()
+            .await
+            .map_err(shared_state)?;
+        check_owner(
+            workflow,
+            deployed.get(name).map(|record| &record.workflow),
+            caller,
+        )?;
+        check_routes(
+            workflow,
+            deployed
+                .values()
+                .chain(staged.values())
+                .map(|record| &record.workflow),
+        )?;
         let digests = self
             .put_components(&components)
             .await
@@ -96,31 +134,37 @@ impl ClusterBackend {
             deployed_at: unix_seconds(SystemTime::now()),
             components: digests,
         };
-        self.cluster
-            .put_deployment(&record)
-            .await
-            .map_err(shared_state)?;
-        match self.wait_until_loaded(&record).await {
-            Ok(replicas) => Ok(Placed {
-                revision: Some(record.revision),
-                functions: replicas.1,
-                replicas: replicas.0,
-                components: Arc::new(components),
-            }),
+        let fenced = |done: Result<bool, ClusterError>| match done {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(lease_lost(name)),
+            Err(err) => Err(shared_state(err)),
+        };
+        fenced(self.cluster.stage_deployment(&record, holder).await)?;
+        let switched = match self.wait_until_loaded(&record).await {
+            Ok(loaded) => {
+                fenced(self.cluster.promote_deployment(&record, holder).await).map(|()| loaded)
+            }
+            Err(err) => Err(err),
+        };
+        let (replicas, functions) = match switched {
+            Ok(loaded) => loaded,
             Err(err) => {
-                let restored = match &previous {
-                    Some(previous) => self.cluster.put_deployment(previous).await,
-                    None => self.cluster.remove_deployment(name).await,
-                };
-                if let Err(restore) = restored {
+                // The live version never changed; only the staged one goes.
+                if let Err(unstage) = self.cluster.unstage_deployment(name, holder).await {
                     tracing::error!(
                         workflow = name,
-                        "putting back the previous version: {restore}"
+                        "removing the staged version (the scheduler will): {unstage}"
                     );
                 }
-                Err(err)
+                return Err(err);
             }
-        }
+        };
+        Ok(Placed {
+            revision: Some(record.revision),
+            functions,
+            replicas,
+            components: Arc::new(components),
+        })
     }
 
     /// Stores each component under its SHA-256; returns the digests by function name.
@@ -182,7 +226,7 @@ impl ClusterBackend {
         Ok(false)
     }
 
-    /// Waits until every worker the scheduler placed `record` on has loaded it.
+    /// Waits until every worker the scheduler placed `record` on has loaded it staged.
     async fn wait_until_loaded(
         &self,
         record: &DeploymentRecord,
@@ -190,7 +234,7 @@ impl ClusterBackend {
         let deadline = tokio::time::Instant::now() + self.config.deploy_timeout;
         let name = &record.workflow.name;
         loop {
-            let snapshot = self.snapshot().await.map_err(shared_state)?;
+            let snapshot = self.snapshot(true).await.map_err(shared_state)?;
             if snapshot.live.is_empty() {
                 return Err(DeployError::Placement(
                     faas_scheduler::PlacementError::NoWorkers,
@@ -201,7 +245,10 @@ impl ClusterBackend {
                     .workers
                     .iter()
                     .map(|worker| {
-                        let status = snapshot.loads.get(worker).and_then(|loads| loads.get(name));
+                        let status = snapshot
+                            .staged_loads
+                            .get(worker)
+                            .and_then(|loads| loads.get(name));
                         (worker, status)
                     })
                     .collect();
@@ -220,7 +267,8 @@ impl ClusterBackend {
                     .iter()
                     .all(|(_, status)| status.is_some_and(|s| s.is_ready(record.revision)));
                 if all_ready {
-                    let (replicas, functions) = self.ready_replicas(&snapshot, record);
+                    let (replicas, functions) =
+                        self.ready_replicas(&snapshot, &snapshot.staged_loads, record);
                     if !replicas.is_empty() {
                         return Ok((replicas, functions));
                     }
@@ -237,29 +285,42 @@ impl ClusterBackend {
         }
     }
 
+    /// The names of the workflows of `tenant` deployed through any gateway.
+    pub(crate) async fn workflows_of(&self, tenant: &str) -> Result<Vec<String>, DeployError> {
+        let deployed = self.cluster.deployments().await.map_err(shared_state)?;
+        Ok(deployed
+            .into_values()
+            .filter(|record| record.workflow.tenant == tenant)
+            .map(|record| record.workflow.name)
+            .collect())
+    }
+
     /// Removes workflow `name` from the shared state.
     pub(crate) async fn remove(&self, name: &str) -> Result<(), DeployError> {
-        self.locked(name, async {
-            self.cluster
-                .remove_deployment(name)
-                .await
-                .map_err(shared_state)
+        let holder = new_holder();
+        self.locked(name, &holder, async {
+            match self.cluster.remove_deployment(name, &holder).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(lease_lost(name)),
+                Err(err) => Err(shared_state(err)),
+            }
         })
         .await
     }
 
-    /// Runs `change` holding the lock on workflow `name`, so that two gateways never
-    /// change one workflow at once.
+    /// Runs `change` holding the lease on workflow `name` as `holder`, so that two
+    /// gateways never change one workflow at once. The lease is renewed while `change`
+    /// runs; should it be lost all the same, `change` is abandoned (its writes are
+    /// fenced by the lease, so it could not finish anyway).
     async fn locked<T>(
         &self,
         name: &str,
+        holder: &str,
         change: impl Future<Output = Result<T, DeployError>>,
     ) -> Result<T, DeployError> {
-        let holder = format!("{:016x}", rand::random::<u64>());
-        let ttl = self.config.deploy_timeout + Duration::from_secs(30);
         if !self
             .cluster
-            .lock_workflow(name, &holder, ttl)
+            .lock_workflow(name, holder, LEASE)
             .await
             .map_err(shared_state)?
         {
@@ -267,8 +328,23 @@ impl ClusterBackend {
                 "another gateway is deploying or removing workflow `{name}`; try again"
             )));
         }
-        let result = change.await;
-        if let Err(err) = self.cluster.unlock_workflow(name, &holder).await {
+        let renew = async {
+            let mut ticker = tokio::time::interval(RENEW_EVERY);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                match self.cluster.renew_lock(name, holder, LEASE).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(err) => tracing::warn!(workflow = name, "renewing the lease: {err}"),
+                }
+            }
+        };
+        let result = tokio::select! {
+            result = change => result,
+            () = renew => Err(lease_lost(name)),
+        };
+        if let Err(err) = self.cluster.unlock_workflow(name, holder).await {
             tracing::warn!(
                 workflow = name,
                 "releasing the deploy lock (it expires): {err}"
@@ -277,30 +353,41 @@ impl ClusterBackend {
         result
     }
 
-    async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
+    /// The shared state now; with the staged load reports when `staged`.
+    async fn snapshot(&self, staged: bool) -> Result<Snapshot, ClusterError> {
         let deployments = self.cluster.deployments().await?;
         let placements = self.cluster.placements().await?;
         let live = self.cluster.workers().await?.live;
         let mut loads = BTreeMap::new();
+        let mut staged_loads = BTreeMap::new();
         for worker in &live {
             loads.insert(
                 worker.id.clone(),
                 self.cluster.load_statuses(&worker.id).await?,
             );
+            if staged {
+                staged_loads.insert(
+                    worker.id.clone(),
+                    self.cluster.staged_load_statuses(&worker.id).await?,
+                );
+            }
         }
         Ok(Snapshot {
             deployments,
             placements,
             live,
             loads,
+            staged_loads,
         })
     }
 
-    /// The replicas of `record`'s revision that are loaded on live workers, and its
-    /// functions as the first of them reported.
+    /// The replicas of `record`'s revision that are loaded on live workers according
+    /// to `loads`, and its functions as the first of them reported. Their events name
+    /// the revision, so a worker that holds it staged serves them with it.
     fn ready_replicas(
         &self,
         snapshot: &Snapshot,
+        loads: &Loads,
         record: &DeploymentRecord,
     ) -> (Vec<Replica>, Vec<faas_cluster::FunctionSummary>) {
         let name = &record.workflow.name;
@@ -315,8 +402,7 @@ impl ClusterBackend {
             .iter()
             .filter(|info| placed.contains(&info.id))
         {
-            let Some(status) = snapshot
-                .loads
+            let Some(status) = loads
                 .get(&info.id)
                 .and_then(|loads| loads.get(name))
                 .filter(|status| status.is_ready(record.revision))
@@ -328,7 +414,7 @@ impl ClusterBackend {
             }
             replicas.push(Replica {
                 worker_id: WorkerId(info.id.clone()),
-                target: ReplicaTarget::Remote(self.clients.get(info)),
+                target: ReplicaTarget::Remote(self.clients.get(info).at_revision(record.revision)),
             });
         }
         (replicas, functions)
@@ -360,11 +446,11 @@ async fn follow_once(backend: &ClusterBackend, registry: &Registry) -> Result<()
         return Ok(());
     }
     let generation = registry.local_generation();
-    let snapshot = backend.snapshot().await?;
+    let snapshot = backend.snapshot(false).await?;
     let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();
     let mut deployments = Vec::new();
     for (name, record) in &snapshot.deployments {
-        let (replicas, functions) = backend.ready_replicas(&snapshot, record);
+        let (replicas, functions) = backend.ready_replicas(&snapshot, &snapshot.loads, record);
         let current = registry.get(name);
         let deployment = match current {
             Some(current) if replicas.is_empty() || current.revision > record.revision => {
@@ -415,6 +501,18 @@ async fn follow_once(backend: &ClusterBackend, registry: &Registry) -> Result<()
 fn unix_seconds(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
+}
+
+/// A random lease holder id.
+fn new_holder() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+fn lease_lost(name: &str) -> DeployError {
+    DeployError::Conflict(format!(
+        "the lease on workflow `{name}` expired before the change was made (Redis slow or \
+         unreachable?); nothing changed, try again"
+    ))
 }
 
 fn shared_state(err: ClusterError) -> DeployError {

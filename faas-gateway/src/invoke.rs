@@ -85,24 +85,51 @@ fn settle(
     (run_id, run.result)
 }
 
+/// The cause of a failure in which a step could not get an instance slot in time.
+const OVERLOADED: &str = "overloaded";
+
+/// Why a run started by a Redis message did not succeed.
+#[derive(Debug)]
+pub(crate) struct MessageFailure {
+    /// What went wrong.
+    pub failure: EventFailure,
+    /// Whether the run never really started: no worker took it, or its last failure was
+    /// a step refused an instance (`overloaded`) before any step succeeded. Such a run
+    /// says nothing about the message, so a stream trigger does not count it as a
+    /// delivery.
+    pub not_started: bool,
+}
+
 /// Runs the current version of `workflow` on a message from a Redis trigger.
 ///
 /// # Errors
-/// Why the run failed (or that no worker could take it: then no step ran), for the
-/// trigger to settle the message by.
+/// Why the run failed, and whether it started at all, for the trigger to settle the
+/// message by.
 pub(crate) async fn run_message(
     app: &App,
     workflow: &str,
     payload: Vec<u8>,
     message: TriggerMessage,
-) -> Result<(), EventFailure> {
+) -> Result<(), MessageFailure> {
     let Some(deployment) = app.registry.get(workflow) else {
-        return Err(EventFailure::unavailable(format!(
-            "workflow `{workflow}` is not deployed"
-        )));
+        return Err(MessageFailure {
+            failure: EventFailure::unavailable(format!("workflow `{workflow}` is not deployed")),
+            not_started: true,
+        });
     };
     let run = deployment.run(payload.into(), Some(message)).await;
-    settle(app, workflow, run).1.map(|_| ())
+    let no_step_succeeded = run
+        .record
+        .as_ref()
+        .is_none_or(|record| record.steps.iter().all(|step| !step.succeeded));
+    settle(app, workflow, run).1.map(|_| ()).map_err(|failure| {
+        let not_started =
+            failure.is_unavailable() || (failure.kind == OVERLOADED && no_step_succeeded);
+        MessageFailure {
+            failure,
+            not_started,
+        }
+    })
 }
 
 /// A run of the workflow's steps, from the entry step, on the request body.

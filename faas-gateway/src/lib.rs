@@ -25,7 +25,8 @@ mod replica;
 mod response;
 mod server;
 
+pub use auth::Caller;
 pub use config::GatewayConfig;
-pub use redis::{BrokerError, RedisBroker};
-pub use registry::{DeployOutcome, DeployRequest, Registry};
+pub use redis::{BrokerError, DEFAULT_STREAM_MAX_LEN, RedisBroker, namespaced};
+pub use registry::{DeployOutcome, DeployRequest, Registry, Restored};
 pub use server::{Gateway, RunningGateway};

@@ -6,12 +6,17 @@
 //! request takes an `Arc` of what it found, so requests in flight finish on the
 //! version they started on.
 
+use crate::auth::Caller;
 use crate::cluster::ClusterBackend;
 pub use crate::replica::{Replica, ReplicaTarget};
 use faas_cluster::FunctionSummary;
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
+use faas_store::{
+    DeploymentStore, QuotaChanges, Quotas, SavedDeployment, StoreError, Tenant, TenantError,
+    TenantStore,
+};
 use faas_worker::{LoadError, RunRecord, Worker};
-use faas_workflow::{ManifestError, Route, TriggerTarget, Workflow};
+use faas_workflow::{ManifestError, Route, TenantScope, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -134,6 +139,17 @@ pub enum DeployError {
     /// The workflow name or a route belongs to another workflow or tenant.
     #[error("{0}")]
     Conflict(String),
+    /// The caller's credential does not allow this deploy (a tenant token deploying
+    /// the catch-all route).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The tenant does not exist, or the tenant store could not be read.
+    #[error(transparent)]
+    Tenant(#[from] TenantError),
+    /// The deploy would take the tenant over one of its quotas; the text names the
+    /// quota and how an operator raises it.
+    #[error("{0}")]
+    Quota(String),
     /// No worker could take the workflow.
     #[error(transparent)]
     Placement(#[from] PlacementError),
@@ -153,6 +169,9 @@ pub enum DeployError {
     /// not answer in time (services mode).
     #[error("{0}")]
     Cluster(String),
+    /// The state database could not save or delete the deployment (embedded mode).
+    #[error(transparent)]
+    Store(StoreError),
 }
 
 /// Where a deploy's workflow now runs: what the backend returns to the registry.
@@ -243,6 +262,27 @@ pub struct Registry {
     changes: tokio::sync::watch::Sender<u64>,
     /// Whether something consumes Redis triggers (the platform runs with Redis).
     redis_triggers: bool,
+    /// The tenants a workflow may be deployed for, and their tokens; without a store,
+    /// any tenant a manifest names is accepted.
+    tenants: Option<TenantStore>,
+    /// Where embedded mode saves every deploy and removal, so that a restart serves
+    /// them again; `None` keeps deployments in memory only (services mode keeps them
+    /// in Redis).
+    saved: Option<DeploymentStore>,
+    /// How many workflows a tenant without a quota of its own may have deployed; 0
+    /// for no limit.
+    max_workflows: u64,
+}
+
+/// What [`Registry::restore_saved`] did.
+#[derive(Default)]
+pub struct Restored {
+    /// The deployments served again, by revision.
+    pub served: Vec<Arc<Deployment>>,
+    /// The saved deployments that could not be served again (e.g. a component the
+    /// engine no longer loads), by name, with why. They stay saved, serving nothing,
+    /// until a deploy of the same name replaces them or a removal deletes them.
+    pub failed: Vec<(String, DeployError)>,
 }
 
 impl Registry {
@@ -276,7 +316,37 @@ impl Registry {
             deploy_lock: tokio::sync::Mutex::new(()),
             changes: tokio::sync::watch::Sender::new(0),
             redis_triggers: false,
+            tenants: None,
+            saved: None,
+            max_workflows: 0,
         }
+    }
+
+    /// Lets a tenant without a quota of its own deploy at most `max` workflows (0 for
+    /// no limit; the default).
+    pub fn with_max_workflows(mut self, max: u64) -> Self {
+        self.max_workflows = max;
+        self
+    }
+
+    /// Saves every deploy and removal in `store` as part of it (embedded mode): a deploy
+    /// whose save fails is refused, with nothing changed. See
+    /// [`Registry::restore_saved`] for serving them again.
+    pub fn with_saved_deployments(mut self, store: DeploymentStore) -> Self {
+        self.saved = Some(store);
+        self
+    }
+
+    /// Accepts deploys only for the tenants in `tenants`, and authenticates tenant
+    /// tokens against it.
+    pub fn with_tenants(mut self, tenants: TenantStore) -> Self {
+        self.tenants = Some(tenants);
+        self
+    }
+
+    /// The tenant store, if the registry has one.
+    pub fn tenants(&self) -> Option<&TenantStore> {
+        self.tenants.as_ref()
     }
 
     /// Accepts workflows with Redis channel and stream triggers (the gateway consumes
@@ -286,46 +356,212 @@ impl Registry {
         self
     }
 
-    /// Deploys `request`, or does nothing if the identical workflow is live.
+    /// Deploys `request` with the operator's authority (the manifest names its
+    /// tenant), or does nothing if the identical workflow is live.
     ///
     /// # Errors
-    /// [`DeployError`] if the manifest or a component is invalid, a name or route is
-    /// taken by another workflow, or no worker can take it. The live version, if
-    /// any, is untouched.
+    /// See [`Registry::deploy_as`].
     pub async fn deploy(&self, request: DeployRequest) -> Result<DeployOutcome, DeployError> {
+        self.deploy_as(request, &Caller::Admin).await
+    }
+
+    /// Deploys `request` for `caller`, or does nothing if the identical workflow is
+    /// live. A tenant's token deploys for its own tenant only (the manifest may leave
+    /// `tenant` out), never the catch-all route `/...`.
+    ///
+    /// # Errors
+    /// [`DeployError`] if the manifest or a component is invalid, the manifest's tenant
+    /// is not the caller's or does not exist, a name or route belongs to another
+    /// workflow or tenant, or no worker can take it. The live version, if any, is
+    /// untouched.
+    pub async fn deploy_as(
+        &self,
+        request: DeployRequest,
+        caller: &Caller,
+    ) -> Result<DeployOutcome, DeployError> {
         let _guard = self.deploy_lock.lock().await;
-        let workflow =
-            Workflow::parse_with_schemas(&request.file_name, &request.manifest, &request.schemas)?;
-        if !self.redis_triggers
-            && (!workflow.redis_triggers.is_empty() || !workflow.stream_triggers.is_empty())
+        let scope = match caller {
+            Caller::Admin => TenantScope::Named,
+            Caller::Tenant(tenant) => TenantScope::Own(tenant),
+        };
+        let workflow = Workflow::parse_scoped(
+            &request.file_name,
+            &request.manifest,
+            Some(&request.schemas),
+            scope,
+        )?;
+        let quotas = match &self.tenants {
+            Some(tenants) => match tenants.tenant(&workflow.tenant).await? {
+                Some(tenant) => tenant.quotas,
+                None => return Err(TenantError::NoSuchTenant(workflow.tenant.clone()).into()),
+            },
+            None => Quotas::default(),
+        };
+        // A catch-all answers every path nobody else serves: the operator's fallback,
+        // not something a tenant may claim.
+        if !caller.is_admin()
+            && let Some(trigger) = workflow
+                .http_triggers
+                .iter()
+                .find(|t| t.route.is_catch_all())
         {
-            return Err(DeployError::Unsupported(format!(
-                "workflow `{}` has Redis triggers, but this platform runs without Redis \
-                 (start it with --redis <url>)",
-                workflow.name
+            return Err(DeployError::Forbidden(format!(
+                "route `{}` is a catch-all: only the operator (admin credential) may \
+                 deploy it",
+                trigger.route
             )));
         }
-        let digest = digest(&request);
+        self.check_supported(&workflow)?;
+        let digest = digest(&request.manifest, &request.components, &request.schemas);
         let current = self.get(&workflow.name);
         if let Some(current) = current.as_ref().filter(|current| current.digest == digest) {
             return Ok(DeployOutcome::Unchanged(current.clone()));
         }
-        check_owner(&workflow, current.as_ref().map(|current| &current.workflow))?;
+        check_owner(
+            &workflow,
+            current.as_ref().map(|current| &current.workflow),
+            caller,
+        )?;
+        // A new version of a deployed workflow never counts against the quota.
+        if current.is_none() {
+            self.check_workflow_quota(&workflow.tenant, &quotas).await?;
+        }
         {
             let state = self.read();
             check_routes(&workflow, state.deployments.values().map(|d| &d.workflow))?;
         }
+        let deployed_at = SystemTime::now();
         let placed = match &self.backend {
             Backend::Embedded(placement) => {
-                self.place_here(placement.as_ref(), &workflow, request.components)
-                    .await?
+                // Numbered before it is saved; `deploy_lock` keeps any other deploy
+                // from taking the number in between.
+                let revision = self.read().last_revision + 1;
+                let save = |components: &Arc<BTreeMap<String, Vec<u8>>>| {
+                    self.save(&SavedDeployment {
+                        name: workflow.name.clone(),
+                        tenant: workflow.tenant.clone(),
+                        file_name: request.file_name.clone(),
+                        manifest: request.manifest.clone(),
+                        schemas: request.schemas.clone(),
+                        components: components.clone(),
+                        revision,
+                        deployed_at,
+                    })
+                };
+                let mut placed = self
+                    .place_here(placement.as_ref(), &workflow, request.components, save)
+                    .await?;
+                placed.revision = Some(revision);
+                placed
             }
             Backend::Cluster(cluster) => {
                 cluster
-                    .deploy(&workflow, request.components, &digest)
+                    .deploy(&workflow, request.components, &digest, caller)
                     .await?
             }
         };
+        Ok(DeployOutcome::Deployed(self.serve(
+            workflow,
+            digest,
+            deployed_at,
+            placed,
+        )))
+    }
+
+    /// Refuses a new workflow of `tenant` when it has as many deployed as its quota
+    /// (its own, else the platform's default) allows. In services mode the count is of
+    /// the shared state, so it includes what other gateways deployed; two gateways
+    /// deploying at the same moment may each let one more in.
+    async fn check_workflow_quota(&self, tenant: &str, quotas: &Quotas) -> Result<(), DeployError> {
+        let (max, whose) = match quotas.max_workflows {
+            Some(max) => (max, "its quota"),
+            None => (self.max_workflows, "the platform's default quota"),
+        };
+        if max == 0 {
+            return Ok(());
+        }
+        let deployed = match &self.backend {
+            Backend::Embedded(_) => self
+                .read()
+                .deployments
+                .values()
+                .filter(|deployment| deployment.key.tenant == tenant)
+                .count(),
+            Backend::Cluster(cluster) => cluster.workflows_of(tenant).await?.len(),
+        };
+        if (deployed as u64) < max {
+            return Ok(());
+        }
+        Err(DeployError::Quota(format!(
+            "tenant `{tenant}` has {deployed} workflows deployed, {whose} (max_workflows = \
+             {max}); remove one (`faas rm <name>`), or have an operator raise it with \
+             `faas tenant set {tenant} --max-workflows N`"
+        )))
+    }
+
+    /// Creates tenant `name` with `quotas` and applies them on the workers in this
+    /// process.
+    ///
+    /// # Errors
+    /// [`DeployError::Tenant`] (invalid name or quota, already exists, store failed);
+    /// [`DeployError::Unsupported`] without a tenant store.
+    pub async fn create_tenant(&self, name: &str, quotas: Quotas) -> Result<Tenant, DeployError> {
+        let tenants = self.tenants.as_ref().ok_or_else(no_tenant_store)?;
+        let tenant = tenants.create_tenant_with_quotas(name, quotas).await?;
+        self.apply_quotas_here(&tenant.name, &tenant.quotas);
+        Ok(tenant)
+    }
+
+    /// Makes `changes` to tenant `name`'s quotas and applies them on the workers in
+    /// this process at once (worker processes read them within
+    /// [`faas_store::tenants::QUOTA_SYNC_INTERVAL`]). Returns the tenant as it now is.
+    ///
+    /// # Errors
+    /// [`DeployError::Tenant`] (no such tenant, invalid quota, store failed);
+    /// [`DeployError::Unsupported`] without a tenant store.
+    pub async fn set_tenant_quotas(
+        &self,
+        name: &str,
+        changes: &QuotaChanges,
+    ) -> Result<Tenant, DeployError> {
+        let tenants = self.tenants.as_ref().ok_or_else(no_tenant_store)?;
+        let tenant = tenants.update_quotas(name, changes).await?;
+        self.apply_quotas_here(&tenant.name, &tenant.quotas);
+        Ok(tenant)
+    }
+
+    /// Applies every tenant's quotas on the workers in this process; call it at start,
+    /// before serving (embedded mode).
+    ///
+    /// # Errors
+    /// [`TenantError`] if the tenant store cannot be read.
+    pub async fn apply_tenant_quotas(&self) -> Result<(), TenantError> {
+        if let Some(tenants) = &self.tenants {
+            let tenants = tenants.tenants().await?;
+            for worker in self.read().workers.values().flatten() {
+                worker.apply_tenant_quotas(&tenants);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `tenant`'s quotas on the workers in this process (none in services
+    /// mode).
+    fn apply_quotas_here(&self, tenant: &str, quotas: &Quotas) {
+        for worker in self.read().workers.values().flatten() {
+            worker.set_tenant_quotas(tenant, quotas);
+        }
+    }
+
+    /// Swaps `workflow`, as `placed`, in for its live version (if any): the deployments
+    /// map and the route table change together under one write lock.
+    fn serve(
+        &self,
+        workflow: Workflow,
+        digest: String,
+        deployed_at: SystemTime,
+        placed: Placed,
+    ) -> Arc<Deployment> {
         let mut state = self.write();
         let revision = placed.revision.unwrap_or(state.last_revision + 1);
         state.last_revision = state.last_revision.max(revision);
@@ -333,7 +569,7 @@ impl Registry {
             workflow,
             digest,
             revision,
-            SystemTime::now(),
+            deployed_at,
             placed.replicas,
             placed.functions,
             placed.components,
@@ -345,14 +581,103 @@ impl Registry {
         state.local_changes += 1;
         drop(state);
         self.changed();
-        Ok(DeployOutcome::Deployed(deployment))
+        deployment
+    }
+
+    /// Refuses a workflow that needs something this platform was started without.
+    fn check_supported(&self, workflow: &Workflow) -> Result<(), DeployError> {
+        if !self.redis_triggers
+            && (!workflow.redis_triggers.is_empty() || !workflow.stream_triggers.is_empty())
+        {
+            return Err(DeployError::Unsupported(format!(
+                "workflow `{}` has Redis triggers, but this platform runs without Redis \
+                 (start it with --redis <url>)",
+                workflow.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Saves `deployment` in the store, if the registry has one.
+    fn save(&self, deployment: &SavedDeployment) -> Result<(), DeployError> {
+        match &self.saved {
+            Some(store) => store.save(deployment).map_err(DeployError::Store),
+            None => Ok(()),
+        }
+    }
+
+    /// Serves again every deployment saved in the store given with
+    /// [`Registry::with_saved_deployments`], each with its saved revision and deploy
+    /// time, in the order of their revisions; later deploys are numbered above the
+    /// highest saved revision. One that cannot be served again is logged with why and
+    /// left out; the others are served regardless. Call it once at start, before the
+    /// gateway reports ready.
+    ///
+    /// # Errors
+    /// [`StoreError`] if the saved deployments cannot be read.
+    pub async fn restore_saved(&self) -> Result<Restored, StoreError> {
+        let mut restored = Restored::default();
+        let (Some(store), Backend::Embedded(placement)) = (&self.saved, &self.backend) else {
+            return Ok(restored);
+        };
+        let _guard = self.deploy_lock.lock().await;
+        let mut saved = store.load_all()?;
+        saved.sort_by_key(|deployment| deployment.revision);
+        for deployment in saved {
+            {
+                let mut state = self.write();
+                state.last_revision = state.last_revision.max(deployment.revision);
+            }
+            let name = deployment.name.clone();
+            match self.restore_one(placement.as_ref(), deployment).await {
+                Ok(deployment) => restored.served.push(deployment),
+                Err(err) => {
+                    tracing::error!(
+                        workflow = %name,
+                        "the saved deployment cannot be served again; it stays saved, out \
+                         of service, until deployed again or removed: {err}"
+                    );
+                    restored.failed.push((name, err));
+                }
+            }
+        }
+        Ok(restored)
+    }
+
+    /// Deploys `saved` again as it was, without saving it again.
+    async fn restore_one(
+        &self,
+        placement: &dyn Placement,
+        saved: SavedDeployment,
+    ) -> Result<Arc<Deployment>, DeployError> {
+        // The manifest may leave out the tenant (a tenant token's deploy): the saved
+        // tenant is the one it was deployed for.
+        let workflow = Workflow::parse_scoped(
+            &saved.file_name,
+            &saved.manifest,
+            Some(&saved.schemas),
+            TenantScope::Own(&saved.tenant),
+        )?;
+        self.check_supported(&workflow)?;
+        {
+            let state = self.read();
+            check_routes(&workflow, state.deployments.values().map(|d| &d.workflow))?;
+        }
+        let digest = digest(&saved.manifest, &saved.components, &saved.schemas);
+        let components = Arc::unwrap_or_clone(saved.components);
+        let mut placed = self
+            .place_here(placement, &workflow, components, |_| Ok(()))
+            .await?;
+        placed.revision = Some(saved.revision);
+        Ok(self.serve(workflow, digest, saved.deployed_at, placed))
     }
 
     /// Removes the workflow `name`; requests already running finish normally.
     ///
     /// # Errors
     /// [`DeployError::Cluster`] if the shared state could not be changed (services
-    /// mode); the workflow stays deployed then.
+    /// mode), [`DeployError::Store`] if the saved deployment could not be deleted
+    /// (embedded mode); the workflow stays deployed then.
     pub async fn remove(&self, name: &str) -> Result<Option<Arc<Deployment>>, DeployError> {
         let _guard = self.deploy_lock.lock().await;
         if self.get(name).is_none() {
@@ -360,6 +685,9 @@ impl Registry {
         }
         match &self.backend {
             Backend::Embedded(placement) => {
+                if let Some(saved) = &self.saved {
+                    saved.remove(name).map_err(DeployError::Store)?;
+                }
                 if let Some(deployment) = self.get(name) {
                     placement.remove(&deployment.key);
                 }
@@ -374,6 +702,34 @@ impl Registry {
         self.lock_runs().remove(name);
         self.changed();
         Ok(removed)
+    }
+
+    /// Removes tenant `name` and revokes its tokens; refused while it has deployed
+    /// workflows (in services mode, as every gateway deployed them). Returns how many
+    /// tokens were revoked. Holding the deploy lock, no deploy through this registry
+    /// slips in between the check and the removal.
+    ///
+    /// # Errors
+    /// [`DeployError::Tenant`] naming the workflows still deployed, or when there is
+    /// no such tenant; [`DeployError::Unsupported`] without a tenant store.
+    pub async fn remove_tenant(&self, name: &str) -> Result<u64, DeployError> {
+        let Some(tenants) = &self.tenants else {
+            return Err(no_tenant_store());
+        };
+        let _guard = self.deploy_lock.lock().await;
+        let deployed = match &self.backend {
+            Backend::Embedded(_) => self
+                .list()
+                .iter()
+                .filter(|deployment| deployment.key.tenant == name)
+                .map(|deployment| deployment.workflow.name.clone())
+                .collect(),
+            Backend::Cluster(cluster) => cluster.workflows_of(name).await?,
+        };
+        let revoked = tenants.remove_tenant(name, &deployed).await?;
+        // A tenant created again under this name starts with the defaults.
+        self.apply_quotas_here(name, &Quotas::default());
+        Ok(revoked)
     }
 
     /// Takes a worker out (it went away or is drained): every workflow with a replica
@@ -482,13 +838,14 @@ impl Registry {
             .unwrap_or_default()
     }
 
-    /// Places `workflow` on workers in this process and loads it there; on failure
-    /// the placement is as it was.
+    /// Places `workflow` on workers in this process and loads it there, then calls
+    /// `commit` (which saves it); if either fails the placement is as it was.
     async fn place_here(
         &self,
         placement: &dyn Placement,
         workflow: &Workflow,
         components: BTreeMap<String, Vec<u8>>,
+        commit: impl FnOnce(&Arc<BTreeMap<String, Vec<u8>>>) -> Result<(), DeployError>,
     ) -> Result<Placed, DeployError> {
         let key = WorkflowKey {
             tenant: workflow.tenant.clone(),
@@ -497,7 +854,11 @@ impl Registry {
         let previous = placement.replicas_of(&key);
         let worker_ids = placement.place_replicas(&key, workflow.settings.replicas as usize)?;
         let components = Arc::new(components);
-        match self.load_replicas(workflow, &worker_ids, &components).await {
+        let loaded = match self.load_replicas(workflow, &worker_ids, &components).await {
+            Ok(replicas) => commit(&components).map(|()| replicas),
+            Err(err) => Err(err),
+        };
+        match loaded {
             Ok(replicas) => {
                 let functions = match &replicas[0].target {
                     ReplicaTarget::Local { loaded, .. } => loaded.summaries(),
@@ -645,21 +1006,39 @@ impl Registry {
     }
 }
 
+/// The error of a tenant operation on a platform started without a tenant store.
+pub(crate) fn no_tenant_store() -> DeployError {
+    DeployError::Unsupported("this platform was started without a tenant store".to_owned())
+}
+
 /// Refuses `workflow` when its name belongs to `current`, another tenant's workflow.
+/// Only the operator learns which tenant that is.
 pub(crate) fn check_owner(
     workflow: &Workflow,
     current: Option<&Workflow>,
+    caller: &Caller,
 ) -> Result<(), DeployError> {
     match current {
-        Some(current) if current.tenant != workflow.tenant => Err(DeployError::Conflict(format!(
-            "workflow `{}` belongs to tenant `{}`",
-            workflow.name, current.tenant
-        ))),
+        Some(current) if current.tenant != workflow.tenant => {
+            Err(DeployError::Conflict(match caller {
+                Caller::Admin => format!(
+                    "workflow `{}` belongs to tenant `{}`",
+                    workflow.name, current.tenant
+                ),
+                Caller::Tenant(_) => format!(
+                    "workflow name `{}` belongs to another tenant; choose another name",
+                    workflow.name
+                ),
+            }))
+        }
         _ => Ok(()),
     }
 }
 
-/// Refuses `workflow` when one of its routes is served by another of `deployed`.
+/// Refuses `workflow` when one of its routes is served by another workflow of
+/// `deployed`, or lies under or over a route of another tenant (a route prefix has
+/// one owner). Routes of one tenant may nest; the catch-all `/...`, the operator's
+/// fallback, claims no prefix. Another tenant's workflow is never named.
 pub(crate) fn check_routes<'a>(
     workflow: &Workflow,
     deployed: impl IntoIterator<Item = &'a Workflow>,
@@ -668,12 +1047,35 @@ pub(crate) fn check_routes<'a>(
         if other.name == workflow.name {
             continue;
         }
-        for trigger in &workflow.http_triggers {
-            if other.http_triggers.iter().any(|t| t.route == trigger.route) {
-                return Err(DeployError::Conflict(format!(
-                    "route `{}` is already served by workflow `{}`",
-                    trigger.route, other.name
-                )));
+        let same_tenant = other.tenant == workflow.tenant;
+        for ours in workflow.http_triggers.iter().map(|t| &t.route) {
+            for theirs in other.http_triggers.iter().map(|t| &t.route) {
+                let message = if theirs == ours && same_tenant {
+                    format!(
+                        "route `{ours}` is already served by workflow `{}`",
+                        other.name
+                    )
+                } else if theirs == ours {
+                    format!("route `{ours}` is already served by another tenant")
+                } else if same_tenant
+                    || ours.is_catch_all()
+                    || theirs.is_catch_all()
+                    || !ours.overlaps(theirs)
+                {
+                    continue;
+                } else {
+                    // `theirs` is over `ours` when the root of `ours` lies in it.
+                    let root = ours.prefix().unwrap_or(ours.as_str());
+                    let relation = if theirs.is_prefix() && theirs.matches(root) {
+                        "under"
+                    } else {
+                        "over"
+                    };
+                    format!(
+                        "route `{ours}` lies {relation} `{theirs}`, which belongs to another tenant"
+                    )
+                };
+                return Err(DeployError::Conflict(message));
             }
         }
     }
@@ -702,16 +1104,20 @@ fn route_table(deployments: &BTreeMap<String, Arc<Deployment>>) -> Vec<RouteEntr
 
 /// SHA-256 over the manifest, every component and every schema, so an identical
 /// upload is recognised whatever order the components came in.
-fn digest(request: &DeployRequest) -> String {
+fn digest(
+    manifest: &str,
+    components: &BTreeMap<String, Vec<u8>>,
+    schemas: &BTreeMap<String, String>,
+) -> String {
     let mut hasher = Sha256::new();
-    hasher.update(request.manifest.as_bytes());
-    for (name, bytes) in &request.components {
+    hasher.update(manifest.as_bytes());
+    for (name, bytes) in components {
         hasher.update([0]);
         hasher.update(name.as_bytes());
         hasher.update([0]);
         hasher.update(Sha256::digest(bytes));
     }
-    for (name, text) in &request.schemas {
+    for (name, text) in schemas {
         hasher.update([1]);
         hasher.update(name.as_bytes());
         hasher.update([0]);
@@ -735,6 +1141,87 @@ mod tests {
             error: Some("x".repeat(error_bytes)),
             steps: Vec::new(),
         }
+    }
+
+    fn workflow(name: &str, tenant: &str, routes: &[&str]) -> Workflow {
+        let mut text = format!("name = \"{name}\"\ntenant = \"{tenant}\"\n");
+        text.push_str("[functions.main]\ncomponent = \"main.wasm\"\n");
+        for route in routes {
+            text.push_str(&format!(
+                "[[triggers.http]]\nroute = \"{route}\"\nfunction = \"main\"\n"
+            ));
+        }
+        Workflow::parse("workflow.toml", &text).unwrap()
+    }
+
+    fn route_error(new: &Workflow, deployed: &[Workflow]) -> Option<String> {
+        check_routes(new, deployed).err().map(|err| err.to_string())
+    }
+
+    #[test]
+    fn another_tenants_route_prefix_cannot_be_entered_or_covered() {
+        let victim = [workflow("shop", "victim", &["/shop/...", "/api/orders"])];
+        let under = workflow("thief", "mallory", &["/shop/checkout"]);
+        assert_eq!(
+            route_error(&under, &victim).unwrap(),
+            "route `/shop/checkout` lies under `/shop/...`, which belongs to another tenant"
+        );
+        let over = workflow("thief", "mallory", &["/api/..."]);
+        assert_eq!(
+            route_error(&over, &victim).unwrap(),
+            "route `/api/...` lies over `/api/orders`, which belongs to another tenant"
+        );
+        let same = workflow("thief", "mallory", &["/shop/..."]);
+        assert_eq!(
+            route_error(&same, &victim).unwrap(),
+            "route `/shop/...` is already served by another tenant"
+        );
+        // A sibling sharing letters is not under the prefix.
+        let beside = workflow("thief", "mallory", &["/shopping/...", "/api/ordersx"]);
+        assert_eq!(route_error(&beside, &victim), None);
+    }
+
+    #[test]
+    fn routes_of_one_tenant_nest_but_are_not_served_twice() {
+        let deployed = [workflow("shop", "victim", &["/shop/..."])];
+        let nested = workflow("checkout", "victim", &["/shop/checkout"]);
+        assert_eq!(route_error(&nested, &deployed), None);
+        let twice = workflow("copy", "victim", &["/shop/..."]);
+        assert_eq!(
+            route_error(&twice, &deployed).unwrap(),
+            "route `/shop/...` is already served by workflow `shop`"
+        );
+        // Redeploying the same workflow is not a conflict with itself.
+        assert_eq!(route_error(&deployed[0], &deployed), None);
+    }
+
+    #[test]
+    fn the_catch_all_claims_no_prefix_but_is_served_once() {
+        let fallback = [workflow("fallback", "ops", &["/..."])];
+        let under = workflow("shop", "victim", &["/shop/..."]);
+        assert_eq!(route_error(&under, &fallback), None);
+        let again = workflow("other", "mallory", &["/..."]);
+        assert_eq!(
+            route_error(&again, &fallback).unwrap(),
+            "route `/...` is already served by another tenant"
+        );
+        assert_eq!(route_error(&fallback[0], &[under]), None);
+    }
+
+    #[test]
+    fn only_the_operator_learns_who_owns_a_taken_workflow_name() {
+        let victim = workflow("shop", "victim", &["/shop/..."]);
+        let claim = workflow("shop", "mallory", &["/m/..."]);
+        let as_admin = check_owner(&claim, Some(&victim), &Caller::Admin).unwrap_err();
+        assert_eq!(
+            as_admin.to_string(),
+            "workflow `shop` belongs to tenant `victim`"
+        );
+        let as_tenant = check_owner(&claim, Some(&victim), &Caller::Tenant("mallory".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(!as_tenant.contains("victim"), "{as_tenant}");
+        assert!(check_owner(&victim, Some(&victim), &Caller::Admin).is_ok());
     }
 
     #[test]

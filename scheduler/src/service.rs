@@ -5,7 +5,9 @@
 //! workers whose heartbeat expired (their workflows are placed again on the others),
 //! places every deployment that lacks replicas, and writes back the placements that
 //! changed. Placements are desired state: a deployment that fits nowhere now is
-//! placed as soon as a worker with room registers.
+//! placed as soon as a worker with room registers. A staged version (a deploy in
+//! progress) is placed like a live one, so its workers load it; a staged version whose
+//! deploy lost its lease (the gateway died) is removed.
 
 use crate::{Planner, WorkerId, WorkerSpec, WorkflowKey};
 use faas_cluster::{Cluster, ClusterError, DeploymentRecord, PlacementRecord};
@@ -84,7 +86,16 @@ impl Scheduler {
                 capacity: info.capacity,
             });
         }
-        let deployments = cluster.deployments().await?;
+        let abandoned = cluster.drop_abandoned_stages().await?;
+        if !abandoned.is_empty() {
+            tracing::warn!(
+                ?abandoned,
+                "removed staged versions whose deploy was abandoned"
+            );
+        }
+        let mut deployments = cluster.deployments().await?;
+        // A staged version is placed with its own replica count (same name, same tenant).
+        deployments.extend(cluster.staged_deployments().await?);
         let current = cluster.placements().await?;
         if !self.seeded {
             self.seed(&deployments, &current);

@@ -38,7 +38,11 @@ impl StoreError {
 
 /// The tables every module needs, created when missing. Each statement must be
 /// idempotent (`CREATE ... IF NOT EXISTS`), so opening an older file adds what it lacks.
-const SCHEMA: &[&str] = &[];
+const SCHEMA: &[&str] = &[
+    crate::kv::SCHEMA,
+    crate::deployments::SCHEMA,
+    crate::tenants::SCHEMA,
+];
 
 /// A handle on the state database; clones share one connection.
 ///

@@ -11,5 +11,11 @@
 //! tables in its own module.
 
 mod db;
+pub mod deployments;
+pub mod kv;
+pub mod tenants;
 
 pub use db::{Database, StoreError};
+pub use deployments::{DeploymentStore, SavedDeployment};
+pub use kv::{KeyValueStore, KvError, KvQuota};
+pub use tenants::{IssuedToken, QuotaChanges, Quotas, Tenant, TenantError, TenantStore, TokenInfo};

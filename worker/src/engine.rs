@@ -68,11 +68,18 @@ pub(crate) fn build_engine(config: &WorkerConfig, fuel: bool) -> wasmtime::Resul
     Engine::new(&wasm)
 }
 
+/// How often an idle clock (no store exists) looks whether it was told to stop.
+const IDLE_RECHECK: Duration = Duration::from_secs(1);
+
 /// Advances the epoch of every engine it was given every [`EPOCH_TICK`], on a thread
-/// of its own, until dropped.
+/// of its own, until dropped. While no store exists there is nothing to interrupt, so
+/// the thread sleeps until [`EpochClock::wake`]: an idle worker costs no wake-ups.
 pub(crate) struct EpochClock {
     stop: Arc<AtomicBool>,
     engines: Arc<Mutex<Vec<Engine>>>,
+    thread: std::thread::Thread,
+    /// Ticks so far, to see that an idle clock stands still.
+    ticks: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl EpochClock {
@@ -83,19 +90,46 @@ impl EpochClock {
     pub(crate) fn start(engine: Engine, live: Arc<tokio::sync::Semaphore>, slots: usize) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let engines = Arc::new(Mutex::new(vec![engine]));
-        let (stopped, ticked) = (stop.clone(), engines.clone());
-        std::thread::Builder::new()
+        let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (stopped, ticked, counted) = (stop.clone(), engines.clone(), ticks.clone());
+        let thread = std::thread::Builder::new()
             .name("faas-epoch".into())
             .spawn(move || {
-                while !(stopped.load(Ordering::Relaxed) && live.available_permits() >= slots) {
+                let idle = || live.available_permits() >= slots;
+                while !(stopped.load(Ordering::Relaxed) && idle()) {
+                    if idle() {
+                        // A store made after this check unparks us first, and the
+                        // unpark is kept for this park: no wake-up is lost.
+                        std::thread::park_timeout(IDLE_RECHECK);
+                        continue;
+                    }
                     std::thread::sleep(EPOCH_TICK);
                     for engine in ticked.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                         engine.increment_epoch();
                     }
+                    counted.fetch_add(1, Ordering::Relaxed);
                 }
             })
-            .expect("spawning the epoch thread");
-        Self { stop, engines }
+            .expect("spawning the epoch thread")
+            .thread()
+            .clone();
+        Self {
+            stop,
+            engines,
+            thread,
+            ticks,
+        }
+    }
+
+    /// Resumes ticking after a store was made (its instance slot taken).
+    pub(crate) fn wake(&self) {
+        self.thread.unpark();
+    }
+
+    /// How many ticks the clock has made.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::Relaxed)
     }
 
     /// A function that ends the current tick of every engine now, so every running
@@ -123,5 +157,37 @@ impl Drop for EpochClock {
     fn drop(&mut self) {
         // The thread ends by itself once no store is left.
         self.stop.store(true, Ordering::Relaxed);
+        self.thread.unpark();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::Semaphore;
+
+    #[test]
+    fn the_clock_stands_still_while_no_store_exists() {
+        let slots = Arc::new(Semaphore::new(2));
+        let clock = EpochClock::start(Engine::default(), slots.clone(), 2);
+        std::thread::sleep(EPOCH_TICK * 25);
+        assert_eq!(clock.ticks(), 0, "an idle clock must not tick");
+        let permit = slots.clone().try_acquire_owned().unwrap();
+        clock.wake();
+        std::thread::sleep(EPOCH_TICK * 25);
+        let while_busy = clock.ticks();
+        assert!(
+            while_busy >= 5,
+            "ticked {while_busy} times while a store existed"
+        );
+        drop(permit);
+        std::thread::sleep(EPOCH_TICK * 5);
+        let settled = clock.ticks();
+        std::thread::sleep(EPOCH_TICK * 25);
+        assert!(
+            clock.ticks() <= settled + 1,
+            "kept ticking once idle again: {settled} then {}",
+            clock.ticks()
+        );
     }
 }

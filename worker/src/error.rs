@@ -14,6 +14,15 @@ pub enum LoadError {
         /// Wasmtime's explanation.
         message: String,
     },
+    /// The bytes are not a component at all (another file, or a core module), found
+    /// before compiling so the error is one line.
+    #[error("function `{function}`: the component is {reason}")]
+    NotAComponent {
+        /// The function whose component it is.
+        function: String,
+        /// What the bytes are instead.
+        reason: faas_workflow::NotAComponent,
+    },
     /// The component does not fit the world its kind promises (a missing export or an
     /// import the platform does not provide).
     #[error("function `{function}`: {message}")]

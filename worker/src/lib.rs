@@ -21,7 +21,6 @@ mod fair;
 mod function;
 mod host;
 mod http;
-pub mod kv;
 mod limits;
 pub mod messaging;
 mod outbound;
@@ -33,12 +32,15 @@ mod worker;
 
 pub use config::{Limits, WorkerConfig};
 pub use error::{InvokeError, LoadError, StartError};
+/// The key-value store lives in `faas-store` with its backends; re-exported so the
+/// worker's callers keep naming it `faas_worker::kv`.
+pub use faas_store::kv;
 pub use failure::GUEST_TEXT_BYTES;
 pub use function::{LoadedFunction, LoadedWorkflow};
 pub use http::{BodyError, HttpResponse};
 pub use kv::KeyValueStore;
 pub use limits::raise_descriptor_limit;
-pub use messaging::{Publisher, TriggerMessage};
+pub use messaging::{PublishError, Publisher, TriggerMessage};
 pub use region::{MemoryRule, Region, RegionError, RegionOwner};
 pub use run::{RunError, RunOutcome, RunRecord, RunStatus, StepRecord};
 pub use worker::Worker;

@@ -1,5 +1,9 @@
 //! Where a function's outbound messages go. The worker does not know Redis: the
 //! platform hands it a [`Publisher`] (the gateway's Redis module implements one).
+//!
+//! Every name a guest gives is relative to its tenant: the publisher places it in that
+//! tenant's namespace, so a guest reaches neither another tenant's channels and streams
+//! nor the platform's own keys. The tenant comes from the event, never from the guest.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,33 +11,71 @@ use std::pin::Pin;
 /// A boxed future, so [`Publisher`] can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Why a message could not be sent; its text is what the function sees.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The channel or stream name is not one a trigger could name either.
+    #[error(
+        "`{name}` is not a valid channel or stream name (1 to {} characters, no \
+         whitespace or control characters)",
+        faas_workflow::MAX_REDIS_NAME_LEN
+    )]
+    InvalidName {
+        /// The name as the function gave it (cut to a few hundred bytes).
+        name: String,
+    },
+    /// The message is larger than a function may send.
+    #[error("message of {len} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// Its size.
+        len: usize,
+        /// The largest accepted.
+        limit: usize,
+    },
+    /// The platform runs without a broker.
+    #[error("no message broker is configured (run the platform with --redis)")]
+    NoBroker,
+    /// The broker refused or could not be reached.
+    #[error("{operation} `{name}`: {reason}")]
+    Broker {
+        /// `publishing to` or `appending to`.
+        operation: &'static str,
+        /// The channel or stream as the function named it (not the broker's key).
+        name: String,
+        /// The broker's explanation.
+        reason: String,
+    },
+}
+
 /// Sends messages on behalf of functions.
 pub trait Publisher: Send + Sync {
-    /// Publishes `payload` on pub/sub `channel`.
+    /// Publishes `payload` on pub/sub `channel` of `tenant`.
     ///
     /// # Errors
-    /// A message for the function when the broker refuses or is unreachable.
+    /// [`PublishError::Broker`] when the broker refuses or is unreachable.
     fn publish<'a>(
         &'a self,
+        tenant: &'a str,
         channel: &'a str,
         payload: &'a [u8],
-    ) -> BoxFuture<'a, Result<(), String>>;
+    ) -> BoxFuture<'a, Result<(), PublishError>>;
 
-    /// Appends `payload` to `stream` and returns the entry id.
+    /// Appends `payload` to `stream` of `tenant` and returns the entry id.
     ///
     /// # Errors
-    /// A message for the function when the broker refuses or is unreachable.
+    /// [`PublishError::Broker`] when the broker refuses or is unreachable.
     fn append<'a>(
         &'a self,
+        tenant: &'a str,
         stream: &'a str,
         payload: &'a [u8],
-    ) -> BoxFuture<'a, Result<String, String>>;
+    ) -> BoxFuture<'a, Result<String, PublishError>>;
 }
 
 /// The message that started a run (for runs started by a Redis trigger).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TriggerMessage {
-    /// The channel or stream.
+    /// The channel or stream, as the workflow names it (inside its tenant's namespace).
     pub source: String,
     /// The stream entry id; empty for pub/sub.
     pub id: String,

@@ -13,8 +13,9 @@ use crate::limits::FileBudget;
 use crate::messaging::Publisher;
 use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
+use faas_store::{Quotas, Tenant};
 use faas_workflow::{Function, FunctionKind, Workflow};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -67,9 +68,12 @@ pub struct Worker {
     publisher: Option<Arc<dyn Publisher>>,
     /// One permit per instance slot: an event holds one for as long as its store lives.
     instance_slots: Arc<Semaphore>,
-    /// Each tenant's share of the instance slots (`max_instances_per_tenant`), made on
-    /// a tenant's first event.
-    tenant_slots: std::sync::Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    /// Each tenant's share of the instance slots (`max_instances_per_tenant`, or the
+    /// tenant's own quota), made on a tenant's first event or quota.
+    tenant_slots: std::sync::Mutex<HashMap<Arc<str>, TenantSlots>>,
+    /// The tenants given quotas of their own by [`Worker::apply_tenant_quotas`], so
+    /// that a tenant that is gone gets the defaults back.
+    quota_tenants: std::sync::Mutex<HashSet<String>>,
     /// The threads guest code runs on, shared fairly between tenants.
     guests: GuestPool,
     /// Region memory files open in this worker, against `max_region_files`.
@@ -79,6 +83,49 @@ pub struct Worker {
     retired: std::sync::Mutex<Vec<std::sync::Weak<Retired>>>,
     config: WorkerConfig,
     clock: EpochClock,
+}
+
+/// One tenant's instance slots on a worker: a semaphore of `limit` permits, resized
+/// when the operator changes the tenant's quota.
+struct TenantSlots {
+    semaphore: Arc<Semaphore>,
+    /// How many slots the tenant has.
+    limit: usize,
+    /// Permits still to take out of the semaphore after the limit was lowered while
+    /// they were held: taken as they come back, before the next event's acquire.
+    owed: usize,
+}
+
+impl TenantSlots {
+    fn new(limit: usize) -> Self {
+        Self {
+            semaphore: Arc::new(Semaphore::new(limit)),
+            limit,
+            owed: 0,
+        }
+    }
+
+    /// Makes the semaphore stand for `limit` slots: adds permits, or takes away the
+    /// free ones now and the held ones as they are released.
+    fn resize(&mut self, limit: usize) {
+        if limit >= self.limit {
+            let more = limit - self.limit;
+            let forgiven = more.min(self.owed);
+            self.owed -= forgiven;
+            self.semaphore.add_permits(more - forgiven);
+        } else {
+            self.owed += self.limit - limit;
+        }
+        self.limit = limit;
+        self.collect_owed();
+    }
+
+    /// Takes away the owed permits that are free.
+    fn collect_owed(&mut self) {
+        if self.owed > 0 {
+            self.owed -= self.semaphore.forget_permits(self.owed);
+        }
+    }
 }
 
 impl Worker {
@@ -109,6 +156,7 @@ impl Worker {
             publisher: None,
             instance_slots,
             tenant_slots: std::sync::Mutex::default(),
+            quota_tenants: std::sync::Mutex::default(),
             region_files: FileBudget::new(config.max_region_files),
             retired: std::sync::Mutex::default(),
             config,
@@ -210,17 +258,55 @@ impl Worker {
         }
     }
 
-    /// `tenant`'s share of the instance slots.
-    fn tenant_slots(&self, tenant: &Arc<str>) -> Arc<Semaphore> {
+    /// `tenant`'s share of the instance slots, and how many there are.
+    fn tenant_slots(&self, tenant: &Arc<str>) -> (Arc<Semaphore>, usize) {
         let mut slots = self.tenant_slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots
+        let slots = slots
             .entry(tenant.clone())
-            .or_insert_with(|| {
-                Arc::new(Semaphore::new(
-                    self.config.max_instances_per_tenant.max(1) as usize
-                ))
-            })
-            .clone()
+            .or_insert_with(|| TenantSlots::new(self.default_tenant_slots()));
+        slots.collect_owed();
+        (slots.semaphore.clone(), slots.limit)
+    }
+
+    /// How many instance slots a tenant without a quota of its own has.
+    fn default_tenant_slots(&self) -> usize {
+        self.config.max_instances_per_tenant.max(1) as usize
+    }
+
+    /// Applies `tenant`'s quotas on this worker: its instance slots (`max_instances`)
+    /// and its key-value quota; a limit left unset is the worker's default, so
+    /// `Quotas::default()` gives every default back. A lowered instance limit holds
+    /// for new events at once while the events running keep their slots.
+    pub fn set_tenant_quotas(&self, tenant: &str, quotas: &Quotas) {
+        let limit = quotas
+            .max_instances
+            .map_or(self.default_tenant_slots(), |max| max.max(1) as usize);
+        self.tenant_slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(tenant.into())
+            .or_insert_with(|| TenantSlots::new(limit))
+            .resize(limit);
+        self.kv
+            .set_tenant_quota(tenant, quotas.kv_max_keys, quotas.kv_max_bytes);
+    }
+
+    /// Applies the quotas of every tenant in `tenants`, the whole list as the tenant
+    /// store has it: a tenant given quotas before and missing now gets the defaults.
+    pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
+        let mut applied = self.quota_tenants.lock().unwrap_or_else(|p| p.into_inner());
+        let now: HashSet<String> = tenants
+            .iter()
+            .filter(|tenant| !tenant.quotas.is_default())
+            .map(|tenant| tenant.name.clone())
+            .collect();
+        for gone in applied.difference(&now) {
+            self.set_tenant_quotas(gone, &Quotas::default());
+        }
+        for tenant in tenants.iter().filter(|t| now.contains(&t.name)) {
+            self.set_tenant_quotas(&tenant.name, &tenant.quotas);
+        }
+        *applied = now;
     }
 
     /// The configuration the worker was started with.
@@ -271,6 +357,12 @@ impl Worker {
         bytes: Vec<u8>,
     ) -> Result<LoadedFunction, LoadError> {
         let limits = self.limits_for(name, spec)?;
+        faas_workflow::check_component_header(&bytes).map_err(|reason| {
+            LoadError::NotAComponent {
+                function: name.to_owned(),
+                reason,
+            }
+        })?;
         // Only a function with a fuel limit pays for fuel metering.
         let runtime = self
             .runtime(limits.fuel.is_some())
@@ -369,7 +461,7 @@ impl Worker {
             message,
         };
         let wait = function.limits.timeout;
-        let tenant_slots = self.tenant_slots(&workflow.tenant);
+        let (tenant_slots, tenant_limit) = self.tenant_slots(&workflow.tenant);
         let tenant_slot = match tenant_slots.clone().try_acquire_owned() {
             Ok(slot) => Ok(Ok(slot)),
             Err(_) => {
@@ -380,10 +472,11 @@ impl Worker {
         }
         .map_err(|_| {
             overloaded(format!(
-                "tenant `{}` kept all of its {} instance slots busy for {}ms",
-                workflow.tenant,
-                self.config.max_instances_per_tenant,
-                wait.as_millis()
+                "tenant `{tenant}` kept all of its {tenant_limit} instance slots busy for \
+                 {}ms (the max-instances quota, per worker; an operator raises it with \
+                 `faas tenant set {tenant} --max-instances N`)",
+                wait.as_millis(),
+                tenant = workflow.tenant,
             ))
         })?
         .expect("tenant slot semaphores are never closed");
@@ -403,6 +496,8 @@ impl Worker {
             ))
         })?
         .expect("the slot semaphore is never closed");
+        // The store about to be made needs ticks for its deadline and fair turns.
+        self.clock.wake();
         let output = MemoryOutputPipe::new(GUEST_OUTPUT_BYTES);
         let event = EventContext {
             tenant: workflow.tenant.clone(),
@@ -462,5 +557,46 @@ impl Worker {
                 .expect("a function with a fuel limit runs on the metered engine");
         }
         Ok((store, output))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TenantSlots;
+
+    #[test]
+    fn tenant_slots_grow_at_once_and_shrink_as_held_slots_come_back() {
+        let mut slots = TenantSlots::new(2);
+        let held: Vec<_> = (0..2)
+            .map(|_| slots.semaphore.clone().try_acquire_owned().unwrap())
+            .collect();
+        assert!(slots.semaphore.clone().try_acquire_owned().is_err());
+
+        // Raised: a third event runs at once.
+        slots.resize(3);
+        let third = slots.semaphore.clone().try_acquire_owned().unwrap();
+
+        // Lowered to 1 while 3 are held: none is taken from a running event, and none
+        // is handed out again until fewer than 1 are held.
+        slots.resize(1);
+        assert_eq!(slots.owed, 2);
+        drop(third);
+        slots.collect_owed();
+        assert_eq!(slots.owed, 1);
+        assert!(slots.semaphore.clone().try_acquire_owned().is_err());
+        drop(held);
+        slots.collect_owed();
+        assert_eq!(slots.owed, 0);
+        let only = slots.semaphore.clone().try_acquire_owned().unwrap();
+        assert!(slots.semaphore.clone().try_acquire_owned().is_err());
+
+        // Raised again while a debt is owed: the debt is forgiven first.
+        slots.resize(0);
+        assert_eq!(slots.owed, 1);
+        slots.resize(2);
+        assert_eq!(slots.owed, 0);
+        assert_eq!(slots.semaphore.available_permits(), 1);
+        drop(only);
+        assert_eq!(slots.semaphore.available_permits(), 2);
     }
 }

@@ -22,6 +22,11 @@ pub enum ManifestError {
     /// missing field, wrong type) or a rule violation (bad name, unknown function...).
     #[error(transparent)]
     Invalid(#[from] Diagnostic),
+    /// The manifest names a tenant other than the one deploying it (see
+    /// [`TenantScope::Own`](crate::TenantScope::Own)): a matter of permission, not of
+    /// syntax.
+    #[error(transparent)]
+    TenantMismatch(Diagnostic),
 }
 
 impl ManifestError {
@@ -29,7 +34,7 @@ impl ManifestError {
     pub fn diagnostic(&self) -> Option<&Diagnostic> {
         match self {
             ManifestError::Read { .. } => None,
-            ManifestError::Invalid(d) => Some(d),
+            ManifestError::Invalid(d) | ManifestError::TenantMismatch(d) => Some(d),
         }
     }
 
@@ -38,7 +43,7 @@ impl ManifestError {
     pub fn file(&self) -> String {
         match self {
             ManifestError::Read { path, .. } => path.display().to_string(),
-            ManifestError::Invalid(d) => d.file.clone(),
+            ManifestError::Invalid(d) | ManifestError::TenantMismatch(d) => d.file.clone(),
         }
     }
 
@@ -65,7 +70,7 @@ impl ManifestError {
             ManifestError::Read { source, .. } => {
                 format!("cannot read workflow manifest: {source}")
             }
-            ManifestError::Invalid(d) => d.message.clone(),
+            ManifestError::Invalid(d) | ManifestError::TenantMismatch(d) => d.message.clone(),
         }
     }
 }

@@ -47,6 +47,7 @@
 
 #![warn(missing_docs)]
 
+mod component;
 mod error;
 mod locate;
 pub mod memory;
@@ -57,11 +58,13 @@ mod route;
 mod schema_type;
 mod validate;
 
+pub use component::{NotAComponent, check_component_header};
 pub use error::{Diagnostic, ManifestError};
 pub use memory::{InterfaceRef, InterfaceRefError, MemoryLimit, StepMemories};
 pub use model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, OnFailure,
-    RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TriggerTarget, Workflow,
+    RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TenantScope, TriggerTarget,
+    Workflow,
 };
 pub use outbound::{
     AllowedOutboundHosts, OutboundAccess, OutboundHost, OutboundHostError, is_public_address,

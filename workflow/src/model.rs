@@ -15,6 +15,20 @@ use crate::outbound::AllowedOutboundHosts;
 use crate::route::Route;
 use crate::schema_type::SchemaType;
 
+/// Who deploys a manifest, which decides the tenant it is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantScope<'a> {
+    /// The manifest must name its tenant: an operator (admin credential) deploys for
+    /// whichever tenant it names. What [`Workflow::parse`] and friends use.
+    Named,
+    /// A tenant's own deploy: the manifest names this tenant or leaves `tenant` out; any
+    /// other tenant is a [`ManifestError::TenantMismatch`].
+    Own(&'a str),
+    /// A check before anyone knows the deploying credential (the CLI, ahead of the
+    /// upload): a tenant left out reads as this placeholder; the server decides.
+    Unchecked(&'a str),
+}
+
 /// A parsed and validated `workflow.toml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Workflow {
@@ -184,8 +198,8 @@ pub struct StreamTrigger {
     /// The stream key to read, as written; see
     /// [`is_valid_redis_name`](crate::is_valid_redis_name).
     pub stream: String,
-    /// The consumer group the workers read through; [`StreamTrigger::DEFAULT_GROUP`] when
-    /// not given.
+    /// The consumer group the workers read through; the workflow's name when not given
+    /// (see [`StreamTrigger::default_group`]).
     pub group: String,
     /// The step the run starts at: the entry step.
     pub step: String,
@@ -204,8 +218,6 @@ pub struct StreamTrigger {
 }
 
 impl StreamTrigger {
-    /// `group` when not given.
-    pub const DEFAULT_GROUP: &'static str = "faas";
     /// Accepted values of `max_deliveries`.
     pub const MAX_DELIVERIES: RangeInclusive<u32> = 1..=100;
     /// `max_deliveries` when not given.
@@ -220,6 +232,13 @@ impl StreamTrigger {
     pub const BATCH: RangeInclusive<u32> = 1..=1024;
     /// `batch` when not given.
     pub const DEFAULT_BATCH: u32 = 16;
+
+    /// The `group` of a trigger of `workflow` that does not name one: the workflow's
+    /// name, so two workflows reading one stream each get every entry rather than
+    /// splitting them (workflow names are unique across the platform).
+    pub fn default_group(workflow: &str) -> String {
+        workflow.to_owned()
+    }
 
     /// The `dead_letter` of a trigger on `stream` that does not name one:
     /// `<stream>:dead`.
@@ -453,11 +472,28 @@ impl Workflow {
     /// A step's `interface` is only checked for its form here; its memories are left
     /// unlimited. [`Workflow::parse_with_schemas`] resolves them.
     pub fn parse(file_name: &str, text: &str) -> Result<Workflow, ManifestError> {
+        Workflow::parse_scoped(file_name, text, None, TenantScope::Named)
+    }
+
+    /// The general form of [`Workflow::parse`] and [`Workflow::parse_with_schemas`]:
+    /// resolves the steps' memories when `schemas` is given, and takes the tenant as
+    /// `scope` says (a manifest may leave `tenant` out when its deployer's tenant is
+    /// known).
+    ///
+    /// # Errors
+    /// [`ManifestError::Invalid`] for a problem in the text,
+    /// [`ManifestError::TenantMismatch`] when it names a tenant `scope` does not allow.
+    pub fn parse_scoped(
+        file_name: &str,
+        text: &str,
+        schemas: Option<&BTreeMap<String, String>>,
+        scope: TenantScope<'_>,
+    ) -> Result<Workflow, ManifestError> {
         let source = Source {
             file: file_name,
             text,
         };
-        Ok(crate::validate::parse(source, None)?)
+        crate::validate::parse(source, schemas, scope)
     }
 
     /// Like [`Workflow::parse`], and resolves every step's [`Step::memories`] from the
@@ -473,11 +509,7 @@ impl Workflow {
         text: &str,
         schemas: &BTreeMap<String, String>,
     ) -> Result<Workflow, ManifestError> {
-        let source = Source {
-            file: file_name,
-            text,
-        };
-        Ok(crate::validate::parse(source, Some(schemas))?)
+        Workflow::parse_scoped(file_name, text, Some(schemas), TenantScope::Named)
     }
 
     /// Reads and parses the manifest at `path`; errors name the file by `path` as given.
@@ -485,11 +517,20 @@ impl Workflow {
     /// Component paths stay relative: resolve them against `path`'s directory with
     /// [`Function::component_path`] or [`Workflow::component_path`].
     pub fn from_file(path: &Path) -> Result<Workflow, ManifestError> {
+        Workflow::from_file_scoped(path, TenantScope::Named)
+    }
+
+    /// [`Workflow::from_file`] taking the tenant as `scope` says (see
+    /// [`Workflow::parse_scoped`]).
+    pub fn from_file_scoped(
+        path: &Path,
+        scope: TenantScope<'_>,
+    ) -> Result<Workflow, ManifestError> {
         let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Workflow::parse(&path.display().to_string(), &text)
+        Workflow::parse_scoped(&path.display().to_string(), &text, None, scope)
     }
 
     /// The component file of `function`, resolved against `manifest_dir` (the directory

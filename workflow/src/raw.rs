@@ -19,7 +19,8 @@ use crate::model::{FunctionKind, OnFailure};
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawWorkflow {
     pub name: Spanned<String>,
-    pub tenant: Spanned<String>,
+    /// Optional: a tenant's own deploy may leave it out (see `TenantScope`).
+    pub tenant: Option<Spanned<String>>,
     pub description: Option<String>,
     /// Optional here so that a file without functions gets our "at least one function"
     /// message rather than serde's "missing field".

@@ -101,6 +101,25 @@ impl Route {
         }
     }
 
+    /// Whether some request path is matched by both routes: one lies under the other
+    /// (`/shop/checkout` under `/shop/...`, `/shop/a/...` under `/shop/...`), or they
+    /// are the same. Segment-based, like [`Route::matches`]: `/shop/...` and
+    /// `/shopping` do not overlap.
+    pub fn overlaps(&self, other: &Route) -> bool {
+        match (self.prefix(), other.prefix()) {
+            (None, None) => self.raw == other.raw,
+            (Some(_), None) => self.matches(&other.raw),
+            (None, Some(_)) => other.matches(&self.raw),
+            // Two subtrees meet when one's root lies in the other.
+            (Some(mine), Some(theirs)) => self.matches(theirs) || other.matches(mine),
+        }
+    }
+
+    /// Whether this is the catch-all `/...`, which matches every path.
+    pub fn is_catch_all(&self) -> bool {
+        self.prefix() == Some("")
+    }
+
     /// A sort key for choosing among several matching routes: the greatest wins.
     ///
     /// It is `(is_exact, length)`, where `length` is the byte length of the exact path or
@@ -201,6 +220,44 @@ mod tests {
     fn longer_prefixes_are_more_specific_than_shorter_ones() {
         assert!(route("/a/b/...").specificity() > route("/a/...").specificity());
         assert!(route("/a/...").specificity() > route("/...").specificity());
+    }
+
+    #[test]
+    fn a_route_under_or_over_another_overlaps_it_both_ways() {
+        for (a, b) in [
+            ("/shop/...", "/shop/checkout"),
+            ("/shop/...", "/shop"),
+            ("/shop/...", "/shop/a/..."),
+            ("/shop/...", "/shop/..."),
+            ("/shop/checkout", "/shop/checkout"),
+            ("/...", "/anything"),
+            ("/...", "/a/..."),
+        ] {
+            assert!(route(a).overlaps(&route(b)), "{a} {b}");
+            assert!(route(b).overlaps(&route(a)), "{b} {a}");
+        }
+    }
+
+    #[test]
+    fn siblings_and_shared_letters_do_not_overlap() {
+        for (a, b) in [
+            ("/shop/...", "/shopping"),
+            ("/shop/...", "/shopping/..."),
+            ("/shop/a/...", "/shop/b/..."),
+            ("/shop/a/...", "/shop"),
+            ("/shop/checkout", "/shop/cart"),
+            ("/shop", "/shop/"),
+        ] {
+            assert!(!route(a).overlaps(&route(b)), "{a} {b}");
+            assert!(!route(b).overlaps(&route(a)), "{b} {a}");
+        }
+    }
+
+    #[test]
+    fn only_the_root_wildcard_is_the_catch_all() {
+        assert!(route("/...").is_catch_all());
+        assert!(!route("/a/...").is_catch_all());
+        assert!(!route("/").is_catch_all());
     }
 
     #[test]

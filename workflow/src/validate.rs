@@ -10,12 +10,12 @@ use serde::Deserialize;
 use serde_spanned::Spanned;
 use toml::de::DeTable;
 
-use crate::error::{Diagnostic, Source};
+use crate::error::{Diagnostic, ManifestError, Source};
 use crate::locate::{self, Segment};
 use crate::memory::{self, InterfaceRef};
 use crate::model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, RedisTrigger,
-    RetryPolicy, RunSettings, Step, StreamTrigger, TriggerTarget, Workflow,
+    RetryPolicy, RunSettings, Step, StreamTrigger, TenantScope, TriggerTarget, Workflow,
 };
 use crate::outbound::{AllowedOutboundHosts, OutboundHost};
 use crate::raw::{
@@ -56,12 +56,13 @@ pub fn is_valid_redis_name(name: &str) -> bool {
     (1..=MAX_REDIS_NAME_LEN).contains(&len)
 }
 
-/// Parses and validates `source`; with `schemas` (`.km` texts by file name as written),
-/// also resolves the steps' interface memories.
+/// Parses and validates `source` for `scope`; with `schemas` (`.km` texts by file name
+/// as written), also resolves the steps' interface memories.
 pub(crate) fn parse(
     source: Source<'_>,
     schemas: Option<&BTreeMap<String, String>>,
-) -> Result<Workflow, Diagnostic> {
+    scope: TenantScope<'_>,
+) -> Result<Workflow, ManifestError> {
     // `parse_recoverable` rather than `parse`: the partial tree lets a syntax error name
     // the field it is in.
     let (tree, syntax_errors) = DeTable::parse_recoverable(source.text);
@@ -78,13 +79,45 @@ pub(crate) fn parse(
         {
             message = format!("{message} `{key}`");
         }
-        return Err(source.diagnostic(&span, field, message));
+        return Err(source.diagnostic(&span, field, message).into());
     }
 
     // The tree is consumed by deserialization; only clone it (by re-parsing) on error.
     let raw = RawWorkflow::deserialize(toml::de::Deserializer::from(tree))
         .map_err(|error| schema_error(source, &error))?;
-    Checker::new(source).check(raw, schemas)
+    let tenant = tenant(source, raw.tenant.as_ref(), scope)?;
+    Ok(Checker::new(source).check(raw, tenant, schemas)?)
+}
+
+/// The tenant the manifest is deployed for under `scope`. A tenant named for another
+/// tenant's token is refused before anything else is looked at.
+fn tenant(
+    source: Source<'_>,
+    written: Option<&Spanned<String>>,
+    scope: TenantScope<'_>,
+) -> Result<String, ManifestError> {
+    match (written, scope) {
+        (Some(written), TenantScope::Own(own)) if written.get_ref() != own => {
+            Err(ManifestError::TenantMismatch(source.diagnostic(
+                &written.span(),
+                "tenant",
+                format!(
+                    "tenant `{}` is not this token's tenant `{own}`",
+                    written.get_ref()
+                ),
+            )))
+        }
+        (Some(written), _) => Ok(written.get_ref().clone()),
+        (None, TenantScope::Own(own) | TenantScope::Unchecked(own)) => Ok(own.to_owned()),
+        (None, TenantScope::Named) => Err(source
+            .diagnostic(
+                &(0..0),
+                "tenant",
+                "missing field `tenant`: a deploy with the admin credential must name the \
+                 tenant it is for (a tenant token's deploy may leave it out)",
+            )
+            .into()),
+    }
 }
 
 /// Turns a serde error (unknown/missing field, wrong type) into a diagnostic.
@@ -163,10 +196,13 @@ impl<'a> Checker<'a> {
     fn check(
         mut self,
         raw: RawWorkflow,
+        tenant: String,
         schemas: Option<&BTreeMap<String, String>>,
     ) -> Result<Workflow, Diagnostic> {
         self.name("name", &raw.name);
-        self.name("tenant", &raw.tenant);
+        if let Some(written) = &raw.tenant {
+            self.name("tenant", written);
+        }
 
         let functions = self.functions(raw.functions);
         let steps = self.steps(&functions, raw.steps.unwrap_or_default());
@@ -176,7 +212,12 @@ impl<'a> Checker<'a> {
         let (http_triggers, mut step_triggers) =
             self.http_triggers(&functions, &steps, triggers.http);
         let redis_triggers = self.redis_triggers(&steps, triggers.redis, &mut step_triggers);
-        let stream_triggers = self.stream_triggers(&steps, triggers.stream, &mut step_triggers);
+        let stream_triggers = self.stream_triggers(
+            raw.name.get_ref(),
+            &steps,
+            triggers.stream,
+            &mut step_triggers,
+        );
 
         // The shape of the step graph is only judged once every edge is known to connect
         // two distinct, existing steps with at most one edge in and out of each: a typo
@@ -247,7 +288,7 @@ impl<'a> Checker<'a> {
             .collect();
         let mut workflow = Workflow {
             name: raw.name.into_inner(),
-            tenant: raw.tenant.into_inner(),
+            tenant,
             description: raw.description,
             functions: functions
                 .into_iter()
@@ -913,6 +954,7 @@ impl<'a> Checker<'a> {
     /// entry-step check.
     fn stream_triggers(
         &mut self,
+        workflow: &str,
         steps: &BTreeMap<String, CheckedStep>,
         raw: Vec<Spanned<RawStreamTrigger>>,
         step_triggers: &mut Vec<StepTrigger>,
@@ -932,7 +974,7 @@ impl<'a> Checker<'a> {
                     self.redis_name(format!("{field}.group"), "consumer group", group);
                     group.get_ref().clone()
                 }
-                None => StreamTrigger::DEFAULT_GROUP.to_owned(),
+                None => StreamTrigger::default_group(workflow),
             };
             let key = (stream.clone(), group.clone());
             if let Some(first) = seen.get(&key) {

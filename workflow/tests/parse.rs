@@ -734,7 +734,7 @@ fn redis_and_stream_triggers_parse_with_their_defaults_filled_in() {
         vec![
             StreamTrigger {
                 stream: "orders".into(),
-                group: "faas".into(),
+                group: "sensors".into(),
                 step: "collect".into(),
                 max_deliveries: 5,
                 dead_letter: "orders:dead".into(),
@@ -757,7 +757,7 @@ fn redis_and_stream_triggers_parse_with_their_defaults_filled_in() {
 
 #[test]
 fn stream_trigger_defaults_are_the_documented_constants() {
-    assert_eq!(StreamTrigger::DEFAULT_GROUP, "faas");
+    assert_eq!(StreamTrigger::default_group("sensors"), "sensors");
     assert_eq!(StreamTrigger::DEFAULT_MAX_DELIVERIES, 5);
     assert_eq!(StreamTrigger::DEFAULT_RECLAIM_IDLE_MS, 30_000);
     assert_eq!(StreamTrigger::DEFAULT_BATCH, 16);
@@ -847,7 +847,7 @@ fn redis_and_stream_triggers_round_trip_through_json_and_are_absent_when_empty()
         json["stream_triggers"][0],
         serde_json::json!({
             "stream": "orders",
-            "group": "faas",
+            "group": "sensors",
             "step": "collect",
             "max_deliveries": 5,
             "dead_letter": "orders:dead",

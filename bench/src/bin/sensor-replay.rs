@@ -37,25 +37,27 @@ use std::time::{Duration, Instant};
 
 /// The trace's seed: the same seed, the same traffic.
 const SEED: u64 = 2022;
-/// The two deployments. Channels and streams as set in the manifests.
+/// The two deployments. Channels and streams as set in the manifests, in the Redis
+/// namespace of their tenant `sensors` (`t:<tenant>:<name>`), which is where a
+/// producer outside the platform publishes and where the platform appends.
 const MODES: [Mode; 2] = [
     Mode {
         name: "workflow",
-        channel: "sensors.raw.wf",
-        stream: "sensors:matches:wf",
+        channel: "t:sensors:sensors.raw.wf",
+        stream: "t:sensors:sensors:matches:wf",
     },
     Mode {
         name: "channels",
-        channel: "sensors.raw",
-        stream: "sensors:matches",
+        channel: "t:sensors:sensors.raw",
+        stream: "t:sensors:sensors:matches",
     },
 ];
 /// Every channel a trigger listens on, which must be subscribed before replaying.
 const CHANNELS: [&str; 4] = [
-    "sensors.raw.wf",
-    "sensors.raw",
-    "sensors.locations",
-    "sensors.trajectories",
+    "t:sensors:sensors.raw.wf",
+    "t:sensors:sensors.raw",
+    "t:sensors:sensors.locations",
+    "t:sensors:sensors.trajectories",
 ];
 /// Frames of the untimed warm-up replay per mode (first instantiations, connections).
 const WARM_UP_FRAMES: usize = 16;

@@ -5,9 +5,11 @@ mod support;
 
 mod admin;
 mod deploy;
+mod deploy_crash;
 mod hostile;
 mod limits;
 mod manifest;
+mod persistence;
 mod placement;
 mod redis;
 mod regions;

@@ -78,13 +78,38 @@ fn a_broken_component_is_refused_and_the_live_version_keeps_serving() {
     assert_eq!(response.status(), 400);
     let error = error_of(response);
     assert_eq!(error["kind"], "component");
-    assert!(
-        error["message"]
-            .as_str()
-            .unwrap()
-            .contains("function `hello`")
-    );
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("function `hello`"), "{message}");
+    assert!(message.contains("not WebAssembly"), "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
     assert_eq!(platform.get("/hello").text().unwrap(), "Hello, world!\n");
+}
+
+#[test]
+fn the_cli_names_function_and_file_of_a_component_that_is_not_wasm_in_one_line() {
+    let platform = Platform::start();
+    let dir = faas_testing::temp_dir();
+    let text_file = dir.path().join("hello.wasm");
+    std::fs::write(&text_file, "#!/bin/sh\necho hello\n").unwrap();
+    let manifest = dir.path().join("workflow.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"notwasm\"\ntenant = \"demo\"\n\n[functions.greet]\ncomponent = \"{}\"\n\n[[triggers.http]]\nroute = \"/notwasm\"\nfunction = \"greet\"\n",
+            text_file.display()
+        ),
+    )
+    .unwrap();
+    let output = platform.faas(&["deploy", "--no-build", manifest.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("function `greet`"), "{stderr}");
+    assert!(
+        stderr.contains(&text_file.display().to_string()),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not WebAssembly"), "{stderr}");
 }
 
 #[test]

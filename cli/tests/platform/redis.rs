@@ -12,11 +12,32 @@ fn platform_with(redis: &RedisServer) -> Platform {
     Platform::start_with(&["--no-demo", "--redis", &redis.url()])
 }
 
+/// The tenant of the relay workflows.
+pub(crate) const TENANT: &str = "t";
+
+/// The Redis key of channel or stream `name` of the relay workflows' tenant: what a
+/// producer outside the platform writes to.
+pub(crate) fn ns(name: &str) -> String {
+    format!("t:{TENANT}:{name}")
+}
+
 /// A workflow of one `relay` step that appends `source|id|deliveries|payload` to
-/// `<name>:out`, started by `triggers` (TOML).
+/// its tenant's stream `<name>:out` ([`ns`]), started by `triggers` (TOML).
 pub(crate) fn relay_manifest(dir: &std::path::Path, name: &str, triggers: &str) -> PathBuf {
+    relay_manifest_for(dir, TENANT, name, "", triggers)
+}
+
+/// [`relay_manifest`] for `tenant`, with `function` (TOML) added to the relay
+/// function's table.
+pub(crate) fn relay_manifest_for(
+    dir: &std::path::Path,
+    tenant: &str,
+    name: &str,
+    function: &str,
+    triggers: &str,
+) -> PathBuf {
     let text = format!(
-        "name = \"{name}\"\ntenant = \"t\"\n\n[functions.relay]\ncomponent = \"{}\"\nkind = \"step\"\nconfig = {{ out = \"{name}:out\" }}\n\n\
+        "name = \"{name}\"\ntenant = \"{tenant}\"\n\n[functions.relay]\ncomponent = \"{}\"\nkind = \"step\"\nconfig = {{ out = \"{name}:out\" }}\n{function}\n\n\
          [steps.relay]\nfunction = \"relay\"\ninput = \"bytes\"\noutput = \"text\"\n\n{triggers}\n",
         faas_testing::component_path("relay").display()
     );
@@ -34,7 +55,12 @@ pub(crate) fn connect(redis: &RedisServer) -> redis::Connection {
 
 /// The `payload` fields of `stream`'s entries, once there are at least `count` of
 /// them (within `patience`).
-fn payloads(redis: &RedisServer, stream: &str, count: usize, patience: Duration) -> Vec<String> {
+pub(crate) fn payloads(
+    redis: &RedisServer,
+    stream: &str,
+    count: usize,
+    patience: Duration,
+) -> Vec<String> {
     let deadline = Instant::now() + patience;
     loop {
         let found = connect(redis)
@@ -59,7 +85,7 @@ fn payloads(redis: &RedisServer, stream: &str, count: usize, patience: Duration)
     }
 }
 
-fn xadd(redis: &RedisServer, stream: &str, payload: &str) -> String {
+pub(crate) fn xadd(redis: &RedisServer, stream: &str, payload: &str) -> String {
     connect(redis)
         .xadd(stream, "*", &[("payload", payload)])
         .unwrap()
@@ -80,14 +106,14 @@ fn a_pubsub_message_starts_a_run_with_its_payload() {
     // Pub/sub is at-most-once: publish until the trigger's subscription receives it.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let receivers: i64 = connect(&redis).publish("news", "hello").unwrap();
+        let receivers: i64 = connect(&redis).publish(ns("news"), "hello").unwrap();
         if receivers > 0 {
             break;
         }
         assert!(Instant::now() < deadline, "nobody subscribed to `news`");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = payloads(&redis, "pubsub:out", 1, Duration::from_secs(20));
+    let out = payloads(&redis, &ns("pubsub:out"), 1, Duration::from_secs(20));
     assert_eq!(out, vec!["news||1|hello"]);
     let runs = platform.faas(&["runs", "pubsub", "--output", "json"]);
     let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
@@ -99,15 +125,15 @@ fn every_stream_entry_is_processed_and_acknowledged_including_those_before_the_d
     let redis = RedisServer::start();
     let platform = platform_with(&redis);
     for i in 0..100 {
-        xadd(&redis, "orders", &format!("early-{i}"));
+        xadd(&redis, &ns("orders"), &format!("early-{i}"));
     }
     let dir = faas_testing::temp_dir();
     let triggers = "[[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\n";
     platform.deploy(&relay_manifest(dir.path(), "orders", triggers));
     for i in 0..100 {
-        xadd(&redis, "orders", &format!("late-{i}"));
+        xadd(&redis, &ns("orders"), &format!("late-{i}"));
     }
-    let out = payloads(&redis, "orders:out", 200, Duration::from_secs(60));
+    let out = payloads(&redis, &ns("orders:out"), 200, Duration::from_secs(60));
     let mut seen: Vec<String> = out
         .iter()
         .map(|line| line.rsplit('|').next().unwrap().to_owned())
@@ -120,7 +146,7 @@ fn every_stream_entry_is_processed_and_acknowledged_including_those_before_the_d
     expected.sort();
     assert_eq!(seen, expected, "every entry processed");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while pending(&redis, "orders", "faas") > 0 {
+    while pending(&redis, &ns("orders"), "orders") > 0 {
         assert!(Instant::now() < deadline, "entries left unacknowledged");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -134,8 +160,8 @@ fn a_failed_delivery_is_redelivered_with_its_id_and_delivery_count() {
     let triggers =
         "[[triggers.stream]]\nstream = \"jobs\"\nstep = \"relay\"\nreclaim_idle_ms = 200\n";
     platform.deploy(&relay_manifest(dir.path(), "jobs", triggers));
-    let id = xadd(&redis, "jobs", "fail-once-7");
-    let out = payloads(&redis, "jobs:out", 1, Duration::from_secs(30));
+    let id = xadd(&redis, &ns("jobs"), "fail-once-7");
+    let out = payloads(&redis, &ns("jobs:out"), 1, Duration::from_secs(30));
     assert_eq!(out, vec![format!("jobs|{id}|2|fail-once-7")]);
 }
 
@@ -146,11 +172,11 @@ fn a_message_that_keeps_failing_ends_in_the_dead_letter_stream() {
     let dir = faas_testing::temp_dir();
     let triggers = "[[triggers.stream]]\nstream = \"tasks\"\nstep = \"relay\"\nmax_deliveries = 2\nreclaim_idle_ms = 100\n";
     platform.deploy(&relay_manifest(dir.path(), "tasks", triggers));
-    let id = xadd(&redis, "tasks", "poison-pill");
-    xadd(&redis, "tasks", "fine");
+    let id = xadd(&redis, &ns("tasks"), "poison-pill");
+    xadd(&redis, &ns("tasks"), "fine");
     let dead: redis::streams::StreamRangeReply = {
-        payloads(&redis, "tasks:dead", 1, Duration::from_secs(30));
-        connect(&redis).xrange_all("tasks:dead").unwrap()
+        payloads(&redis, &ns("tasks:dead"), 1, Duration::from_secs(30));
+        connect(&redis).xrange_all(ns("tasks:dead")).unwrap()
     };
     let entry = &dead.ids[0];
     assert_eq!(entry.get::<String>("payload").unwrap(), "poison-pill");
@@ -163,11 +189,11 @@ fn a_message_that_keeps_failing_ends_in_the_dead_letter_stream() {
             .contains("poisoned message")
     );
     assert_eq!(
-        payloads(&redis, "tasks:out", 1, Duration::from_secs(10)).len(),
+        payloads(&redis, &ns("tasks:out"), 1, Duration::from_secs(10)).len(),
         1
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while pending(&redis, "tasks", "faas") > 0 {
+    while pending(&redis, &ns("tasks"), "tasks") > 0 {
         assert!(
             Instant::now() < deadline,
             "the poison message was not acknowledged"
@@ -183,12 +209,12 @@ fn the_platform_carries_on_after_redis_restarts() {
     let dir = faas_testing::temp_dir();
     let triggers = "[[triggers.stream]]\nstream = \"events\"\nstep = \"relay\"\n";
     platform.deploy(&relay_manifest(dir.path(), "events", triggers));
-    xadd(&redis, "events", "before");
-    payloads(&redis, "events:out", 1, Duration::from_secs(20));
+    xadd(&redis, &ns("events"), "before");
+    payloads(&redis, &ns("events:out"), 1, Duration::from_secs(20));
     // No persistence: the restarted server is empty, the group included.
     redis.restart();
-    xadd(&redis, "events", "after");
-    let out = payloads(&redis, "events:out", 1, Duration::from_secs(30));
+    xadd(&redis, &ns("events"), "after");
+    let out = payloads(&redis, &ns("events:out"), 1, Duration::from_secs(30));
     assert!(out[0].ends_with("|after"), "{out:?}");
 }
 

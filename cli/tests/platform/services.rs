@@ -3,7 +3,7 @@
 //! workflow over HTTP/2; a worker killed with SIGKILL is detected by its expired
 //! heartbeat and its workflows are placed on another; no stream entry is lost.
 
-use crate::redis::{connect, pending, relay_manifest};
+use crate::redis::{connect, ns, pending, relay_manifest};
 use crate::support::{Process, TOKEN, client, compile_cache, deploy_at, faas_at, repo, wait_ready};
 use faas_testing::RedisServer;
 use redis::Commands;
@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 const HEARTBEAT_TTL_MS: &str = "1000";
 /// How often every process reads the shared state, in these tests.
 const SYNC_MS: &str = "50";
+/// The secret between the gateway and the workers (not the admin token).
+pub(crate) const CLUSTER_TOKEN: &str = "test-cluster-token";
 
 /// A platform in services mode: each part in its own process, sharing one Redis.
 /// A `faas gateway` on a free port, reading the shared state every `sync_ms`.
-fn spawn_gateway(redis: &RedisServer, dir: &std::path::Path, sync_ms: &str) -> Process {
+pub(crate) fn spawn_gateway(redis: &RedisServer, dir: &std::path::Path, sync_ms: &str) -> Process {
     Process::spawn(
         &[
             "gateway",
@@ -29,6 +31,8 @@ fn spawn_gateway(redis: &RedisServer, dir: &std::path::Path, sync_ms: &str) -> P
             "127.0.0.1:0",
             "--token",
             TOKEN,
+            "--cluster-token",
+            CLUSTER_TOKEN,
             "--data-dir",
             dir.to_str().unwrap(),
         ],
@@ -37,24 +41,24 @@ fn spawn_gateway(redis: &RedisServer, dir: &std::path::Path, sync_ms: &str) -> P
 }
 
 /// Fields drop in order: the processes go before the Redis they use.
-struct Services {
+pub(crate) struct Services {
     /// `http://127.0.0.1:<port>` of the gateway.
-    url: String,
+    pub(crate) url: String,
     workers: BTreeMap<String, Process>,
     _gateway: Process,
     _scheduler: Process,
-    redis: RedisServer,
-    data: tempfile::TempDir,
+    pub(crate) redis: RedisServer,
+    pub(crate) data: tempfile::TempDir,
 }
 
 impl Services {
     /// A scheduler, a gateway and the workers named in `workers`.
-    fn start(workers: &[&str]) -> Self {
+    pub(crate) fn start(workers: &[&str]) -> Self {
         Self::start_with(workers, &[])
     }
 
     /// Like [`Services::start`], with extra `faas scheduler` arguments.
-    fn start_with(workers: &[&str], scheduler_extra: &[&str]) -> Self {
+    pub(crate) fn start_with(workers: &[&str], scheduler_extra: &[&str]) -> Self {
         faas_testing::build_functions();
         let redis = RedisServer::start();
         let data = faas_testing::temp_dir();
@@ -85,7 +89,7 @@ impl Services {
     }
 
     /// Starts worker `id` with extra `faas worker` arguments.
-    fn start_worker_with(&mut self, id: &str, extra: &[&str]) {
+    pub(crate) fn start_worker_with(&mut self, id: &str, extra: &[&str]) {
         let dir = self.data.path().join(id);
         let (url, cache) = (self.redis.url(), compile_cache());
         let mut args = vec![
@@ -96,8 +100,8 @@ impl Services {
             SYNC_MS,
             "--heartbeat-ttl-ms",
             HEARTBEAT_TTL_MS,
-            "--token",
-            TOKEN,
+            "--cluster-token",
+            CLUSTER_TOKEN,
             "--id",
             id,
             "--data-dir",
@@ -111,6 +115,24 @@ impl Services {
         self.wait_for(&format!("worker `{id}` registered"), |services| {
             services.workers_json().contains_key(id)
         });
+    }
+
+    /// Worker `id`'s process.
+    pub(crate) fn worker(&self, id: &str) -> &Process {
+        &self.workers[id]
+    }
+
+    /// Kills the gateway with SIGKILL, whatever it was doing.
+    pub(crate) fn kill_gateway(&mut self) {
+        self._gateway.stop(libc::SIGKILL);
+    }
+
+    /// Starts a new gateway (after [`Services::kill_gateway`]) and serves through it.
+    pub(crate) fn start_gateway(&mut self) {
+        let gateway = spawn_gateway(&self.redis, &self.data.path().join("gateway"), SYNC_MS);
+        self.url = gateway.announced.clone();
+        wait_ready(&self.url, Duration::from_secs(30));
+        self._gateway = gateway;
     }
 
     /// Kills worker `id` with SIGKILL: no goodbye, its registration just expires.
@@ -151,12 +173,12 @@ impl Services {
         holders[0].clone()
     }
 
-    fn get(&self, path: &str) -> reqwest::blocking::Response {
+    pub(crate) fn get(&self, path: &str) -> reqwest::blocking::Response {
         client().get(format!("{}{path}", self.url)).send().unwrap()
     }
 
     /// Polls `done` until it holds, for up to 30 s.
-    fn wait_for(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
+    pub(crate) fn wait_for(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !done(self) {
             assert!(Instant::now() < deadline, "{what}: not within 30 s");
@@ -240,7 +262,10 @@ const MESSAGES: usize = 100_000;
 
 #[test]
 fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
-    let mut services = Services::start(&["w1"]);
+    // The relay's output stream must keep every entry to be checked: no trimming.
+    let untrimmed = ["--stream-max-len", "0"];
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &untrimmed);
     let dir = faas_testing::temp_dir();
     let triggers = "[[triggers.stream]]\nstream = \"events\"\nstep = \"relay\"\n\
                     batch = 256\nreclaim_idle_ms = 2000\n";
@@ -252,12 +277,13 @@ fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
     for chunk in (0..MESSAGES).collect::<Vec<_>>().chunks(10_000) {
         let mut pipe = redis::pipe();
         for i in chunk {
-            pipe.xadd("events", "*", &[("payload", format!("m{i}"))])
+            pipe.xadd(ns("events"), "*", &[("payload", format!("m{i}"))])
                 .ignore();
         }
         pipe.exec(&mut redis).unwrap();
     }
-    let processed = |redis: &mut redis::Connection| -> usize { redis.xlen("events:out").unwrap() };
+    let processed =
+        |redis: &mut redis::Connection| -> usize { redis.xlen(ns("events:out")).unwrap() };
     let deadline = Instant::now() + Duration::from_secs(300);
     while processed(&mut redis) < MESSAGES / 4 {
         assert!(
@@ -268,17 +294,18 @@ fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
     }
     services.kill_worker("w1");
     let at_kill = processed(&mut redis);
-    services.start_worker("w2");
-    while processed(&mut redis) < MESSAGES || pending(&services.redis, "events", "faas") > 0 {
+    services.start_worker_with("w2", &untrimmed);
+    while processed(&mut redis) < MESSAGES || pending(&services.redis, &ns("events"), "events") > 0
+    {
         assert!(
             Instant::now() < deadline,
             "{} of {MESSAGES} processed, {} pending",
             processed(&mut redis),
-            pending(&services.redis, "events", "faas")
+            pending(&services.redis, &ns("events"), "events")
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out: redis::streams::StreamRangeReply = redis.xrange_all("events:out").unwrap();
+    let out: redis::streams::StreamRangeReply = redis.xrange_all(ns("events:out")).unwrap();
     let mut seen = BTreeMap::<String, usize>::new();
     for entry in &out.ids {
         let line: String = entry.get("payload").unwrap();
@@ -298,7 +325,7 @@ fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
         "every entry was processed at least once"
     );
     assert!((0..MESSAGES).all(|i| seen.contains_key(&format!("m{i}"))));
-    let dead: usize = redis.xlen("events:dead").unwrap();
+    let dead: usize = redis.xlen(ns("events:dead")).unwrap();
     assert_eq!(dead, 0, "nothing was dead-lettered");
 }
 
@@ -560,4 +587,96 @@ fn a_replicated_workflow_loses_no_request_when_one_worker_dies() {
         let response = services.get(&format!("/hello?name={i}"));
         assert_eq!(response.status(), 200, "request {i}: {:?}", response.text());
     }
+}
+
+/// How many clients are subscribed to Redis channel `channel`.
+pub(crate) fn subscribers(redis: &RedisServer, channel: &str) -> i64 {
+    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut connect(redis))
+        .unwrap();
+    count
+}
+
+#[test]
+fn a_pubsub_message_runs_once_however_many_gateways_follow_the_trigger() {
+    let services = Services::start(&["w1"]);
+    let second = spawn_gateway(&services.redis, &services.data.path().join("g2"), SYNC_MS);
+    wait_ready(&second.announced, Duration::from_secs(30));
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.redis]]\nchannel = \"ticks\"\nstep = \"relay\"\n";
+    deploy_at(
+        &services.url,
+        &relay_manifest(dir.path(), "ticks", triggers),
+    );
+    services.wait_for(
+        "a gateway subscribed to the trigger's channel",
+        |services| subscribers(&services.redis, &ns("ticks")) > 0,
+    );
+    // Both gateways follow the workflow and keep contending for the trigger: give the
+    // second several chances to subscribe too.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut redis = connect(&services.redis);
+    for i in 0..10 {
+        let receivers: i64 = redis.publish(ns("ticks"), format!("tick-{i}")).unwrap();
+        assert_eq!(receivers, 1, "message {i} reached {receivers} gateways");
+    }
+    services.wait_for("10 runs", |_| {
+        redis.xlen::<_, usize>(ns("ticks:out")).unwrap() >= 10
+    });
+    // Runs that a second gateway would start come at the same time as the first's.
+    std::thread::sleep(Duration::from_secs(1));
+    let out: redis::streams::StreamRangeReply = redis.xrange_all(ns("ticks:out")).unwrap();
+    let mut ticks: Vec<String> = out
+        .ids
+        .iter()
+        .map(|entry| entry.get::<String>("payload").unwrap())
+        .collect();
+    ticks.sort();
+    let expected: Vec<String> = (0..10).map(|i| format!("ticks||1|tick-{i}")).collect();
+    assert_eq!(ticks, expected, "exactly one run per message");
+}
+
+#[test]
+fn a_channel_trigger_is_taken_over_when_the_gateway_holding_it_dies() {
+    let mut services = Services::start(&["w1"]);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.redis]]\nchannel = \"ticks\"\nstep = \"relay\"\n";
+    deploy_at(
+        &services.url,
+        &relay_manifest(dir.path(), "ticks", triggers),
+    );
+    services.wait_for("the only gateway subscribed", |services| {
+        subscribers(&services.redis, &ns("ticks")) == 1
+    });
+    let lease = format!("faas:lease:channel:ticks:{}", ns("ticks"));
+    let mut redis = connect(&services.redis);
+    let first: String = redis.get(&lease).unwrap();
+    let second = spawn_gateway(&services.redis, &services.data.path().join("g2"), SYNC_MS);
+    wait_ready(&second.announced, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(subscribers(&services.redis, &ns("ticks")), 1);
+    // SIGKILL: the lease is not given back, it expires.
+    services.kill_gateway();
+    services.wait_for("the second gateway took the lease over", |_| {
+        redis
+            .get::<_, Option<String>>(&lease)
+            .unwrap()
+            .is_some_and(|holder| holder != first)
+    });
+    services.wait_for("the second gateway subscribed", |services| {
+        subscribers(&services.redis, &ns("ticks")) == 1
+    });
+    for i in 0..5 {
+        let receivers: i64 = redis.publish(ns("ticks"), format!("tick-{i}")).unwrap();
+        assert_eq!(receivers, 1, "message {i}");
+    }
+    let out = crate::redis::payloads(
+        &services.redis,
+        &ns("ticks:out"),
+        5,
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.len(), 5, "{out:?}");
 }

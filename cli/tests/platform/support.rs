@@ -54,6 +54,13 @@ impl Process {
         }
     }
 
+    /// Sends `signal` without waiting (e.g. SIGSTOP and SIGCONT to pause it).
+    pub fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("the process is running");
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    }
+
     /// Sends `signal` and waits for the process to exit.
     pub fn stop(&mut self, signal: libc::c_int) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("the process is running");
@@ -83,7 +90,8 @@ pub struct Platform {
     process: Process,
     /// `http://127.0.0.1:<port>`.
     pub url: String,
-    _data: tempfile::TempDir,
+    /// Its data dir, when the platform owns it (see [`Platform::start_in`]).
+    _data: Option<tempfile::TempDir>,
 }
 
 impl Platform {
@@ -94,20 +102,28 @@ impl Platform {
 
     /// A platform started with extra `faas up` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
-        faas_testing::build_functions();
         let data = faas_testing::temp_dir();
+        let mut platform = Self::start_in(data.path(), extra);
+        platform._data = Some(data);
+        platform
+    }
+
+    /// A platform keeping its state in `data_dir`, which the caller keeps (so that a
+    /// later platform can start on it), started with extra `faas up` arguments.
+    pub fn start_in(data_dir: &Path, extra: &[&str]) -> Self {
+        faas_testing::build_functions();
         let mut args: Vec<std::ffi::OsString> = ["up", "--listen", "127.0.0.1:0", "--token", TOKEN]
             .iter()
             .map(Into::into)
             .collect();
-        args.extend(["--data-dir".into(), data.path().into()]);
+        args.extend(["--data-dir".into(), data_dir.into()]);
         args.extend(["--cache-dir".into(), compile_cache().into()]);
         args.extend(extra.iter().map(Into::into));
         let process = Process::spawn(&args, "faas is up at ");
         let platform = Self {
             url: process.announced.clone(),
             process,
-            _data: data,
+            _data: None,
         };
         wait_ready(&platform.url, Duration::from_secs(120));
         platform
@@ -147,6 +163,11 @@ impl Platform {
         self.process.stop(libc::SIGTERM)
     }
 
+    /// Sends SIGKILL (no chance to clean up) and waits for the process to exit.
+    pub fn kill(&mut self) -> std::process::ExitStatus {
+        self.process.stop(libc::SIGKILL)
+    }
+
     /// Everything the process printed on stdout after its URL line.
     pub fn stdout(&self) -> Vec<String> {
         self.process.stdout.lock().unwrap().clone()
@@ -173,16 +194,58 @@ pub fn wait_ready(url: &str, patience: Duration) {
     panic!("{url} did not become ready within {patience:?}");
 }
 
-/// Runs the `faas` CLI against the platform at `url`.
+/// Runs the `faas` CLI against the platform at `url` with the admin token. A deploy
+/// first creates the tenant its manifest names, as an operator would (tenants are
+/// created explicitly; unknown ones are refused).
 pub fn faas_at(url: &str, args: &[&str]) -> Output {
+    if let ["deploy", .., manifest] = args
+        && let Ok(text) = std::fs::read_to_string(manifest)
+        && let Some(tenant) = manifest_tenant(&text)
+    {
+        ensure_tenant_at(url, tenant);
+    }
+    faas_as(url, TOKEN, args)
+}
+
+/// Runs the `faas` CLI against the platform at `url` with `token`, nothing else done.
+pub fn faas_as(url: &str, token: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_faas"))
         .args(args)
         .env("FAAS_URL", url)
-        .env("FAAS_TOKEN", TOKEN)
+        .env("FAAS_TOKEN", token)
         .env("FAAS_LOG", "warn")
         .current_dir(faas_testing::repo_root())
         .output()
         .expect("running faas")
+}
+
+/// The `tenant = "..."` a manifest names, if any.
+fn manifest_tenant(text: &str) -> Option<&str> {
+    text.lines().find_map(|line| {
+        let value = line
+            .trim()
+            .strip_prefix("tenant")?
+            .trim_start()
+            .strip_prefix('=')?;
+        value.trim().strip_prefix('"')?.strip_suffix('"')
+    })
+}
+
+/// Creates tenant `tenant` on the platform at `url` with the admin token, unless it
+/// exists.
+pub fn ensure_tenant_at(url: &str, tenant: &str) {
+    let response = client()
+        .post(format!("{url}/admin/v1/tenants"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({ "name": tenant }))
+        .send()
+        .expect("creating a tenant");
+    let status = response.status();
+    assert!(
+        status == 201 || status == 409,
+        "creating tenant {tenant}: HTTP {status}: {}",
+        response.text().unwrap_or_default()
+    );
 }
 
 /// `faas deploy <manifest>` against `url`, asserting success; returns stdout.

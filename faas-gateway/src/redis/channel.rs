@@ -1,7 +1,26 @@
-//! Pub/sub triggers: every message on the channel starts a run (at-most-once, as in
-//! Spin: a message published while nobody listens is gone).
+//! Pub/sub triggers: every message on the channel starts one run in the whole cluster,
+//! however many gateways follow the workflow.
+//!
+//! Each gateway keeps a consumer task per channel trigger, but only the one holding the
+//! trigger's lease (`faas:lease:channel:<workflow>:t:<tenant>:<channel>`, see
+//! `lease.rs`) subscribes; the others try to take the lease every second. The holder
+//! renews it every second for three; it stops subscribing, and runs no message it
+//! received, once its own view of the lease ends (a renewal refused, failed, or late),
+//! which is before Redis lets anyone else take it over.
+//!
+//! So the guarantee is: **at most one run per published message in the cluster**, and
+//! exactly one for every message published while a gateway holds the lease and is
+//! subscribed. Pub/sub itself is at-most-once (as in Spin): a message published while
+//! no gateway is subscribed is gone, which happens during a lease takeover (up to about
+//! four seconds after the holder died, or while a redeployed workflow's new task takes
+//! the lease over from the old one) and while Redis is unreachable. A run that fails is
+//! not retried. Two runs of one message would need a holder whose process stalls for
+//! longer than the lease (three seconds) between the check and the run's start, with
+//! Redis's clock running that much faster than the gateway's. Use a stream trigger when
+//! messages must not be lost.
 
 use super::RedisBroker;
+use super::lease::{Lease, RENEW_EVERY};
 use crate::invoke::run_message;
 use crate::server::App;
 use faas_worker::TriggerMessage;
@@ -9,60 +28,133 @@ use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
 /// Runs started from one channel at once, at most; the subscription waits beyond that.
 const MAX_RUNS_IN_FLIGHT: usize = 256;
 
-/// Subscribes to `channel` for `workflow` until aborted, reconnecting with backoff
-/// when Redis goes away.
-pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String, channel: String) {
+/// One channel trigger of one workflow.
+struct Trigger {
+    workflow: String,
+    /// The channel as the workflow names it (what the run's message says).
+    channel: String,
+    /// Its Redis key, in the tenant's namespace.
+    key: String,
+}
+
+/// Follows `channel` of `tenant` for `workflow` until aborted: subscribes while this
+/// gateway holds the trigger's lease, contends for it otherwise, and rides out Redis
+/// going away.
+pub(super) async fn consume(
+    app: Arc<App>,
+    broker: RedisBroker,
+    workflow: String,
+    tenant: String,
+    channel: String,
+) {
+    let key = super::namespaced(&tenant, &channel);
+    let mut lease = Lease::new(
+        format!("faas:lease:channel:{workflow}:{key}"),
+        &broker.consumer,
+        broker.connection.clone(),
+    );
+    let trigger = Trigger {
+        workflow,
+        channel,
+        key,
+    };
     let in_flight = Arc::new(Semaphore::new(MAX_RUNS_IN_FLIGHT));
     let mut backoff = Duration::from_millis(100);
     loop {
-        match subscribe(&app, &broker, &workflow, &channel, &in_flight, &mut backoff).await {
-            Ok(()) => tracing::warn!(channel, "subscription ended; resubscribing"),
-            Err(err) => tracing::warn!(
-                channel,
-                "subscription failed, retrying in {backoff:?}: {err}"
-            ),
+        let result = match lease.take_or_renew().await {
+            Ok(Some(until)) => serve(&app, &broker, &mut lease, until, &trigger, &in_flight).await,
+            Ok(None) => Ok(()),
+            Err(err) => Err(err),
+        };
+        match result {
+            Ok(()) => {
+                backoff = Duration::from_millis(100);
+                tokio::time::sleep(RENEW_EVERY).await;
+            }
+            Err(err) => {
+                tracing::warn!(
+                    channel = trigger.key,
+                    "subscription failed, retrying in {backoff:?}: {err}"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
-async fn subscribe(
+/// Subscribes and starts a run per message while the lease, held until `until`, is
+/// renewed; returns when it is lost (or the subscription ends).
+async fn serve(
     app: &Arc<App>,
     broker: &RedisBroker,
-    workflow: &str,
-    channel: &str,
+    lease: &mut Lease,
+    mut until: Instant,
+    trigger: &Trigger,
     in_flight: &Arc<Semaphore>,
-    backoff: &mut Duration,
 ) -> redis::RedisResult<()> {
     let mut pubsub = broker.client.get_async_pubsub().await?;
-    pubsub.subscribe(channel).await?;
-    tracing::info!(workflow, channel, "subscribed");
-    *backoff = Duration::from_millis(100);
+    pubsub.subscribe(&trigger.key).await?;
+    tracing::info!(
+        workflow = trigger.workflow,
+        channel = trigger.key,
+        "subscribed"
+    );
     let mut messages = pubsub.on_message();
-    while let Some(message) = messages.next().await {
-        let payload: Vec<u8> = message.get_payload()?;
-        let permit = in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
-        let (app, workflow, channel) = (app.clone(), workflow.to_owned(), channel.to_owned());
-        tokio::spawn(async move {
-            let message = TriggerMessage {
-                source: channel.clone(),
-                id: String::new(),
-                delivery_count: 1,
-            };
-            if let Err(err) = run_message(&app, &workflow, payload, message).await {
-                tracing::warn!(workflow, channel, "run from pub/sub message failed: {err}");
+    let mut renew = tokio::time::interval_at(Instant::now() + RENEW_EVERY, RENEW_EVERY);
+    loop {
+        tokio::select! {
+            _ = renew.tick() => match lease.take_or_renew().await? {
+                Some(renewed) => until = renewed,
+                None => {
+                    tracing::info!(channel = trigger.key, "another gateway took the lease over");
+                    return Ok(());
+                }
+            },
+            () = tokio::time::sleep_until(until) => {
+                tracing::warn!(channel = trigger.key, "the lease ran out before it was renewed");
+                return Ok(());
             }
-            drop(permit);
-        });
+            message = messages.next() => {
+                let Some(message) = message else {
+                    tracing::warn!(channel = trigger.key, "subscription ended");
+                    return Ok(());
+                };
+                let payload: Vec<u8> = message.get_payload()?;
+                let permit = in_flight
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("never closed");
+                // Waiting for a permit may have outlasted the lease: then another
+                // gateway may be running the channel's messages already.
+                if Instant::now() >= until {
+                    return Ok(());
+                }
+                let app = app.clone();
+                let (workflow, channel) = (trigger.workflow.clone(), trigger.channel.clone());
+                tokio::spawn(async move {
+                    let message = TriggerMessage {
+                        source: channel.clone(),
+                        id: String::new(),
+                        delivery_count: 1,
+                    };
+                    if let Err(err) = run_message(&app, &workflow, payload, message).await {
+                        tracing::warn!(
+                            workflow,
+                            channel,
+                            "run from pub/sub message failed: {}",
+                            err.failure
+                        );
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
-    Ok(())
 }

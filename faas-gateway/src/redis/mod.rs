@@ -4,21 +4,41 @@
 //! - [`RedisBroker`] publishes and appends for functions (it is the worker's
 //!   `Publisher`).
 //! - [`supervise`] follows the registry and keeps one consumer task per trigger:
-//!   `channel.rs` for pub/sub (at-most-once, as in Spin), `stream.rs` for streams with
-//!   consumer groups (at-least-once: acknowledge only after the run succeeded, reclaim
-//!   what a dead consumer left pending, dead-letter what keeps failing).
+//!   `channel.rs` for pub/sub (at-most-once, run by one gateway of the cluster at a
+//!   time), `stream.rs` for streams with consumer groups (at-least-once: acknowledge
+//!   only after the run succeeded, reclaim what a dead consumer left pending,
+//!   dead-letter what keeps failing).
+//!
+//! **Namespaces.** Every channel and stream a workflow or a guest names is its
+//! tenant's: `orders` of tenant `shop` is the Redis key `t:shop:orders`
+//! ([`namespaced`]). Tenant names are DNS labels (no `:`), so no two tenants' names
+//! meet, and no guest reaches the platform's own `faas:*` keys. A producer outside the
+//! platform publishes or appends to `t:<tenant>:<name>`.
 
 mod channel;
+mod lease;
 mod stream;
 
 use crate::server::App;
-use faas_worker::Publisher;
+use faas_store::Tenant;
+use faas_store::tenants::QUOTA_SYNC_INTERVAL;
 use faas_worker::messaging::BoxFuture;
+use faas_worker::{PublishError, Publisher};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use redis::streams::StreamMaxlen;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
 use tokio::task::JoinHandle;
+
+/// How many entries a stream keeps by default when appended to by a guest or a
+/// dead-letter move (`XADD ... MAXLEN ~ N`).
+pub const DEFAULT_STREAM_MAX_LEN: usize = 10_000;
+
+/// The Redis key of channel or stream `name` of `tenant`.
+pub fn namespaced(tenant: &str, name: &str) -> String {
+    format!("t:{tenant}:{name}")
+}
 
 /// Why the broker could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -28,13 +48,19 @@ pub struct BrokerError {
     source: redis::RedisError,
 }
 
-/// A connection to Redis shared by triggers and functions.
+/// A connection to Redis shared by functions' messages and short trigger commands
+/// (never a blocking read: each stream consumer has its own connection).
 #[derive(Clone)]
 pub struct RedisBroker {
     client: redis::Client,
     connection: ConnectionManager,
-    /// Names this process's consumers in stream groups.
+    /// Names this process in stream groups and channel leases.
     consumer: String,
+    /// Most entries kept by the streams this broker appends to; 0 for no limit.
+    stream_max_len: usize,
+    /// The tenants whose quota sets their own `stream_max_len`; shared by every clone,
+    /// so the gateway's and the workers' copies in one process agree.
+    tenant_stream_max_len: Arc<RwLock<HashMap<String, usize>>>,
 }
 
 impl RedisBroker {
@@ -57,37 +83,124 @@ impl RedisBroker {
             client,
             connection,
             consumer: format!("faas-{}-{:08x}", std::process::id(), rand::random::<u32>()),
+            stream_max_len: DEFAULT_STREAM_MAX_LEN,
+            tenant_stream_max_len: Arc::default(),
         })
+    }
+
+    /// Trims every stream appended to (by guests, and by dead-lettering) to about
+    /// `max_len` entries; 0 keeps them whole.
+    pub fn with_stream_max_len(mut self, max_len: usize) -> Self {
+        self.stream_max_len = max_len;
+        self
+    }
+
+    /// Takes each tenant's `stream_max_len` quota from `tenants`, the whole list as the
+    /// tenant store has it (a tenant missing, or without one, gets the default).
+    pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
+        let own = tenants
+            .iter()
+            .filter_map(|tenant| {
+                let max_len = tenant.quotas.stream_max_len?;
+                Some((
+                    tenant.name.clone(),
+                    usize::try_from(max_len).unwrap_or(usize::MAX),
+                ))
+            })
+            .collect();
+        *self
+            .tenant_stream_max_len
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = own;
+    }
+
+    /// About how many entries `tenant`'s streams keep; 0 for no limit.
+    fn stream_max_len_of(&self, tenant: &str) -> usize {
+        self.tenant_stream_max_len
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.stream_max_len)
+    }
+
+    /// Runs `command` on the shared connection, and once more if that connection had
+    /// dropped (a restarted Redis): the manager reconnects, and a guest's message is
+    /// not lost to the first command that finds the old connection gone.
+    async fn on_shared<T, F, Fut>(&self, command: F) -> redis::RedisResult<T>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        match command(self.connection.clone()).await {
+            Err(err) if err.is_connection_dropped() => command(self.connection.clone()).await,
+            other => other,
+        }
+    }
+
+    /// `XADD key MAXLEN ~ <stream max len of tenant> * fields...` on `connection`.
+    async fn append_trimmed(
+        &self,
+        connection: &mut ConnectionManager,
+        tenant: &str,
+        key: &str,
+        fields: &[(&str, &[u8])],
+    ) -> redis::RedisResult<String> {
+        let mut command = redis::cmd("XADD");
+        command.arg(key);
+        let max_len = self.stream_max_len_of(tenant);
+        if max_len > 0 {
+            command.arg(StreamMaxlen::Approx(max_len));
+        }
+        command.arg("*").arg(fields);
+        command.query_async(connection).await
     }
 }
 
 impl Publisher for RedisBroker {
     fn publish<'a>(
         &'a self,
+        tenant: &'a str,
         channel: &'a str,
         payload: &'a [u8],
-    ) -> BoxFuture<'a, Result<(), String>> {
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
-            connection
-                .publish::<_, _, i64>(channel, payload)
-                .await
-                .map(|_| ())
-                .map_err(|err| format!("publishing to `{channel}`: {err}"))
+            let key = namespaced(tenant, channel);
+            self.on_shared(|mut connection| {
+                let key = &key;
+                async move { connection.publish::<_, _, i64>(key, payload).await }
+            })
+            .await
+            .map(|_| ())
+            .map_err(|err| PublishError::Broker {
+                operation: "publishing to",
+                name: channel.to_owned(),
+                reason: err.to_string(),
+            })
         })
     }
 
     fn append<'a>(
         &'a self,
+        tenant: &'a str,
         stream: &'a str,
         payload: &'a [u8],
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, PublishError>> {
         Box::pin(async move {
-            let mut connection = self.connection.clone();
-            connection
-                .xadd::<_, _, _, _, String>(stream, "*", &[("payload", payload)])
-                .await
-                .map_err(|err| format!("appending to `{stream}`: {err}"))
+            let key = namespaced(tenant, stream);
+            self.on_shared(|mut connection| {
+                let key = &key;
+                async move {
+                    self.append_trimmed(&mut connection, tenant, key, &[("payload", payload)])
+                        .await
+                }
+            })
+            .await
+            .map_err(|err| PublishError::Broker {
+                operation: "appending to",
+                name: stream.to_owned(),
+                reason: err.to_string(),
+            })
         })
     }
 }
@@ -99,6 +212,7 @@ enum Consumer {
     Channel {
         workflow: String,
         revision: u64,
+        tenant: String,
         channel: String,
     },
     Stream {
@@ -113,6 +227,16 @@ enum Consumer {
 pub(crate) async fn supervise(app: Arc<App>, broker: RedisBroker) {
     let mut changes = app.registry.changes();
     let mut tasks: BTreeMap<Consumer, JoinHandle<()>> = BTreeMap::new();
+    // The tenants' stream quotas, for guests' appends (this process's workers share
+    // the broker) and dead letters.
+    let quotas = app.registry.tenants().cloned().map(|tenants| {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            tenants
+                .follow(QUOTA_SYNC_INTERVAL, |all| broker.apply_tenant_quotas(all))
+                .await;
+        })
+    });
     loop {
         let mut wanted = BTreeMap::new();
         for deployment in app.registry.list() {
@@ -121,6 +245,7 @@ pub(crate) async fn supervise(app: Arc<App>, broker: RedisBroker) {
                 let key = Consumer::Channel {
                     workflow: workflow.name.clone(),
                     revision: deployment.revision,
+                    tenant: workflow.tenant.clone(),
                     channel: trigger.channel.clone(),
                 };
                 wanted.insert(key, ());
@@ -148,8 +273,11 @@ pub(crate) async fn supervise(app: Arc<App>, broker: RedisBroker) {
             let (app, broker) = (app.clone(), broker.clone());
             let task = match key.clone() {
                 Consumer::Channel {
-                    workflow, channel, ..
-                } => tokio::spawn(channel::consume(app, broker, workflow, channel)),
+                    workflow,
+                    tenant,
+                    channel,
+                    ..
+                } => tokio::spawn(channel::consume(app, broker, workflow, tenant, channel)),
                 Consumer::Stream {
                     workflow, trigger, ..
                 } => tokio::spawn(stream::consume(app, broker, workflow, trigger)),
@@ -160,7 +288,7 @@ pub(crate) async fn supervise(app: Arc<App>, broker: RedisBroker) {
             break;
         }
     }
-    for task in tasks.into_values() {
+    for task in tasks.into_values().chain(quotas) {
         task.abort();
     }
 }

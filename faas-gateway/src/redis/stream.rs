@@ -3,18 +3,34 @@
 //! died) are claimed again once idle for `reclaim_idle_ms`; an entry delivered
 //! `max_deliveries` times without success goes to the dead-letter stream with the
 //! error, and is acknowledged there. So no entry is lost, and none loops forever.
+//!
+//! The stream, the dead-letter stream and the group live in the workflow's tenant's
+//! namespace (`t:<tenant>:<stream>`); the default group is the workflow's name, so two
+//! workflows on one stream each see every entry.
+//!
+//! Each consumer reads on its own connection, whose response timeout outlasts the
+//! blocking read, so neither waits behind the other's commands or guests' messages.
+//!
+//! **A run that never started is not a delivery.** Redis counts a delivery each time
+//! an entry is read or claimed. When no worker took the run (no replica), or the entry
+//! step was refused an instance (`overloaded`, e.g. while another tenant holds the
+//! worker's slots) before any step succeeded, the entry's count is put back
+//! (`XCLAIM ... RETRYCOUNT <count - 1>`) and its idle time set so that it is claimed
+//! again after [`NOT_STARTED_RETRY`] rather than `reclaim_idle_ms`. So only runs that
+//! ran count towards `max_deliveries`, and a noisy neighbour cannot push another
+//! tenant's entries to the dead-letter stream: they wait, pending, for capacity.
 
-use super::RedisBroker;
-use crate::invoke::run_message;
+use super::{RedisBroker, namespaced};
+use crate::invoke::{MessageFailure, run_message};
 use crate::server::App;
 use faas_worker::TriggerMessage;
 use faas_worker::remote::EventFailure;
 use faas_workflow::StreamTrigger;
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::streams::{
-    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamPendingCountReply,
-    StreamReadOptions, StreamReadReply,
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamClaimOptions, StreamId,
+    StreamPendingCountReply, StreamReadOptions, StreamReadReply,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,40 +38,68 @@ use tokio::task::JoinSet;
 
 /// How long one XREADGROUP waits for new entries before checking for reclaimable ones.
 const BLOCK: Duration = Duration::from_millis(500);
+/// How long the consumer's connection waits for any reply: well past [`BLOCK`], so a
+/// blocking read that found nothing is never mistaken for a dead connection.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How soon an entry whose run never started is tried again.
+const NOT_STARTED_RETRY: Duration = Duration::from_secs(1);
+
+/// One stream trigger of a workflow, with its Redis keys.
+struct Consumer {
+    workflow: String,
+    /// The workflow's tenant, whose quota trims the dead-letter stream.
+    tenant: String,
+    trigger: StreamTrigger,
+    /// `trigger.stream` in the tenant's namespace.
+    stream: String,
+    /// `trigger.dead_letter` in the tenant's namespace.
+    dead_letter: String,
+}
 
 /// Consumes the `index`-th stream trigger of `workflow` until aborted, riding out
 /// Redis restarts.
 pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String, index: usize) {
-    let Some(trigger) = app
-        .registry
-        .get(&workflow)
-        .and_then(|deployment| deployment.workflow.stream_triggers.get(index).cloned())
-    else {
+    let Some(consumer) = app.registry.get(&workflow).and_then(|deployment| {
+        let trigger = deployment.workflow.stream_triggers.get(index)?.clone();
+        let tenant = &deployment.workflow.tenant;
+        Some(Consumer {
+            stream: namespaced(tenant, &trigger.stream),
+            dead_letter: namespaced(tenant, &trigger.dead_letter),
+            tenant: tenant.clone(),
+            workflow: workflow.clone(),
+            trigger,
+        })
+    }) else {
         return;
     };
-    let mut connection = broker.connection.clone();
+    let consumer = Arc::new(consumer);
+    let mut connection = None;
     let mut backoff = Duration::from_millis(100);
     let mut group_ready = false;
     loop {
         let result = async {
+            let connection = match &mut connection {
+                Some(connection) => connection,
+                None => connection.insert(connect(&broker).await?),
+            };
             if !group_ready {
-                create_group(&mut connection, &trigger).await?;
+                create_group(connection, &consumer).await?;
                 group_ready = true;
                 tracing::info!(
                     workflow,
-                    stream = trigger.stream,
-                    group = trigger.group,
+                    stream = consumer.stream,
+                    group = consumer.trigger.group,
                     "consuming"
                 );
             }
-            round(&app, &broker, &mut connection, &workflow, &trigger).await
+            round(&app, &broker, connection, &consumer).await
         }
         .await;
         match result {
             Ok(()) => backoff = Duration::from_millis(100),
             Err(err) => {
                 tracing::warn!(
-                    stream = trigger.stream,
+                    stream = consumer.stream,
                     "stream consumer error, retrying in {backoff:?}: {err}"
                 );
                 // A restarted Redis without persistence has lost the group too.
@@ -67,14 +111,23 @@ pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String
     }
 }
 
+/// A connection of this consumer's own, for its blocking reads and its acknowledgements.
+async fn connect(broker: &RedisBroker) -> redis::RedisResult<ConnectionManager> {
+    let config = ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+    broker
+        .client
+        .get_connection_manager_with_config(config)
+        .await
+}
+
 /// Creates the consumer group (and the stream) if missing, reading from the start so
 /// entries appended before the first deploy are not skipped.
 async fn create_group(
     connection: &mut ConnectionManager,
-    trigger: &StreamTrigger,
+    consumer: &Consumer,
 ) -> redis::RedisResult<()> {
     match connection
-        .xgroup_create_mkstream::<_, _, _, ()>(&trigger.stream, &trigger.group, "0")
+        .xgroup_create_mkstream::<_, _, _, ()>(&consumer.stream, &consumer.trigger.group, "0")
         .await
     {
         Err(err) if err.code() == Some("BUSYGROUP") => Ok(()),
@@ -87,14 +140,14 @@ async fn round(
     app: &Arc<App>,
     broker: &RedisBroker,
     connection: &mut ConnectionManager,
-    workflow: &str,
-    trigger: &StreamTrigger,
+    consumer: &Arc<Consumer>,
 ) -> redis::RedisResult<()> {
+    let trigger = &consumer.trigger;
     // Entries taken while no worker can run them would only fail and wait for a
     // reclaim: leave them in the stream until a replica is ready.
     if app
         .registry
-        .get(workflow)
+        .get(&consumer.workflow)
         .is_none_or(|deployment| deployment.replicas.is_empty())
     {
         tokio::time::sleep(BLOCK).await;
@@ -102,7 +155,7 @@ async fn round(
     }
     let claimed: StreamAutoClaimReply = connection
         .xautoclaim_options(
-            &trigger.stream,
+            &consumer.stream,
             &trigger.group,
             &broker.consumer,
             trigger.reclaim_idle_ms,
@@ -117,7 +170,7 @@ async fn round(
             .count(trigger.batch as usize)
             .block(BLOCK.as_millis() as usize);
         let reply: Option<StreamReadReply> = connection
-            .xread_options(&[&trigger.stream], &[">"], &options)
+            .xread_options(&[&consumer.stream], &[">"], &options)
             .await?;
         entries = reply
             .map(|reply| reply.keys.into_iter().flat_map(|key| key.ids).collect())
@@ -125,9 +178,9 @@ async fn round(
     }
     let mut tasks = JoinSet::new();
     for entry in entries {
-        let (app, connection) = (app.clone(), connection.clone());
-        let (workflow, trigger) = (workflow.to_owned(), trigger.clone());
-        tasks.spawn(async move { process(&app, connection, &workflow, &trigger, entry).await });
+        let (app, broker) = (app.clone(), broker.clone());
+        let (connection, consumer) = (connection.clone(), consumer.clone());
+        tasks.spawn(async move { process(&app, &broker, connection, &consumer, entry).await });
     }
     let mut first_error = None;
     let mut unavailable = false;
@@ -136,13 +189,14 @@ async fn round(
             Ok(Err(err)) => {
                 first_error.get_or_insert(err);
             }
-            Ok(Ok(Settled::Unavailable)) => unavailable = true,
+            Ok(Ok(Settled::NotStarted)) => unavailable = true,
             _ => {}
         }
     }
     if unavailable {
-        // The worker went away: give the scheduler time to place the workflow again
-        // rather than failing entry after entry.
+        // No worker could run the entries: give the scheduler time to place the
+        // workflow again, or the worker time to free slots, rather than failing entry
+        // after entry.
         tokio::time::sleep(BLOCK).await;
     }
     first_error.map_or(Ok(()), Err)
@@ -154,21 +208,23 @@ enum Settled {
     Done,
     /// Left pending: the run failed; it is tried again once reclaimed.
     Pending,
-    /// Left pending because no worker could take it (no step ran).
-    Unavailable,
+    /// Left pending, its delivery not counted: the run never started.
+    NotStarted,
 }
 
-/// Runs the workflow on one entry and settles it: acknowledge on success, leave it
-/// pending for a retry, or dead-letter it after too many deliveries.
+/// Runs the workflow on one entry and settles it: acknowledge on success, put it back
+/// uncounted if the run never started, leave it pending for a retry, or dead-letter it
+/// after too many deliveries.
 async fn process(
     app: &Arc<App>,
+    broker: &RedisBroker,
     mut connection: ConnectionManager,
-    workflow: &str,
-    trigger: &StreamTrigger,
+    consumer: &Consumer,
     entry: StreamId,
 ) -> redis::RedisResult<Settled> {
+    let (workflow, trigger) = (consumer.workflow.as_str(), &consumer.trigger);
     let pending: StreamPendingCountReply = connection
-        .xpending_count(&trigger.stream, &trigger.group, &entry.id, &entry.id, 1)
+        .xpending_count(&consumer.stream, &trigger.group, &entry.id, &entry.id, 1)
         .await?;
     let delivery_count = pending
         .ids
@@ -176,11 +232,14 @@ async fn process(
         .map_or(1, |pending| pending.times_delivered.max(1) as u32);
     let payload: Option<Vec<u8>> = entry.get("payload");
     let result = match payload.clone() {
-        None => Err(EventFailure {
-            kind: "bad_message".to_owned(),
-            status: 400,
-            message: "the entry has no `payload` field".to_owned(),
-            function: None,
+        None => Err(MessageFailure {
+            failure: EventFailure {
+                kind: "bad_message".to_owned(),
+                status: 400,
+                message: "the entry has no `payload` field".to_owned(),
+                function: None,
+            },
+            not_started: false,
         }),
         Some(payload) => {
             let message = TriggerMessage {
@@ -191,53 +250,96 @@ async fn process(
             run_message(app, workflow, payload, message).await
         }
     };
-    match result {
+    let error = match result {
         Ok(()) => {
             let _: i64 = connection
-                .xack(&trigger.stream, &trigger.group, &[&entry.id])
+                .xack(&consumer.stream, &trigger.group, &[&entry.id])
                 .await?;
-            Ok(Settled::Done)
+            return Ok(Settled::Done);
         }
-        Err(error) if error.is_unavailable() => {
+        Err(MessageFailure {
+            failure,
+            not_started: true,
+        }) => {
             tracing::info!(
                 workflow,
-                stream = trigger.stream,
+                stream = consumer.stream,
                 id = entry.id,
-                "no worker took the entry; it stays pending: {error}"
+                "the run never started; the entry stays pending, uncounted: {failure}"
             );
-            Ok(Settled::Unavailable)
+            uncount(&mut connection, broker, consumer, &entry.id, delivery_count).await?;
+            return Ok(Settled::NotStarted);
         }
-        Err(error) if delivery_count >= trigger.max_deliveries || payload.is_none() => {
-            tracing::warn!(
-                workflow,
-                stream = trigger.stream,
-                id = entry.id,
-                delivery_count,
-                "dead-lettering to `{}`: {error}",
-                trigger.dead_letter
-            );
-            let fields: [(&str, Vec<u8>); 5] = [
-                ("payload", payload.unwrap_or_default()),
-                ("error", error.message.into_bytes()),
-                ("source_id", entry.id.clone().into_bytes()),
-                ("deliveries", delivery_count.to_string().into_bytes()),
-                ("workflow", workflow.as_bytes().to_vec()),
-            ];
-            let _: String = connection.xadd(&trigger.dead_letter, "*", &fields).await?;
-            let _: i64 = connection
-                .xack(&trigger.stream, &trigger.group, &[&entry.id])
-                .await?;
-            Ok(Settled::Done)
-        }
-        Err(error) => {
-            tracing::info!(
-                workflow,
-                stream = trigger.stream,
-                id = entry.id,
-                delivery_count,
-                "run failed; the entry stays pending for a retry: {error}"
-            );
-            Ok(Settled::Pending)
-        }
+        Err(MessageFailure { failure, .. }) => failure,
+    };
+    if delivery_count < trigger.max_deliveries && payload.is_some() {
+        tracing::info!(
+            workflow,
+            stream = consumer.stream,
+            id = entry.id,
+            delivery_count,
+            "run failed; the entry stays pending for a retry: {error}"
+        );
+        return Ok(Settled::Pending);
     }
+    tracing::warn!(
+        workflow,
+        stream = consumer.stream,
+        id = entry.id,
+        delivery_count,
+        "dead-lettering to `{}`: {error}",
+        consumer.dead_letter
+    );
+    let deliveries = delivery_count.to_string();
+    let payload = payload.unwrap_or_default();
+    let fields: [(&str, &[u8]); 5] = [
+        ("payload", &payload),
+        ("error", error.message.as_bytes()),
+        ("source_id", entry.id.as_bytes()),
+        ("deliveries", deliveries.as_bytes()),
+        ("workflow", workflow.as_bytes()),
+    ];
+    broker
+        .append_trimmed(
+            &mut connection,
+            &consumer.tenant,
+            &consumer.dead_letter,
+            &fields,
+        )
+        .await?;
+    let _: i64 = connection
+        .xack(&consumer.stream, &trigger.group, &[&entry.id])
+        .await?;
+    Ok(Settled::Done)
+}
+
+/// Takes back the delivery that reading entry `id` counted, and makes the entry
+/// claimable again after [`NOT_STARTED_RETRY`] (its idle time is set to that much less
+/// than `reclaim_idle_ms`).
+async fn uncount(
+    connection: &mut ConnectionManager,
+    broker: &RedisBroker,
+    consumer: &Consumer,
+    id: &str,
+    delivery_count: u32,
+) -> redis::RedisResult<()> {
+    let idle = consumer
+        .trigger
+        .reclaim_idle()
+        .saturating_sub(NOT_STARTED_RETRY);
+    let options = StreamClaimOptions::default()
+        .idle(idle.as_millis() as usize)
+        .retry(delivery_count.saturating_sub(1) as usize)
+        .with_justid();
+    let _: redis::Value = connection
+        .xclaim_options(
+            &consumer.stream,
+            &consumer.trigger.group,
+            &broker.consumer,
+            0,
+            &[id],
+            options,
+        )
+        .await?;
+    Ok(())
 }

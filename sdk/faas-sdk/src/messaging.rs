@@ -1,5 +1,8 @@
 //! Outbound messages: publish to a channel or append to a stream through the
 //! platform's broker (Redis), so workflows can chain through it.
+//!
+//! Names are the tenant's own: channel `orders` of tenant `shop` is the Redis key
+//! `t:shop:orders`, the one its workflows' triggers read and outside producers write.
 
 use crate::bindings::faas::platform::messaging as wit;
 

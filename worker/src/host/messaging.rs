@@ -1,23 +1,48 @@
 //! `faas:platform/messaging`: outbound publish and append through the platform's
-//! [`crate::messaging::Publisher`], if it has one.
+//! [`crate::messaging::Publisher`], if it has one, always in the event's tenant's
+//! namespace.
 
 use super::platform::messaging::Host;
+use crate::messaging::{PublishError, Publisher};
 use crate::state::InstanceState;
 
 /// Largest message a function may send.
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
-fn check(payload: &[u8]) -> Result<(), String> {
+/// How much of a refused name is quoted back to the guest.
+const QUOTED_NAME_BYTES: usize = 300;
+
+/// Refuses what no broker should see: an invalid name or an oversized payload.
+fn check(name: &str, payload: &[u8]) -> Result<(), PublishError> {
+    if !faas_workflow::is_valid_redis_name(name) {
+        let mut end = name.len().min(QUOTED_NAME_BYTES);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        return Err(PublishError::InvalidName {
+            name: name[..end].to_owned(),
+        });
+    }
     if payload.len() > MAX_MESSAGE_BYTES {
-        return Err(format!(
-            "message of {} bytes exceeds the limit of {MAX_MESSAGE_BYTES}",
-            payload.len()
-        ));
+        return Err(PublishError::TooLarge {
+            len: payload.len(),
+            limit: MAX_MESSAGE_BYTES,
+        });
     }
     Ok(())
 }
 
-const NO_BROKER: &str = "no message broker is configured (run the platform with --redis)";
+impl InstanceState {
+    /// The publisher to send `payload` to `name` through, once both are acceptable.
+    fn publisher_for(
+        &self,
+        name: &str,
+        payload: &[u8],
+    ) -> Result<std::sync::Arc<dyn Publisher>, PublishError> {
+        check(name, payload)?;
+        self.event.publisher.clone().ok_or(PublishError::NoBroker)
+    }
+}
 
 impl Host for InstanceState {
     async fn publish(
@@ -25,13 +50,15 @@ impl Host for InstanceState {
         channel: String,
         payload: Vec<u8>,
     ) -> wasmtime::Result<Result<(), String>> {
-        if let Err(message) = check(&payload) {
-            return Ok(Err(message));
-        }
-        Ok(match &self.event.publisher {
-            Some(publisher) => publisher.publish(&channel, &payload).await,
-            None => Err(NO_BROKER.to_owned()),
-        })
+        let result = match self.publisher_for(&channel, &payload) {
+            Ok(publisher) => {
+                publisher
+                    .publish(&self.event.tenant, &channel, &payload)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        Ok(result.map_err(|err| err.to_string()))
     }
 
     async fn append(
@@ -39,12 +66,40 @@ impl Host for InstanceState {
         stream: String,
         payload: Vec<u8>,
     ) -> wasmtime::Result<Result<String, String>> {
-        if let Err(message) = check(&payload) {
-            return Ok(Err(message));
+        let result = match self.publisher_for(&stream, &payload) {
+            Ok(publisher) => {
+                publisher
+                    .append(&self.event.tenant, &stream, &payload)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        Ok(result.map_err(|err| err.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_sizes_are_checked_before_the_broker_sees_them() {
+        assert!(check("orders", b"x").is_ok());
+        // A platform key is a valid name: the publisher places it in the tenant's
+        // namespace, where it is harmless.
+        assert!(check("faas:lock:shop", b"x").is_ok());
+        let refused = check("two words", b"x").unwrap_err().to_string();
+        assert!(refused.contains("`two words` is not a valid"), "{refused}");
+        let long = "é".repeat(1000);
+        let refused = check(&long, b"x").unwrap_err();
+        match &refused {
+            PublishError::InvalidName { name } => assert!(name.len() <= QUOTED_NAME_BYTES),
+            other => panic!("{other}"),
         }
-        Ok(match &self.event.publisher {
-            Some(publisher) => publisher.append(&stream, &payload).await,
-            None => Err(NO_BROKER.to_owned()),
-        })
+        let refused = check("orders", &vec![0; MAX_MESSAGE_BYTES + 1]).unwrap_err();
+        assert!(
+            matches!(refused, PublishError::TooLarge { .. }),
+            "{refused}"
+        );
     }
 }

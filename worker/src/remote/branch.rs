@@ -27,6 +27,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Another worker holding a replica of the same workflow.
 #[derive(Clone)]
@@ -37,6 +38,8 @@ pub(crate) struct Peer {
     pub link: PeerLink,
     /// The cluster token.
     pub token: Arc<str>,
+    /// The workflow revision the caller runs, which the peer runs the branch with.
+    pub revision: Option<u64>,
 }
 
 /// How a peer is reached, decided from placement.
@@ -72,9 +75,9 @@ pub(crate) struct BranchCall {
     /// Which branch, of how many.
     pub branch: u32,
     pub branches: u32,
-    /// The cluster token (socket calls; HTTP calls carry it in a header).
+    /// The revision the caller runs (the peer may hold it staged beside the live one).
     #[serde(default)]
-    pub token: String,
+    pub revision: Option<u64>,
 }
 
 /// A branch call's head: the call and its inputs' entries.
@@ -106,15 +109,19 @@ pub(crate) async fn run_on_peer(
     inputs: Vec<Region>,
     owner: RegionOwner,
 ) -> Result<BranchReply, EventFailure> {
+    call.revision = peer.revision;
     let unavailable = |err: &dyn std::fmt::Display| {
         EventFailure::unavailable(format!("worker `{}`: {err}", peer.id))
     };
     match &peer.link {
         PeerLink::Socket(path) => {
-            call.token = peer.token.to_string();
             let path = path.clone();
+            let token = peer.token.clone();
             tokio::task::spawn_blocking(move || {
                 let mut stream = UnixStream::connect(&path)?;
+                // The credential goes alone, first: the peer reads it before anything
+                // sizable, and the descriptors stay with the frame that names them.
+                stream.write_all(&token_frame(&token)?)?;
                 let packed = carry(&inputs, true).map_err(std::io::Error::other)?;
                 let head = CallHead {
                     call,
@@ -122,7 +129,8 @@ pub(crate) async fn run_on_peer(
                 };
                 send_frame(&stream, &frame(&head, &packed.inline), &packed.fds)?;
                 drop(inputs);
-                let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream)?;
+                // The branch takes as long as its steps do: their deadlines bound it.
+                let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream, None)?;
                 decode_reply(reply, fds, &inline, &owner)
             })
             .await
@@ -223,13 +231,57 @@ pub(crate) fn send_frame(
     stream.write_all(&frame[sent..])
 }
 
+/// Largest token a socket call may present; a longer one is refused unread.
+pub const MAX_CLUSTER_TOKEN_BYTES: usize = 256;
+/// Largest JSON head of a frame on the socket (it names regions, not their bytes).
+const MAX_HEAD_BYTES: usize = 1 << 20;
+/// Most bytes a frame on the socket may carry inline (regions not passed as
+/// descriptors).
+const MAX_INLINE_BYTES: usize = 1 << 30;
+
+/// `[u16 length][token]`: the first thing on a socket connection.
+pub(crate) fn token_frame(token: &str) -> std::io::Result<Vec<u8>> {
+    let len = u16::try_from(token.len())
+        .ok()
+        .filter(|len| usize::from(*len) <= MAX_CLUSTER_TOKEN_BYTES)
+        .ok_or_else(|| std::io::Error::other("the cluster token is too long"))?;
+    let mut frame = len.to_be_bytes().to_vec();
+    frame.extend_from_slice(token.as_bytes());
+    Ok(frame)
+}
+
+/// Reads a [`token_frame`]; a length above [`MAX_CLUSTER_TOKEN_BYTES`] is refused
+/// before anything more is read.
+pub(crate) async fn read_token(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).await?;
+    let len = usize::from(u16::from_be_bytes(len));
+    if len > MAX_CLUSTER_TOKEN_BYTES {
+        return Err(std::io::Error::other(format!(
+            "a token of {len} bytes (at most {MAX_CLUSTER_TOKEN_BYTES})"
+        )));
+    }
+    let mut token = vec![0u8; len];
+    stream.read_exact(&mut token).await?;
+    Ok(token)
+}
+
 /// Receives a frame: its head, its inline bytes and the descriptors that came with it.
+/// Every size is bounded; with a `deadline`, the whole frame must arrive by then.
 pub(crate) fn recv_frame<H: DeserializeOwned + InlineLen>(
     stream: &mut UnixStream,
+    deadline: Option<Instant>,
 ) -> std::io::Result<(H, Vec<u8>, Vec<OwnedFd>)> {
+    let too_big = |what: &str, len: usize, max: usize| {
+        std::io::Error::other(format!("a frame {what} of {len} bytes (at most {max})"))
+    };
     let mut first = vec![0u8; 64 << 10];
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
+    set_timeout(stream, deadline)?;
     let received = rustix::net::recvmsg(
         &*stream,
         &mut [IoSliceMut::new(&mut first)],
@@ -242,26 +294,61 @@ pub(crate) fn recv_frame<H: DeserializeOwned + InlineLen>(
             fds.extend(received);
         }
     }
-    first.truncate(received.bytes);
-    while first.len() < 4 {
-        read_more(stream, &mut first, 4)?;
+    if received.flags.contains(rustix::net::ReturnFlags::CTRUNC) || fds.len() > MAX_FDS {
+        return Err(std::io::Error::other(format!(
+            "more than {MAX_FDS} descriptors in one frame"
+        )));
     }
+    first.truncate(received.bytes);
+    read_more(stream, &mut first, 4, deadline)?;
     let head_len = u32::from_be_bytes(first[..4].try_into().expect("4 bytes")) as usize;
-    read_more(stream, &mut first, 4 + head_len)?;
+    if head_len > MAX_HEAD_BYTES {
+        return Err(too_big("head", head_len, MAX_HEAD_BYTES));
+    }
+    read_more(stream, &mut first, 4 + head_len, deadline)?;
     let head: H = serde_json::from_slice(&first[4..4 + head_len])
         .map_err(|err| std::io::Error::other(format!("malformed frame head: {err}")))?;
-    let total = 4 + head_len + head.inline_len();
-    read_more(stream, &mut first, total)?;
+    let inline_len = head.inline_len();
+    if inline_len > MAX_INLINE_BYTES {
+        return Err(too_big("body", inline_len, MAX_INLINE_BYTES));
+    }
+    read_more(stream, &mut first, 4 + head_len + inline_len, deadline)?;
     let inline = first.split_off(4 + head_len);
     Ok((head, inline, fds))
 }
 
-/// Reads until `buffer` holds at least `len` bytes.
-fn read_more(stream: &mut UnixStream, buffer: &mut Vec<u8>, len: usize) -> std::io::Result<()> {
-    if buffer.len() < len {
-        let start = buffer.len();
-        buffer.resize(len, 0);
-        stream.read_exact(&mut buffer[start..])?;
+/// Makes the next blocking read wait no later than `deadline`.
+fn set_timeout(stream: &UnixStream, deadline: Option<Instant>) -> std::io::Result<()> {
+    let Some(deadline) = deadline else {
+        return Ok(());
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(std::io::ErrorKind::TimedOut.into());
+    }
+    stream.set_read_timeout(Some(left))
+}
+
+/// Reads until `buffer` holds at least `len` bytes, by `deadline` if given.
+fn read_more(
+    stream: &mut UnixStream,
+    buffer: &mut Vec<u8>,
+    len: usize,
+    deadline: Option<Instant>,
+) -> std::io::Result<()> {
+    let mut filled = buffer.len();
+    if filled >= len {
+        return Ok(());
+    }
+    buffer.resize(len, 0);
+    while filled < len {
+        set_timeout(stream, deadline)?;
+        match stream.read(&mut buffer[filled..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(read) => filled += read,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
     }
     Ok(())
 }
@@ -275,5 +362,77 @@ impl InlineLen for CallHead {
 impl InlineLen for ReplyHead {
     fn inline_len(&self) -> usize {
         inline_len(&self.outputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn deadline() -> Option<Instant> {
+        Some(Instant::now() + Duration::from_secs(5))
+    }
+
+    #[test]
+    fn a_head_length_above_the_bound_is_refused_before_it_is_read() {
+        let (mut peer, mut worker) = UnixStream::pair().unwrap();
+        peer.write_all(&u32::MAX.to_be_bytes()).unwrap();
+        let err = recv_frame::<CallHead>(&mut worker, deadline())
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("head of 4294967295 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn inline_bytes_above_the_bound_are_refused_before_they_are_read() {
+        let (mut peer, mut worker) = UnixStream::pair().unwrap();
+        let head = serde_json::json!({
+            "call": {"workflow": "w", "run_id": "r", "message": null, "segment": [],
+                     "branch": 0, "branches": 1},
+            "inputs": [{"schema_type": "Blob", "len": 1u64 << 40, "fd": false}],
+        });
+        peer.write_all(&frame(&head, &[])).unwrap();
+        let err = recv_frame::<CallHead>(&mut worker, deadline())
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("body of 1099511627776 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_frame_that_does_not_arrive_by_the_deadline_fails_then() {
+        let (mut peer, mut worker) = UnixStream::pair().unwrap();
+        // A head of 100 bytes is announced and never sent.
+        peer.write_all(&100u32.to_be_bytes()).unwrap();
+        let start = Instant::now();
+        let deadline = Some(start + Duration::from_millis(200));
+        assert!(recv_frame::<CallHead>(&mut worker, deadline).is_err());
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_token_is_read_back_and_an_oversized_one_is_refused_unread() {
+        let (mut peer, mut worker) = tokio::io::duplex(1024);
+        let sent = token_frame("s3cret").unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut peer, &sent)
+            .await
+            .unwrap();
+        assert_eq!(read_token(&mut worker).await.unwrap(), b"s3cret");
+        tokio::io::AsyncWriteExt::write_all(&mut peer, &[0xff, 0xff, 1, 2, 3])
+            .await
+            .unwrap();
+        let err = read_token(&mut worker).await.err().unwrap();
+        assert!(err.to_string().contains("65535 bytes"), "{err}");
+        assert!(token_frame(&"x".repeat(MAX_CLUSTER_TOKEN_BYTES + 1)).is_err());
     }
 }

@@ -11,9 +11,12 @@ use http::{HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+/// How long the gateway keeps an unused connection to a worker.
+const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Clients of worker processes, one per worker id and address, so that connections
 /// are reused across events.
@@ -48,6 +51,8 @@ pub struct RemoteWorker {
     id: Arc<str>,
     base: Arc<str>,
     token: HeaderValue,
+    /// The workflow revision its events name, if any (see [`RemoteWorker::at_revision`]).
+    revision: Option<HeaderValue>,
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -63,8 +68,12 @@ impl RemoteWorker {
             id: id.into(),
             base: format!("http://{addr}").into(),
             token: HeaderValue::from_str(token).expect("the cluster token is a valid header"),
+            revision: None,
             client: Client::builder(TokioExecutor::new())
                 .http2_only(true)
+                // Before the worker's own idle timeout (60 s by default) closes it.
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                .pool_timer(TokioTimer::new())
                 .build(connector),
         }
     }
@@ -72,6 +81,15 @@ impl RemoteWorker {
     /// The worker's id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// This client (sharing its connection) for events of workflow revision
+    /// `revision`: a worker that holds that revision staged serves them with it.
+    pub fn at_revision(&self, revision: u64) -> Arc<Self> {
+        Arc::new(Self {
+            revision: Some(HeaderValue::from(revision)),
+            ..self.clone()
+        })
     }
 
     /// Calls HTTP function `function` of `workflow` with `request`; the function's
@@ -183,6 +201,11 @@ impl RemoteWorker {
     fn prepare(&self, headers: &mut http::HeaderMap, workflow: &str) -> Result<(), EventFailure> {
         headers.insert(wire::WORKFLOW, header_value(workflow)?);
         headers.insert(wire::TOKEN, self.token.clone());
+        // Only the gateway names a revision, never the request it forwards.
+        match &self.revision {
+            Some(revision) => headers.insert(wire::REVISION, revision.clone()),
+            None => headers.remove(wire::REVISION),
+        };
         Ok(())
     }
 

@@ -22,6 +22,7 @@ mod serve;
 mod socket;
 mod wire;
 
+pub use branch::MAX_CLUSTER_TOKEN_BYTES;
 pub use client::{RemoteWorker, RemoteWorkers};
 pub use node::{Node, NodeConfig, NodeListeners, RunningNode};
 pub use wire::EventFailure;

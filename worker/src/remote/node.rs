@@ -4,6 +4,12 @@
 //! every `sync_interval` loads the revision of each workflow the scheduler placed on
 //! it (reporting success or the load error) and drops the workflows no longer placed
 //! there, compiled code included.
+//!
+//! A staged revision (a deploy in progress) is loaded beside the live one and reported
+//! apart; it serves only the events that name its revision (the gateway that deployed
+//! it, once it switched the live record), and becomes the live one when the live record
+//! names it. Until then the live revision serves everything else, so a deploy whose
+//! gateway died changes nothing.
 
 use super::branch::{BranchReply, CallHead, Peer, PeerLink, call_inputs};
 use super::client::RemoteWorkers;
@@ -20,6 +26,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+
+/// Loaded revisions by workflow name.
+type Slots = RwLock<HashMap<String, (u64, Arc<LoadedWorkflow>)>>;
 
 /// How a worker takes part in the cluster.
 #[derive(Debug, Clone)]
@@ -41,6 +50,10 @@ pub struct NodeConfig {
     pub host_id: String,
     /// Where its Unix socket for descriptor passing is bound, if anywhere.
     pub socket: Option<std::path::PathBuf>,
+    /// How long an internal API connection may carry no request before it is closed.
+    pub idle_timeout: Duration,
+    /// Most internal API connections one client address may hold open.
+    pub max_connections_per_client: usize,
 }
 
 /// Where a node listens.
@@ -57,7 +70,9 @@ pub struct Node {
     cluster: Cluster,
     config: NodeConfig,
     /// The workflows it serves now, each with the revision loaded.
-    loaded: RwLock<HashMap<String, (u64, Arc<LoadedWorkflow>)>>,
+    loaded: Slots,
+    /// Staged revisions loaded, waiting for their deploy to make them live.
+    staged: Slots,
     /// The revision whose load failed last, and why, so a bad deploy is reported and
     /// not retried.
     failed: RwLock<HashMap<String, (u64, String)>>,
@@ -107,6 +122,7 @@ impl Node {
             cluster,
             config,
             loaded: RwLock::default(),
+            staged: RwLock::default(),
             failed: RwLock::default(),
             peers: RwLock::default(),
             draining: AtomicBool::new(false),
@@ -230,13 +246,27 @@ impl Node {
         &self.config.token
     }
 
+    pub(super) fn idle_timeout(&self) -> Duration {
+        self.config.idle_timeout
+    }
+
+    pub(super) fn max_connections_per_client(&self) -> usize {
+        self.config.max_connections_per_client
+    }
+
     pub(super) fn worker(&self) -> &Arc<Worker> {
         &self.worker
     }
 
-    /// How many workflows it holds.
+    /// How many workflows it holds a revision of, live or staged.
     pub(super) fn workflows_loaded(&self) -> usize {
-        self.loaded.read().unwrap_or_else(|p| p.into_inner()).len()
+        let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
+        let staged = self.staged.read().unwrap_or_else(|p| p.into_inner());
+        loaded.len()
+            + staged
+                .keys()
+                .filter(|name| !loaded.contains_key(*name))
+                .count()
     }
 
     /// Whether it is draining.
@@ -245,9 +275,19 @@ impl Node {
     }
 
     /// The other workers that run some of workflow `name`'s fan-out branches.
-    pub(super) fn peers(&self, name: &str) -> Arc<[Peer]> {
+    /// Its branches run there at `revision`, the revision the caller runs.
+    pub(super) fn peers(&self, name: &str, revision: u64) -> Arc<[Peer]> {
         let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
-        peers.get(name).cloned().unwrap_or_else(|| Arc::from([]))
+        let Some(peers) = peers.get(name) else {
+            return Arc::from([]);
+        };
+        peers
+            .iter()
+            .map(|peer| Peer {
+                revision: Some(revision),
+                ..peer.clone()
+            })
+            .collect()
     }
 
     /// Runs the branch a peer asked for (`head`, with the descriptors and inline bytes
@@ -258,7 +298,7 @@ impl Node {
         fds: Vec<OwnedFd>,
         inline: &[u8],
     ) -> BranchReply {
-        let Some(workflow) = self.loaded(&head.call.workflow) else {
+        let Some((_, workflow)) = self.serving(&head.call.workflow, head.call.revision) else {
             let message = format!(
                 "workflow `{}` is not loaded on worker `{}`",
                 head.call.workflow, self.config.id
@@ -277,10 +317,25 @@ impl Node {
         (steps, result.map_err(|err| EventFailure::from(&err)))
     }
 
-    /// The version of workflow `name` this worker serves, if any.
-    pub(super) fn loaded(&self, name: &str) -> Option<Arc<LoadedWorkflow>> {
-        let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
-        loaded.get(name).map(|(_, workflow)| workflow.clone())
+    /// The version of workflow `name` that serves an event: its staged revision when
+    /// the event names that `revision`, else the live one, else (a workflow deployed
+    /// for the first time, whose worker has not seen it go live yet) the staged one.
+    /// Returns the revision with it.
+    pub(super) fn serving(
+        &self,
+        name: &str,
+        revision: Option<u64>,
+    ) -> Option<(u64, Arc<LoadedWorkflow>)> {
+        let latest = |slots: &Slots| {
+            let slots = slots.read().unwrap_or_else(|p| p.into_inner());
+            slots.get(name).cloned()
+        };
+        revision
+            .and_then(|revision| {
+                slot(&self.staged, name, revision).map(|loaded| (revision, loaded))
+            })
+            .or_else(|| latest(&self.loaded))
+            .or_else(|| latest(&self.staged))
     }
 
     async fn heartbeat(self: Arc<Self>) {
@@ -315,16 +370,48 @@ impl Node {
         }
         let placements = self.cluster.placements().await?;
         let deployments = self.cluster.deployments().await?;
+        let staged = self.cluster.staged_deployments().await?;
         let reported = self.cluster.load_statuses(&self.config.id).await?;
+        let reported_staged = self.cluster.staged_load_statuses(&self.config.id).await?;
         let workers = self.cluster.workers().await?.live;
+        let placed_here = |name: &String| {
+            placements
+                .get(name)
+                .is_some_and(|placement| placement.workers.contains(&self.config.id))
+        };
         let mine: BTreeMap<&String, &DeploymentRecord> = deployments
             .iter()
-            .filter(|(name, _)| {
-                placements
-                    .get(*name)
-                    .is_some_and(|placement| placement.workers.contains(&self.config.id))
+            .filter(|(name, _)| placed_here(name))
+            .collect();
+        // Staged revisions newer than the live one: older ones are leftovers.
+        let mine_staged: BTreeMap<&String, &DeploymentRecord> = staged
+            .iter()
+            .filter(|(name, record)| {
+                placed_here(name)
+                    && mine
+                        .get(name)
+                        .is_none_or(|live| live.revision < record.revision)
             })
             .collect();
+        self.staged
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|name, (revision, _)| {
+                mine_staged
+                    .get(name)
+                    .is_some_and(|record| record.revision == *revision)
+                    || mine
+                        .get(name)
+                        .is_some_and(|live| live.revision == *revision)
+            });
+        for name in reported_staged
+            .keys()
+            .filter(|name| !mine_staged.contains_key(name))
+        {
+            self.cluster
+                .report_staged_load(&self.config.id, name, None)
+                .await?;
+        }
         let dropped: Vec<String> = {
             let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
             loaded
@@ -346,7 +433,8 @@ impl Node {
                 .await?;
         }
         let mut peers = HashMap::new();
-        for (name, record) in &mine {
+        // A workflow's staged revision spreads its branches as the live one would.
+        for (name, record) in mine.iter().chain(&mine_staged) {
             if record.workflow.settings.spread_branches
                 && let Some(placement) = placements.get(*name)
             {
@@ -358,10 +446,18 @@ impl Node {
         }
         *self.peers.write().unwrap_or_else(|p| p.into_inner()) = peers;
         for (name, record) in mine {
-            let status = self.load(record).await;
+            let status = self.load(record, false).await;
             if reported.get(name) != Some(&status) {
                 self.cluster
                     .report_load(&self.config.id, name, Some(&status))
+                    .await?;
+            }
+        }
+        for (name, record) in mine_staged {
+            let status = self.load(record, true).await;
+            if reported_staged.get(name) != Some(&status) {
+                self.cluster
+                    .report_staged_load(&self.config.id, name, Some(&status))
                     .await?;
             }
         }
@@ -385,24 +481,37 @@ impl Node {
                     id: info.id.clone(),
                     link,
                     token: token.clone(),
+                    revision: None,
                 }
             })
             .collect()
     }
 
-    /// Loads `record`'s revision unless it is loaded or failed already, and says how
-    /// it stands.
-    async fn load(&self, record: &DeploymentRecord) -> LoadStatus {
+    /// Loads `record`'s revision (into the staged slots when `staged`) unless it is
+    /// loaded or failed already, and says how it stands. A live revision that was
+    /// loaded staged moves over without loading again.
+    async fn load(&self, record: &DeploymentRecord, staged: bool) -> LoadStatus {
         let name = &record.workflow.name;
         let revision = record.revision;
-        if let Some((loaded, workflow)) = self
-            .loaded
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .filter(|(loaded, _)| *loaded == revision)
-        {
-            return ready(*loaded, workflow);
+        let slots = if staged { &self.staged } else { &self.loaded };
+        if let Some(workflow) = slot(slots, name, revision) {
+            return ready(revision, &workflow);
+        }
+        let promoted = (!staged)
+            .then(|| {
+                let mut slots = self.staged.write().unwrap_or_else(|p| p.into_inner());
+                let held = slots.get(name).is_some_and(|(held, _)| *held == revision);
+                held.then(|| slots.remove(name)).flatten()
+            })
+            .flatten();
+        if let Some((_, workflow)) = promoted {
+            tracing::info!(workflow = name, revision, "staged revision now live");
+            let status = ready(revision, &workflow);
+            self.loaded
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.clone(), (revision, workflow));
+            return status;
         }
         let failed = self
             .failed
@@ -418,9 +527,9 @@ impl Node {
         };
         match result {
             Ok(workflow) => {
-                tracing::info!(workflow = name, revision, "loaded");
+                tracing::info!(workflow = name, revision, staged, "loaded");
                 let status = ready(revision, &workflow);
-                self.loaded
+                slots
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(name.clone(), (revision, Arc::new(workflow)));
@@ -458,6 +567,15 @@ impl Node {
             .await
             .map_err(|err| err.to_string())
     }
+}
+
+/// What `slots` hold for workflow `name` at `revision`.
+fn slot(slots: &Slots, name: &str, revision: u64) -> Option<Arc<LoadedWorkflow>> {
+    let slots = slots.read().unwrap_or_else(|p| p.into_inner());
+    slots
+        .get(name)
+        .filter(|(loaded, _)| *loaded == revision)
+        .map(|(_, workflow)| workflow.clone())
 }
 
 fn ready(revision: u64, workflow: &LoadedWorkflow) -> LoadStatus {

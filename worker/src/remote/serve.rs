@@ -5,6 +5,10 @@
 //! and `x-faas-call: branch` runs one fan-out branch for another worker (`branch.rs`).
 //! Platform failures come back with the `x-faas-failure` header and an
 //! [`EventFailure`] body, so the gateway tells them from a function's own response.
+//!
+//! A client address holds at most `max_connections_per_client` connections (more are
+//! closed as soon as they are accepted), and a connection that carried no request for
+//! `idle_timeout` is closed (HTTP/2 GOAWAY; the gateway's pool then reconnects).
 
 use super::branch::{CallHead, reply_frame};
 use super::node::Node;
@@ -18,34 +22,198 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 /// Serves the internal API on `listener` until the task is dropped.
 pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
+    let clients = Arc::new(Clients::default());
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(err) => {
                 tracing::warn!("accepting an internal connection: {err}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
+        let Some(slot) = clients.admit(peer.ip(), node.max_connections_per_client()) else {
+            tracing::warn!(client = %peer.ip(), "too many internal connections; refused one");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let node = node.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |request| {
-                let node = node.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&node, request).await) }
-            });
-            let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(err) = connection.await {
-                tracing::debug!("internal connection ended: {err}");
+        tokio::spawn(serve_connection(stream, node.clone(), slot));
+    }
+}
+
+/// Serves one connection until the client closes it or it stays idle too long.
+async fn serve_connection(stream: TcpStream, node: Arc<Node>, _slot: ClientSlot) {
+    let idle_timeout = node.idle_timeout();
+    let activity = Arc::new(Activity::new());
+    let service = {
+        let activity = activity.clone();
+        service_fn(move |request| {
+            let (node, busy) = (node.clone(), Busy::new(&activity));
+            async move {
+                let response = handle(&node, request).await;
+                // Busy until the response body is sent to its end (or dropped).
+                let response = response.map(|body| {
+                    Tracked {
+                        inner: body,
+                        _busy: busy,
+                    }
+                    .boxed_unsync()
+                });
+                Ok::<_, std::convert::Infallible>(response)
             }
-        });
+        })
+    };
+    let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let mut closing_since: Option<Instant> = None;
+    loop {
+        let wake = match closing_since {
+            Some(since) => since + CLOSE_GRACE,
+            None => activity.idle_since().unwrap_or_else(Instant::now) + idle_timeout,
+        };
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(err) = result {
+                    tracing::debug!("internal connection ended: {err}");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(wake.into()) => {
+                let idle = activity.idle_since();
+                if closing_since.is_some() {
+                    if idle.is_some() {
+                        // A client that ignores GOAWAY (or never spoke HTTP/2) is cut off.
+                        tracing::debug!("dropping an idle internal connection");
+                        return;
+                    }
+                    // A request that came in meanwhile finishes first.
+                    closing_since = Some(Instant::now());
+                } else if idle.is_some_and(|since| since.elapsed() >= idle_timeout) {
+                    connection.as_mut().graceful_shutdown();
+                    closing_since = Some(Instant::now());
+                }
+            }
+        }
+    }
+}
+
+/// How long an idle connection told to close (GOAWAY) may take to do so before it is
+/// dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Open internal connections per client address.
+#[derive(Default)]
+struct Clients(Mutex<HashMap<IpAddr, usize>>);
+
+impl Clients {
+    /// A slot for one more connection from `ip`, unless it holds `max` already.
+    fn admit(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(ip).or_default();
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot {
+            clients: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One open connection of a client address; freed when dropped.
+struct ClientSlot {
+    clients: Arc<Clients>,
+    ip: IpAddr,
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.clients.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// The requests in flight on one connection, and when the last one ended.
+struct Activity {
+    in_flight: AtomicUsize,
+    last: Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            in_flight: AtomicUsize::new(0),
+            last: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Since when the connection has carried nothing; `None` while it is busy.
+    fn idle_since(&self) -> Option<Instant> {
+        (self.in_flight.load(Ordering::SeqCst) == 0)
+            .then(|| *self.last.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Marks a request in flight until dropped.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn new(activity: &Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(activity.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its request counted as in flight.
+struct Tracked<B> {
+    inner: B,
+    _busy: Busy,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -69,7 +237,8 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
     let workflow_name = header(headers, wire::WORKFLOW)
         .unwrap_or_default()
         .to_owned();
-    let Some(workflow) = node.loaded(&workflow_name) else {
+    let revision = header(headers, wire::REVISION).and_then(|value| value.parse().ok());
+    let Some((revision, workflow)) = node.serving(&workflow_name, revision) else {
         return Err(EventFailure::unavailable(format!(
             "workflow `{workflow_name}` is not loaded on worker `{}`",
             node.id()
@@ -95,7 +264,13 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
         .to_bytes();
     match call.as_str() {
         "http" => {
-            for name in [wire::TOKEN, wire::WORKFLOW, wire::FUNCTION, wire::CALL] {
+            for name in [
+                wire::TOKEN,
+                wire::WORKFLOW,
+                wire::FUNCTION,
+                wire::CALL,
+                wire::REVISION,
+            ] {
                 parts.headers.remove(name);
             }
             let request = Request::from_parts(parts, Full::new(body));
@@ -110,7 +285,7 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
         }
         "run" => {
             let input = workflow.entry_input(&body[..]);
-            let peers = node.peers(&workflow_name);
+            let peers = node.peers(&workflow_name, revision);
             let outcome = node
                 .worker()
                 .run_with_peers(&workflow, input, message, peers)

@@ -2,15 +2,16 @@
 //! regions' memory files passed as descriptors (SCM_RIGHTS) instead of bytes.
 //!
 //! One call per connection. The socket file is readable and writable by its owner
-//! only, and every call also carries the cluster token.
+//! only, and every call opens with the cluster token: a peer that presents anything
+//! else, or is slow to, is dropped before the worker reads a byte of its call.
 
-use super::branch::{CallHead, recv_frame, reply_frame, send_frame};
+use super::branch::{CallHead, read_token, recv_frame, reply_frame, send_frame};
 use super::node::Node;
-use super::wire::EventFailure;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use tokio::net::UnixListener;
 
@@ -45,32 +46,29 @@ pub(super) async fn serve(listener: UnixListener, node: Arc<Node>) {
     }
 }
 
-async fn handle(stream: tokio::net::UnixStream, node: &Node) -> std::io::Result<()> {
+/// How long a peer may take to present its token, and then to send its call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn handle(mut stream: tokio::net::UnixStream, node: &Node) -> std::io::Result<()> {
+    let token = tokio::time::timeout(CALL_TIMEOUT, read_token(&mut stream))
+        .await
+        .map_err(|_| std::io::Error::other("no token within the call timeout"))??;
+    if !bool::from(token.ct_eq(node.token().as_bytes())) {
+        return Err(std::io::Error::other(
+            "wrong cluster token; connection dropped",
+        ));
+    }
     let stream = stream.into_std()?;
     stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(CALL_TIMEOUT))?;
+    let deadline = Instant::now() + CALL_TIMEOUT;
     let (head, inline, fds, stream) = tokio::task::spawn_blocking(move || {
         let mut stream = stream;
-        let (head, inline, fds) = recv_frame::<CallHead>(&mut stream)?;
+        let (head, inline, fds) = recv_frame::<CallHead>(&mut stream, Some(deadline))?;
         Ok::<_, std::io::Error>((head, inline, fds, stream))
     })
     .await??;
-    let authorized: bool = head
-        .call
-        .token
-        .as_bytes()
-        .ct_eq(node.token().as_bytes())
-        .into();
-    let (steps, result) = if authorized {
-        node.branch(head, fds, &inline).await
-    } else {
-        let refused = EventFailure {
-            kind: "unauthorized".to_owned(),
-            status: 401,
-            message: "missing or wrong cluster token".to_owned(),
-            function: None,
-        };
-        (Vec::new(), Err(refused))
-    };
+    let (steps, result) = node.branch(head, fds, &inline).await;
     let (frame, descriptors) = reply_frame(steps, result, true);
     tokio::task::spawn_blocking(move || {
         let borrowed: Vec<_> = descriptors.iter().map(AsFd::as_fd).collect();

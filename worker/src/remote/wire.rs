@@ -18,6 +18,9 @@ pub(crate) const WORKFLOW: &str = "x-faas-workflow";
 pub(crate) const FUNCTION: &str = "x-faas-function";
 /// The cluster token.
 pub(crate) const TOKEN: &str = "x-faas-cluster-token";
+/// The revision the gateway serves the event with: a worker that holds it staged (its
+/// deploy just switched) serves it rather than the live one it has not replaced yet.
+pub(crate) const REVISION: &str = "x-faas-revision";
 /// The trigger message of a run, as JSON.
 pub(crate) const MESSAGE: &str = "x-faas-message";
 /// Marks a response that is a platform failure (its body an [`EventFailure`]), not

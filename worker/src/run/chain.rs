@@ -261,7 +261,7 @@ async fn on_peer(
         segment: segment.to_vec(),
         branch,
         branches,
-        token: String::new(),
+        revision: None,
     };
     let (steps, outputs) = match run_on_peer(peer, call, inputs, run.owner.clone()).await {
         Ok(reply) => reply,

@@ -79,13 +79,30 @@ impl RunError {
                 cause: StepFailure::Invoke(err),
                 ..
             } if err.status() == 504 => 504,
+            _ if self.is_overloaded() => 503,
             Self::RemoteBranch { failure, .. } => failure.status,
             _ => 500,
         }
     }
 
+    /// Whether a step failed only because it could not get an instance slot in time.
+    pub fn is_overloaded(&self) -> bool {
+        matches!(
+            self,
+            Self::StepFailed {
+                cause: StepFailure::Invoke(err),
+                ..
+            } if matches!(**err, InvokeError::Overloaded { .. })
+        )
+    }
+
     /// A one-word cause for error bodies.
     pub fn kind(&self) -> &'static str {
+        if self.is_overloaded() {
+            // Said apart from other step failures: no instance of the step ran, so a
+            // stream trigger does not count the attempt as a delivery.
+            return "overloaded";
+        }
         match self {
             Self::NoSteps(_) => "no_steps",
             Self::StepFailed { .. } => "step_failed",

@@ -3,3 +3,10 @@
 //! reading its streams, channels and keys, writing the platform's own keys). Each test
 //! asserts that the attack was refused and that the victim kept being served, in
 //! embedded mode and, where the attack goes through Redis, in services mode.
+
+mod credentials;
+mod internal_api;
+mod messaging;
+mod quotas;
+mod routes;
+mod scene;

@@ -2,26 +2,42 @@
 //!
 //! Functions must not be able to tell which backend they run on, so each behaviour
 //! below is written once, as an async function taking `&KeyValueStore`, and run
-//! against a fresh in-memory store (`memory::*`) and a fresh store on a real
-//! `redis-server` (`redis::*`). Redis-only behaviour (reconnecting, connection
-//! errors, key layout) follows at the end.
+//! against a fresh in-memory store (`memory::*`), a fresh SQLite database in a
+//! temporary data dir (`sqlite::*`) and a fresh store on a real `redis-server`
+//! (`redis::*`). SQLite-only behaviour (reopening, usage kept exact) and Redis-only
+//! behaviour (reconnecting, connection errors, key layout) follow at the end.
 
+use faas_store::Database;
+use faas_store::kv::{KeyValueStore, KvError, KvQuota, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use faas_testing::RedisServer;
-use faas_worker::kv::{KeyValueStore, KvError, KvQuota, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Generates, for each named check, one test on the in-memory backend (in module
-/// `$memory`) and one on the Redis backend (in `$redis`, each with its own server, so
-/// tests can run in parallel); both stores have the quota `$quota()`.
+/// `$memory`), one on the SQLite backend (in `$sqlite`, each in its own data dir) and
+/// one on the Redis backend (in `$redis`, each with its own server, so tests can run in
+/// parallel); every store has the quota `$quota()`.
 macro_rules! on_every_backend {
-    ($memory:ident, $redis:ident, $quota:ident => $($check:ident),* $(,)?) => {
+    ($memory:ident, $sqlite:ident, $redis:ident, $quota:ident => $($check:ident),* $(,)?) => {
         mod $memory {
             $(
                 #[tokio::test]
                 async fn $check() {
-                    let store = faas_worker::KeyValueStore::memory().with_quota(super::$quota());
+                    let store = faas_store::KeyValueStore::memory().with_quota(super::$quota());
                     super::$check(&store).await;
+                }
+            )*
+        }
+
+        mod $sqlite {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let store = super::sqlite_store(dir.path()).with_quota(super::$quota());
+                    super::$check(&store).await;
+                    super::assert_usage_is_exact(dir.path());
                 }
             )*
         }
@@ -39,7 +55,7 @@ macro_rules! on_every_backend {
     };
 }
 
-on_every_backend!(memory, redis, default_quota =>
+on_every_backend!(memory, sqlite, redis, default_quota =>
     set_get_and_delete,
     a_missing_key_is_none,
     tenants_never_see_each_others_keys,
@@ -50,12 +66,13 @@ on_every_backend!(memory, redis, default_quota =>
     binary_values_round_trip,
 );
 
-on_every_backend!(memory_quota, redis_quota, small_quota =>
+on_every_backend!(memory_quota, sqlite_quota, redis_quota, small_quota =>
     keys_beyond_the_quota_are_refused,
     bytes_beyond_the_quota_are_refused,
     increments_count_towards_the_quota,
     deletes_and_overwrites_credit_the_quota_back,
     a_full_tenant_can_still_read_shrink_and_delete,
+    a_tenant_quota_overrides_the_default_for_that_tenant_only,
 );
 
 fn default_quota() -> KvQuota {
@@ -65,6 +82,34 @@ fn default_quota() -> KvQuota {
 /// 3 keys and 100 bytes per tenant.
 fn small_quota() -> KvQuota {
     KvQuota::new(3, 100)
+}
+
+/// A store in the state database of data dir `dir`.
+fn sqlite_store(dir: &Path) -> KeyValueStore {
+    KeyValueStore::sqlite(Database::open(dir).expect("opening the state database"))
+}
+
+/// Checks, on the file as another process would open it, that every tenant's usage
+/// row equals what its entries add up to (keys counted in bytes), and that no tenant
+/// without entries has a row.
+fn assert_usage_is_exact(dir: &Path) {
+    let database = Database::open(dir).unwrap();
+    let connection = database.lock();
+    let rows = |sql: &str| -> Vec<(String, u64, u64)> {
+        let mut statement = connection.prepare(sql).unwrap();
+        statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(
+        rows("SELECT tenant, keys, bytes FROM kv_usage ORDER BY tenant"),
+        rows(
+            "SELECT tenant, count(*), sum(length(CAST(key AS BLOB)) + length(value))
+             FROM kv_entries GROUP BY tenant ORDER BY tenant"
+        )
+    );
 }
 
 /// A store on `server`.
@@ -234,7 +279,8 @@ async fn binary_values_round_trip(store: &KeyValueStore) {
 fn keys_refused(tenant: &str) -> KvError {
     KvError::Quota(format!(
         "key-value quota exceeded: tenant `{tenant}` may keep at most 3 keys (the \
-         kv-max-keys quota); delete keys to store new ones"
+         kv-max-keys quota); delete keys to store new ones, or have an operator raise it \
+         (`faas tenant set {tenant} --kv-max-keys N`)"
     ))
 }
 
@@ -242,8 +288,45 @@ fn keys_refused(tenant: &str) -> KvError {
 fn bytes_refused(tenant: &str) -> KvError {
     KvError::Quota(format!(
         "key-value quota exceeded: tenant `{tenant}` may keep at most 100 bytes of keys \
-         and values (the kv-max-bytes quota); delete keys or store smaller values"
+         and values (the kv-max-bytes quota); delete keys or store smaller values, or \
+         have an operator raise it (`faas tenant set {tenant} --kv-max-bytes N`)"
     ))
+}
+
+/// A tenant given 1 key (and the default bytes) is refused its second key while another
+/// tenant keeps the default 3; raised to 0 (no limit) it writes on; cleared, it is back
+/// at the default.
+async fn a_tenant_quota_overrides_the_default_for_that_tenant_only(store: &KeyValueStore) {
+    store.set_tenant_quota("small", Some(1), None);
+    assert_eq!(store.quota_of("small"), KvQuota::new(1, 100));
+    assert_eq!(store.quota_of("other"), small_quota());
+    store.set("small", "a", b"v".to_vec()).await.unwrap();
+    let refused = store.set("small", "b", b"v".to_vec()).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("at most 1 keys (the kv-max-keys quota)")
+            && refused
+                .to_string()
+                .contains("`faas tenant set small --kv-max-keys N`"),
+        "{refused}"
+    );
+    assert!(store.increment("small", "c", 1).await.is_err());
+    for key in ["a", "b", "c"] {
+        store.set("other", key, b"v".to_vec()).await.unwrap();
+    }
+    store.set_tenant_quota("small", Some(0), None);
+    for key in ["b", "c", "d", "e"] {
+        store.set("small", key, b"v".to_vec()).await.unwrap();
+    }
+    store.set_tenant_quota("small", None, None);
+    assert_eq!(store.quota_of("small"), small_quota());
+    assert_eq!(
+        store.set("small", "f", b"v".to_vec()).await,
+        Err(keys_refused("small"))
+    );
+    // Over the restored quota, it can still clean up.
+    store.delete("small", "e").await.unwrap();
 }
 
 async fn keys_beyond_the_quota_are_refused(store: &KeyValueStore) {
@@ -530,4 +613,106 @@ async fn concurrent_increments_from_two_processes_never_lose_an_update() {
         stores[0].get("t", "n").await.unwrap(),
         Some(b"200".to_vec())
     );
+}
+
+#[tokio::test]
+async fn sqlite_store_keeps_entries_and_usage_across_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = sqlite_store(dir.path()).with_quota(small_quota());
+        store.set("t", "a", vec![1; 50]).await.unwrap();
+        assert_eq!(store.increment("t", "n", 41).await.unwrap(), 41);
+        store.set("u", "a", b"u's".to_vec()).await.unwrap();
+    }
+    // A new process on the same data dir.
+    let store = sqlite_store(dir.path()).with_quota(small_quota());
+    assert_eq!(store.get("t", "a").await.unwrap(), Some(vec![1; 50]));
+    assert_eq!(store.increment("t", "n", 1).await.unwrap(), 42);
+    assert_eq!(store.get("u", "a").await.unwrap(), Some(b"u's".to_vec()));
+    assert_eq!(store.get("u", "n").await.unwrap(), None);
+    // The usage came back too: 3 keys is the quota, and 100 bytes.
+    store.set("t", "b", Vec::new()).await.unwrap();
+    assert_eq!(
+        store.set("t", "c", Vec::new()).await,
+        Err(keys_refused("t"))
+    );
+    assert_eq!(
+        store.set("t", "a", vec![1; 97]).await,
+        Err(bytes_refused("t"))
+    );
+    assert_usage_is_exact(dir.path());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writers_in_two_processes_never_lose_an_update_nor_overshoot() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two databases opened on one file stand for two processes sharing a data dir.
+    let quota = KvQuota::new(50, 0);
+    let stores = [
+        Arc::new(sqlite_store(dir.path()).with_quota(quota)),
+        Arc::new(sqlite_store(dir.path()).with_quota(quota)),
+    ];
+    let mut tasks = tokio::task::JoinSet::new();
+    for round in 0..200 {
+        let store = stores[round % 2].clone();
+        tasks.spawn(async move {
+            store.increment("t", "n", 1).await.unwrap();
+            store.set("t", &format!("k{round}"), b"v".to_vec()).await
+        });
+    }
+    let results = tasks.join_all().await;
+    // "n" takes one of the 50 places.
+    assert_eq!(results.iter().filter(|result| result.is_ok()).count(), 49);
+    for result in results.iter().filter_map(|result| result.as_ref().err()) {
+        assert!(
+            matches!(result, KvError::Quota(message) if message.contains("50 keys")),
+            "{result:?}"
+        );
+    }
+    assert_eq!(
+        stores[1].get("t", "n").await.unwrap(),
+        Some(b"200".to_vec())
+    );
+    assert_usage_is_exact(dir.path());
+}
+
+#[tokio::test]
+async fn a_sqlite_write_that_fails_half_way_leaves_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = Database::open(dir.path()).unwrap();
+    let store = KeyValueStore::sqlite(database.clone());
+    store.set("t", "a", b"kept".to_vec()).await.unwrap();
+    // Fail each write at its last statement, the usage's, after the entry was written:
+    // where a process killed mid-write would stop.
+    database
+        .lock()
+        .execute_batch(
+            "CREATE TEMP TRIGGER fail_insert BEFORE INSERT ON kv_usage
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;
+             CREATE TEMP TRIGGER fail_update BEFORE UPDATE ON kv_usage
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;
+             CREATE TEMP TRIGGER fail_delete BEFORE DELETE ON kv_usage
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        )
+        .unwrap();
+    for result in [
+        store.set("t", "b", b"lost".to_vec()).await,
+        store.increment("t", "n", 1).await.map(drop),
+        store.delete("t", "a").await,
+    ] {
+        assert!(
+            matches!(&result, Err(KvError::Store(message)) if message.contains("injected failure")),
+            "{result:?}"
+        );
+    }
+    database
+        .lock()
+        .execute_batch(
+            "DROP TRIGGER fail_insert; DROP TRIGGER fail_update; DROP TRIGGER fail_delete;",
+        )
+        .unwrap();
+    assert_eq!(store.get("t", "a").await.unwrap(), Some(b"kept".to_vec()));
+    assert_eq!(store.get("t", "b").await.unwrap(), None);
+    assert_eq!(store.get("t", "n").await.unwrap(), None);
+    assert_usage_is_exact(dir.path());
 }

@@ -3,26 +3,35 @@
 //! Keys are namespaced by tenant inside the store, so a function can only ever name
 //! its own tenant's keys: isolation does not depend on guests behaving.
 //!
-//! Two backends share one contract (limits, errors, integer rules), so a function
+//! Three backends share one contract (limits, errors, integer rules), so a function
 //! cannot tell which one it runs against:
-//! - [`KeyValueStore::Memory`]: a map in this process, for `faas up` and tests.
-//! - [`KeyValueStore::Redis`]: a Redis server, so state outlives the process and is
+//! - [`KeyValueStore::sqlite`]: the state database in the data dir ([`Database`]), the
+//!   default of `faas up`, so data outlives restarts and `kill -9`.
+//! - [`KeyValueStore::redis`]: a Redis server, so state outlives the process and is
 //!   shared by every process pointed at the same server.
+//! - [`KeyValueStore::memory`]: a map in this process, for tests and benchmarks.
 //!
 //! Every tenant has a quota at rest ([`KvQuota`]): a number of keys and a number of
 //! bytes (keys plus values). A write that would take the tenant over either fails with
 //! [`KvError::Quota`]; writes that shrink or keep the usage (overwrites with shorter
 //! values, deletes) always pass, so a tenant over its quota (e.g. after the quota was
-//! lowered) can always clean up. Both backends count the same way; Redis keeps the
-//! usage in a hash per tenant that only Lua scripts change, in the same atomic step as
-//! the write, so concurrent writers from any number of processes cannot overshoot.
+//! lowered) can always clean up. Every backend counts the same way, in the same atomic
+//! step as the write: under the map's lock, in one SQLite transaction that also writes
+//! the tenant's usage row, or in a Lua script that keeps the tenant's usage hash in
+//! Redis, so concurrent writers from any number of processes cannot overshoot.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use crate::Database;
+
+mod sqlite;
+
+pub(crate) use sqlite::SCHEMA;
 
 /// Longest key a function may use, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -34,10 +43,9 @@ pub const MAX_VALUE_BYTES: usize = 1 << 20;
 /// count, the store's own overhead per key (about 100 bytes in either backend), to about
 /// 1 MiB per tenant.
 pub const DEFAULT_MAX_KEYS: u64 = 10_000;
-/// Default [`KvQuota::max_bytes`]: 64 MiB of keys and values per tenant. The embedded
-/// store keeps everything in the platform's own memory, so this is what one tenant can
-/// make the process hold: 16 tenants at their quota make 1 GiB. It is 64 values of the
-/// largest size ([`MAX_VALUE_BYTES`]).
+/// Default [`KvQuota::max_bytes`]: 64 MiB of keys and values per tenant: what one
+/// tenant can make the data dir (or Redis's memory) hold, so 16 tenants at their quota
+/// make 1 GiB. It is 64 values of the largest size ([`MAX_VALUE_BYTES`]).
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 
 /// Prefix of every key the Redis backend writes, so the platform's keys can share a
@@ -99,13 +107,15 @@ impl KvQuota {
         KvError::Quota(match which {
             Exceeded::Keys => format!(
                 "key-value quota exceeded: tenant `{tenant}` may keep at most {} keys \
-                 (the kv-max-keys quota); delete keys to store new ones",
+                 (the kv-max-keys quota); delete keys to store new ones, or have an \
+                 operator raise it (`faas tenant set {tenant} --kv-max-keys N`)",
                 self.max_keys
             ),
             Exceeded::Bytes => format!(
                 "key-value quota exceeded: tenant `{tenant}` may keep at most {} bytes of \
                  keys and values (the kv-max-bytes quota); delete keys or store smaller \
-                 values",
+                 values, or have an operator raise it (`faas tenant set {tenant} \
+                 --kv-max-bytes N`)",
                 self.max_bytes
             ),
         })
@@ -200,19 +210,24 @@ type MemoryMap = HashMap<String, TenantEntries>;
 enum Backend {
     /// A map in this process; gone when the process exits.
     Memory(Mutex<MemoryMap>),
+    /// The state database: kept in the data dir across restarts.
+    Sqlite(sqlite::SqliteEntries),
     /// A Redis server. The manager multiplexes every operation over one connection
     /// and reconnects by itself when the connection drops, so a Redis restart costs
     /// failed operations while it is down, never a restart of this process.
     Redis(ConnectionManager),
 }
 
-/// A key-value backend. In-memory is the embedded default; Redis keeps state outside
-/// the process. Both behave the same: same limits, same quota, same errors, same
-/// integer rules.
+/// A key-value backend. SQLite in the data dir is the embedded default; Redis keeps
+/// state outside the process; in-memory is for tests. All behave the same: same
+/// limits, same quota, same errors, same integer rules.
 #[derive(Debug)]
 pub struct KeyValueStore {
     backend: Backend,
+    /// The quota of every tenant without one of its own.
     quota: KvQuota,
+    /// The tenants the operator gave a quota of their own.
+    overrides: RwLock<HashMap<String, KvQuota>>,
 }
 
 impl Default for KeyValueStore {
@@ -227,6 +242,18 @@ impl KeyValueStore {
         Self {
             backend: Backend::Memory(Mutex::default()),
             quota: KvQuota::default(),
+            overrides: RwLock::default(),
+        }
+    }
+
+    /// A store in the state database `database` (its `kv_entries` and `kv_usage`
+    /// tables) with the default quota. Several stores, or several processes, on the
+    /// same file see the same entries.
+    pub fn sqlite(database: Database) -> Self {
+        Self {
+            backend: Backend::Sqlite(sqlite::SqliteEntries(database)),
+            quota: KvQuota::default(),
+            overrides: RwLock::default(),
         }
     }
 
@@ -237,9 +264,37 @@ impl KeyValueStore {
         self
     }
 
-    /// The quota every tenant has.
+    /// The quota every tenant without one of its own has.
     pub fn quota(&self) -> KvQuota {
         self.quota
+    }
+
+    /// Gives `tenant` its own limits (`None` keeps the default of that limit; 0 means
+    /// no limit), or, with both `None`, back the default quota. Every write from then
+    /// on is checked against it; keys already over a lowered quota stay (see the
+    /// module's documentation).
+    pub fn set_tenant_quota(&self, tenant: &str, max_keys: Option<u64>, max_bytes: Option<u64>) {
+        let mut overrides = self.overrides.write().unwrap_or_else(|p| p.into_inner());
+        if max_keys.is_none() && max_bytes.is_none() {
+            overrides.remove(tenant);
+            return;
+        }
+        let limit = |max: u64| if max == 0 { u64::MAX } else { max };
+        let quota = KvQuota {
+            max_keys: max_keys.map_or(self.quota.max_keys, limit),
+            max_bytes: max_bytes.map_or(self.quota.max_bytes, limit),
+        };
+        overrides.insert(tenant.to_owned(), quota);
+    }
+
+    /// The quota `tenant`'s writes are checked against: its own, or the default.
+    pub fn quota_of(&self, tenant: &str) -> KvQuota {
+        self.overrides
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.quota)
     }
 
     /// A store in the Redis server at `url` (`redis://[user[:password]@]host[:port][/db]`)
@@ -275,6 +330,7 @@ impl KeyValueStore {
         Ok(Self {
             backend: Backend::Redis(manager),
             quota: KvQuota::default(),
+            overrides: RwLock::default(),
         })
     }
 
@@ -286,6 +342,7 @@ impl KeyValueStore {
                 .get(tenant)
                 .and_then(|entries| entries.entries.get(key))
                 .cloned()),
+            Backend::Sqlite(entries) => entries.get(tenant, key),
             Backend::Redis(manager) => redis::cmd("GET")
                 .arg(redis_key(tenant, key))
                 .query_async(&mut manager.clone())
@@ -307,21 +364,20 @@ impl KeyValueStore {
                 value.len()
             )));
         }
+        let quota = self.quota_of(tenant);
         match &self.backend {
-            Backend::Memory(map) => {
-                lock(map)
-                    .entry(tenant.to_owned())
-                    .or_default()
-                    .put(&self.quota, tenant, key, value)
-            }
+            Backend::Memory(map) => lock(map)
+                .entry(tenant.to_owned())
+                .or_default()
+                .put(&quota, tenant, key, value),
+            Backend::Sqlite(entries) => entries.set(&quota, tenant, key, &value),
             Backend::Redis(manager) => {
-                let status: String = self
-                    .script(SET_SCRIPT, tenant, key)
+                let status: String = script(SET_SCRIPT, &quota, tenant, key)
                     .arg(value)
                     .query_async(&mut manager.clone())
                     .await
                     .map_err(|err| redis_failed("SET", &err))?;
-                self.quota_status(tenant, &status)
+                quota_status(&quota, tenant, &status)
             }
         }
     }
@@ -340,8 +396,8 @@ impl KeyValueStore {
                 }
                 Ok(())
             }
-            Backend::Redis(manager) => self
-                .script(DELETE_SCRIPT, tenant, key)
+            Backend::Sqlite(entries) => entries.delete(tenant, key),
+            Backend::Redis(manager) => script(DELETE_SCRIPT, &self.quota, tenant, key)
                 .query_async::<String>(&mut manager.clone())
                 .await
                 .map(drop)
@@ -360,6 +416,7 @@ impl KeyValueStore {
     /// left as it was).
     pub async fn increment(&self, tenant: &str, key: &str, delta: i64) -> Result<i64, KvError> {
         check_key(key)?;
+        let quota = self.quota_of(tenant);
         match &self.backend {
             Backend::Memory(map) => {
                 let mut map = lock(map);
@@ -372,7 +429,7 @@ impl KeyValueStore {
                     .checked_add(delta)
                     .ok_or_else(|| would_overflow(key))
                     .and_then(|next| {
-                        entries.put(&self.quota, tenant, key, next.to_string().into_bytes())?;
+                        entries.put(&quota, tenant, key, next.to_string().into_bytes())?;
                         Ok(next)
                     });
                 if entries.entries.is_empty() {
@@ -381,50 +438,52 @@ impl KeyValueStore {
                 }
                 result
             }
+            Backend::Sqlite(entries) => entries.increment(&quota, tenant, key, delta),
             // The script runs INCRBY, atomic on the server, so concurrent increments from
             // any number of processes never lose an update; it then checks the quota and
             // puts the old value back if the new one does not fit.
             Backend::Redis(manager) => {
-                let (status, value): (String, String) = self
-                    .script(INCREMENT_SCRIPT, tenant, key)
-                    .arg(delta)
-                    .query_async(&mut manager.clone())
-                    .await
-                    .map_err(|err| increment_failed(key, &err))?;
-                self.quota_status(tenant, &status)?;
+                let (status, value): (String, String) =
+                    script(INCREMENT_SCRIPT, &quota, tenant, key)
+                        .arg(delta)
+                        .query_async(&mut manager.clone())
+                        .await
+                        .map_err(|err| increment_failed(key, &err))?;
+                quota_status(&quota, tenant, &status)?;
                 value.parse().map_err(|_| not_an_integer(key))
             }
         }
     }
+}
 
-    /// An `EVAL` of `script` for `key` in `tenant`'s namespace. Every script takes the
-    /// same keys (the value's key, the tenant's usage hash) and first arguments (the
-    /// key's length in bytes, the quota's two limits); the caller adds the rest.
-    fn script(&self, script: &str, tenant: &str, key: &str) -> redis::Cmd {
-        // Plain EVAL (not EVALSHA): Redis caches the compiled script by its hash, and
-        // sending a few hundred bytes of text costs less than a NOSCRIPT round trip
-        // after every Redis restart.
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(script)
-            .arg(2)
-            .arg(redis_key(tenant, key))
-            .arg(redis_usage_key(tenant))
-            .arg(key.len())
-            .arg(self.quota.max_keys.to_string())
-            .arg(self.quota.max_bytes.to_string());
-        cmd
-    }
+/// An `EVAL` of `script` for `key` in `tenant`'s namespace, checked against `quota`.
+/// Every script takes the same keys (the value's key, the tenant's usage hash) and
+/// first arguments (the key's length in bytes, the quota's two limits); the caller adds
+/// the rest.
+fn script(script: &str, quota: &KvQuota, tenant: &str, key: &str) -> redis::Cmd {
+    // Plain EVAL (not EVALSHA): Redis caches the compiled script by its hash, and
+    // sending a few hundred bytes of text costs less than a NOSCRIPT round trip after
+    // every Redis restart.
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script)
+        .arg(2)
+        .arg(redis_key(tenant, key))
+        .arg(redis_usage_key(tenant))
+        .arg(key.len())
+        .arg(quota.max_keys.to_string())
+        .arg(quota.max_bytes.to_string());
+    cmd
+}
 
-    /// A script's status: `ok`, or the limit (`keys` or `bytes`) that refused it.
-    fn quota_status(&self, tenant: &str, status: &str) -> Result<(), KvError> {
-        match status {
-            "ok" => Ok(()),
-            "keys" => Err(self.quota.exceeded(tenant, Exceeded::Keys)),
-            "bytes" => Err(self.quota.exceeded(tenant, Exceeded::Bytes)),
-            other => Err(KvError::Store(format!(
-                "key-value store: unexpected answer `{other}` from Redis"
-            ))),
-        }
+/// A script's status: `ok`, or the limit of `quota` (`keys` or `bytes`) that refused it.
+fn quota_status(quota: &KvQuota, tenant: &str, status: &str) -> Result<(), KvError> {
+    match status {
+        "ok" => Ok(()),
+        "keys" => Err(quota.exceeded(tenant, Exceeded::Keys)),
+        "bytes" => Err(quota.exceeded(tenant, Exceeded::Bytes)),
+        other => Err(KvError::Store(format!(
+            "key-value store: unexpected answer `{other}` from Redis"
+        ))),
     }
 }
 

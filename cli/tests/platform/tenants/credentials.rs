@@ -1,0 +1,288 @@
+//! Credentials per tenant: mallory, holding a token of its own tenant, tries to act for
+//! the victim; every attempt is refused and the victim keeps being served.
+
+use super::scene::{Scene, VICTIM_WORKFLOW, assert_success, create_token, refused, write_hello};
+use crate::support::{Platform, TOKEN, error_of};
+use reqwest::Method;
+
+#[test]
+fn a_tenant_token_cannot_deploy_for_another_tenant() {
+    let scene = Scene::embedded();
+    // Claiming the victim's tenant, with a new workflow or over the victim's own.
+    for name in ["claim", VICTIM_WORKFLOW] {
+        let manifest = scene.manifest(name, Some("victim"), &["/claimed"]);
+        let stderr = refused(&scene.deploy(&scene.mallory, &manifest));
+        assert!(
+            stderr.contains(":2:10: tenant: tenant `victim` is not this token's tenant `mallory`"),
+            "{stderr}"
+        );
+        let response = scene.upload(&scene.mallory, &manifest);
+        assert_eq!(response.status(), 403);
+        let error = error_of(response);
+        assert_eq!(error["field"], "tenant");
+        assert_eq!(error["line"], 2);
+    }
+    assert_eq!(scene.get("/claimed").status(), 404);
+    scene.assert_victim_served();
+}
+
+#[test]
+fn a_manifest_without_a_tenant_is_deployed_for_the_tokens_tenant_only() {
+    let scene = Scene::embedded();
+    let manifest = scene.manifest("mine", None, &["/mine"]);
+    assert_success(&scene.deploy(&scene.mallory, &manifest), "mallory's deploy");
+    let status = scene.api(Method::GET, "workflows/mine", &scene.mallory);
+    assert_eq!(
+        status.json::<serde_json::Value>().unwrap()["tenant"],
+        "mallory"
+    );
+    assert_eq!(scene.get("/mine?name=m").text().unwrap(), "Hello, m!\n");
+    // The operator's deploy must say whom it is for.
+    let stderr = refused(&scene.deploy(TOKEN, &scene.manifest("anon", None, &["/anon"])));
+    assert!(
+        stderr.contains("tenant: missing field `tenant`"),
+        "{stderr}"
+    );
+    scene.assert_victim_served();
+}
+
+#[test]
+fn another_tenants_workflows_and_runs_are_invisible() {
+    let scene = Scene::embedded();
+    let path = format!("workflows/{VICTIM_WORKFLOW}");
+    for (method, path) in [
+        (Method::GET, path.clone()),
+        (Method::GET, format!("{path}/runs")),
+        (Method::DELETE, path.clone()),
+    ] {
+        let response = scene.api(method.clone(), &path, &scene.mallory);
+        assert_eq!(response.status(), 404, "{method} {path}");
+    }
+    let list: serde_json::Value = scene
+        .api(Method::GET, "workflows", &scene.mallory)
+        .json()
+        .unwrap();
+    assert_eq!(list["workflows"], serde_json::json!([]), "{list}");
+    for args in [
+        ["status", VICTIM_WORKFLOW],
+        ["runs", VICTIM_WORKFLOW],
+        ["rm", VICTIM_WORKFLOW],
+    ] {
+        let stderr = refused(&scene.faas(&scene.mallory, &args));
+        assert!(stderr.contains("HTTP 404"), "{stderr}");
+    }
+    // The victim and the operator still see it.
+    let list: serde_json::Value = scene.api(Method::GET, "workflows", TOKEN).json().unwrap();
+    assert_eq!(list["workflows"][0]["name"], VICTIM_WORKFLOW);
+    scene.assert_victim_served();
+}
+
+#[test]
+fn a_tenant_token_manages_its_own_tenants_tokens_only() {
+    let scene = Scene::embedded();
+    let stderr = refused(&scene.faas(&scene.mallory, &["token", "create", "victim"]));
+    assert!(stderr.contains("its own tenant only"), "{stderr}");
+    let stderr = refused(&scene.faas(&scene.mallory, &["token", "ls", "victim"]));
+    assert!(stderr.contains("HTTP 403"), "{stderr}");
+    // Its own list holds its own token only; the victim's cannot be revoked by id.
+    let own: serde_json::Value = serde_json::from_slice(
+        &scene
+            .faas(&scene.mallory, &["token", "ls", "--output", "json"])
+            .stdout,
+    )
+    .unwrap();
+    let tenants: Vec<&str> = own["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|token| token["tenant"].as_str().unwrap())
+        .collect();
+    assert_eq!(tenants, ["mallory"]);
+    let all: serde_json::Value =
+        serde_json::from_slice(&scene.faas(TOKEN, &["token", "ls", "-o", "json"]).stdout).unwrap();
+    let victim_id = all["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|token| token["tenant"] == "victim")
+        .expect("the victim's token is listed for the operator")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !all.to_string().contains(&scene.victim),
+        "a list shows no secret"
+    );
+    let stderr = refused(&scene.faas(&scene.mallory, &["token", "revoke", &victim_id]));
+    assert!(stderr.contains("HTTP 404"), "{stderr}");
+    // A tenant may make itself another token.
+    let second = create_token(&scene.url, &scene.mallory, "mallory");
+    assert_eq!(scene.api(Method::GET, "workflows", &second).status(), 200);
+    scene.assert_victim_served();
+}
+
+#[test]
+fn operator_endpoints_refuse_tenant_tokens() {
+    let scene = Scene::embedded();
+    for (method, path) in [
+        (Method::GET, "workers"),
+        (Method::DELETE, "workers/local-0"),
+        (Method::GET, "tenants"),
+        (Method::DELETE, "tenants/victim"),
+    ] {
+        let response = scene.api(method.clone(), path, &scene.mallory);
+        assert_eq!(response.status(), 403, "{method} {path}");
+    }
+    let stderr = refused(&scene.faas(&scene.mallory, &["workers"]));
+    assert!(stderr.contains("HTTP 403"), "{stderr}");
+    let stderr = refused(&scene.faas(&scene.mallory, &["tenant", "create", "evil"]));
+    assert!(stderr.contains("admin token"), "{stderr}");
+    let tenants: serde_json::Value = scene.api(Method::GET, "tenants", TOKEN).json().unwrap();
+    assert_eq!(tenant_names(&tenants), ["demo", "mallory", "victim"]);
+    scene.assert_victim_served();
+}
+
+#[test]
+fn a_revoked_token_is_refused() {
+    let scene = Scene::embedded();
+    let issued = scene.faas(
+        TOKEN,
+        &[
+            "token", "create", "mallory", "--label", "spare", "-o", "json",
+        ],
+    );
+    assert_success(&issued, "faas token create");
+    let issued: serde_json::Value = serde_json::from_slice(&issued.stdout).unwrap();
+    let (spare, newest) = (
+        issued["secret"].as_str().unwrap().to_owned(),
+        issued["token"]["id"].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(issued["token"]["label"], "spare");
+    assert_eq!(scene.api(Method::GET, "workflows", &spare).status(), 200);
+    let revoked = scene.faas(&scene.mallory, &["token", "revoke", &newest, "-o", "json"]);
+    assert_success(&revoked, "faas token revoke");
+    let response = scene.api(Method::GET, "workflows", &spare);
+    assert_eq!(response.status(), 401);
+    let stderr = refused(&scene.deploy(&spare, &scene.manifest("late", None, &["/late"])));
+    assert!(stderr.contains("refused the token"), "{stderr}");
+    assert_eq!(
+        scene.api(Method::GET, "workflows", &scene.mallory).status(),
+        200
+    );
+    scene.assert_victim_served();
+}
+
+#[test]
+fn a_deploy_for_an_unknown_tenant_is_refused_even_for_the_operator() {
+    let scene = Scene::embedded();
+    let manifest = scene.manifest("ghostly", Some("ghost"), &["/ghost"]);
+    let stderr = refused(&scene.deploy(TOKEN, &manifest));
+    assert!(
+        stderr.contains(
+            "tenant `ghost` does not exist; an operator creates it with `faas tenant create ghost`"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(scene.get("/ghost").status(), 404);
+    scene.assert_victim_served();
+}
+
+#[test]
+fn removing_a_tenant_is_refused_while_it_has_workflows_and_revokes_its_tokens() {
+    let scene = Scene::embedded();
+    let stderr = refused(&scene.faas(TOKEN, &["tenant", "rm", "victim"]));
+    assert!(
+        stderr.contains("tenant `victim` still has deployed workflows: storefront"),
+        "{stderr}"
+    );
+    scene.assert_victim_served();
+    let removed = scene.faas(TOKEN, &["tenant", "rm", "mallory", "--output", "json"]);
+    assert_success(&removed, "faas tenant rm");
+    let removed: serde_json::Value = serde_json::from_slice(&removed.stdout).unwrap();
+    assert_eq!(removed["revoked_tokens"], 1);
+    assert_eq!(
+        scene.api(Method::GET, "workflows", &scene.mallory).status(),
+        401
+    );
+    let tenants: serde_json::Value =
+        serde_json::from_slice(&scene.faas(TOKEN, &["tenant", "ls", "-o", "json"]).stdout).unwrap();
+    assert_eq!(tenant_names(&tenants), ["demo", "victim"]);
+    scene.assert_victim_served();
+}
+
+#[test]
+fn faas_up_gives_a_demo_token_that_survives_restarts_and_secrets_are_never_stored() {
+    let data = faas_testing::temp_dir();
+    let demo_token = |platform: &Platform| -> String {
+        // The lines after the URL are collected by a thread of their own: wait for it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let line = loop {
+            if let Some(line) = platform
+                .stdout()
+                .into_iter()
+                .find(|line| line.contains("demo tenant token: "))
+            {
+                break line;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "faas up prints the demo tenant's token"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let rest = line.split("demo tenant token: ").nth(1).unwrap();
+        rest.split_whitespace().next().unwrap().to_owned()
+    };
+    let mut platform = Platform::start_in(data.path(), &["--no-demo"]);
+    let first = demo_token(&platform);
+    let manifest = write_hello(data.path(), "greeter", None, &["/greeter"]);
+    let deployed = crate::support::faas_as(
+        &platform.url,
+        &first,
+        &["deploy", "--no-build", manifest.to_str().unwrap()],
+    );
+    assert_success(&deployed, "the demo token's deploy");
+    let victim = create_token(&platform.url, TOKEN, "demo");
+    platform.terminate();
+
+    let platform = Platform::start_in(data.path(), &["--no-demo"]);
+    assert_eq!(
+        demo_token(&platform),
+        first,
+        "the saved demo token is reused"
+    );
+    let response = crate::support::client()
+        .get(platform.at("/admin/v1/workflows"))
+        .bearer_auth(&victim)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200, "tokens survive a restart");
+    let saved = std::fs::read_to_string(data.path().join("demo-token")).unwrap();
+    assert_eq!(saved.trim(), first);
+    // Only the demo token's own file holds a secret: the database keeps hashes.
+    for entry in std::fs::read_dir(data.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() || path.ends_with("demo-token") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        for secret in [&first, &victim] {
+            let needle = secret.as_bytes();
+            assert!(
+                !bytes.windows(needle.len()).any(|window| window == needle),
+                "{} holds a token secret",
+                path.display()
+            );
+        }
+    }
+}
+
+/// The names in a tenants list (`faas up` creates `demo`).
+fn tenant_names(list: &serde_json::Value) -> Vec<&str> {
+    list["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tenant| tenant["name"].as_str().unwrap())
+        .collect()
+}

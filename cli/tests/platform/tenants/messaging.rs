@@ -1,0 +1,302 @@
+//! Redis names per tenant: tenant `mallory`'s guests and triggers name channels and
+//! streams inside mallory's namespace only (`t:mallory:<name>`), so they can neither
+//! write the platform's own keys, nor read the stream entries of tenant `victim`, nor
+//! start victim's runs; and mallory's load cannot push victim's stream entries into the
+//! dead-letter stream. Each test checks that the attack failed and that victim kept
+//! being served.
+
+use crate::redis::{connect, payloads, relay_manifest_for, xadd};
+use crate::services::{Services, subscribers};
+use crate::support::{Platform, deploy_at, faas_at, write_manifest};
+use faas_testing::RedisServer;
+use redis::Commands;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The Redis key of `name` of `tenant`: where an outside producer writes.
+fn key(tenant: &str, name: &str) -> String {
+    format!("t:{tenant}:{name}")
+}
+
+/// An embedded platform with Redis, started with `extra` flags.
+fn platform(redis: &RedisServer, extra: &[&str]) -> Platform {
+    let url = redis.url();
+    let mut args = vec!["--no-demo", "--redis", &url];
+    args.extend(extra);
+    Platform::start_with(&args)
+}
+
+/// Deploys mallory's `messenger` (publishes or appends to whatever it is told) at
+/// `/mallory/messenger`.
+fn deploy_messenger(url: &str, dir: &Path) {
+    let manifest = write_manifest(
+        dir,
+        "messenger",
+        "mallory",
+        "messenger",
+        "/mallory/messenger",
+        "",
+    );
+    deploy_at(url, &manifest);
+}
+
+/// Has mallory's messenger send `body` with `op` to `name` `count` times; returns the
+/// status and the answer.
+fn send(url: &str, op: &str, name: &str, count: u32, body: &str) -> (u16, String) {
+    let response = crate::support::client()
+        .post(format!(
+            "{url}/mallory/messenger?op={op}&name={name}&count={count}"
+        ))
+        .body(body.to_owned())
+        .send()
+        .unwrap();
+    (response.status().as_u16(), response.text().unwrap())
+}
+
+/// The `faas runs <workflow>` records.
+fn runs(url: &str, workflow: &str) -> Vec<serde_json::Value> {
+    let output = faas_at(url, &["runs", workflow, "--output", "json"]);
+    assert!(output.status.success(), "{output:?}");
+    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    runs["runs"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_guest_cannot_write_the_platforms_own_keys() {
+    let services = Services::start(&["w1"]);
+    let dir = faas_testing::temp_dir();
+    let shop = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
+    deploy_at(&services.url, &shop);
+    deploy_messenger(&services.url, dir.path());
+    let platform_keys = ["faas:lock:shop", "faas:loaded:w1", "faas:deployments"];
+    for name in platform_keys {
+        let (status, answer) = send(&services.url, "append", name, 3, "jam");
+        // The append lands, but in mallory's own namespace.
+        assert_eq!(status, 200, "{name}: {answer}");
+        let mut redis = connect(&services.redis);
+        let kind: String = redis::cmd("TYPE").arg(name).query(&mut redis).unwrap();
+        assert_ne!(
+            kind, "stream",
+            "mallory's guest wrote the platform's `{name}`"
+        );
+        let landed: usize = redis.xlen(key("mallory", name)).unwrap();
+        assert_eq!(landed, 3, "{name}");
+    }
+    let (status, answer) = send(&services.url, "publish", "faas:lock:shop", 1, "jam");
+    assert_eq!(status, 200, "{answer}");
+    // Victim keeps deploying, being served, and removing.
+    let changed = write_manifest(
+        dir.path(),
+        "shop",
+        "victim",
+        "hello",
+        "/shop",
+        "config = { greeting = \"Hi\" }",
+    );
+    deploy_at(&services.url, &changed);
+    let hello = crate::support::client()
+        .get(format!("{}/shop?name=victim", services.url))
+        .send()
+        .unwrap();
+    assert_eq!(hello.text().unwrap().trim(), "Hi, victim!");
+    let removed = faas_at(&services.url, &["rm", "shop"]);
+    assert!(
+        removed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+}
+
+#[test]
+fn a_workflow_on_a_stream_of_the_same_name_gets_none_of_another_tenants_entries() {
+    let redis = RedisServer::start();
+    let platform = platform(&redis, &[]);
+    let dir = faas_testing::temp_dir();
+    let victim = relay_manifest_for(
+        dir.path(),
+        "victim",
+        "victim-orders",
+        "",
+        "[[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\n",
+    );
+    platform.deploy(&victim);
+    // Mallory reads `orders` through the default group and through a guess of
+    // victim's group.
+    let mallory = relay_manifest_for(
+        dir.path(),
+        "mallory",
+        "mallory-orders",
+        "",
+        "[[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\n\n\
+         [[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\ngroup = \"victim-orders\"\n",
+    );
+    platform.deploy(&mallory);
+    for i in 0..100 {
+        xadd(&redis, &key("victim", "orders"), &format!("order-{i}"));
+    }
+    let out = payloads(
+        &redis,
+        &key("victim", "victim-orders:out"),
+        100,
+        Duration::from_secs(60),
+    );
+    let mut seen: Vec<String> = out
+        .iter()
+        .map(|line| line.rsplit('|').next().unwrap().to_owned())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 100, "victim got every entry once: {out:?}");
+    let succeeded = runs(&platform.url, "victim-orders")
+        .iter()
+        .filter(|run| run["status"] == "succeeded")
+        .count();
+    assert_eq!(succeeded, 100, "victim's run count");
+    // Anything mallory took would have been run by now, alongside victim's runs.
+    std::thread::sleep(Duration::from_secs(1));
+    let taken: usize = connect(&redis)
+        .xlen(key("mallory", "mallory-orders:out"))
+        .unwrap();
+    assert_eq!(taken, 0, "mallory's workflow ran on victim's entries");
+    assert!(runs(&platform.url, "mallory-orders").is_empty());
+}
+
+#[test]
+fn a_guest_publishing_on_a_channel_of_the_same_name_does_not_start_another_tenants_runs() {
+    let redis = RedisServer::start();
+    let platform = platform(&redis, &[]);
+    let dir = faas_testing::temp_dir();
+    let victim = relay_manifest_for(
+        dir.path(),
+        "victim",
+        "victim-news",
+        "",
+        "[[triggers.redis]]\nchannel = \"orders\"\nstep = \"relay\"\n",
+    );
+    platform.deploy(&victim);
+    deploy_messenger(&platform.url, dir.path());
+    let channel = key("victim", "orders");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while subscribers(&redis, &channel) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "victim's trigger never subscribed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The channel's name as victim writes it, and its full key.
+    for name in ["orders", channel.as_str()] {
+        let (status, answer) = send(&platform.url, "publish", name, 5, "forged");
+        assert_eq!(status, 200, "{name}: {answer}");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let out = key("victim", "victim-news:out");
+    let forged: usize = connect(&redis).xlen(&out).unwrap();
+    assert_eq!(forged, 0, "mallory's messages started victim's runs");
+    assert!(runs(&platform.url, "victim-news").is_empty());
+    // Victim's own producer is still heard.
+    let receivers: i64 = connect(&redis).publish(&channel, "genuine").unwrap();
+    assert_eq!(receivers, 1);
+    let out = payloads(&redis, &out, 1, Duration::from_secs(20));
+    assert_eq!(out, vec!["orders||1|genuine"]);
+}
+
+#[test]
+fn another_tenants_load_does_not_dead_letter_stream_entries_that_never_ran() {
+    let redis = RedisServer::start();
+    // One instance slot: while mallory's slow requests hold it, victim's step is
+    // refused an instance after waiting its 300 ms deadline.
+    let platform = platform(&redis, &["--max-instances", "1"]);
+    let dir = faas_testing::temp_dir();
+    let victim = relay_manifest_for(
+        dir.path(),
+        "victim",
+        "victim-jobs",
+        "timeout_ms = 300",
+        "[[triggers.stream]]\nstream = \"jobs\"\nstep = \"relay\"\nmax_deliveries = 1\n",
+    );
+    platform.deploy(&victim);
+    let hog = write_manifest(
+        dir.path(),
+        "hog",
+        "mallory",
+        "misbehave",
+        "/misbehave/...",
+        "timeout_ms = 5000",
+    );
+    platform.deploy(&hog);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hogs: Vec<_> = (0..3)
+        .map(|_| {
+            let (url, stop) = (platform.at("/misbehave/slow?ms=1500"), stop.clone());
+            std::thread::spawn(move || {
+                let client = crate::support::client();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
+                {
+                    let _ = client.get(&url).send();
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let id = xadd(&redis, &key("victim", "jobs"), "job-1");
+    // Keep the slot busy until victim's run was refused at least once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let refused = runs(&platform.url, "victim-jobs")
+            .iter()
+            .filter(|run| run["status"] == "failed")
+            .count();
+        if refused > 0 {
+            break refused;
+        }
+        assert!(Instant::now() < deadline, "victim's run was never refused");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for hog in hogs {
+        hog.join().unwrap();
+    }
+    let out = payloads(
+        &redis,
+        &key("victim", "victim-jobs:out"),
+        1,
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        out,
+        vec![format!("jobs|{id}|1|job-1")],
+        "runs once capacity is back, as its first delivery ({refused} refusal(s) before)"
+    );
+    let dead: usize = connect(&redis).xlen(key("victim", "jobs:dead")).unwrap();
+    assert_eq!(dead, 0, "a run that never started was dead-lettered");
+    let failed = runs(&platform.url, "victim-jobs");
+    let refusal = failed
+        .iter()
+        .find(|run| run["status"] == "failed")
+        .expect("the refused run is recorded");
+    assert!(
+        refusal["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("instance slots")),
+        "{refusal}"
+    );
+}
+
+#[test]
+fn a_guest_cannot_grow_a_stream_without_bound() {
+    let redis = RedisServer::start();
+    let platform = platform(&redis, &["--stream-max-len", "200"]);
+    let dir = faas_testing::temp_dir();
+    deploy_messenger(&platform.url, dir.path());
+    let victim = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
+    platform.deploy(&victim);
+    let (status, answer) = send(&platform.url, "append", "flood", 5_000, "x");
+    assert_eq!(status, 200, "{answer}");
+    // `MAXLEN ~` trims whole nodes of the stream (100 entries each by default).
+    let len: usize = connect(&redis).xlen(key("mallory", "flood")).unwrap();
+    assert!((200..=400).contains(&len), "the stream kept {len} entries");
+    let hello = platform.get("/shop?name=victim");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
+}

@@ -1,0 +1,126 @@
+//! Ownership of routes: a route prefix belongs to one tenant. Mallory tries to deploy
+//! under and over the victim's routes, and a catch-all; each is refused, names no
+//! workflow of the victim's, and the victim keeps being served.
+
+use super::scene::{Scene, VICTIM_WORKFLOW, assert_success, refused};
+use crate::services::Services;
+use crate::support::TOKEN;
+
+/// Mallory's takeovers of the victim's routes, each with the refusal it must get.
+const TAKEOVERS: [(&str, &str); 3] = [
+    (
+        "/shop/checkout",
+        "route `/shop/checkout` lies under `/shop/...`, which belongs to another tenant",
+    ),
+    (
+        "/api/...",
+        "route `/api/...` lies over `/api/orders`, which belongs to another tenant",
+    ),
+    (
+        "/shop/...",
+        "route `/shop/...` is already served by another tenant",
+    ),
+];
+
+impl<P> Scene<P> {
+    /// Mallory tries each takeover with its own token, then with the claim of the
+    /// victim's tenant; asserts every refusal and that the victim is still served.
+    fn assert_takeovers_refused(&self) {
+        for (index, (route, expected)) in TAKEOVERS.iter().enumerate() {
+            let manifest = self.manifest(&format!("takeover-{index}"), None, &[route]);
+            let stderr = refused(&self.deploy(&self.mallory, &manifest));
+            assert!(stderr.contains(expected), "{stderr}");
+            assert!(!stderr.contains(VICTIM_WORKFLOW), "{stderr}");
+            self.assert_victim_served();
+        }
+        let claim = self.manifest("claim", Some("victim"), &["/shop/checkout"]);
+        let stderr = refused(&self.deploy(&self.mallory, &claim));
+        assert!(
+            stderr.contains("is not this token's tenant `mallory`"),
+            "{stderr}"
+        );
+        self.assert_victim_served();
+    }
+}
+
+#[test]
+fn another_tenants_route_cannot_be_taken_under_over_or_as_is() {
+    let scene = Scene::embedded();
+    scene.assert_takeovers_refused();
+    // A sibling sharing the prefix's letters is not under it.
+    let beside = scene.manifest("beside", None, &["/shopping/..."]);
+    assert_success(&scene.deploy(&scene.mallory, &beside), "a deploy beside");
+    assert!(
+        scene
+            .get("/shopping/x?name=m")
+            .text()
+            .unwrap()
+            .contains("Hello, m")
+    );
+    scene.assert_victim_served();
+}
+
+#[test]
+fn routes_of_one_tenant_may_nest() {
+    let scene = Scene::embedded();
+    let nested = scene.manifest("checkout", None, &["/shop/checkout/..."]);
+    assert_success(
+        &scene.deploy(&scene.victim, &nested),
+        "the victim's nested deploy",
+    );
+    assert!(
+        scene
+            .get("/shop/checkout/now?name=v")
+            .text()
+            .unwrap()
+            .contains("Hello, v")
+    );
+    scene.assert_victim_served();
+}
+
+#[test]
+fn only_the_operator_deploys_a_catch_all_and_it_claims_no_prefix() {
+    let scene = Scene::embedded();
+    let catch_all = scene.manifest("everything", None, &["/..."]);
+    let stderr = refused(&scene.deploy(&scene.mallory, &catch_all));
+    assert!(
+        stderr.contains("route `/...` is a catch-all: only the operator"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("HTTP 403"), "{stderr}");
+    assert_eq!(scene.get("/nowhere").status(), 404);
+    scene.assert_victim_served();
+
+    // The operator's fallback for tenant `mallory`...
+    let fallback = scene.manifest("fallback", Some("mallory"), &["/..."]);
+    assert_success(&scene.deploy(TOKEN, &fallback), "the operator's catch-all");
+    assert!(
+        scene
+            .get("/nowhere?name=f")
+            .text()
+            .unwrap()
+            .contains("Hello, f")
+    );
+    // ...leaves the victim its routes and lets it deploy new ones under `/`.
+    scene.assert_victim_served();
+    let more = scene.manifest("more", None, &["/more/..."]);
+    assert_success(
+        &scene.deploy(&scene.victim, &more),
+        "a deploy under the fallback",
+    );
+}
+
+#[test]
+fn services_mode_refuses_claims_and_route_takeovers() {
+    let services = Services::start(&["w1"]);
+    let scene = Scene::set_up(services.url.clone(), services);
+    scene.assert_takeovers_refused();
+    // Tenants and tokens live in Redis: the operator's list there has both.
+    let tenants: serde_json::Value = serde_json::from_slice(
+        &scene
+            .faas(TOKEN, &["tenant", "ls", "--output", "json"])
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(tenants["tenants"].as_array().unwrap().len(), 2, "{tenants}");
+}

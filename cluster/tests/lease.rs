@@ -1,0 +1,98 @@
+//! The deploy lease and the staged records against a real redis-server: writes are
+//! fenced by the lease's holder, and a staged record outlives its lease only until the
+//! scheduler's next round.
+
+use faas_cluster::{Cluster, DeploymentRecord};
+use faas_testing::RedisServer;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const MANIFEST: &str = "name = \"shop\"\ntenant = \"t\"\n\n[functions.f]\ncomponent = \"f.wasm\"\n\n\
+                        [[triggers.http]]\nroute = \"/shop\"\nfunction = \"f\"\n";
+
+fn record(revision: u64) -> DeploymentRecord {
+    DeploymentRecord {
+        workflow: faas_workflow::Workflow::parse("workflow.toml", MANIFEST).unwrap(),
+        digest: format!("digest-{revision}"),
+        revision,
+        deployed_at: 0,
+        components: BTreeMap::from([("f".to_owned(), format!("sha-{revision}"))]),
+    }
+}
+
+async fn cluster(redis: &RedisServer) -> Cluster {
+    Cluster::connect(&redis.url()).await.unwrap()
+}
+
+#[tokio::test]
+async fn only_the_leases_holder_stages_promotes_or_removes() {
+    let redis = RedisServer::start();
+    let cluster = cluster(&redis).await;
+    let lease = Duration::from_secs(30);
+    assert!(cluster.lock_workflow("shop", "a", lease).await.unwrap());
+    assert!(!cluster.lock_workflow("shop", "b", lease).await.unwrap());
+    assert!(!cluster.renew_lock("shop", "b", lease).await.unwrap());
+    assert!(cluster.renew_lock("shop", "a", lease).await.unwrap());
+
+    assert!(!cluster.stage_deployment(&record(1), "b").await.unwrap());
+    assert!(cluster.staged_deployments().await.unwrap().is_empty());
+    assert!(cluster.stage_deployment(&record(1), "a").await.unwrap());
+    assert_eq!(
+        cluster.staged_deployments().await.unwrap()["shop"],
+        record(1)
+    );
+    assert!(
+        cluster.deployments().await.unwrap().is_empty(),
+        "not live yet"
+    );
+
+    assert!(!cluster.promote_deployment(&record(1), "b").await.unwrap());
+    assert!(cluster.promote_deployment(&record(1), "a").await.unwrap());
+    assert_eq!(cluster.deployments().await.unwrap()["shop"], record(1));
+    assert!(cluster.staged_deployments().await.unwrap().is_empty());
+
+    assert!(!cluster.remove_deployment("shop", "b").await.unwrap());
+    assert!(cluster.deployments().await.unwrap().contains_key("shop"));
+    cluster.unlock_workflow("shop", "a").await.unwrap();
+    assert!(
+        !cluster.remove_deployment("shop", "a").await.unwrap(),
+        "lease released"
+    );
+}
+
+#[tokio::test]
+async fn a_staged_record_whose_lease_expired_is_dropped_and_its_components_collected() {
+    let redis = RedisServer::start();
+    let cluster = cluster(&redis).await;
+    for revision in [1, 2] {
+        cluster
+            .put_component(&format!("sha-{revision}"), b"bytes")
+            .await
+            .unwrap();
+    }
+    cluster.put_deployment(&record(1)).await.unwrap();
+    assert!(
+        cluster
+            .lock_workflow("shop", "dead", Duration::from_millis(200))
+            .await
+            .unwrap()
+    );
+    assert!(cluster.stage_deployment(&record(2), "dead").await.unwrap());
+    // While the lease lives, the staged record and its component stay.
+    assert!(cluster.drop_abandoned_stages().await.unwrap().is_empty());
+    assert!(
+        cluster
+            .collect_components(Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(cluster.drop_abandoned_stages().await.unwrap(), ["shop"]);
+    assert_eq!(
+        cluster.collect_components(Duration::ZERO).await.unwrap(),
+        ["sha-2"]
+    );
+    assert_eq!(cluster.deployments().await.unwrap()["shop"], record(1));
+    assert!(cluster.component("sha-1").await.is_ok());
+}

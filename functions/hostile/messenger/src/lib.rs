@@ -1,0 +1,38 @@
+//! Sends what it is told where it is told, for the multi-tenant messaging tests: a
+//! tenant's guest trying to reach the platform's own Redis keys or another tenant's
+//! channels and streams.
+//!
+//! `POST <route>?op=publish|append&name=<channel or stream>[&count=N]` publishes or
+//! appends the request body N times (1 by default) and answers `200` with the last
+//! entry id (or `published`), or `502` with the platform's refusal.
+
+use faas_sdk::http::{Request, Response};
+use faas_sdk::messaging;
+
+/// More sends than any test needs; bounds a request's work.
+const MAX_COUNT: u32 = 10_000;
+
+#[faas_sdk::http]
+fn handle(req: Request) -> Response {
+    let (Some(op), Some(name)) = (req.query_param("op"), req.query_param("name")) else {
+        return Response::text(400, "usage: ?op=publish|append&name=<name>[&count=N]\n");
+    };
+    let count = req
+        .query_param("count")
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(1u32)
+        .min(MAX_COUNT);
+    let mut last = String::new();
+    for _ in 0..count {
+        let sent = match op {
+            "publish" => messaging::publish(name, req.body()).map(|()| "published".to_owned()),
+            "append" => messaging::append(name, req.body()),
+            _ => return Response::text(400, format!("unknown op `{op}`\n")),
+        };
+        match sent {
+            Ok(id) => last = id,
+            Err(err) => return Response::text(502, format!("{err}\n")),
+        }
+    }
+    Response::text(200, format!("{last}\n"))
+}

@@ -1,0 +1,185 @@
+//! The SQLite backend: each tenant's entries and its usage in the state database.
+//!
+//! Every write is one `BEGIN IMMEDIATE` transaction that reads the tenant's usage,
+//! checks the quota, writes the entry and the new usage, and commits. So a process
+//! killed at any moment leaves either the whole write or none of it, and the usage
+//! always equals what the entries add up to; `IMMEDIATE` takes the write lock before
+//! the first read, so two processes sharing the file cannot interleave a
+//! read-check-write either.
+
+use super::{KvError, KvQuota, Usage, entry_bytes, not_an_integer, parse_counter, would_overflow};
+use crate::Database;
+use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+
+/// The key-value tables. Entries are a rowid table (not `WITHOUT ROWID`) because values
+/// reach 1 MiB, which SQLite stores best outside the key's b-tree.
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS kv_entries (
+    tenant TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    UNIQUE (tenant, key)
+);
+CREATE TABLE IF NOT EXISTS kv_usage (
+    tenant TEXT PRIMARY KEY,
+    keys INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+";
+
+/// The entries of a [`super::KeyValueStore`] in a [`Database`].
+#[derive(Clone)]
+pub(super) struct SqliteEntries(pub(super) Database);
+
+impl std::fmt::Debug for SqliteEntries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SqliteEntries")
+    }
+}
+
+impl SqliteEntries {
+    pub(super) fn get(&self, tenant: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        self.0
+            .lock()
+            .query_row(
+                "SELECT value FROM kv_entries WHERE tenant = ?1 AND key = ?2",
+                params![tenant, key],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(failed("reading a key"))
+    }
+
+    pub(super) fn set(
+        &self,
+        quota: &KvQuota,
+        tenant: &str,
+        key: &str,
+        value: &[u8],
+    ) -> Result<(), KvError> {
+        self.write(|tx| put(tx, quota, tenant, key, Some(value)))
+    }
+
+    pub(super) fn delete(&self, tenant: &str, key: &str) -> Result<(), KvError> {
+        // Deleting never grows the usage, so no quota can refuse it.
+        self.write(|tx| put(tx, &KvQuota::unlimited(), tenant, key, None))
+    }
+
+    pub(super) fn increment(
+        &self,
+        quota: &KvQuota,
+        tenant: &str,
+        key: &str,
+        delta: i64,
+    ) -> Result<i64, KvError> {
+        self.write(|tx| {
+            let current: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT value FROM kv_entries WHERE tenant = ?1 AND key = ?2",
+                    params![tenant, key],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(failed("reading a counter"))?;
+            let current = match current {
+                None => 0,
+                Some(value) => parse_counter(&value).ok_or_else(|| not_an_integer(key))?,
+            };
+            let next = current
+                .checked_add(delta)
+                .ok_or_else(|| would_overflow(key))?;
+            put(tx, quota, tenant, key, Some(next.to_string().as_bytes()))?;
+            Ok(next)
+        })
+    }
+
+    /// Runs `change` in one immediate transaction, committed only if it succeeds (an
+    /// error, or a panic, rolls everything back when the transaction is dropped).
+    fn write<T>(
+        &self,
+        change: impl FnOnce(&Transaction<'_>) -> Result<T, KvError>,
+    ) -> Result<T, KvError> {
+        let mut connection = self.0.lock();
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(failed("starting a write"))?;
+        let result = change(&tx)?;
+        tx.commit().map_err(failed("committing a write"))?;
+        Ok(result)
+    }
+}
+
+/// Stores `value` under `key` (deletes it for `None`) and updates the tenant's usage,
+/// if `quota` allows the change.
+fn put(
+    tx: &Transaction<'_>,
+    quota: &KvQuota,
+    tenant: &str,
+    key: &str,
+    value: Option<&[u8]>,
+) -> Result<(), KvError> {
+    let before = tx
+        .query_row(
+            "SELECT keys, bytes FROM kv_usage WHERE tenant = ?1",
+            params![tenant],
+            |row| {
+                Ok(Usage {
+                    keys: row.get(0)?,
+                    bytes: row.get(1)?,
+                })
+            },
+        )
+        .optional()
+        .map_err(failed("reading the tenant's usage"))?
+        .unwrap_or_default();
+    // `length` of a BLOB is its size in bytes, read from the record header.
+    let old_value: Option<u64> = tx
+        .query_row(
+            "SELECT length(value) FROM kv_entries WHERE tenant = ?1 AND key = ?2",
+            params![tenant, key],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(failed("reading a key"))?;
+    let old = old_value.map(|len| key.len() as u64 + len);
+    let new = value.map(|value| entry_bytes(key, value));
+    let after = Usage {
+        // Saturating: usage is never below what the entries add up to, but a file
+        // edited by hand must not make a delete panic.
+        keys: (before.keys + u64::from(new.is_some())).saturating_sub(u64::from(old.is_some())),
+        bytes: (before.bytes + new.unwrap_or(0)).saturating_sub(old.unwrap_or(0)),
+    };
+    quota.check(tenant, before, after)?;
+    match value {
+        Some(value) => tx.execute(
+            "INSERT INTO kv_entries (tenant, key, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant, key) DO UPDATE SET value = excluded.value",
+            params![tenant, key, value],
+        ),
+        None => tx.execute(
+            "DELETE FROM kv_entries WHERE tenant = ?1 AND key = ?2",
+            params![tenant, key],
+        ),
+    }
+    .map_err(failed("writing a key"))?;
+    if after == before {
+        return Ok(());
+    }
+    // A tenant without keys has no usage row left behind.
+    if after.keys == 0 {
+        tx.execute("DELETE FROM kv_usage WHERE tenant = ?1", params![tenant])
+    } else {
+        tx.execute(
+            "INSERT INTO kv_usage (tenant, keys, bytes) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant) DO UPDATE SET keys = excluded.keys, bytes = excluded.bytes",
+            params![tenant, after.keys, after.bytes],
+        )
+    }
+    .map_err(failed("writing the tenant's usage"))?;
+    Ok(())
+}
+
+/// A failed SQLite statement as a store error saying what was being done.
+fn failed(doing: &'static str) -> impl FnOnce(rusqlite::Error) -> KvError {
+    move |err| KvError::Store(format!("key-value store: SQLite failed {doing}: {err}"))
+}

@@ -1,0 +1,1207 @@
+//! Tenants and their API tokens.
+//!
+//! A tenant is a name that workflows, routes and keys belong to; an operator creates
+//! it. A token lets a client act for one tenant. Its secret (`faas_sk_` and 64 hex
+//! digits, 32 random bytes) is shown once, when it is created: only its SHA-256 is
+//! stored, so a copy of the database or of Redis gives no credential. The secret is
+//! 256 random bits, so an unsalted hash is as good as any key-derivation function
+//! against guessing, and lets authentication be one indexed look-up.
+//!
+//! Two backends with the same behaviour: the state database ([`Database`], embedded
+//! mode: survives restarts) and Redis (services mode: every gateway sees the same
+//! tenants), where they live in three hashes:
+//! - `faas:tenants`: tenant name to its JSON [`Tenant`];
+//! - `faas:tokens`: token id to its JSON record (the [`TokenInfo`] and the secret's hash);
+//! - `faas:token-hashes`: the secret's hash to the token id.
+//!
+//! A token authenticates only while its tenant exists, so a token created while its
+//! tenant was being removed never acts for a tenant that is gone.
+//!
+//! Each tenant carries its [`Quotas`], set by the operator: every limit left unset is
+//! the platform's default (the `faas up` / `faas worker` flags). The gateway enforces
+//! the workflow count; workers and brokers read the others with [`TenantStore::follow`]
+//! (or have them applied at once in embedded mode).
+
+use crate::db::{Database, StoreError};
+use faas_workflow::is_valid_name;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use rusqlite::OptionalExtension;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The tables of this module, created when missing.
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tenants (
+    name TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    quotas TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    label TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    secret_sha256 TEXT NOT NULL UNIQUE
+);
+CREATE INDEX IF NOT EXISTS tokens_by_tenant ON tokens (tenant);
+";
+
+/// What every token secret starts with, so that a leaked one is recognisable (secret
+/// scanners, logs) and never mistaken for a token id.
+pub const SECRET_PREFIX: &str = "faas_sk_";
+
+/// What every token id starts with.
+pub const TOKEN_ID_PREFIX: &str = "tok_";
+
+/// The longest token label, in characters.
+pub const MAX_LABEL_CHARS: usize = 100;
+
+/// How often the processes that enforce quotas (workers, brokers) re-read the tenants'
+/// quotas with [`TenantStore::follow`] in services mode: how long an operator's change
+/// takes to reach them.
+pub const QUOTA_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
+const TENANTS_KEY: &str = "faas:tenants";
+const TOKENS_KEY: &str = "faas:tokens";
+const HASHES_KEY: &str = "faas:token-hashes";
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    /// Its name, as workflow manifests write it.
+    pub name: String,
+    /// Unix time of its creation, in seconds.
+    pub created_at: u64,
+    /// The limits the operator set for it; records written before quotas existed
+    /// have none (every limit the platform's default).
+    #[serde(default)]
+    pub quotas: Quotas,
+}
+
+/// A tenant's own limits. `None` is the platform's default for that limit; 0 means no
+/// limit, except for `max_instances`, which is at least 1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quotas {
+    /// How many workflows it may have deployed (`--tenant-max-workflows`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_workflows: Option<u64>,
+    /// How many instances it may run at once, per worker (`--max-instances-per-tenant`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u32>,
+    /// How many key-value keys it may keep (`--kv-max-keys`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_max_keys: Option<u64>,
+    /// How many bytes of key-value keys and values it may keep (`--kv-max-bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_max_bytes: Option<u64>,
+    /// About how many entries each of its streams keeps when appended to by a guest or
+    /// a dead-letter move (`--stream-max-len`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_max_len: Option<u64>,
+}
+
+impl Quotas {
+    /// Whether every limit is the platform's default.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Refuses a limit that cannot work.
+    ///
+    /// # Errors
+    /// [`TenantError::InvalidQuota`] for `max_instances` = 0.
+    pub fn check(&self) -> Result<(), TenantError> {
+        if self.max_instances == Some(0) {
+            return Err(TenantError::InvalidQuota(
+                "max_instances must be at least 1: with 0 the tenant could run nothing \
+                 (remove its workflows instead)"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A change to a tenant's [`Quotas`], as `PATCH /admin/v1/tenants/{name}` takes it: a
+/// field left out stays as it is, a number sets the limit, `null` gives it back the
+/// platform's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaChanges {
+    /// See [`Quotas::max_workflows`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_workflows: Option<Option<u64>>,
+    /// See [`Quotas::max_instances`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_instances: Option<Option<u32>>,
+    /// See [`Quotas::kv_max_keys`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kv_max_keys: Option<Option<u64>>,
+    /// See [`Quotas::kv_max_bytes`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kv_max_bytes: Option<Option<u64>>,
+    /// See [`Quotas::stream_max_len`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub stream_max_len: Option<Option<u64>>,
+}
+
+impl QuotaChanges {
+    /// `quotas` with these changes made.
+    pub fn applied_to(&self, mut quotas: Quotas) -> Quotas {
+        fn change<T: Copy>(limit: &mut Option<T>, change: Option<Option<T>>) {
+            if let Some(value) = change {
+                *limit = value;
+            }
+        }
+        change(&mut quotas.max_workflows, self.max_workflows);
+        change(&mut quotas.max_instances, self.max_instances);
+        change(&mut quotas.kv_max_keys, self.kv_max_keys);
+        change(&mut quotas.kv_max_bytes, self.kv_max_bytes);
+        change(&mut quotas.stream_max_len, self.stream_max_len);
+        quotas
+    }
+}
+
+/// A field that is present, even as `null`: `Some(None)`, told apart from a field left
+/// out (`None`, by `#[serde(default)]`).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// A token as it is listed: everything but the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// Its public id (`tok_...`), used to revoke it.
+    pub id: String,
+    /// The tenant it acts for.
+    pub tenant: String,
+    /// What the operator said it is for; may be empty.
+    pub label: String,
+    /// Unix time of its creation, in seconds.
+    pub created_at: u64,
+}
+
+/// A token just created, with its secret: the only time the secret is known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedToken {
+    /// The token.
+    pub token: TokenInfo,
+    /// The bearer secret (`faas_sk_...`).
+    pub secret: String,
+}
+
+/// A token as Redis keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+struct TokenRecord {
+    #[serde(flatten)]
+    info: TokenInfo,
+    secret_sha256: String,
+}
+
+/// Why a tenant or token operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    /// The name cannot be a tenant's.
+    #[error(
+        "invalid tenant name `{0}`: use 1 to 63 characters from a-z, 0-9 and `-`, \
+         starting with a letter"
+    )]
+    InvalidName(String),
+    /// A quota that cannot work.
+    #[error("invalid quota: {0}")]
+    InvalidQuota(String),
+    /// The label is too long or has control characters.
+    #[error("invalid token label: at most {MAX_LABEL_CHARS} characters, no control characters")]
+    InvalidLabel,
+    /// A tenant of that name exists already.
+    #[error("tenant `{0}` already exists")]
+    TenantExists(String),
+    /// No tenant of that name.
+    #[error("tenant `{0}` does not exist; an operator creates it with `faas tenant create {0}`")]
+    NoSuchTenant(String),
+    /// No token with that id.
+    #[error("no token `{0}`")]
+    NoSuchToken(String),
+    /// The tenant still has deployed workflows.
+    #[error(
+        "tenant `{tenant}` still has deployed workflows: {}; remove them first (`faas rm <name>`)",
+        workflows.join(", ")
+    )]
+    HasWorkflows {
+        /// The tenant.
+        tenant: String,
+        /// Its deployed workflows.
+        workflows: Vec<String>,
+    },
+    /// The state database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Redis failed.
+    #[error("tenants in Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A record in Redis is not what this version writes.
+    #[error("tenants in Redis: malformed record `{key}`: {message}")]
+    Malformed {
+        /// The field of the hash.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// Where tenants and tokens are kept.
+#[derive(Clone)]
+enum Backend {
+    Sqlite(Database),
+    Redis(ConnectionManager),
+}
+
+/// Tenants and their tokens, in the state database or in Redis.
+#[derive(Clone)]
+pub struct TenantStore {
+    backend: Backend,
+}
+
+/// Creates a tenant's token in one step, refusing a tenant that does not exist.
+/// KEYS: tenants, tokens, hashes. ARGV: tenant, id, record, hash.
+const CREATE_TOKEN: &str = "
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
+return 1";
+
+/// Removes a tenant and revokes its tokens in one step; -1 when there is no tenant,
+/// else how many tokens were revoked. KEYS: tenants, tokens, hashes. ARGV: tenant.
+const REMOVE_TENANT: &str = "
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return -1 end
+local revoked = 0
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  local record = cjson.decode(all[i + 1])
+  if record.tenant == ARGV[1] then
+    redis.call('HDEL', KEYS[2], all[i])
+    redis.call('HDEL', KEYS[3], record.secret_sha256)
+    revoked = revoked + 1
+  end
+end
+return revoked";
+
+/// Replaces a tenant's record if it is still `ARGV[2]`: 1 if replaced, 0 if it
+/// changed meanwhile, -1 if it is gone. KEYS: tenants. ARGV: tenant, old, new.
+const REPLACE_TENANT: &str = "
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return -1 end
+if current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1";
+
+/// Revokes a token; returns its record, or nil. KEYS: tokens, hashes. ARGV: id.
+const REVOKE_TOKEN: &str = "
+local record = redis.call('HGET', KEYS[1], ARGV[1])
+if not record then return false end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], cjson.decode(record).secret_sha256)
+return record";
+
+/// The tenant of the token whose secret has this hash, while the tenant exists; else
+/// nil. KEYS: tenants, tokens, hashes. ARGV: hash.
+const AUTHENTICATE: &str = "
+local id = redis.call('HGET', KEYS[3], ARGV[1])
+if not id then return false end
+local record = redis.call('HGET', KEYS[2], id)
+if not record then return false end
+local tenant = cjson.decode(record).tenant
+if redis.call('HEXISTS', KEYS[1], tenant) == 0 then return false end
+return tenant";
+
+impl TenantStore {
+    /// Tenants and tokens in the state database (embedded mode).
+    pub fn sqlite(database: Database) -> Self {
+        add_quotas_column(&database);
+        Self {
+            backend: Backend::Sqlite(database),
+        }
+    }
+
+    /// Tenants and tokens in Redis at `url` (services mode); checks that it answers.
+    ///
+    /// # Errors
+    /// [`TenantError::Redis`] if the URL is invalid or the server does not answer.
+    pub async fn redis(url: &str) -> Result<Self, TenantError> {
+        let client = redis::Client::open(url)?;
+        // A few quick reconnect attempts, then an error: an admin request against a
+        // dead Redis answers 503 rather than hanging.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(3)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500))
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(5)));
+        let mut connection = ConnectionManager::new_with_config(client, config).await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await?;
+        Ok(Self {
+            backend: Backend::Redis(connection),
+        })
+    }
+
+    /// Creates tenant `name` with the platform's default quotas.
+    ///
+    /// # Errors
+    /// [`TenantError::InvalidName`], [`TenantError::TenantExists`], or the backend's.
+    pub async fn create_tenant(&self, name: &str) -> Result<Tenant, TenantError> {
+        self.create_tenant_with_quotas(name, Quotas::default())
+            .await
+    }
+
+    /// Creates tenant `name` with `quotas`.
+    ///
+    /// # Errors
+    /// [`TenantError::InvalidName`], [`TenantError::InvalidQuota`],
+    /// [`TenantError::TenantExists`], or the backend's.
+    pub async fn create_tenant_with_quotas(
+        &self,
+        name: &str,
+        quotas: Quotas,
+    ) -> Result<Tenant, TenantError> {
+        if !is_valid_name(name) {
+            return Err(TenantError::InvalidName(name.to_owned()));
+        }
+        quotas.check()?;
+        let tenant = Tenant {
+            name: name.to_owned(),
+            created_at: now(),
+            quotas,
+        };
+        let created = match &self.backend {
+            Backend::Sqlite(db) => {
+                db.lock()
+                    .execute(
+                        "INSERT OR IGNORE INTO tenants (name, created_at, quotas) \
+                         VALUES (?1, ?2, ?3)",
+                        (
+                            &tenant.name,
+                            to_sql_time(tenant.created_at),
+                            to_json(&tenant.quotas),
+                        ),
+                    )
+                    .map_err(StoreError::sql(format!("creating tenant {name}")))?
+                    == 1
+            }
+            Backend::Redis(connection) => {
+                redis::cmd("HSETNX")
+                    .arg(TENANTS_KEY)
+                    .arg(name)
+                    .arg(to_json(&tenant))
+                    .run::<bool>(connection)
+                    .await?
+            }
+        };
+        if created {
+            Ok(tenant)
+        } else {
+            Err(TenantError::TenantExists(name.to_owned()))
+        }
+    }
+
+    /// Creates tenant `name` unless it exists; returns whether it created it.
+    ///
+    /// # Errors
+    /// [`TenantError::InvalidName`], or the backend's.
+    pub async fn ensure_tenant(&self, name: &str) -> Result<bool, TenantError> {
+        match self.create_tenant(name).await {
+            Ok(_) => Ok(true),
+            Err(TenantError::TenantExists(_)) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Tenant `name`, if it exists.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn tenant(&self, name: &str) -> Result<Option<Tenant>, TenantError> {
+        match &self.backend {
+            Backend::Sqlite(db) => Ok(db
+                .lock()
+                .query_row(
+                    "SELECT name, created_at, quotas FROM tenants WHERE name = ?1",
+                    [name],
+                    tenant_row,
+                )
+                .optional()
+                .map_err(StoreError::sql(format!("reading tenant {name}")))?),
+            Backend::Redis(connection) => {
+                let json: Option<String> = redis::cmd("HGET")
+                    .arg(TENANTS_KEY)
+                    .arg(name)
+                    .run(connection)
+                    .await?;
+                json.map(|json| from_json(name, &json)).transpose()
+            }
+        }
+    }
+
+    /// Every tenant, by name.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn tenants(&self) -> Result<Vec<Tenant>, TenantError> {
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                let connection = db.lock();
+                let doing = || StoreError::sql("listing tenants");
+                let mut statement = connection
+                    .prepare("SELECT name, created_at, quotas FROM tenants ORDER BY name")
+                    .map_err(doing())?;
+                let rows = statement.query_map([], tenant_row).map_err(doing())?;
+                Ok(rows.collect::<Result<_, _>>().map_err(doing())?)
+            }
+            Backend::Redis(_) => {
+                let mut tenants: Vec<Tenant> = self.redis_records(TENANTS_KEY).await?;
+                tenants.sort_by(|a, b| a.name.cmp(&b.name));
+                Ok(tenants)
+            }
+        }
+    }
+
+    /// Makes `changes` to the quotas of tenant `name`; returns the tenant as it now is.
+    ///
+    /// # Errors
+    /// [`TenantError::NoSuchTenant`], [`TenantError::InvalidQuota`], or the backend's.
+    pub async fn update_quotas(
+        &self,
+        name: &str,
+        changes: &QuotaChanges,
+    ) -> Result<Tenant, TenantError> {
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                let mut connection = db.lock();
+                let doing = || StoreError::sql(format!("changing the quotas of tenant {name}"));
+                // Read and written in one transaction: two operators' changes to
+                // different limits both stay.
+                let transaction = connection.transaction().map_err(doing())?;
+                let mut tenant = transaction
+                    .query_row(
+                        "SELECT name, created_at, quotas FROM tenants WHERE name = ?1",
+                        [name],
+                        tenant_row,
+                    )
+                    .optional()
+                    .map_err(doing())?
+                    .ok_or_else(|| TenantError::NoSuchTenant(name.to_owned()))?;
+                tenant.quotas = changes.applied_to(tenant.quotas);
+                tenant.quotas.check()?;
+                transaction
+                    .execute(
+                        "UPDATE tenants SET quotas = ?2 WHERE name = ?1",
+                        (name, to_json(&tenant.quotas)),
+                    )
+                    .map_err(doing())?;
+                transaction.commit().map_err(doing())?;
+                Ok(tenant)
+            }
+            Backend::Redis(connection) => {
+                // Compare and set, again while another change slipped in between: the
+                // record is JSON, changed here rather than in Lua (whose JSON numbers
+                // are doubles).
+                loop {
+                    let json: Option<String> = redis::cmd("HGET")
+                        .arg(TENANTS_KEY)
+                        .arg(name)
+                        .run(connection)
+                        .await?;
+                    let json = json.ok_or_else(|| TenantError::NoSuchTenant(name.to_owned()))?;
+                    let mut tenant: Tenant = from_json(name, &json)?;
+                    tenant.quotas = changes.applied_to(tenant.quotas);
+                    tenant.quotas.check()?;
+                    let swapped: i64 = redis::cmd("EVAL")
+                        .arg(REPLACE_TENANT)
+                        .arg(1)
+                        .arg(TENANTS_KEY)
+                        .arg(name)
+                        .arg(&json)
+                        .arg(to_json(&tenant))
+                        .run(connection)
+                        .await?;
+                    match swapped {
+                        1 => return Ok(tenant),
+                        -1 => return Err(TenantError::NoSuchTenant(name.to_owned())),
+                        _ => continue,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `apply` with every tenant now and then every `interval`, forever: how a
+    /// process that enforces quotas (a worker, a broker) learns the operator's changes.
+    /// A failed read is logged and retried at the next interval, keeping what was
+    /// applied last.
+    pub async fn follow(&self, interval: Duration, mut apply: impl FnMut(&[Tenant])) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match self.tenants().await {
+                Ok(tenants) => apply(&tenants),
+                Err(err) => tracing::warn!("reading the tenants' quotas, retrying: {err}"),
+            }
+        }
+    }
+
+    /// Removes tenant `name` and revokes its tokens, unless `deployed` (its deployed
+    /// workflows, as the caller knows them) is not empty. Returns how many tokens were
+    /// revoked.
+    ///
+    /// # Errors
+    /// [`TenantError::HasWorkflows`], [`TenantError::NoSuchTenant`], or the backend's.
+    pub async fn remove_tenant(&self, name: &str, deployed: &[String]) -> Result<u64, TenantError> {
+        if !deployed.is_empty() {
+            return Err(TenantError::HasWorkflows {
+                tenant: name.to_owned(),
+                workflows: deployed.to_vec(),
+            });
+        }
+        let revoked = match &self.backend {
+            Backend::Sqlite(db) => {
+                let mut connection = db.lock();
+                let doing = || StoreError::sql(format!("removing tenant {name}"));
+                let transaction = connection.transaction().map_err(doing())?;
+                let removed = transaction
+                    .execute("DELETE FROM tenants WHERE name = ?1", [name])
+                    .map_err(doing())?;
+                let revoked = transaction
+                    .execute("DELETE FROM tokens WHERE tenant = ?1", [name])
+                    .map_err(doing())?;
+                transaction.commit().map_err(doing())?;
+                if removed == 0 { -1 } else { revoked as i64 }
+            }
+            Backend::Redis(connection) => {
+                redis::cmd("EVAL")
+                    .arg(REMOVE_TENANT)
+                    .arg(3)
+                    .arg(TENANTS_KEY)
+                    .arg(TOKENS_KEY)
+                    .arg(HASHES_KEY)
+                    .arg(name)
+                    .run::<i64>(connection)
+                    .await?
+            }
+        };
+        u64::try_from(revoked).map_err(|_| TenantError::NoSuchTenant(name.to_owned()))
+    }
+
+    /// Creates a token for `tenant`; the returned secret is not kept anywhere.
+    ///
+    /// # Errors
+    /// [`TenantError::NoSuchTenant`], [`TenantError::InvalidLabel`], or the backend's.
+    pub async fn create_token(
+        &self,
+        tenant: &str,
+        label: &str,
+    ) -> Result<IssuedToken, TenantError> {
+        if label.chars().count() > MAX_LABEL_CHARS || label.chars().any(char::is_control) {
+            return Err(TenantError::InvalidLabel);
+        }
+        let secret = format!("{SECRET_PREFIX}{}", hex::encode(rand::random::<[u8; 32]>()));
+        let info = TokenInfo {
+            id: format!(
+                "{TOKEN_ID_PREFIX}{}",
+                hex::encode(rand::random::<[u8; 8]>())
+            ),
+            tenant: tenant.to_owned(),
+            label: label.to_owned(),
+            created_at: now(),
+        };
+        let hash = secret_hash(&secret);
+        let created = match &self.backend {
+            Backend::Sqlite(db) => {
+                let mut connection = db.lock();
+                let doing = || StoreError::sql(format!("creating a token for tenant {tenant}"));
+                let transaction = connection.transaction().map_err(doing())?;
+                let exists = transaction
+                    .query_row(
+                        "SELECT 1 FROM tenants WHERE name = ?1",
+                        [tenant],
+                        |_| Ok(()),
+                    )
+                    .optional()
+                    .map_err(doing())?
+                    .is_some();
+                if exists {
+                    transaction
+                        .execute(
+                            "INSERT INTO tokens (id, tenant, label, created_at, secret_sha256) \
+                             VALUES (?1, ?2, ?3, ?4, ?5)",
+                            (&info.id, tenant, label, to_sql_time(info.created_at), &hash),
+                        )
+                        .map_err(doing())?;
+                    transaction.commit().map_err(doing())?;
+                }
+                exists
+            }
+            Backend::Redis(connection) => {
+                let record = TokenRecord {
+                    info: info.clone(),
+                    secret_sha256: hash.clone(),
+                };
+                redis::cmd("EVAL")
+                    .arg(CREATE_TOKEN)
+                    .arg(3)
+                    .arg(TENANTS_KEY)
+                    .arg(TOKENS_KEY)
+                    .arg(HASHES_KEY)
+                    .arg(tenant)
+                    .arg(&info.id)
+                    .arg(to_json(&record))
+                    .arg(&hash)
+                    .run::<bool>(connection)
+                    .await?
+            }
+        };
+        if created {
+            Ok(IssuedToken {
+                token: info,
+                secret,
+            })
+        } else {
+            Err(TenantError::NoSuchTenant(tenant.to_owned()))
+        }
+    }
+
+    /// The tokens of `tenant`, or of every tenant; oldest first.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn tokens(&self, tenant: Option<&str>) -> Result<Vec<TokenInfo>, TenantError> {
+        let mut tokens = match &self.backend {
+            Backend::Sqlite(db) => {
+                let connection = db.lock();
+                let doing = || StoreError::sql("listing tokens");
+                let mut statement = connection
+                    .prepare(
+                        "SELECT id, tenant, label, created_at FROM tokens \
+                         WHERE ?1 IS NULL OR tenant = ?1",
+                    )
+                    .map_err(doing())?;
+                let rows = statement.query_map([tenant], token_info).map_err(doing())?;
+                rows.collect::<Result<Vec<_>, _>>().map_err(doing())?
+            }
+            Backend::Redis(_) => self
+                .redis_records::<TokenRecord>(TOKENS_KEY)
+                .await?
+                .into_iter()
+                .map(|record| record.info)
+                .filter(|info| tenant.is_none_or(|tenant| info.tenant == tenant))
+                .collect(),
+        };
+        tokens.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(tokens)
+    }
+
+    /// The token with id `id`, if any.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn token(&self, id: &str) -> Result<Option<TokenInfo>, TenantError> {
+        match &self.backend {
+            Backend::Sqlite(db) => Ok(db
+                .lock()
+                .query_row(
+                    "SELECT id, tenant, label, created_at FROM tokens WHERE id = ?1",
+                    [id],
+                    token_info,
+                )
+                .optional()
+                .map_err(StoreError::sql(format!("reading token {id}")))?),
+            Backend::Redis(connection) => {
+                let json: Option<String> = redis::cmd("HGET")
+                    .arg(TOKENS_KEY)
+                    .arg(id)
+                    .run(connection)
+                    .await?;
+                Ok(json
+                    .map(|json| from_json::<TokenRecord>(id, &json))
+                    .transpose()?
+                    .map(|record| record.info))
+            }
+        }
+    }
+
+    /// Revokes token `id`: its secret authenticates no more. Returns what it was.
+    ///
+    /// # Errors
+    /// [`TenantError::NoSuchToken`], or the backend's.
+    pub async fn revoke_token(&self, id: &str) -> Result<TokenInfo, TenantError> {
+        let revoked = match &self.backend {
+            Backend::Sqlite(db) => db
+                .lock()
+                .query_row(
+                    "DELETE FROM tokens WHERE id = ?1 RETURNING id, tenant, label, created_at",
+                    [id],
+                    token_info,
+                )
+                .optional()
+                .map_err(StoreError::sql(format!("revoking token {id}")))?,
+            Backend::Redis(connection) => {
+                let json: Option<String> = redis::cmd("EVAL")
+                    .arg(REVOKE_TOKEN)
+                    .arg(2)
+                    .arg(TOKENS_KEY)
+                    .arg(HASHES_KEY)
+                    .arg(id)
+                    .run(connection)
+                    .await?;
+                json.map(|json| from_json::<TokenRecord>(id, &json))
+                    .transpose()?
+                    .map(|record| record.info)
+            }
+        };
+        revoked.ok_or_else(|| TenantError::NoSuchToken(id.to_owned()))
+    }
+
+    /// The tenant `secret` acts for: `None` unless it is a live token of an existing
+    /// tenant.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn authenticate(&self, secret: &str) -> Result<Option<String>, TenantError> {
+        // Not one of ours: no need to ask the backend.
+        if !secret.starts_with(SECRET_PREFIX) {
+            return Ok(None);
+        }
+        let hash = secret_hash(secret);
+        match &self.backend {
+            Backend::Sqlite(db) => Ok(db
+                .lock()
+                .query_row(
+                    "SELECT tokens.tenant FROM tokens JOIN tenants ON tenants.name = tokens.tenant \
+                     WHERE tokens.secret_sha256 = ?1",
+                    [&hash],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(StoreError::sql("authenticating a token"))?),
+            Backend::Redis(connection) => Ok(redis::cmd("EVAL")
+                .arg(AUTHENTICATE)
+                .arg(3)
+                .arg(TENANTS_KEY)
+                .arg(TOKENS_KEY)
+                .arg(HASHES_KEY)
+                .arg(&hash)
+                .run::<Option<String>>(connection)
+                .await?),
+        }
+    }
+
+    /// Every value of the Redis hash `key`, decoded.
+    async fn redis_records<T: for<'de> Deserialize<'de>>(
+        &self,
+        key: &str,
+    ) -> Result<Vec<T>, TenantError> {
+        let Backend::Redis(connection) = &self.backend else {
+            return Ok(Vec::new());
+        };
+        let all: Vec<(String, String)> = redis::cmd("HGETALL").arg(key).run(connection).await?;
+        all.iter()
+            .map(|(field, json)| from_json(field, json))
+            .collect()
+    }
+}
+
+/// Running a command on the shared connection.
+trait Run {
+    /// Runs the command, once more if the connection had dropped: after a Redis
+    /// restart the first command fails while the manager reconnects.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        connection: &ConnectionManager,
+    ) -> Result<T, redis::RedisError>;
+}
+
+impl Run for redis::Cmd {
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        connection: &ConnectionManager,
+    ) -> Result<T, redis::RedisError> {
+        match self.query_async(&mut connection.clone()).await {
+            Err(err) if err.is_io_error() || err.is_connection_dropped() => {
+                self.query_async(&mut connection.clone()).await
+            }
+            result => result,
+        }
+    }
+}
+
+/// The hex SHA-256 of a token secret: what is stored in its place.
+fn secret_hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Adds the `quotas` column to a `tenants` table made before quotas existed (every
+/// tenant then has the defaults). A failure is logged: reads then fail naming it.
+fn add_quotas_column(database: &Database) {
+    let connection = database.lock();
+    let has_column = connection
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('tenants') WHERE name = 'quotas'",
+            [],
+            |row| row.get::<_, i64>(0),
+        )
+        .map(|count| count > 0);
+    if let Ok(false) = has_column
+        && let Err(err) = connection.execute(
+            "ALTER TABLE tenants ADD COLUMN quotas TEXT NOT NULL DEFAULT '{}'",
+            [],
+        )
+    {
+        tracing::error!("adding the quotas column to the tenants table: {err}");
+    }
+}
+
+/// A tenant from a row of `name, created_at, quotas`.
+fn tenant_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Tenant> {
+    let quotas: String = row.get(2)?;
+    Ok(Tenant {
+        name: row.get(0)?,
+        created_at: from_sql_time(row.get(1)?),
+        quotas: serde_json::from_str(&quotas).map_err(|err| {
+            rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, err.into())
+        })?,
+    })
+}
+
+fn token_info(row: &rusqlite::Row<'_>) -> rusqlite::Result<TokenInfo> {
+    Ok(TokenInfo {
+        id: row.get(0)?,
+        tenant: row.get(1)?,
+        label: row.get(2)?,
+        created_at: from_sql_time(row.get(3)?),
+    })
+}
+
+/// SQLite integers are signed; Unix seconds fit either way.
+fn to_sql_time(seconds: u64) -> i64 {
+    i64::try_from(seconds).unwrap_or(i64::MAX)
+}
+
+fn from_sql_time(seconds: i64) -> u64 {
+    u64::try_from(seconds).unwrap_or(0)
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn from_json<T: for<'de> Deserialize<'de>>(key: &str, json: &str) -> Result<T, TenantError> {
+    serde_json::from_str(json).map_err(|err| TenantError::Malformed {
+        key: key.to_owned(),
+        message: err.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faas_testing::RedisServer;
+
+    /// Runs `check` against both backends.
+    async fn on_both<F, Fut>(check: F)
+    where
+        F: Fn(TenantStore) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        check(TenantStore::sqlite(Database::in_memory().unwrap())).await;
+        let server = RedisServer::start();
+        check(TenantStore::redis(&server.url()).await.unwrap()).await;
+    }
+
+    #[tokio::test]
+    async fn tenants_are_created_once_and_listed_by_name() {
+        on_both(|store| async move {
+            store.create_tenant("zeta").await.unwrap();
+            let alpha = store.create_tenant("alpha").await.unwrap();
+            assert!(matches!(
+                store.create_tenant("alpha").await,
+                Err(TenantError::TenantExists(name)) if name == "alpha"
+            ));
+            assert!(!store.ensure_tenant("alpha").await.unwrap());
+            assert!(store.ensure_tenant("beta").await.unwrap());
+            let names: Vec<String> = store
+                .tenants()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
+            assert_eq!(names, ["alpha", "beta", "zeta"]);
+            assert_eq!(store.tenant("alpha").await.unwrap(), Some(alpha));
+            assert_eq!(store.tenant("nope").await.unwrap(), None);
+            assert!(matches!(
+                store.create_tenant("Bad_Name").await,
+                Err(TenantError::InvalidName(_))
+            ));
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_token_authenticates_as_its_tenant_until_revoked() {
+        on_both(|store| async move {
+            store.create_tenant("victim").await.unwrap();
+            store.create_tenant("mallory").await.unwrap();
+            let issued = store.create_token("victim", "ci").await.unwrap();
+            assert!(issued.secret.starts_with(SECRET_PREFIX));
+            assert_eq!(issued.secret.len(), SECRET_PREFIX.len() + 64);
+            assert!(issued.token.id.starts_with(TOKEN_ID_PREFIX));
+            assert_eq!(issued.token.label, "ci");
+            let other = store.create_token("mallory", "").await.unwrap();
+            assert_ne!(issued.secret, other.secret);
+            assert_eq!(
+                store.authenticate(&issued.secret).await.unwrap().as_deref(),
+                Some("victim")
+            );
+            assert_eq!(
+                store.authenticate(&other.secret).await.unwrap().as_deref(),
+                Some("mallory")
+            );
+            // Almost the secret is not the secret.
+            let mut guess = issued.secret.clone();
+            guess.pop();
+            guess.push('x');
+            assert_eq!(store.authenticate(&guess).await.unwrap(), None);
+            assert_eq!(store.authenticate("admin-token").await.unwrap(), None);
+
+            assert_eq!(
+                store.tokens(Some("victim")).await.unwrap(),
+                std::slice::from_ref(&issued.token)
+            );
+            assert_eq!(store.tokens(None).await.unwrap().len(), 2);
+            assert_eq!(
+                store.token(&issued.token.id).await.unwrap(),
+                Some(issued.token.clone())
+            );
+
+            assert_eq!(
+                store.revoke_token(&issued.token.id).await.unwrap(),
+                issued.token
+            );
+            assert_eq!(store.authenticate(&issued.secret).await.unwrap(), None);
+            assert!(matches!(
+                store.revoke_token(&issued.token.id).await,
+                Err(TenantError::NoSuchToken(_))
+            ));
+            assert_eq!(store.tokens(Some("victim")).await.unwrap(), []);
+            // The other tenant's token is untouched.
+            assert_eq!(
+                store.authenticate(&other.secret).await.unwrap().as_deref(),
+                Some("mallory")
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn tokens_only_for_existing_tenants_and_labels_are_bounded() {
+        on_both(|store| async move {
+            let err = store.create_token("ghost", "").await.unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "tenant `ghost` does not exist; an operator creates it with \
+                 `faas tenant create ghost`"
+            );
+            store.create_tenant("t").await.unwrap();
+            assert!(matches!(
+                store
+                    .create_token("t", &"x".repeat(MAX_LABEL_CHARS + 1))
+                    .await,
+                Err(TenantError::InvalidLabel)
+            ));
+            assert!(matches!(
+                store.create_token("t", "a\nb").await,
+                Err(TenantError::InvalidLabel)
+            ));
+            assert_eq!(store.tokens(None).await.unwrap(), []);
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn removing_a_tenant_revokes_its_tokens_and_is_refused_while_it_has_workflows() {
+        on_both(|store| async move {
+            store.create_tenant("victim").await.unwrap();
+            store.create_tenant("other").await.unwrap();
+            let first = store.create_token("victim", "a").await.unwrap();
+            store.create_token("victim", "b").await.unwrap();
+            let kept = store.create_token("other", "").await.unwrap();
+
+            let err = store
+                .remove_tenant("victim", &["shop".to_owned(), "cart".to_owned()])
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "tenant `victim` still has deployed workflows: shop, cart; remove them first \
+                 (`faas rm <name>`)"
+            );
+            assert!(store.tenant("victim").await.unwrap().is_some());
+            assert!(store.authenticate(&first.secret).await.unwrap().is_some());
+
+            assert_eq!(store.remove_tenant("victim", &[]).await.unwrap(), 2);
+            assert_eq!(store.tenant("victim").await.unwrap(), None);
+            assert_eq!(store.authenticate(&first.secret).await.unwrap(), None);
+            assert_eq!(store.tokens(Some("victim")).await.unwrap(), []);
+            assert!(matches!(
+                store.remove_tenant("victim", &[]).await,
+                Err(TenantError::NoSuchTenant(_))
+            ));
+            // Recreating the name does not bring the old tokens back.
+            store.create_tenant("victim").await.unwrap();
+            assert_eq!(store.authenticate(&first.secret).await.unwrap(), None);
+            assert_eq!(
+                store.authenticate(&kept.secret).await.unwrap().as_deref(),
+                Some("other")
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn quotas_are_kept_changed_and_given_back_to_the_default() {
+        on_both(|store| async move {
+            let plain = store.create_tenant("plain").await.unwrap();
+            assert!(plain.quotas.is_default());
+            let quotas = Quotas {
+                max_workflows: Some(3),
+                kv_max_bytes: Some(1 << 40),
+                ..Quotas::default()
+            };
+            let small = store
+                .create_tenant_with_quotas("small", quotas)
+                .await
+                .unwrap();
+            assert_eq!(small.quotas, quotas);
+            assert_eq!(store.tenant("small").await.unwrap(), Some(small.clone()));
+
+            // Left out: unchanged; a number: set; null: the default again.
+            let changes: QuotaChanges = serde_json::from_str(
+                r#"{"max_workflows": null, "max_instances": 2, "stream_max_len": 0}"#,
+            )
+            .unwrap();
+            let changed = store.update_quotas("small", &changes).await.unwrap();
+            let expected = Quotas {
+                max_instances: Some(2),
+                kv_max_bytes: Some(1 << 40),
+                stream_max_len: Some(0),
+                ..Quotas::default()
+            };
+            assert_eq!(changed.quotas, expected);
+            assert_eq!(changed.created_at, small.created_at);
+            let listed = store.tenants().await.unwrap();
+            assert_eq!(listed[1].quotas, expected);
+            assert!(listed[0].quotas.is_default());
+
+            let zero = QuotaChanges {
+                max_instances: Some(Some(0)),
+                ..QuotaChanges::default()
+            };
+            assert!(matches!(
+                store.update_quotas("small", &zero).await,
+                Err(TenantError::InvalidQuota(_))
+            ));
+            assert_eq!(
+                store.tenant("small").await.unwrap().unwrap().quotas,
+                expected
+            );
+            assert!(matches!(
+                store.update_quotas("ghost", &changes).await,
+                Err(TenantError::NoSuchTenant(_))
+            ));
+            assert!(serde_json::from_str::<QuotaChanges>(r#"{"max_wrokflows": 1}"#).is_err());
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_tenants_table_from_before_quotas_gets_the_column() {
+        let database = Database::in_memory().unwrap();
+        database
+            .lock()
+            .execute_batch(
+                "DROP TABLE tenants;
+                 CREATE TABLE tenants (name TEXT PRIMARY KEY, created_at INTEGER NOT NULL);
+                 INSERT INTO tenants VALUES ('old', 1);",
+            )
+            .unwrap();
+        let store = TenantStore::sqlite(database);
+        let old = store.tenant("old").await.unwrap().unwrap();
+        assert!(old.quotas.is_default());
+        let changes = QuotaChanges {
+            max_workflows: Some(Some(2)),
+            ..QuotaChanges::default()
+        };
+        assert_eq!(
+            store
+                .update_quotas("old", &changes)
+                .await
+                .unwrap()
+                .quotas
+                .max_workflows,
+            Some(2)
+        );
+    }
+
+    #[tokio::test]
+    async fn the_state_database_keeps_tenants_and_token_hashes_but_never_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = {
+            let store = TenantStore::sqlite(Database::open(dir.path()).unwrap());
+            store.create_tenant("demo").await.unwrap();
+            store.create_token("demo", "").await.unwrap().secret
+        };
+        let store = TenantStore::sqlite(Database::open(dir.path()).unwrap());
+        assert_eq!(
+            store.authenticate(&secret).await.unwrap().as_deref(),
+            Some("demo")
+        );
+        let needle = secret.as_bytes();
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            assert!(!bytes.windows(needle.len()).any(|window| window == needle));
+        }
+    }
+}
