@@ -33,13 +33,13 @@ start_cluster() {
         >"$BENCH_DATA/$name-scheduler.log" 2>&1 &
     bench_pids+=($!)
     FAAS_LOG=warn target/release/faas gateway "${common[@]}" --listen "127.0.0.1:$port" \
-        --token bench --cluster-token bench-cluster --data-dir "$BENCH_DATA/$name-gateway" \
+        --token bench --internal-token bench-internal --data-dir "$BENCH_DATA/$name-gateway" \
         --max-body-bytes 1000000000 >"$BENCH_DATA/$name-gateway.log" 2>&1 &
     bench_pids+=($!)
     for worker in a b; do
         local host=$4
         [ "$worker" = b ] && host=$5
-        FAAS_LOG=warn target/release/faas worker "${common[@]}" --cluster-token bench-cluster \
+        FAAS_LOG=warn target/release/faas worker "${common[@]}" --internal-token bench-internal \
             --id "$name-$worker" --host-id "$host" --max-memory-mb 1100 \
             --data-dir "$BENCH_DATA/$name-$worker" >"$BENCH_DATA/$name-$worker.log" 2>&1 &
         bench_pids+=($!)

@@ -2,7 +2,12 @@
 //! up` (everything in one process) and `faas gateway` / `faas worker` (services mode).
 
 use anyhow::Context;
-use faas_gateway::{DEFAULT_STREAM_MAX_LEN, GatewayConfig, RedisBroker};
+use faas_connections::ConnectionLimits;
+use faas_gateway::GatewayConfig;
+use faas_gateway::config::{
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+};
+use faas_store::broker::{DEFAULT_STREAM_MAX_LEN, RedisBroker};
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
 use faas_worker::config::{DEFAULT_MAX_REGIONS_PER_INSTANCE, DEFAULT_REGION_MAP_THRESHOLD};
 use faas_worker::kv::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, KvQuota};
@@ -15,7 +20,7 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 pub struct IdentityArgs {
     /// Admin API token; generated and written to <data-dir>/token when not given.
-    /// Workers never accept it (services mode uses `--cluster-token`).
+    /// Workers never accept it (services mode uses `--internal-token`).
     #[arg(long, env = "FAAS_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Directory for compiled components and the token.
@@ -61,6 +66,16 @@ pub struct GatewayArgs {
     /// tenant's own quota (`faas tenant set <name> --max-workflows N`). 0 for no limit.
     #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = DEFAULT_TENANT_MAX_WORKFLOWS)]
     pub tenant_max_workflows: u64,
+    /// How many connections one client address may hold open; more are closed as soon
+    /// as they are accepted.
+    #[arg(long, env = "FAAS_MAX_CONNECTIONS_PER_CLIENT", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
+    pub max_connections_per_client: usize,
+    /// How many connections the gateway holds open in all.
+    #[arg(long, env = "FAAS_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// How long a connection may carry no request before it is closed, in milliseconds.
+    #[arg(long, env = "FAAS_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
+    pub idle_timeout_ms: u64,
 }
 
 /// Default of `--tenant-max-workflows`: far more than a team deploys by hand, few
@@ -73,6 +88,11 @@ impl GatewayArgs {
         let mut config = GatewayConfig::new(token);
         config.listen = self.listen;
         config.max_body_bytes = self.max_body_bytes;
+        config.connections = ConnectionLimits {
+            per_client: self.max_connections_per_client.max(1),
+            total: self.max_connections.max(1),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms.max(1)),
+        };
         config
     }
 }

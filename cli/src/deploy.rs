@@ -2,8 +2,8 @@
 
 use crate::build::{build_manifest, manifest_dir};
 use crate::client::{Client, ServerArgs};
+use crate::manifest_schemas::{check_karmem_types, read_schemas};
 use crate::output::{OutputArgs, OutputFormat};
-use crate::schemas::{check_karmem_types, read_schemas};
 use anyhow::Context;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;

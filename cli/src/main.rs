@@ -5,9 +5,9 @@ mod build;
 mod client;
 mod deploy;
 mod invoke;
+mod manifest_schemas;
 mod output;
-mod schema;
-mod schemas;
+mod schema_tools;
 mod services;
 mod tenants;
 mod up;
@@ -78,7 +78,7 @@ enum Command {
     /// Karmem schemas: generate Rust code, decode or encode a message without compiling.
     Schema {
         #[command(subcommand)]
-        command: schema::SchemaCommand,
+        command: schema_tools::SchemaCommand,
     },
     /// Manage tenants (admin token): create, ls, rm.
     Tenant {
@@ -160,7 +160,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             let workers = client::Client::new(&server)?.workers().await?;
             output::print_workers(&workers, output.output)
         }
-        Command::Schema { command } => schema::run(command),
+        Command::Schema { command } => schema_tools::run(command),
         Command::Tenant { command } => tenants::tenant(command).await,
         Command::Token { command } => tenants::token(command).await,
         Command::Rm { name, server } => {

@@ -1,7 +1,7 @@
 //! Printing lists and statuses as text for people or JSON for scripts.
 
 use faas_gateway::admin::{ListResponse, RunsResponse, WorkersResponse, WorkflowStatus};
-use faas_worker::RunStatus;
+use faas_invoke::RunStatus;
 
 /// How to print a result.
 #[derive(Debug, Clone, Copy, Default, clap::ValueEnum)]
@@ -69,7 +69,7 @@ pub fn print_status(status: &WorkflowStatus, format: OutputFormat) -> anyhow::Re
                 println!(
                     "  {} ({}, {} MiB, {} ms, fuel {fuel}) {}",
                     function.name,
-                    function.kind,
+                    function.kind.as_str(),
                     function.memory_mb,
                     function.timeout_ms,
                     &function.digest[..12.min(function.digest.len())]

@@ -1,16 +1,16 @@
 //! Services mode: `faas gateway`, `faas scheduler` and `faas worker`, each one part of
 //! the platform in its own process, sharing deployments, placements and worker
-//! registrations through Redis (crate `faas-cluster`). Run one scheduler, one or
+//! registrations through Redis (crate `faas-shared-state`). Run one scheduler, one or
 //! more gateways and any number of workers against the same Redis.
 
 use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs, WorkerArgs, generate_token};
 use crate::up::wait_for_signal;
 use anyhow::Context;
-use faas_cluster::Cluster;
-use faas_gateway::cluster::{ClusterBackend, ClusterConfig};
+use faas_gateway::services::{ServicesBackend, ServicesConfig};
 use faas_gateway::{Gateway, Registry};
+use faas_shared_state::SharedState;
 use faas_store::TenantStore;
-use faas_worker::remote::{MAX_CLUSTER_TOKEN_BYTES, Node, NodeConfig, NodeListeners};
+use faas_worker::services::{MAX_INTERNAL_TOKEN_BYTES, Node, NodeConfig, NodeListeners};
 use faas_worker::{KeyValueStore, Worker};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -38,8 +38,8 @@ impl RedisArgs {
         Duration::from_millis(self.sync_interval_ms.max(10))
     }
 
-    async fn cluster(&self) -> anyhow::Result<Cluster> {
-        Cluster::connect(&self.redis)
+    async fn shared(&self) -> anyhow::Result<SharedState> {
+        SharedState::connect(&self.redis)
             .await
             .context("connecting to the shared state")
     }
@@ -47,33 +47,33 @@ impl RedisArgs {
 
 /// The secret between gateways and workers, distinct from the admin token.
 #[derive(Debug, clap::Args)]
-pub struct ClusterTokenArgs {
+pub struct InternalTokenArgs {
     /// Secret the gateway presents to workers' internal API and workers to each other
-    /// (never the admin token). When not given, read from <data-dir>/cluster-token,
+    /// (never the admin token). When not given, read from <data-dir>/internal-token,
     /// or generated there (mode 0600) if that file does not exist.
-    #[arg(long, env = "FAAS_CLUSTER_TOKEN", hide_env_values = true)]
-    cluster_token: Option<String>,
+    #[arg(long, env = "FAAS_INTERNAL_TOKEN", hide_env_values = true)]
+    internal_token: Option<String>,
 }
 
-impl ClusterTokenArgs {
+impl InternalTokenArgs {
     /// The token given, else the one saved in `data_dir`, else a new one saved there.
     fn resolve(&self, data_dir: &Path) -> anyhow::Result<String> {
-        let token = match &self.cluster_token {
+        let token = match &self.internal_token {
             Some(token) => token.clone(),
-            None => read_or_create_token(&data_dir.join("cluster-token"))?,
+            None => read_or_create_token(&data_dir.join("internal-token"))?,
         };
-        check_cluster_token(&token)?;
+        check_internal_token(&token)?;
         Ok(token)
     }
 
     /// Tells the operator where the token came from when it was not given, since every
-    /// gateway and worker of the cluster needs the same one.
+    /// gateway and worker needs the same one.
     fn print_source(&self, data_dir: &Path) {
-        if self.cluster_token.is_none() {
+        if self.internal_token.is_none() {
             println!(
-                "  cluster token: in {} (gateways and workers need the same; \
-                 --cluster-token)",
-                data_dir.join("cluster-token").display()
+                "  internal token: in {} (gateways and workers need the same; \
+                 --internal-token)",
+                data_dir.join("internal-token").display()
             );
         }
     }
@@ -110,22 +110,22 @@ fn read_or_create_token(path: &Path) -> anyhow::Result<String> {
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            anyhow::bail!("{} is incomplete; give --cluster-token", path.display())
+            anyhow::bail!("{} is incomplete; give --internal-token", path.display())
         }
         Err(err) => Err(err).with_context(|| format!("creating {}", path.display())),
     }
 }
 
-/// Refuses a cluster token a worker could not check or a header could not carry.
-fn check_cluster_token(token: &str) -> anyhow::Result<()> {
-    if token.is_empty() || token.len() > MAX_CLUSTER_TOKEN_BYTES {
+/// Refuses a internal token a worker could not check or a header could not carry.
+fn check_internal_token(token: &str) -> anyhow::Result<()> {
+    if token.is_empty() || token.len() > MAX_INTERNAL_TOKEN_BYTES {
         anyhow::bail!(
-            "the cluster token must be 1 to {MAX_CLUSTER_TOKEN_BYTES} bytes long (it has {})",
+            "the internal token must be 1 to {MAX_INTERNAL_TOKEN_BYTES} bytes long (it has {})",
             token.len()
         );
     }
     if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
-        anyhow::bail!("the cluster token must be printable ASCII without spaces");
+        anyhow::bail!("the internal token must be printable ASCII without spaces");
     }
     Ok(())
 }
@@ -136,7 +136,7 @@ pub struct GatewayCmdArgs {
     #[command(flatten)]
     identity: IdentityArgs,
     #[command(flatten)]
-    cluster_token: ClusterTokenArgs,
+    internal_token: InternalTokenArgs,
     #[command(flatten)]
     gateway: GatewayArgs,
     #[command(flatten)]
@@ -166,7 +166,7 @@ pub struct WorkerCmdArgs {
     #[command(flatten)]
     identity: IdentityArgs,
     #[command(flatten)]
-    cluster_token: ClusterTokenArgs,
+    internal_token: InternalTokenArgs,
     #[command(flatten)]
     worker: WorkerArgs,
     #[command(flatten)]
@@ -180,7 +180,7 @@ pub struct WorkerCmdArgs {
     /// bound.
     #[arg(long, env = "FAAS_WORKER_ADVERTISE")]
     advertise: Option<String>,
-    /// This worker's id in the cluster; a random one by default.
+    /// This worker's id among the workers; a random one by default.
     #[arg(long, env = "FAAS_WORKER_ID")]
     id: Option<String>,
     /// How long the worker counts as alive after its last heartbeat, in milliseconds;
@@ -215,13 +215,13 @@ pub struct WorkerCmdArgs {
 /// Runs a gateway of services mode until Ctrl-C or SIGTERM.
 pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
     let token = args.identity.token()?;
-    let cluster_token = args.cluster_token.resolve(&args.identity.data_dir)?;
-    let cluster = args.redis.cluster().await?;
+    let internal_token = args.internal_token.resolve(&args.identity.data_dir)?;
+    let shared = args.redis.shared().await?;
     let broker = args.broker.connect(&args.redis.redis).await?;
-    let backend = ClusterBackend::new(
-        cluster,
-        ClusterConfig {
-            token: cluster_token,
+    let backend = ServicesBackend::new(
+        shared,
+        ServicesConfig {
+            token: internal_token,
             sync_interval: args.redis.interval(),
             deploy_timeout: Duration::from_secs(args.deploy_timeout_s),
         },
@@ -231,7 +231,7 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
         .await
         .context("connecting to the tenant store")?;
     let registry = Arc::new(
-        Registry::clustered(backend)
+        Registry::services_mode(backend)
             .with_redis_triggers()
             .with_tenants(tenants)
             .with_max_workflows(args.gateway.tenant_max_workflows),
@@ -242,7 +242,7 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
         .await?;
     println!("faas gateway is up at http://{}", gateway.local_addr());
     args.identity.print_token(&token);
-    args.cluster_token.print_source(&args.identity.data_dir);
+    args.internal_token.print_source(&args.identity.data_dir);
     gateway.set_ready();
     wait_for_signal().await?;
     gateway.shutdown().await;
@@ -251,11 +251,11 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
 
 /// Runs the scheduler until Ctrl-C or SIGTERM.
 pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
-    let cluster = args.redis.cluster().await?;
+    let shared = args.redis.shared().await?;
     println!("faas scheduler is up");
     tokio::select! {
         () = faas_scheduler::service::run(
-            cluster,
+            shared,
             args.redis.interval(),
             Duration::from_secs(args.component_ttl_s),
         ) => Ok(()),
@@ -265,8 +265,8 @@ pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
 
 /// Runs a worker until Ctrl-C or SIGTERM.
 pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
-    let token = args.cluster_token.resolve(&args.identity.data_dir)?;
-    let cluster = args.redis.cluster().await?;
+    let token = args.internal_token.resolve(&args.identity.data_dir)?;
+    let shared = args.redis.shared().await?;
     let broker = args.broker.connect(&args.redis.redis).await?;
     let key_value = Arc::new(
         KeyValueStore::redis(&args.redis.redis)
@@ -328,9 +328,9 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
         metrics,
     };
     let node =
-        Node::start(worker, cluster, config, listeners).context("binding the worker socket")?;
+        Node::start(worker, shared, config, listeners).context("binding the worker socket")?;
     println!("faas worker {id} is up at {bound}{metrics_at}");
-    args.cluster_token.print_source(&args.identity.data_dir);
+    args.internal_token.print_source(&args.identity.data_dir);
     wait_for_signal().await?;
     println!("draining");
     node.drain(Duration::from_millis(args.shutdown_grace_ms))

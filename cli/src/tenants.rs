@@ -342,7 +342,7 @@ pub(crate) async fn ensure_tenant_of(
 pub(crate) async fn follow_quotas(
     url: &str,
     worker: std::sync::Arc<faas_worker::Worker>,
-    broker: faas_gateway::RedisBroker,
+    broker: faas_store::broker::RedisBroker,
     interval: std::time::Duration,
 ) -> anyhow::Result<()> {
     let tenants = faas_store::TenantStore::redis(url)

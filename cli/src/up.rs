@@ -9,6 +9,7 @@ use crate::deploy::prepare;
 use anyhow::Context;
 use faas_gateway::registry::Deployment;
 use faas_gateway::{DeployOutcome, Gateway, Registry};
+use faas_invoke::LocalWorker;
 use faas_scheduler::{EmbeddedPlacement, WorkerId, WorkerSpec};
 use faas_store::{Database, DeploymentStore, TenantStore};
 use faas_worker::{KeyValueStore, Worker};
@@ -84,7 +85,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         if let Some(broker) = &broker {
             worker = worker.with_publisher(Arc::new(broker.clone()));
         }
-        workers.push((id, Arc::new(worker)));
+        // The gateway knows the worker only as a `LocalWorker` (it links no Wasmtime).
+        workers.push((id, Arc::new(worker) as Arc<dyn LocalWorker>));
     }
     let placement = EmbeddedPlacement::new(workers.iter().map(|(id, _)| WorkerSpec {
         id: id.clone(),

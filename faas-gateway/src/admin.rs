@@ -31,10 +31,10 @@ use crate::response::{self, Body};
 use crate::server::App;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use faas_invoke::{LoadError, RunRecord};
 use faas_scheduler::WorkerId;
 pub use faas_store::{IssuedToken, QuotaChanges, Quotas, Tenant, TokenInfo};
 use faas_store::{TenantError, TenantStore};
-use faas_worker::{LoadError, RunRecord};
 use faas_workflow::ManifestError;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
@@ -174,7 +174,7 @@ pub struct RouteStatus {
 }
 
 /// One function of a workflow: its component digest and effective limits.
-pub use faas_cluster::FunctionSummary as FunctionStatus;
+pub use faas_invoke::FunctionSummary as FunctionStatus;
 
 impl From<&Deployment> for WorkflowStatus {
     fn from(deployment: &Deployment) -> Self {
@@ -620,7 +620,7 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         DeployError::RemoteLoad { .. } => {
             response::error(StatusCode::BAD_REQUEST, "component", message)
         }
-        DeployError::Cluster(_) => {
+        DeployError::SharedState(_) => {
             response::error(StatusCode::SERVICE_UNAVAILABLE, "cluster", message)
         }
         DeployError::Store(_) => {

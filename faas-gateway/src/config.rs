@@ -1,5 +1,6 @@
 //! The gateway's settings, with safe defaults.
 
+use faas_connections::ConnectionLimits;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -18,7 +19,21 @@ pub struct GatewayConfig {
     pub read_timeout: Duration,
     /// How long shutdown waits for requests in flight (default 10 s).
     pub shutdown_grace: Duration,
+    /// Connections per client address and in all, and how long one may stay idle
+    /// (defaults: [`DEFAULT_MAX_CONNECTIONS_PER_CLIENT`], [`DEFAULT_MAX_CONNECTIONS`],
+    /// [`DEFAULT_IDLE_TIMEOUT`]).
+    pub connections: ConnectionLimits,
 }
+
+/// How many connections one client address may hold by default: plenty for a browser
+/// or a load balancer's pool, far below what exhausts the process's descriptors.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
+
+/// How many connections the gateway holds by default, in all.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// How long a connection may carry no request by default before it is closed.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl GatewayConfig {
     /// Defaults, with the admin API behind `token`.
@@ -30,6 +45,11 @@ impl GatewayConfig {
             max_deploy_bytes: 256 << 20,
             read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            connections: ConnectionLimits {
+                per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+                total: DEFAULT_MAX_CONNECTIONS,
+                idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            },
         }
     }
 }

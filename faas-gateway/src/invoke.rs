@@ -3,12 +3,10 @@
 //! event into a JSON error.
 
 use crate::registry::Deployment;
-use crate::replica::RunResult;
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
-use faas_worker::remote::EventFailure;
-use faas_worker::{Region, RunError, TriggerMessage};
+use faas_invoke::{EventFailure, FailureKind, OutputRegion, RunReply, TriggerMessage};
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -62,20 +60,20 @@ fn failure_response(
     failure: EventFailure,
 ) -> Response<Body> {
     let function = failure.function.as_deref().or(function).unwrap_or("");
-    tracing::warn!(workflow, function, cause = failure.kind, "{failure}");
-    app.metrics
-        .observe_failure(workflow, function, &failure.kind);
+    let kind = failure.kind.as_str();
+    tracing::warn!(workflow, function, cause = kind, "{failure}");
+    app.metrics.observe_failure(workflow, function, kind);
     let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let details = FailureDetails { workflow, function };
-    response::error_with(status, &failure.kind, failure.message, details)
+    response::error_with(status, kind, failure.message, details)
 }
 
 /// Keeps a finished run for `faas runs` and counts it; returns its result.
 fn settle(
     app: &App,
     workflow: &str,
-    run: RunResult,
-) -> (String, Result<Vec<Region>, EventFailure>) {
+    run: RunReply,
+) -> (String, Result<Vec<OutputRegion>, EventFailure>) {
     let Some(record) = run.record else {
         return (String::new(), run.result);
     };
@@ -84,9 +82,6 @@ fn settle(
     app.registry.record_run(workflow, record);
     (run_id, run.result)
 }
-
-/// The cause of a failure in which a step could not get an instance slot in time.
-const OVERLOADED: &str = "overloaded";
 
 /// Why a run started by a Redis message did not succeed.
 #[derive(Debug)]
@@ -123,8 +118,8 @@ pub(crate) async fn run_message(
         .as_ref()
         .is_none_or(|record| record.steps.iter().all(|step| !step.succeeded));
     settle(app, workflow, run).1.map(|_| ()).map_err(|failure| {
-        let not_started =
-            failure.is_unavailable() || (failure.kind == OVERLOADED && no_step_succeeded);
+        let not_started = failure.is_unavailable()
+            || (failure.kind == FailureKind::Overloaded && no_step_succeeded);
         MessageFailure {
             failure,
             not_started,
@@ -141,46 +136,47 @@ async fn run_workflow(
     let workflow = deployment.workflow.name.as_str();
     let run = deployment.run(request.into_body(), None).await;
     let (run_id, result) = settle(app, workflow, run);
-    let result = result.and_then(|outputs| concat_outputs(&outputs).map(|body| (outputs, body)));
     match result {
-        Ok((outputs, body)) => {
+        Ok(outputs) => {
             let content_type = outputs.last().map_or("application/octet-stream", |region| {
-                content_type(region.schema_type())
+                content_type(&region.schema_type)
             });
             let mut builder = Response::builder()
                 .header(header::CONTENT_TYPE, content_type)
                 .header("x-faas-run-id", &run_id)
                 .header("x-faas-regions", outputs.len());
             if let Some(region) = outputs.last() {
-                builder = builder.header("x-faas-schema-type", region.schema_type());
+                builder = builder.header("x-faas-schema-type", &region.schema_type);
             }
             builder
-                .body(response::full(body))
+                .body(response::full(concat_outputs(outputs)))
                 .expect("the headers are valid")
         }
         Err(failure) => {
-            tracing::warn!(workflow, run_id, kind = failure.kind, "{failure}");
+            let kind = failure.kind.as_str();
+            tracing::warn!(workflow, run_id, kind, "{failure}");
             let status =
                 StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let details = RunFailureDetails {
                 workflow,
                 run_id: &run_id,
             };
-            response::error_with(status, &failure.kind, failure.message, details)
+            response::error_with(status, kind, failure.message, details)
         }
     }
 }
 
-/// The run's output: every output region's bytes, in order.
-fn concat_outputs(outputs: &[Region]) -> Result<Vec<u8>, EventFailure> {
-    let mut body = Vec::with_capacity(outputs.iter().map(Region::len).sum());
-    for region in outputs {
-        let bytes = region
-            .bytes()
-            .map_err(|err| EventFailure::from(&RunError::Output(err.to_string())))?;
-        body.extend_from_slice(&bytes);
+/// The run's output: every output region's bytes, in order (a single region's
+/// without a copy).
+fn concat_outputs(mut outputs: Vec<OutputRegion>) -> Bytes {
+    if outputs.len() == 1 {
+        return outputs.swap_remove(0).bytes;
     }
-    Ok(body)
+    let mut body = Vec::with_capacity(outputs.iter().map(|region| region.bytes.len()).sum());
+    for region in &outputs {
+        body.extend_from_slice(&region.bytes);
+    }
+    body.into()
 }
 
 /// The media type of a run's output, from the type of its last region.

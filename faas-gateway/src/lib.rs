@@ -7,15 +7,16 @@
 //! - anything else: an invocation ([`invoke`]): the route table picks the workflow and
 //!   function, the scheduler's placement picks the worker, the worker runs it.
 //!
-//! With a [`RedisBroker`], it also consumes the workflows' Redis channel and stream
+//! With a Redis broker (`faas_store::broker::RedisBroker`), it also consumes the workflows' Redis channel and stream
 //! triggers (module `redis`).
 //!
-//! Architecture invariant: the gateway never runs guest code. It parses, routes,
+//! Architecture invariant: the gateway never runs guest code, and does not link
+//! Wasmtime: it reaches workers only through `faas-invoke` (the `Invoke` and
+//! `LocalWorker` traits; `faas up` hands it in-process workers). It parses, routes,
 //! limits and accounts; only the worker touches Wasmtime.
 
 pub mod admin;
 mod auth;
-pub mod cluster;
 pub mod config;
 mod invoke;
 mod metrics;
@@ -24,9 +25,9 @@ pub mod registry;
 mod replica;
 mod response;
 mod server;
+pub mod services;
 
 pub use auth::Caller;
 pub use config::GatewayConfig;
-pub use redis::{BrokerError, DEFAULT_STREAM_MAX_LEN, RedisBroker, namespaced};
 pub use registry::{DeployOutcome, DeployRequest, Registry, Restored};
 pub use server::{Gateway, RunningGateway};

@@ -1,6 +1,6 @@
 //! Prometheus metrics: requests and latency per workflow, failures per cause.
 
-use faas_worker::{RunRecord, RunStatus};
+use faas_invoke::{RunRecord, RunStatus};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -59,6 +59,7 @@ pub(crate) struct Metrics {
     step_latency: Family<StepLabels, Histogram>,
     steps: Family<StepOutcomeLabels, Counter>,
     step_attempts: Family<StepLabels, Counter>,
+    connections_refused: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -131,6 +132,13 @@ impl Metrics {
             "Step attempts, retries included",
             step_attempts.clone(),
         );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed on accept because their client address, or the gateway, \
+             held as many as it may",
+            connections_refused.clone(),
+        );
         Self {
             registry,
             requests,
@@ -143,6 +151,7 @@ impl Metrics {
             step_latency,
             steps,
             step_attempts,
+            connections_refused,
         }
     }
 
@@ -214,6 +223,11 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// Counts a connection refused by the connection limits.
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.inc();
     }
 
     /// Records how many workflows are deployed.

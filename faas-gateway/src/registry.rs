@@ -7,15 +7,14 @@
 //! version they started on.
 
 use crate::auth::Caller;
-use crate::cluster::ClusterBackend;
-pub use crate::replica::{Replica, ReplicaTarget};
-use faas_cluster::FunctionSummary;
+pub use crate::replica::Replica;
+use crate::services::ServicesBackend;
+use faas_invoke::{FunctionSummary, LoadError, LocalWorker, RunRecord, WorkerQuotas};
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
 use faas_store::{
     DeploymentStore, QuotaChanges, Quotas, SavedDeployment, StoreError, Tenant, TenantError,
     TenantStore,
 };
-use faas_worker::{LoadError, RunRecord, Worker};
 use faas_workflow::{ManifestError, Route, TenantScope, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
@@ -60,18 +59,36 @@ pub struct Deployment {
     next_replica: AtomicUsize,
 }
 
+/// What a [`Deployment`] is made of.
+pub(crate) struct DeploymentParts {
+    /// The parsed manifest.
+    pub workflow: Workflow,
+    /// Hash of the manifest and components.
+    pub digest: String,
+    /// Its revision.
+    pub revision: u64,
+    /// When it was deployed.
+    pub deployed_at: SystemTime,
+    /// The replicas serving it now.
+    pub replicas: Vec<Replica>,
+    /// Each function as loaded.
+    pub functions: Vec<FunctionSummary>,
+    /// The uploaded components by function name.
+    pub components: Arc<BTreeMap<String, Vec<u8>>>,
+}
+
 impl Deployment {
-    /// A deployment of `workflow` as it is now served by `replicas`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        workflow: Workflow,
-        digest: String,
-        revision: u64,
-        deployed_at: SystemTime,
-        replicas: Vec<Replica>,
-        functions: Vec<FunctionSummary>,
-        components: Arc<BTreeMap<String, Vec<u8>>>,
-    ) -> Self {
+    /// A deployment of `parts.workflow` as it is now served by `parts.replicas`.
+    pub(crate) fn new(parts: DeploymentParts) -> Self {
+        let DeploymentParts {
+            workflow,
+            digest,
+            revision,
+            deployed_at,
+            replicas,
+            functions,
+            components,
+        } = parts;
         Self {
             key: WorkflowKey {
                 tenant: workflow.tenant.clone(),
@@ -90,15 +107,15 @@ impl Deployment {
 
     /// The same version served by other replicas.
     pub(crate) fn with_replicas(&self, replicas: Vec<Replica>) -> Self {
-        Self::new(
-            self.workflow.clone(),
-            self.digest.clone(),
-            self.revision,
-            self.deployed_at,
+        Self::new(DeploymentParts {
+            workflow: self.workflow.clone(),
+            digest: self.digest.clone(),
+            revision: self.revision,
+            deployed_at: self.deployed_at,
             replicas,
-            self.functions.clone(),
-            self.components.clone(),
-        )
+            functions: self.functions.clone(),
+            components: self.components.clone(),
+        })
     }
 
     /// The uploaded components by function name.
@@ -168,7 +185,7 @@ pub enum DeployError {
     /// The shared state in Redis could not be read or written, or the workers did
     /// not answer in time (services mode).
     #[error("{0}")]
-    Cluster(String),
+    SharedState(String),
     /// The state database could not save or delete the deployment (embedded mode).
     #[error(transparent)]
     Store(StoreError),
@@ -176,7 +193,7 @@ pub enum DeployError {
 
 /// Where a deploy's workflow now runs: what the backend returns to the registry.
 pub(crate) struct Placed {
-    /// The revision the cluster gave it; `None` to number it locally.
+    /// The revision the shared state gave it; `None` to number it locally.
     pub revision: Option<u64>,
     /// Its ready replicas.
     pub replicas: Vec<Replica>,
@@ -191,7 +208,7 @@ enum Backend {
     /// Workers in this process, placed by a placement in this process.
     Embedded(Arc<dyn Placement>),
     /// Worker processes, placed by the scheduler process through Redis.
-    Cluster(Arc<ClusterBackend>),
+    Services(Arc<ServicesBackend>),
 }
 
 /// One route and where it leads.
@@ -212,10 +229,19 @@ struct State {
     last_revision: u64,
     /// Workers in this process (embedded mode), or the live worker processes as last
     /// seen in Redis (services mode; `None`, as they are not here).
-    workers: BTreeMap<WorkerId, Option<Arc<Worker>>>,
+    workers: BTreeMap<WorkerId, Option<Arc<dyn LocalWorker>>>,
     /// Counts the deploys and removals made through this registry, so that a view of
     /// the shared state read before one of them is not installed over it.
     local_changes: u64,
+}
+
+/// The part of a tenant's quotas that a worker enforces.
+fn worker_quotas(quotas: &Quotas) -> WorkerQuotas {
+    WorkerQuotas {
+        max_instances: quotas.max_instances,
+        kv_max_keys: quotas.kv_max_keys,
+        kv_max_bytes: quotas.kv_max_bytes,
+    }
 }
 
 /// How many runs of each workflow `faas runs` can show.
@@ -223,7 +249,7 @@ const RUN_HISTORY: usize = 100;
 
 /// How many bytes of run records each workflow keeps (see [`RunRecord::approx_bytes`]);
 /// the oldest go first. Guest error texts are already cut to
-/// [`faas_worker::GUEST_TEXT_BYTES`], but a fan-out has a record per branch.
+/// the worker's `GUEST_TEXT_BYTES`, but a fan-out has a record per branch.
 const RUN_HISTORY_BYTES: usize = 1 << 20;
 
 /// One workflow's recent runs, newest last, within [`RUN_HISTORY`] and
@@ -288,7 +314,7 @@ pub struct Restored {
 impl Registry {
     /// A registry placing workflows on `workers` with `placement`.
     pub fn new(
-        workers: impl IntoIterator<Item = (WorkerId, Arc<Worker>)>,
+        workers: impl IntoIterator<Item = (WorkerId, Arc<dyn LocalWorker>)>,
         placement: Arc<dyn Placement>,
     ) -> Self {
         let workers = workers
@@ -298,14 +324,17 @@ impl Registry {
         Self::with_backend(Backend::Embedded(placement), workers)
     }
 
-    /// A registry of services mode: deploys go through `cluster` (Redis), where the
+    /// A registry of services mode: deploys go through `backend` (Redis), where the
     /// scheduler process places them and worker processes load them. Call
-    /// [`crate::cluster::follow`] to keep it in step with the shared state.
-    pub fn clustered(cluster: ClusterBackend) -> Self {
-        Self::with_backend(Backend::Cluster(Arc::new(cluster)), BTreeMap::new())
+    /// [`crate::services::follow`] to keep it in step with the shared state.
+    pub fn services_mode(backend: ServicesBackend) -> Self {
+        Self::with_backend(Backend::Services(Arc::new(backend)), BTreeMap::new())
     }
 
-    fn with_backend(backend: Backend, workers: BTreeMap<WorkerId, Option<Arc<Worker>>>) -> Self {
+    fn with_backend(
+        backend: Backend,
+        workers: BTreeMap<WorkerId, Option<Arc<dyn LocalWorker>>>,
+    ) -> Self {
         Self {
             backend,
             state: RwLock::new(State {
@@ -454,8 +483,8 @@ impl Registry {
                 placed.revision = Some(revision);
                 placed
             }
-            Backend::Cluster(cluster) => {
-                cluster
+            Backend::Services(shared) => {
+                shared
                     .deploy(&workflow, request.components, &digest, caller)
                     .await?
             }
@@ -487,7 +516,7 @@ impl Registry {
                 .values()
                 .filter(|deployment| deployment.key.tenant == tenant)
                 .count(),
-            Backend::Cluster(cluster) => cluster.workflows_of(tenant).await?.len(),
+            Backend::Services(shared) => shared.workflows_of(tenant).await?.len(),
         };
         if (deployed as u64) < max {
             return Ok(());
@@ -537,7 +566,15 @@ impl Registry {
     /// [`TenantError`] if the tenant store cannot be read.
     pub async fn apply_tenant_quotas(&self) -> Result<(), TenantError> {
         if let Some(tenants) = &self.tenants {
-            let tenants = tenants.tenants().await?;
+            let tenants: Vec<(String, WorkerQuotas)> = tenants
+                .tenants()
+                .await?
+                .into_iter()
+                .map(|tenant| {
+                    let quotas = worker_quotas(&tenant.quotas);
+                    (tenant.name, quotas)
+                })
+                .collect();
             for worker in self.read().workers.values().flatten() {
                 worker.apply_tenant_quotas(&tenants);
             }
@@ -548,8 +585,9 @@ impl Registry {
     /// Applies `tenant`'s quotas on the workers in this process (none in services
     /// mode).
     fn apply_quotas_here(&self, tenant: &str, quotas: &Quotas) {
+        let quotas = worker_quotas(quotas);
         for worker in self.read().workers.values().flatten() {
-            worker.set_tenant_quotas(tenant, quotas);
+            worker.set_tenant_quotas(tenant, &quotas);
         }
     }
 
@@ -565,15 +603,15 @@ impl Registry {
         let mut state = self.write();
         let revision = placed.revision.unwrap_or(state.last_revision + 1);
         state.last_revision = state.last_revision.max(revision);
-        let deployment = Arc::new(Deployment::new(
+        let deployment = Arc::new(Deployment::new(DeploymentParts {
             workflow,
             digest,
             revision,
             deployed_at,
-            placed.replicas,
-            placed.functions,
-            placed.components,
-        ));
+            replicas: placed.replicas,
+            functions: placed.functions,
+            components: placed.components,
+        }));
         state
             .deployments
             .insert(deployment.workflow.name.clone(), deployment.clone());
@@ -675,7 +713,7 @@ impl Registry {
     /// Removes the workflow `name`; requests already running finish normally.
     ///
     /// # Errors
-    /// [`DeployError::Cluster`] if the shared state could not be changed (services
+    /// [`DeployError::SharedState`] if the shared state could not be changed (services
     /// mode), [`DeployError::Store`] if the saved deployment could not be deleted
     /// (embedded mode); the workflow stays deployed then.
     pub async fn remove(&self, name: &str) -> Result<Option<Arc<Deployment>>, DeployError> {
@@ -692,7 +730,7 @@ impl Registry {
                     placement.remove(&deployment.key);
                 }
             }
-            Backend::Cluster(cluster) => cluster.remove(name).await?,
+            Backend::Services(shared) => shared.remove(name).await?,
         }
         let mut state = self.write();
         let removed = state.deployments.remove(name);
@@ -724,7 +762,7 @@ impl Registry {
                 .filter(|deployment| deployment.key.tenant == name)
                 .map(|deployment| deployment.workflow.name.clone())
                 .collect(),
-            Backend::Cluster(cluster) => cluster.workflows_of(name).await?,
+            Backend::Services(shared) => shared.workflows_of(name).await?,
         };
         let revoked = tenants.remove_tenant(name, &deployed).await?;
         // A tenant created again under this name starts with the defaults.
@@ -776,7 +814,7 @@ impl Registry {
                 .load_replicas(&deployment.workflow, &new_ids, &deployment.components)
                 .await
             {
-                Ok(loaded) => replicas.extend(loaded),
+                Ok((loaded, _)) => replicas.extend(loaded),
                 Err(err) => tracing::error!(workflow = %deployment.key, "re-placing failed: {err}"),
             }
             if replicas.is_empty() {
@@ -855,22 +893,16 @@ impl Registry {
         let worker_ids = placement.place_replicas(&key, workflow.settings.replicas as usize)?;
         let components = Arc::new(components);
         let loaded = match self.load_replicas(workflow, &worker_ids, &components).await {
-            Ok(replicas) => commit(&components).map(|()| replicas),
+            Ok(loaded) => commit(&components).map(|()| loaded),
             Err(err) => Err(err),
         };
         match loaded {
-            Ok(replicas) => {
-                let functions = match &replicas[0].target {
-                    ReplicaTarget::Local { loaded, .. } => loaded.summaries(),
-                    ReplicaTarget::Remote(_) => Vec::new(),
-                };
-                Ok(Placed {
-                    revision: None,
-                    replicas,
-                    functions,
-                    components,
-                })
-            }
+            Ok((replicas, functions)) => Ok(Placed {
+                revision: None,
+                replicas,
+                functions,
+                components,
+            }),
             Err(err) => {
                 if previous.is_empty() {
                     placement.remove(&key);
@@ -882,28 +914,28 @@ impl Registry {
         }
     }
 
-    /// Loads `workflow` on each of `worker_ids`.
+    /// Loads `workflow` on each of `worker_ids`; returns the replicas and the
+    /// functions as the first worker loaded them (none if `worker_ids` is empty).
     async fn load_replicas(
         &self,
         workflow: &Workflow,
         worker_ids: &[WorkerId],
         components: &BTreeMap<String, Vec<u8>>,
-    ) -> Result<Vec<Replica>, DeployError> {
+    ) -> Result<(Vec<Replica>, Vec<FunctionSummary>), DeployError> {
         let mut replicas = Vec::with_capacity(worker_ids.len());
+        let mut functions = None;
         for worker_id in worker_ids {
             let Some(worker) = self.read().workers.get(worker_id).cloned().flatten() else {
                 return Err(DeployError::Placement(PlacementError::NoWorkers));
             };
-            let loaded = worker.load_workflow(workflow, components.clone()).await?;
+            let loaded = worker.load(workflow, components.clone()).await?;
+            functions.get_or_insert(loaded.functions);
             replicas.push(Replica {
                 worker_id: worker_id.clone(),
-                target: ReplicaTarget::Local {
-                    worker,
-                    loaded: Arc::new(loaded),
-                },
+                target: loaded.replica,
             });
         }
-        Ok(replicas)
+        Ok((replicas, functions.unwrap_or_default()))
     }
 
     fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RunHistory>> {
@@ -912,9 +944,9 @@ impl Registry {
     }
 
     /// The services-mode backend, if the registry has one.
-    pub(crate) fn cluster(&self) -> Option<&Arc<ClusterBackend>> {
+    pub(crate) fn services(&self) -> Option<&Arc<ServicesBackend>> {
         match &self.backend {
-            Backend::Cluster(cluster) => Some(cluster),
+            Backend::Services(shared) => Some(shared),
             Backend::Embedded(_) => None,
         }
     }
@@ -1129,7 +1161,7 @@ fn digest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use faas_worker::RunStatus;
+    use faas_invoke::RunStatus;
 
     fn failed_run(index: usize, error_bytes: usize) -> RunRecord {
         RunRecord {

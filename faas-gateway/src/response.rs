@@ -7,7 +7,7 @@ use http_body_util::{BodyExt, Full};
 use serde::Serialize;
 
 /// Errors a response body can fail with while streaming.
-pub(crate) type BoxError = faas_worker::BodyError;
+pub(crate) type BoxError = faas_invoke::BodyError;
 
 /// The body of every response: our own are `Full`, a function's may stream.
 pub(crate) type Body = UnsyncBoxBody<Bytes, BoxError>;

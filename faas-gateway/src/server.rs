@@ -7,19 +7,19 @@ use crate::redis::RedisBroker;
 use crate::registry::Registry;
 use crate::response::{self, Body};
 use crate::{admin, invoke};
+use faas_connections::{Activity, Admission, drive};
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 /// Largest request head (request line plus headers) accepted over HTTP/1.1.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -79,8 +79,8 @@ impl Gateway {
                 broker,
             )));
         }
-        if self.app.registry.cluster().is_some() {
-            background.push(tokio::spawn(crate::cluster::follow(
+        if self.app.registry.services().is_some() {
+            background.push(tokio::spawn(crate::services::follow(
                 self.app.registry.clone(),
             )));
         }
@@ -134,7 +134,7 @@ impl RunningGateway {
     }
 }
 
-async fn accept_loop(app: Arc<App>, listener: TcpListener, mut stopped: watch::Receiver<bool>) {
+async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Receiver<bool>) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -145,11 +145,13 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, mut stopped: watch::R
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(MAX_HEAD_BYTES as u32);
-    let graceful = GracefulShutdown::new();
+    let admission = Admission::new(app.config.connections);
+    let mut connections = JoinSet::new();
+    let mut stopping = stopped.clone();
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     // Usually out of file descriptors: back off instead of spinning.
                     tracing::warn!("accept failed: {err}");
@@ -157,28 +159,51 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, mut stopped: watch::R
                     continue;
                 }
             },
-            _ = stopped.changed() => break,
+            // Reap finished connections so the set holds only live ones.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            _ = stopping.changed() => break,
+        };
+        let slot = match admission.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                app.metrics.connection_refused();
+                tracing::debug!("refused a connection: {refused}");
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let service = service_fn(move |request| {
-            let app = app.clone();
-            async move { Ok::<_, Infallible>(dispatch(&app, request).await) }
-        });
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!("connection ended with an error: {err}");
-            }
+        let activity = Activity::new();
+        let service = {
+            let (app, activity) = (app.clone(), activity.clone());
+            service_fn(move |request| {
+                let (app, busy) = (app.clone(), activity.busy());
+                async move {
+                    let response = dispatch(&app, request).await;
+                    Ok::<_, Infallible>(response.map(|body| busy.track(body)))
+                }
+            })
+        };
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let idle_timeout = app.config.connections.idle_timeout;
+        let mut stop = stopped.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let stop = async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            };
+            drive(connection, &activity, idle_timeout, stop).await;
         });
     }
     drop(listener);
     tracing::info!("gateway stopping; waiting for requests in flight");
+    let drained = async { while connections.join_next().await.is_some() {} };
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("gateway stopped"),
+        () = drained => tracing::info!("gateway stopped"),
         () = tokio::time::sleep(app.config.shutdown_grace) => {
             tracing::warn!("grace period over; dropping remaining connections");
+            connections.shutdown().await;
         }
     }
 }

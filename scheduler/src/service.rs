@@ -10,30 +10,30 @@
 //! deploy lost its lease (the gateway died) is removed.
 
 use crate::{Planner, WorkerId, WorkerSpec, WorkflowKey};
-use faas_cluster::{Cluster, ClusterError, DeploymentRecord, PlacementRecord};
+use faas_shared_state::{DeploymentRecord, PlacementRecord, SharedState, SharedStateError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// How often the scheduler deletes the components no deployment names any more.
 const COLLECT_EVERY: Duration = Duration::from_secs(10);
 
-/// Runs placement against `cluster` until the task is dropped, riding out Redis
+/// Runs placement against the shared state `shared` until the task is dropped, riding out Redis
 /// outages (a failed round is retried at the next tick). Components that no
 /// deployment names and that were stored more than `component_ttl` ago are deleted
 /// from Redis.
-pub async fn run(cluster: Cluster, interval: Duration, component_ttl: Duration) {
+pub async fn run(shared: SharedState, interval: Duration, component_ttl: Duration) {
     let mut scheduler = Scheduler::default();
     let mut collected = tokio::time::Instant::now();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if let Err(err) = scheduler.round(&cluster).await {
+        if let Err(err) = scheduler.round(&shared).await {
             tracing::warn!("placement round failed, retrying: {err}");
         }
         if collected.elapsed() >= COLLECT_EVERY.min(component_ttl) {
             collected = tokio::time::Instant::now();
-            match cluster.collect_components(component_ttl).await {
+            match shared.collect_components(component_ttl).await {
                 Ok(deleted) if !deleted.is_empty() => {
                     tracing::info!(?deleted, "deleted components no deployment names");
                 }
@@ -57,8 +57,8 @@ struct Scheduler {
 }
 
 impl Scheduler {
-    async fn round(&mut self, cluster: &Cluster) -> Result<(), ClusterError> {
-        let mut workers = cluster.workers().await?;
+    async fn round(&mut self, shared: &SharedState) -> Result<(), SharedStateError> {
+        let mut workers = shared.workers().await?;
         // A draining worker keeps serving until its workflows run elsewhere, but takes
         // nothing: for placement it is gone.
         workers.live.retain(|info| !info.draining);
@@ -78,7 +78,7 @@ impl Scheduler {
             tracing::warn!(worker = %id, ?unplaced, "worker left or is draining; re-placing its workflows");
         }
         for id in &workers.dead {
-            cluster.forget_worker(id).await?;
+            shared.forget_worker(id).await?;
         }
         for info in &workers.live {
             self.planner.add_worker(WorkerSpec {
@@ -86,17 +86,17 @@ impl Scheduler {
                 capacity: info.capacity,
             });
         }
-        let abandoned = cluster.drop_abandoned_stages().await?;
+        let abandoned = shared.drop_abandoned_stages().await?;
         if !abandoned.is_empty() {
             tracing::warn!(
                 ?abandoned,
                 "removed staged versions whose deploy was abandoned"
             );
         }
-        let mut deployments = cluster.deployments().await?;
+        let mut deployments = shared.deployments().await?;
         // A staged version is placed with its own replica count (same name, same tenant).
-        deployments.extend(cluster.staged_deployments().await?);
-        let current = cluster.placements().await?;
+        deployments.extend(shared.staged_deployments().await?);
+        let current = shared.placements().await?;
         if !self.seeded {
             self.seed(&deployments, &current);
         }
@@ -129,7 +129,7 @@ impl Scheduler {
             for (name, record) in &changed {
                 tracing::info!(workflow = name, workers = ?record.workers, "placed");
             }
-            cluster.write_placements(&changed, &removed).await?;
+            shared.write_placements(&changed, &removed).await?;
         }
         Ok(())
     }

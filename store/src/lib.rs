@@ -9,7 +9,12 @@
 //!
 //! [`Database`] opens the file and creates the tables; each concern keeps its own
 //! tables in its own module.
+//!
+//! The Redis backends live here too, beside their SQLite counterparts: the key-value
+//! store's (`kv`), the tenants' (`tenants`), and the message broker functions publish
+//! through (`broker`).
 
+pub mod broker;
 mod db;
 pub mod deployments;
 pub mod kv;

@@ -21,7 +21,7 @@
 //! write (a full disk) removes its temporary file; one left by a crashed process
 //! (unlocked, and older than [`RECENT`]) is removed by [`ComponentCache::tidy`].
 
-use crate::error::LoadError;
+use faas_invoke::LoadError;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs::File;

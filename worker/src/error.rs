@@ -1,70 +1,7 @@
-//! What can go wrong loading a function, and running one event.
+//! What can go wrong running one event (loading is `faas_invoke::LoadError`).
 
-use std::path::PathBuf;
+use faas_invoke::{EventFailure, FailureKind};
 use std::time::Duration;
-
-/// Why a workflow's functions could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// The bytes are not a valid component, or compiling them failed.
-    #[error("function `{function}`: not a valid WebAssembly component: {message}")]
-    Compile {
-        /// The function whose component failed.
-        function: String,
-        /// Wasmtime's explanation.
-        message: String,
-    },
-    /// The bytes are not a component at all (another file, or a core module), found
-    /// before compiling so the error is one line.
-    #[error("function `{function}`: the component is {reason}")]
-    NotAComponent {
-        /// The function whose component it is.
-        function: String,
-        /// What the bytes are instead.
-        reason: faas_workflow::NotAComponent,
-    },
-    /// The component does not fit the world its kind promises (a missing export or an
-    /// import the platform does not provide).
-    #[error("function `{function}`: {message}")]
-    Link {
-        /// The function whose component failed.
-        function: String,
-        /// Which import or export is wrong.
-        message: String,
-    },
-    /// The deploy named a function without sending its component.
-    #[error("function `{function}`: no component was uploaded for it")]
-    MissingComponent {
-        /// The function without a component.
-        function: String,
-    },
-    /// The function asks for more memory than the worker's instance slots hold.
-    #[error("function `{function}`: memory_mb = {asked} exceeds this worker's maximum of {max}")]
-    MemoryTooLarge {
-        /// The function asking.
-        function: String,
-        /// What it asked for, in MiB.
-        asked: u32,
-        /// The worker's maximum, in MiB.
-        max: u32,
-    },
-    /// The engine the function needs (the fuel-metered one) could not be started.
-    #[error("function `{function}`: starting the fuel-metered engine: {message}")]
-    Engine {
-        /// The function with a fuel limit.
-        function: String,
-        /// Wasmtime's explanation.
-        message: String,
-    },
-    /// The compiled-code cache could not be written.
-    #[error("compiled-code cache {}: {source}", path.display())]
-    Cache {
-        /// The file that could not be written.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-}
 
 /// Why one event failed. Only that event: the function stays loaded and the next event
 /// gets a fresh instance.
@@ -146,17 +83,17 @@ impl InvokeError {
         }
     }
 
-    /// A one-word cause for error bodies and metrics labels.
-    pub fn cause(&self) -> &'static str {
+    /// The cause, for error bodies and metrics labels.
+    pub fn cause(&self) -> FailureKind {
         match self {
-            Self::UnknownFunction { .. } => "unknown_function",
-            Self::Trap { .. } => "trap",
-            Self::Timeout { .. } => "timeout",
-            Self::MemoryLimit { .. } => "memory_limit",
-            Self::RegionLimit { .. } => "region_limit",
-            Self::OutOfFuel { .. } => "out_of_fuel",
-            Self::Overloaded { .. } => "overloaded",
-            Self::BadResponse { .. } => "bad_response",
+            Self::UnknownFunction { .. } => FailureKind::UnknownFunction,
+            Self::Trap { .. } => FailureKind::Trap,
+            Self::Timeout { .. } => FailureKind::Timeout,
+            Self::MemoryLimit { .. } => FailureKind::MemoryLimit,
+            Self::RegionLimit { .. } => FailureKind::RegionLimit,
+            Self::OutOfFuel { .. } => FailureKind::OutOfFuel,
+            Self::Overloaded { .. } => FailureKind::Overloaded,
+            Self::BadResponse { .. } => FailureKind::BadResponse,
         }
     }
 
@@ -171,6 +108,15 @@ impl InvokeError {
             | Self::OutOfFuel { function, .. }
             | Self::Overloaded { function, .. }
             | Self::BadResponse { function, .. } => function,
+        }
+    }
+}
+
+impl From<&InvokeError> for EventFailure {
+    fn from(err: &InvokeError) -> Self {
+        Self {
+            function: Some(err.function().to_owned()),
+            ..Self::new(err.cause(), err.status(), err.to_string())
         }
     }
 }

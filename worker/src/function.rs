@@ -5,7 +5,7 @@ use crate::config::Limits;
 use crate::host::StepFunctionPre;
 use crate::region::Region;
 use crate::state::InstanceState;
-use faas_cluster::FunctionSummary;
+use faas_invoke::FunctionSummary;
 use faas_workflow::{Edge, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -109,7 +109,7 @@ impl LoadedWorkflow {
             .functions()
             .map(|function| FunctionSummary {
                 name: function.name().to_owned(),
-                kind: function.kind().as_str().to_owned(),
+                kind: function.kind(),
                 digest: function.digest().to_owned(),
                 memory_mb: function.limits().memory_mb,
                 timeout_ms: function.limits().timeout.as_millis() as u64,

@@ -5,10 +5,10 @@ use crate::failure::{Failure, classify};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::worker::Worker;
 use bytes::Bytes;
+use faas_invoke::{BodyError, HttpResponse};
 use http_body::Body;
 use http_body::Frame;
 use http_body_util::BodyExt;
-use http_body_util::combinators::UnsyncBoxBody;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,12 +16,6 @@ use std::task::{Context, Poll};
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
-
-/// Errors a function's response body can fail with while it streams.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The response of an HTTP function; its body may still be streaming from the guest.
-pub type HttpResponse = hyper::Response<UnsyncBoxBody<Bytes, BodyError>>;
 
 impl Worker {
     /// Runs `function` of `workflow` on `request` in a fresh instance.

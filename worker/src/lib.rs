@@ -9,6 +9,12 @@
 //!   (epoch interruption) and optionally fuel. A guest that traps, loops or hogs memory
 //!   fails its own event with an [`InvokeError`]; nothing else notices.
 //!
+//! What the gateway and the worker say to each other (events, runs, failures, the
+//! internal API) is `faas-invoke`; this crate implements its traits: [`Worker`] is a
+//! `LocalWorker`, and a workflow loaded on it an `Invoke` replica. [`services`] is the
+//! worker's side of services mode (its node and internal API); the executor (`run`)
+//! does not depend on it.
+//!
 //! Architecture invariant: this is the only crate that touches Wasmtime. The gateway
 //! hands it requests; it never parses HTTP routes or workflow files itself.
 
@@ -22,25 +28,24 @@ mod function;
 mod host;
 mod http;
 mod limits;
-pub mod messaging;
 mod outbound;
 mod region;
-pub mod remote;
+mod replica;
 mod run;
+pub mod services;
 mod state;
 mod worker;
 
 pub use config::{Limits, WorkerConfig};
-pub use error::{InvokeError, LoadError, StartError};
+pub use error::{InvokeError, StartError};
 /// The key-value store lives in `faas-store` with its backends; re-exported so the
 /// worker's callers keep naming it `faas_worker::kv`.
 pub use faas_store::kv;
 pub use failure::GUEST_TEXT_BYTES;
 pub use function::{LoadedFunction, LoadedWorkflow};
-pub use http::{BodyError, HttpResponse};
 pub use kv::KeyValueStore;
 pub use limits::raise_descriptor_limit;
-pub use messaging::{PublishError, Publisher, TriggerMessage};
 pub use region::{MemoryRule, Region, RegionError, RegionOwner};
-pub use run::{RunError, RunOutcome, RunRecord, RunStatus, StepRecord};
+pub use replica::LocalReplica;
+pub use run::{RunError, RunOutcome};
 pub use worker::Worker;

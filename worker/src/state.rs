@@ -2,8 +2,8 @@
 //! the memory limiter. A store lives for exactly one event.
 
 use crate::kv::KeyValueStore;
-use crate::messaging::Publisher;
 use crate::region::{RegionScope, StoreRegions};
+use faas_invoke::Publisher;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;

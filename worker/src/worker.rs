@@ -4,15 +4,16 @@
 use crate::cache::{CacheOutcome, ComponentCache};
 use crate::config::{Limits, WorkerConfig};
 use crate::engine::{EpochClock, build_engine};
-use crate::error::{InvokeError, LoadError, StartError};
+use crate::error::{InvokeError, StartError};
 use crate::fair::GuestPool;
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
 use crate::limits::FileBudget;
-use crate::messaging::Publisher;
 use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
+use faas_invoke::LoadError;
+use faas_invoke::Publisher;
 use faas_store::{Quotas, Tenant};
 use faas_workflow::{Function, FunctionKind, Workflow};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -294,17 +295,24 @@ impl Worker {
     /// Applies the quotas of every tenant in `tenants`, the whole list as the tenant
     /// store has it: a tenant given quotas before and missing now gets the defaults.
     pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
+        self.apply_quotas(
+            tenants
+                .iter()
+                .map(|tenant| (tenant.name.as_str(), tenant.quotas)),
+        );
+    }
+
+    /// [`Worker::apply_tenant_quotas`] over `(name, quotas)` pairs.
+    pub(crate) fn apply_quotas<'a>(&self, tenants: impl Iterator<Item = (&'a str, Quotas)>) {
         let mut applied = self.quota_tenants.lock().unwrap_or_else(|p| p.into_inner());
-        let now: HashSet<String> = tenants
-            .iter()
-            .filter(|tenant| !tenant.quotas.is_default())
-            .map(|tenant| tenant.name.clone())
-            .collect();
+        let given: Vec<(&str, Quotas)> =
+            tenants.filter(|(_, quotas)| !quotas.is_default()).collect();
+        let now: HashSet<String> = given.iter().map(|(name, _)| (*name).to_owned()).collect();
         for gone in applied.difference(&now) {
             self.set_tenant_quotas(gone, &Quotas::default());
         }
-        for tenant in tenants.iter().filter(|t| now.contains(&t.name)) {
-            self.set_tenant_quotas(&tenant.name, &tenant.quotas);
+        for (name, quotas) in &given {
+            self.set_tenant_quotas(name, quotas);
         }
         *applied = now;
     }

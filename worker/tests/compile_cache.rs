@@ -2,7 +2,7 @@
 //! the cache stays within its size, least recently used out first, and leaves no
 //! temporary files behind.
 
-use faas_worker::LoadError;
+use faas_invoke::LoadError;
 use faas_worker::cache::{CacheOutcome, ComponentCache, Tidied};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

@@ -15,7 +15,7 @@ const HEARTBEAT_TTL_MS: &str = "1000";
 /// How often every process reads the shared state, in these tests.
 const SYNC_MS: &str = "50";
 /// The secret between the gateway and the workers (not the admin token).
-pub(crate) const CLUSTER_TOKEN: &str = "test-cluster-token";
+pub(crate) const INTERNAL_TOKEN: &str = "test-internal-token";
 
 /// A platform in services mode: each part in its own process, sharing one Redis.
 /// A `faas gateway` on a free port, reading the shared state every `sync_ms`.
@@ -31,8 +31,8 @@ pub(crate) fn spawn_gateway(redis: &RedisServer, dir: &std::path::Path, sync_ms:
             "127.0.0.1:0",
             "--token",
             TOKEN,
-            "--cluster-token",
-            CLUSTER_TOKEN,
+            "--internal-token",
+            INTERNAL_TOKEN,
             "--data-dir",
             dir.to_str().unwrap(),
         ],
@@ -100,8 +100,8 @@ impl Services {
             SYNC_MS,
             "--heartbeat-ttl-ms",
             HEARTBEAT_TTL_MS,
-            "--cluster-token",
-            CLUSTER_TOKEN,
+            "--internal-token",
+            INTERNAL_TOKEN,
             "--id",
             id,
             "--data-dir",

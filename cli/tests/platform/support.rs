@@ -336,3 +336,16 @@ pub fn copy_manifest(dir: &Path, manifest: &str, replacements: &[(&str, &str)]) 
     }
     path
 }
+
+/// A TCP connection to `addr` from the local address `source` (any of 127.0.0.0/8
+/// is this machine), so a test can be a client other than the gateway.
+pub fn connect_from(source: [u8; 4], addr: &str) -> std::net::TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    socket
+        .bind(&std::net::SocketAddr::from((source, 0)).into())
+        .expect("binding the source address");
+    let addr: std::net::SocketAddr = addr.parse().expect("an IP address and port");
+    socket.connect(&addr.into()).expect("connecting");
+    socket.into()
+}

@@ -23,7 +23,7 @@ use super::RedisBroker;
 use super::lease::{Lease, RENEW_EVERY};
 use crate::invoke::run_message;
 use crate::server::App;
-use faas_worker::TriggerMessage;
+use faas_invoke::TriggerMessage;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,8 +55,8 @@ pub(super) async fn consume(
     let key = super::namespaced(&tenant, &channel);
     let mut lease = Lease::new(
         format!("faas:lease:channel:{workflow}:{key}"),
-        &broker.consumer,
-        broker.connection.clone(),
+        broker.consumer(),
+        broker.connection(),
     );
     let trigger = Trigger {
         workflow,
@@ -98,7 +98,7 @@ async fn serve(
     trigger: &Trigger,
     in_flight: &Arc<Semaphore>,
 ) -> redis::RedisResult<()> {
-    let mut pubsub = broker.client.get_async_pubsub().await?;
+    let mut pubsub = broker.client().get_async_pubsub().await?;
     pubsub.subscribe(&trigger.key).await?;
     tracing::info!(
         workflow = trigger.workflow,

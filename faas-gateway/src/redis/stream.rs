@@ -23,8 +23,8 @@
 use super::{RedisBroker, namespaced};
 use crate::invoke::{MessageFailure, run_message};
 use crate::server::App;
-use faas_worker::TriggerMessage;
-use faas_worker::remote::EventFailure;
+use faas_invoke::TriggerMessage;
+use faas_invoke::{EventFailure, FailureKind};
 use faas_workflow::StreamTrigger;
 use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -115,7 +115,7 @@ pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String
 async fn connect(broker: &RedisBroker) -> redis::RedisResult<ConnectionManager> {
     let config = ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
     broker
-        .client
+        .client()
         .get_connection_manager_with_config(config)
         .await
 }
@@ -157,7 +157,7 @@ async fn round(
         .xautoclaim_options(
             &consumer.stream,
             &trigger.group,
-            &broker.consumer,
+            broker.consumer(),
             trigger.reclaim_idle_ms,
             "0-0",
             StreamAutoClaimOptions::default().count(trigger.batch as usize),
@@ -166,7 +166,7 @@ async fn round(
     let mut entries = claimed.claimed;
     if entries.is_empty() {
         let options = StreamReadOptions::default()
-            .group(&trigger.group, &broker.consumer)
+            .group(&trigger.group, broker.consumer())
             .count(trigger.batch as usize)
             .block(BLOCK.as_millis() as usize);
         let reply: Option<StreamReadReply> = connection
@@ -233,12 +233,11 @@ async fn process(
     let payload: Option<Vec<u8>> = entry.get("payload");
     let result = match payload.clone() {
         None => Err(MessageFailure {
-            failure: EventFailure {
-                kind: "bad_message".to_owned(),
-                status: 400,
-                message: "the entry has no `payload` field".to_owned(),
-                function: None,
-            },
+            failure: EventFailure::new(
+                FailureKind::BadMessage,
+                400,
+                "the entry has no `payload` field",
+            ),
             not_started: false,
         }),
         Some(payload) => {
@@ -335,7 +334,7 @@ async fn uncount(
         .xclaim_options(
             &consumer.stream,
             &consumer.trigger.group,
-            &broker.consumer,
+            broker.consumer(),
             0,
             &[id],
             options,

@@ -1,7 +1,7 @@
-//! `faas schema` (cli/src/schema.rs, compiled here as is): build, decode and encode on
+//! `faas schema` (cli/src/schema_tools.rs, compiled here as is): build, decode and encode on
 //! every vector agree with the generated code and reproduce the vector bytes.
 
-#[path = "../../../cli/src/schema.rs"]
+#[path = "../../../cli/src/schema_tools.rs"]
 mod schema;
 
 use clap::Parser;

@@ -1,10 +1,10 @@
 //! `faas:platform/messaging`: outbound publish and append through the platform's
-//! [`crate::messaging::Publisher`], if it has one, always in the event's tenant's
+//! [`faas_invoke::Publisher`], if it has one, always in the event's tenant's
 //! namespace.
 
 use super::platform::messaging::Host;
-use crate::messaging::{PublishError, Publisher};
 use crate::state::InstanceState;
+use faas_invoke::{PublishError, Publisher};
 
 /// Largest message a function may send.
 const MAX_MESSAGE_BYTES: usize = 1 << 20;

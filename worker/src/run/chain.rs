@@ -1,13 +1,14 @@
 //! Walking a workflow's chain of steps: sequences, fan-outs and joins.
 
-use super::record::{Recorder, RunRecord, RunStatus, StepRecord};
+use super::record::Recorder;
+use super::spread::{BranchCall, BranchPeer, Peers};
 use super::step::{Position, run_step};
 use super::{RunError, RunOutcome};
 use crate::function::LoadedWorkflow;
-use crate::messaging::TriggerMessage;
 use crate::region::{Region, RegionOwner};
-use crate::remote::branch::{BranchCall, Peer, run_on_peer};
 use crate::worker::Worker;
+use faas_invoke::TriggerMessage;
+use faas_invoke::{RunRecord, RunStatus, StepRecord};
 use faas_workflow::{Edge, EdgeMode, FanOut, JoinPolicy, OnFailure};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,7 +29,7 @@ pub(crate) struct RunShared {
     pub concurrency: Semaphore,
     /// Other workers holding this workflow, which run some fan-out branches when the
     /// workflow spreads them (services mode); empty otherwise.
-    pub peers: Arc<[Peer]>,
+    pub peers: Peers,
 }
 
 impl RunShared {
@@ -37,7 +38,7 @@ impl RunShared {
         workflow: Arc<LoadedWorkflow>,
         run_id: String,
         message: Option<TriggerMessage>,
-        peers: Arc<[Peer]>,
+        peers: Peers,
     ) -> Arc<Self> {
         let settings = workflow.manifest().settings;
         Arc::new(Self {
@@ -63,7 +64,7 @@ pub(crate) async fn run(
     workflow: Arc<LoadedWorkflow>,
     input: Region,
     message: Option<TriggerMessage>,
-    peers: Arc<[Peer]>,
+    peers: Peers,
 ) -> RunOutcome {
     let settings = workflow.manifest().settings;
     let run = RunShared::new(worker, workflow, new_run_id(), message, peers);
@@ -174,7 +175,7 @@ async fn fan_out_and_join(
         tasks.spawn(async move {
             let branch = branch as u32;
             if let Some(peer) = peer {
-                match on_peer(&run, &peer, &segment, branch, branches, inputs.clone()).await {
+                match on_peer(&run, &*peer, &segment, branch, branches, inputs.clone()).await {
                     Ok(outputs) => return Ok((branch as usize, outputs)),
                     Err(None) => {}
                     Err(Some(err)) => return Err(err),
@@ -248,7 +249,7 @@ async fn run_segment(
 /// the caller runs the branch itself).
 async fn on_peer(
     run: &RunShared,
-    peer: &Peer,
+    peer: &dyn BranchPeer,
     segment: &[String],
     branch: u32,
     branches: u32,
@@ -263,11 +264,11 @@ async fn on_peer(
         branches,
         revision: None,
     };
-    let (steps, outputs) = match run_on_peer(peer, call, inputs, run.owner.clone()).await {
+    let (steps, outputs) = match peer.run_branch(call, inputs, run.owner.clone()).await {
         Ok(reply) => reply,
         Err(unavailable) => {
             tracing::warn!(
-                worker = peer.id,
+                worker = peer.id(),
                 branch,
                 "running the branch here: {unavailable}"
             );
@@ -275,14 +276,14 @@ async fn on_peer(
         }
     };
     for mut step in steps {
-        step.worker = Some(peer.id.clone());
-        step.handoff = Some(peer.link.mode().to_owned());
+        step.worker = Some(peer.id().to_owned());
+        step.handoff = Some(peer.handoff().to_owned());
         run.recorder.push(step);
     }
     outputs.map_err(|failure| {
         Some(RunError::RemoteBranch {
             branch,
-            worker: peer.id.clone(),
+            worker: peer.id().to_owned(),
             failure,
         })
     })

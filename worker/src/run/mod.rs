@@ -10,17 +10,17 @@
 
 mod chain;
 mod record;
+mod spread;
 mod step;
 
 pub(crate) use chain::{owner_of, run_branch};
-
-pub use record::{RunRecord, RunStatus, StepRecord};
+pub(crate) use spread::{BranchCall, BranchPeer, BranchReply, Peers};
 
 use crate::error::InvokeError;
 use crate::function::LoadedWorkflow;
-use crate::messaging::TriggerMessage;
 use crate::region::Region;
 use crate::worker::Worker;
+use faas_invoke::{EventFailure, FailureKind, RunRecord, StepRecord, TriggerMessage};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ pub enum RunError {
         /// The worker that ran it.
         worker: String,
         /// What it reported.
-        failure: crate::remote::EventFailure,
+        failure: EventFailure,
     },
 }
 
@@ -97,20 +97,25 @@ impl RunError {
     }
 
     /// A one-word cause for error bodies.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> FailureKind {
         if self.is_overloaded() {
             // Said apart from other step failures: no instance of the step ran, so a
             // stream trigger does not count the attempt as a delivery.
-            return "overloaded";
+            return FailureKind::Overloaded;
         }
         match self {
-            Self::NoSteps(_) => "no_steps",
-            Self::StepFailed { .. } => "step_failed",
-            Self::JoinTimeout { .. } => "join_timeout",
-            Self::Timeout(_) => "run_timeout",
-            Self::Output(_) => "output",
-            Self::RemoteBranch { .. } => "step_failed",
+            Self::NoSteps(_) => FailureKind::NoSteps,
+            Self::StepFailed { .. } | Self::RemoteBranch { .. } => FailureKind::StepFailed,
+            Self::JoinTimeout { .. } => FailureKind::JoinTimeout,
+            Self::Timeout(_) => FailureKind::RunTimeout,
+            Self::Output(_) => FailureKind::Output,
         }
+    }
+}
+
+impl From<&RunError> for EventFailure {
+    fn from(err: &RunError) -> Self {
+        Self::new(err.kind(), err.status(), err.to_string())
     }
 }
 
@@ -182,7 +187,7 @@ impl Worker {
         workflow: &Arc<LoadedWorkflow>,
         input: Region,
         message: Option<TriggerMessage>,
-        peers: Arc<[crate::remote::branch::Peer]>,
+        peers: Peers,
     ) -> RunOutcome {
         chain::run(self.clone(), workflow.clone(), input, message, peers).await
     }

@@ -1,13 +1,13 @@
 //! One step invocation: a fresh instance, its input regions handed in, its output
 //! regions taken back and checked, retried per the step's policy.
 
-use super::record::StepRecord;
 use super::{RunError, StepFailure};
 use crate::failure::{Failure, classify, cut_guest_text};
 use crate::function::{Entry, LoadedFunction};
 use crate::host::{MessageInfo, StepContext};
 use crate::region::{Region, RegionScope};
 use crate::run::chain::RunShared;
+use faas_invoke::StepRecord;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;

@@ -2,6 +2,7 @@
 //! the victim; every attempt is refused and the victim keeps being served.
 
 use super::scene::{Scene, VICTIM_WORKFLOW, assert_success, create_token, refused, write_hello};
+use crate::services::Services;
 use crate::support::{Platform, TOKEN, error_of};
 use reqwest::Method;
 
@@ -48,7 +49,17 @@ fn a_manifest_without_a_tenant_is_deployed_for_the_tokens_tenant_only() {
 
 #[test]
 fn another_tenants_workflows_and_runs_are_invisible() {
-    let scene = Scene::embedded();
+    invisible_workflows(&Scene::embedded());
+}
+
+#[test]
+fn services_mode_another_tenants_workflows_and_runs_are_invisible() {
+    let services = Services::start(&["w1"]);
+    invisible_workflows(&Scene::set_up(services.url.clone(), services));
+}
+
+/// Mallory looks for, reads the runs of, and removes the victim's workflow.
+fn invisible_workflows<P>(scene: &Scene<P>) {
     let path = format!("workflows/{VICTIM_WORKFLOW}");
     for (method, path) in [
         (Method::GET, path.clone()),
@@ -79,7 +90,17 @@ fn another_tenants_workflows_and_runs_are_invisible() {
 
 #[test]
 fn a_tenant_token_manages_its_own_tenants_tokens_only() {
-    let scene = Scene::embedded();
+    own_tokens_only(&Scene::embedded());
+}
+
+#[test]
+fn services_mode_a_tenant_token_manages_its_own_tenants_tokens_only() {
+    let services = Services::start(&["w1"]);
+    own_tokens_only(&Scene::set_up(services.url.clone(), services));
+}
+
+/// Mallory makes, lists and revokes tokens of the victim.
+fn own_tokens_only<P>(scene: &Scene<P>) {
     let stderr = refused(&scene.faas(&scene.mallory, &["token", "create", "victim"]));
     assert!(stderr.contains("its own tenant only"), "{stderr}");
     let stderr = refused(&scene.faas(&scene.mallory, &["token", "ls", "victim"]));
@@ -144,7 +165,17 @@ fn operator_endpoints_refuse_tenant_tokens() {
 
 #[test]
 fn a_revoked_token_is_refused() {
-    let scene = Scene::embedded();
+    revoked_token(&Scene::embedded());
+}
+
+#[test]
+fn services_mode_a_revoked_token_is_refused() {
+    let services = Services::start(&["w1"]);
+    revoked_token(&Scene::set_up(services.url.clone(), services));
+}
+
+/// A token of mallory's, once revoked, opens nothing.
+fn revoked_token<P>(scene: &Scene<P>) {
     let issued = scene.faas(
         TOKEN,
         &[

@@ -1,12 +1,12 @@
 //! Attacks on a worker's internal API (services mode) by a process that can reach it
 //! but holds only the admin token, or nothing: the admin token opens nothing there; a
-//! peer on the worker's Unix socket that sends a huge size instead of the cluster token,
+//! peer on the worker's Unix socket that sends a huge size instead of the internal token,
 //! or nothing at all, is dropped without its frame being read; connections beyond the
 //! cap per client address are refused; idle connections are closed. Meanwhile the
 //! victim's workflow keeps answering through the gateway.
 
-use crate::services::{CLUSTER_TOKEN, Services};
-use crate::support::{TOKEN, deploy_at, repo};
+use crate::services::{INTERNAL_TOKEN, Services};
+use crate::support::{TOKEN, connect_from, deploy_at, repo};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -38,19 +38,6 @@ fn internal_addr(services: &Services, id: &str) -> String {
         .nth(1)
         .unwrap_or_else(|| panic!("no address in `{announced}`"));
     rest.split(',').next().unwrap().trim().to_owned()
-}
-
-/// A TCP connection to `addr` from the local address `source` (any of 127.0.0.0/8
-/// is this machine), so a test can be a client other than the gateway.
-fn connect_from(source: [u8; 4], addr: &str) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .expect("a TCP socket");
-    socket
-        .bind(&std::net::SocketAddr::from((source, 0)).into())
-        .expect("binding the source address");
-    let addr: std::net::SocketAddr = addr.parse().expect("an IP address and port");
-    socket.connect(&addr.into()).expect("connecting");
-    socket.into()
 }
 
 /// Reads until the peer closes the connection (or resets it), for up to `limit`;
@@ -88,14 +75,14 @@ fn the_admin_token_opens_nothing_on_a_workers_internal_api() {
             .header("x-faas-call", "http")
             .header("x-faas-workflow", "hello")
             .header("x-faas-function", "hello")
-            .header("x-faas-cluster-token", token)
+            .header("x-faas-internal-token", token)
             .send()
             .unwrap()
     };
     let refused = call(TOKEN);
     assert_eq!(refused.status(), 401);
-    assert!(refused.text().unwrap().contains("cluster token"));
-    let accepted = call(CLUSTER_TOKEN);
+    assert!(refused.text().unwrap().contains("internal token"));
+    let accepted = call(INTERNAL_TOKEN);
     assert_eq!(accepted.status(), 200);
     assert_eq!(accepted.text().unwrap().trim(), "Hello, direct!");
     assert_victim_served(&services);

@@ -107,10 +107,33 @@ fn a_guest_cannot_write_the_platforms_own_keys() {
     );
 }
 
+/// Runs `attack` against an embedded platform with Redis (`Embedded`) or a
+/// services-mode platform with one worker (`Services`), given the gateway's URL and the
+/// Redis both use.
+fn in_mode(services: bool, attack: impl FnOnce(&str, &RedisServer)) {
+    if services {
+        let services = Services::start(&["w1"]);
+        attack(&services.url, &services.redis);
+    } else {
+        let redis = RedisServer::start();
+        let platform = platform(&redis, &[]);
+        attack(&platform.url, &redis);
+    }
+}
+
 #[test]
 fn a_workflow_on_a_stream_of_the_same_name_gets_none_of_another_tenants_entries() {
-    let redis = RedisServer::start();
-    let platform = platform(&redis, &[]);
+    in_mode(false, stream_theft);
+}
+
+#[test]
+fn services_mode_a_workflow_on_a_stream_of_the_same_name_gets_none_of_another_tenants_entries() {
+    in_mode(true, stream_theft);
+}
+
+/// Mallory deploys a workflow on victim's stream name, with the default group and with
+/// a guess of victim's group; victim's 100 entries all run victim's workflow.
+fn stream_theft(url: &str, redis: &RedisServer) {
     let dir = faas_testing::temp_dir();
     let victim = relay_manifest_for(
         dir.path(),
@@ -119,7 +142,7 @@ fn a_workflow_on_a_stream_of_the_same_name_gets_none_of_another_tenants_entries(
         "",
         "[[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\n",
     );
-    platform.deploy(&victim);
+    deploy_at(url, &victim);
     // Mallory reads `orders` through the default group and through a guess of
     // victim's group.
     let mallory = relay_manifest_for(
@@ -130,12 +153,12 @@ fn a_workflow_on_a_stream_of_the_same_name_gets_none_of_another_tenants_entries(
         "[[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\n\n\
          [[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\ngroup = \"victim-orders\"\n",
     );
-    platform.deploy(&mallory);
+    deploy_at(url, &mallory);
     for i in 0..100 {
-        xadd(&redis, &key("victim", "orders"), &format!("order-{i}"));
+        xadd(redis, &key("victim", "orders"), &format!("order-{i}"));
     }
     let out = payloads(
-        &redis,
+        redis,
         &key("victim", "victim-orders:out"),
         100,
         Duration::from_secs(60),
@@ -147,24 +170,34 @@ fn a_workflow_on_a_stream_of_the_same_name_gets_none_of_another_tenants_entries(
     seen.sort();
     seen.dedup();
     assert_eq!(seen.len(), 100, "victim got every entry once: {out:?}");
-    let succeeded = runs(&platform.url, "victim-orders")
+    let succeeded = runs(url, "victim-orders")
         .iter()
         .filter(|run| run["status"] == "succeeded")
         .count();
     assert_eq!(succeeded, 100, "victim's run count");
     // Anything mallory took would have been run by now, alongside victim's runs.
     std::thread::sleep(Duration::from_secs(1));
-    let taken: usize = connect(&redis)
+    let taken: usize = connect(redis)
         .xlen(key("mallory", "mallory-orders:out"))
         .unwrap();
     assert_eq!(taken, 0, "mallory's workflow ran on victim's entries");
-    assert!(runs(&platform.url, "mallory-orders").is_empty());
+    assert!(runs(url, "mallory-orders").is_empty());
 }
 
 #[test]
 fn a_guest_publishing_on_a_channel_of_the_same_name_does_not_start_another_tenants_runs() {
-    let redis = RedisServer::start();
-    let platform = platform(&redis, &[]);
+    in_mode(false, channel_forgery);
+}
+
+#[test]
+fn services_mode_a_guest_publishing_on_a_channel_of_the_same_name_does_not_start_another_tenants_runs()
+ {
+    in_mode(true, channel_forgery);
+}
+
+/// Mallory's guest publishes on victim's channel name (and on its full key); none of it
+/// starts victim's runs, while victim's own producer is still heard.
+fn channel_forgery(url: &str, redis: &RedisServer) {
     let dir = faas_testing::temp_dir();
     let victim = relay_manifest_for(
         dir.path(),
@@ -173,11 +206,11 @@ fn a_guest_publishing_on_a_channel_of_the_same_name_does_not_start_another_tenan
         "",
         "[[triggers.redis]]\nchannel = \"orders\"\nstep = \"relay\"\n",
     );
-    platform.deploy(&victim);
-    deploy_messenger(&platform.url, dir.path());
+    deploy_at(url, &victim);
+    deploy_messenger(url, dir.path());
     let channel = key("victim", "orders");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while subscribers(&redis, &channel) == 0 {
+    while subscribers(redis, &channel) == 0 {
         assert!(
             Instant::now() < deadline,
             "victim's trigger never subscribed"
@@ -186,18 +219,18 @@ fn a_guest_publishing_on_a_channel_of_the_same_name_does_not_start_another_tenan
     }
     // The channel's name as victim writes it, and its full key.
     for name in ["orders", channel.as_str()] {
-        let (status, answer) = send(&platform.url, "publish", name, 5, "forged");
+        let (status, answer) = send(url, "publish", name, 5, "forged");
         assert_eq!(status, 200, "{name}: {answer}");
     }
     std::thread::sleep(Duration::from_secs(1));
     let out = key("victim", "victim-news:out");
-    let forged: usize = connect(&redis).xlen(&out).unwrap();
+    let forged: usize = connect(redis).xlen(&out).unwrap();
     assert_eq!(forged, 0, "mallory's messages started victim's runs");
-    assert!(runs(&platform.url, "victim-news").is_empty());
+    assert!(runs(url, "victim-news").is_empty());
     // Victim's own producer is still heard.
-    let receivers: i64 = connect(&redis).publish(&channel, "genuine").unwrap();
+    let receivers: i64 = connect(redis).publish(&channel, "genuine").unwrap();
     assert_eq!(receivers, 1);
-    let out = payloads(&redis, &out, 1, Duration::from_secs(20));
+    let out = payloads(redis, &out, 1, Duration::from_secs(20));
     assert_eq!(out, vec!["orders||1|genuine"]);
 }
 

@@ -11,14 +11,13 @@
 //! names it. Until then the live revision serves everything else, so a deploy whose
 //! gateway died changes nothing.
 
-use super::branch::{BranchReply, CallHead, Peer, PeerLink, call_inputs};
-use super::client::RemoteWorkers;
-use super::wire::EventFailure;
+use super::branch::{CallHead, Peer, PeerLink, call_inputs};
 use super::{metrics, serve, socket};
 use crate::function::LoadedWorkflow;
-use crate::run::{RunError, owner_of, run_branch};
+use crate::run::{BranchPeer, BranchReply, Peers, RunError, owner_of, run_branch};
 use crate::worker::Worker;
-use faas_cluster::{Cluster, ClusterError, DeploymentRecord, LoadStatus, WorkerInfo};
+use faas_invoke::{EventFailure, RemoteWorkers};
+use faas_shared_state::{DeploymentRecord, LoadStatus, SharedState, SharedStateError, WorkerInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,16 +29,16 @@ use tokio::task::JoinSet;
 /// Loaded revisions by workflow name.
 type Slots = RwLock<HashMap<String, (u64, Arc<LoadedWorkflow>)>>;
 
-/// How a worker takes part in the cluster.
+/// How a worker takes part in services mode.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    /// Its id, unique in the cluster.
+    /// Its id, unique among the workers.
     pub id: String,
     /// `host:port` where the gateway reaches its internal API.
     pub advertise: String,
     /// How many workflows it may hold.
     pub capacity: usize,
-    /// The cluster token the gateway presents.
+    /// The internal token the gateway presents.
     pub token: String,
     /// How long its registration lives without a heartbeat; it heartbeats at a third.
     pub heartbeat_ttl: Duration,
@@ -64,10 +63,10 @@ pub struct NodeListeners {
     pub metrics: Option<TcpListener>,
 }
 
-/// A worker taking part in the cluster.
+/// A worker taking part in services mode.
 pub struct Node {
     worker: Arc<Worker>,
-    cluster: Cluster,
+    shared: SharedState,
     config: NodeConfig,
     /// The workflows it serves now, each with the revision loaded.
     loaded: Slots,
@@ -108,7 +107,7 @@ impl Node {
     /// If the Unix socket cannot be bound.
     pub fn start(
         worker: Arc<Worker>,
-        cluster: Cluster,
+        shared: SharedState,
         config: NodeConfig,
         listeners: NodeListeners,
     ) -> std::io::Result<RunningNode> {
@@ -119,7 +118,7 @@ impl Node {
         let node = Arc::new(Self {
             clients: RemoteWorkers::new(config.token.clone()),
             worker,
-            cluster,
+            shared,
             config,
             loaded: RwLock::default(),
             staged: RwLock::default(),
@@ -148,7 +147,7 @@ impl Node {
         let deadline = tokio::time::Instant::now() + grace;
         self.draining.store(true, Ordering::SeqCst);
         if let Err(err) = self
-            .cluster
+            .shared
             .heartbeat(&self.info(), self.config.heartbeat_ttl)
             .await
         {
@@ -168,7 +167,7 @@ impl Node {
         while self.worker.active_instances() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        if let Err(err) = self.cluster.deregister(&self.config.id).await {
+        if let Err(err) = self.shared.deregister(&self.config.id).await {
             tracing::warn!("deregistering failed; the heartbeat will expire: {err}");
         }
         tracing::info!(worker = self.config.id, "drained");
@@ -177,9 +176,9 @@ impl Node {
     /// Whether every workflow this worker holds is loaded, at its current revision, on
     /// some other worker the scheduler placed it on (or is no longer deployed). Also
     /// true when no other worker can take anything: then there is nothing to wait for.
-    async fn handed_over(&self) -> Result<bool, ClusterError> {
+    async fn handed_over(&self) -> Result<bool, SharedStateError> {
         let others_alive = self
-            .cluster
+            .shared
             .workers()
             .await?
             .live
@@ -188,8 +187,8 @@ impl Node {
         if !others_alive {
             return Ok(true);
         }
-        let placements = self.cluster.placements().await?;
-        let deployments = self.cluster.deployments().await?;
+        let placements = self.shared.placements().await?;
+        let deployments = self.shared.deployments().await?;
         let held: Vec<String> = {
             let loaded = self.loaded.read().unwrap_or_else(|p| p.into_inner());
             loaded.keys().cloned().collect()
@@ -210,7 +209,7 @@ impl Node {
                 .unwrap_or_default();
             let mut ready = false;
             for other in others {
-                let statuses = self.cluster.load_statuses(other).await?;
+                let statuses = self.shared.load_statuses(other).await?;
                 ready |= statuses
                     .get(&name)
                     .is_some_and(|status| status.is_ready(record.revision));
@@ -276,16 +275,18 @@ impl Node {
 
     /// The other workers that run some of workflow `name`'s fan-out branches.
     /// Its branches run there at `revision`, the revision the caller runs.
-    pub(super) fn peers(&self, name: &str, revision: u64) -> Arc<[Peer]> {
+    pub(super) fn peers(&self, name: &str, revision: u64) -> Peers {
         let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
         let Some(peers) = peers.get(name) else {
             return Arc::from([]);
         };
         peers
             .iter()
-            .map(|peer| Peer {
-                revision: Some(revision),
-                ..peer.clone()
+            .map(|peer| {
+                Arc::new(Peer {
+                    revision: Some(revision),
+                    ..peer.clone()
+                }) as Arc<dyn BranchPeer>
             })
             .collect()
     }
@@ -343,7 +344,7 @@ impl Node {
         loop {
             ticker.tick().await;
             if let Err(err) = self
-                .cluster
+                .shared
                 .heartbeat(&self.info(), self.config.heartbeat_ttl)
                 .await
             {
@@ -363,17 +364,17 @@ impl Node {
         }
     }
 
-    async fn sync_once(&self) -> Result<(), ClusterError> {
+    async fn sync_once(&self) -> Result<(), SharedStateError> {
         // A draining worker keeps serving what it holds, as it is, until it leaves.
         if self.draining.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let placements = self.cluster.placements().await?;
-        let deployments = self.cluster.deployments().await?;
-        let staged = self.cluster.staged_deployments().await?;
-        let reported = self.cluster.load_statuses(&self.config.id).await?;
-        let reported_staged = self.cluster.staged_load_statuses(&self.config.id).await?;
-        let workers = self.cluster.workers().await?.live;
+        let placements = self.shared.placements().await?;
+        let deployments = self.shared.deployments().await?;
+        let staged = self.shared.staged_deployments().await?;
+        let reported = self.shared.load_statuses(&self.config.id).await?;
+        let reported_staged = self.shared.staged_load_statuses(&self.config.id).await?;
+        let workers = self.shared.workers().await?.live;
         let placed_here = |name: &String| {
             placements
                 .get(name)
@@ -408,7 +409,7 @@ impl Node {
             .keys()
             .filter(|name| !mine_staged.contains_key(name))
         {
-            self.cluster
+            self.shared
                 .report_staged_load(&self.config.id, name, None)
                 .await?;
         }
@@ -428,9 +429,7 @@ impl Node {
             tracing::info!(workflow = name, "dropped: no longer placed here");
         }
         for name in reported.keys().filter(|name| !mine.contains_key(name)) {
-            self.cluster
-                .report_load(&self.config.id, name, None)
-                .await?;
+            self.shared.report_load(&self.config.id, name, None).await?;
         }
         let mut peers = HashMap::new();
         // A workflow's staged revision spreads its branches as the live one would.
@@ -448,7 +447,7 @@ impl Node {
         for (name, record) in mine {
             let status = self.load(record, false).await;
             if reported.get(name) != Some(&status) {
-                self.cluster
+                self.shared
                     .report_load(&self.config.id, name, Some(&status))
                     .await?;
             }
@@ -456,7 +455,7 @@ impl Node {
         for (name, record) in mine_staged {
             let status = self.load(record, true).await;
             if reported_staged.get(name) != Some(&status) {
-                self.cluster
+                self.shared
                     .report_staged_load(&self.config.id, name, Some(&status))
                     .await?;
             }
@@ -475,7 +474,7 @@ impl Node {
             .map(|info| {
                 let link = match &info.socket {
                     Some(path) if info.host == self.config.host_id => PeerLink::Socket(path.into()),
-                    _ => PeerLink::Network(self.clients.get(info)),
+                    _ => PeerLink::Network(self.clients.get(&info.id, &info.addr)),
                 };
                 Peer {
                     id: info.id.clone(),
@@ -556,7 +555,7 @@ impl Node {
         let mut components = BTreeMap::new();
         for (function, digest) in &record.components {
             let bytes = self
-                .cluster
+                .shared
                 .component(digest)
                 .await
                 .map_err(|err| format!("function `{function}`: {err}"))?;

@@ -14,13 +14,13 @@
 
 use crate::auth::Caller;
 use crate::registry::{
-    DeployError, Deployment, Placed, Registry, Replica, ReplicaTarget, check_owner, check_routes,
+    DeployError, Deployment, DeploymentParts, Placed, Registry, Replica, check_owner, check_routes,
 };
-use faas_cluster::{
-    Cluster, ClusterError, DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo,
-};
+use faas_invoke::{FunctionSummary, RemoteWorkers};
 use faas_scheduler::WorkerId;
-use faas_worker::remote::RemoteWorkers;
+use faas_shared_state::{
+    DeploymentRecord, LoadStatus, PlacementRecord, SharedState, SharedStateError, WorkerInfo,
+};
 use faas_workflow::Workflow;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -33,9 +33,9 @@ const LEASE: Duration = Duration::from_secs(5);
 /// How often the holder renews its lease.
 const RENEW_EVERY: Duration = Duration::from_secs(1);
 
-/// How the gateway takes part in the cluster.
+/// How the gateway takes part in services mode.
 #[derive(Debug, Clone)]
-pub struct ClusterConfig {
+pub struct ServicesConfig {
     /// The token the gateway presents to workers.
     pub token: String,
     /// How often it reads the shared state.
@@ -45,9 +45,9 @@ pub struct ClusterConfig {
 }
 
 /// The shared state, and a client per worker.
-pub struct ClusterBackend {
-    cluster: Cluster,
-    config: ClusterConfig,
+pub struct ServicesBackend {
+    shared: SharedState,
+    config: ServicesConfig,
     /// Clients of the workers.
     clients: RemoteWorkers,
 }
@@ -66,12 +66,12 @@ struct Snapshot {
 /// Load reports by worker id, then workflow name.
 type Loads = BTreeMap<String, BTreeMap<String, LoadStatus>>;
 
-impl ClusterBackend {
-    /// A backend over `cluster`.
-    pub fn new(cluster: Cluster, config: ClusterConfig) -> Self {
+impl ServicesBackend {
+    /// A backend over the shared state `shared`.
+    pub fn new(shared: SharedState, config: ServicesConfig) -> Self {
         Self {
             clients: RemoteWorkers::new(config.token.clone()),
-            cluster,
+            shared,
             config,
         }
     }
@@ -105,9 +105,9 @@ impl ClusterBackend {
         holder: &str,
     ) -> Result<Placed, DeployError> {
         let name = &workflow.name;
-        let deployed = self.cluster.deployments().await.map_err(shared_state)?;
+        let deployed = self.shared.deployments().await.map_err(shared_state)?;
         let staged = self
-            .cluster
+            .shared
             .staged_deployments()
             .await
             .map_err(shared_state)?;
@@ -130,19 +130,19 @@ impl ClusterBackend {
         let record = DeploymentRecord {
             workflow: workflow.clone(),
             digest: digest.to_owned(),
-            revision: self.cluster.next_revision().await.map_err(shared_state)?,
+            revision: self.shared.next_revision().await.map_err(shared_state)?,
             deployed_at: unix_seconds(SystemTime::now()),
             components: digests,
         };
-        let fenced = |done: Result<bool, ClusterError>| match done {
+        let fenced = |done: Result<bool, SharedStateError>| match done {
             Ok(true) => Ok(()),
             Ok(false) => Err(lease_lost(name)),
             Err(err) => Err(shared_state(err)),
         };
-        fenced(self.cluster.stage_deployment(&record, holder).await)?;
+        fenced(self.shared.stage_deployment(&record, holder).await)?;
         let switched = match self.wait_until_loaded(&record).await {
             Ok(loaded) => {
-                fenced(self.cluster.promote_deployment(&record, holder).await).map(|()| loaded)
+                fenced(self.shared.promote_deployment(&record, holder).await).map(|()| loaded)
             }
             Err(err) => Err(err),
         };
@@ -150,7 +150,7 @@ impl ClusterBackend {
             Ok(loaded) => loaded,
             Err(err) => {
                 // The live version never changed; only the staged one goes.
-                if let Err(unstage) = self.cluster.unstage_deployment(name, holder).await {
+                if let Err(unstage) = self.shared.unstage_deployment(name, holder).await {
                     tracing::error!(
                         workflow = name,
                         "removing the staged version (the scheduler will): {unstage}"
@@ -171,11 +171,11 @@ impl ClusterBackend {
     async fn put_components(
         &self,
         components: &BTreeMap<String, Vec<u8>>,
-    ) -> Result<BTreeMap<String, String>, ClusterError> {
+    ) -> Result<BTreeMap<String, String>, SharedStateError> {
         let mut digests = BTreeMap::new();
         for (function, bytes) in components {
             let sha = hex::encode(Sha256::digest(bytes));
-            self.cluster.put_component(&sha, bytes).await?;
+            self.shared.put_component(&sha, bytes).await?;
             digests.insert(function.clone(), sha);
         }
         Ok(digests)
@@ -185,10 +185,10 @@ impl ClusterBackend {
     async fn components_of(
         &self,
         record: &DeploymentRecord,
-    ) -> Result<BTreeMap<String, Vec<u8>>, ClusterError> {
+    ) -> Result<BTreeMap<String, Vec<u8>>, SharedStateError> {
         let mut components = BTreeMap::new();
         for (function, sha) in &record.components {
-            components.insert(function.clone(), self.cluster.component(sha).await?);
+            components.insert(function.clone(), self.shared.component(sha).await?);
         }
         Ok(components)
     }
@@ -197,12 +197,12 @@ impl ClusterBackend {
     /// epoch is gone, Redis lost it (an empty restart): this gateway starts a new
     /// epoch and writes back every deployment it serves, so the scheduler and the
     /// workers find them again without an operator.
-    async fn state_is_intact(&self, registry: &Registry) -> Result<bool, ClusterError> {
-        if self.cluster.epoch().await?.is_some() {
+    async fn state_is_intact(&self, registry: &Registry) -> Result<bool, SharedStateError> {
+        if self.shared.epoch().await?.is_some() {
             return Ok(true);
         }
         let epoch = format!("{:016x}", rand::random::<u64>());
-        if self.cluster.start_epoch(&epoch).await? {
+        if self.shared.start_epoch(&epoch).await? {
             let deployments = registry.list();
             if !deployments.is_empty() {
                 tracing::warn!(
@@ -212,7 +212,7 @@ impl ClusterBackend {
             }
             for deployment in deployments {
                 let components = self.put_components(deployment.components()).await?;
-                self.cluster.raise_revision(deployment.revision).await?;
+                self.shared.raise_revision(deployment.revision).await?;
                 let record = DeploymentRecord {
                     workflow: deployment.workflow.clone(),
                     digest: deployment.digest.clone(),
@@ -220,7 +220,7 @@ impl ClusterBackend {
                     deployed_at: unix_seconds(deployment.deployed_at),
                     components,
                 };
-                self.cluster.put_deployment(&record).await?;
+                self.shared.put_deployment(&record).await?;
             }
         }
         Ok(false)
@@ -230,7 +230,7 @@ impl ClusterBackend {
     async fn wait_until_loaded(
         &self,
         record: &DeploymentRecord,
-    ) -> Result<(Vec<Replica>, Vec<faas_cluster::FunctionSummary>), DeployError> {
+    ) -> Result<(Vec<Replica>, Vec<FunctionSummary>), DeployError> {
         let deadline = tokio::time::Instant::now() + self.config.deploy_timeout;
         let name = &record.workflow.name;
         loop {
@@ -275,7 +275,7 @@ impl ClusterBackend {
                 }
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(DeployError::Cluster(format!(
+                return Err(DeployError::SharedState(format!(
                     "workflow `{name}` was not placed and loaded within {}s; is the \
                      scheduler running?",
                     self.config.deploy_timeout.as_secs()
@@ -287,7 +287,7 @@ impl ClusterBackend {
 
     /// The names of the workflows of `tenant` deployed through any gateway.
     pub(crate) async fn workflows_of(&self, tenant: &str) -> Result<Vec<String>, DeployError> {
-        let deployed = self.cluster.deployments().await.map_err(shared_state)?;
+        let deployed = self.shared.deployments().await.map_err(shared_state)?;
         Ok(deployed
             .into_values()
             .filter(|record| record.workflow.tenant == tenant)
@@ -299,7 +299,7 @@ impl ClusterBackend {
     pub(crate) async fn remove(&self, name: &str) -> Result<(), DeployError> {
         let holder = new_holder();
         self.locked(name, &holder, async {
-            match self.cluster.remove_deployment(name, &holder).await {
+            match self.shared.remove_deployment(name, &holder).await {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(lease_lost(name)),
                 Err(err) => Err(shared_state(err)),
@@ -319,7 +319,7 @@ impl ClusterBackend {
         change: impl Future<Output = Result<T, DeployError>>,
     ) -> Result<T, DeployError> {
         if !self
-            .cluster
+            .shared
             .lock_workflow(name, holder, LEASE)
             .await
             .map_err(shared_state)?
@@ -333,7 +333,7 @@ impl ClusterBackend {
             ticker.tick().await;
             loop {
                 ticker.tick().await;
-                match self.cluster.renew_lock(name, holder, LEASE).await {
+                match self.shared.renew_lock(name, holder, LEASE).await {
                     Ok(true) => {}
                     Ok(false) => return,
                     Err(err) => tracing::warn!(workflow = name, "renewing the lease: {err}"),
@@ -344,7 +344,7 @@ impl ClusterBackend {
             result = change => result,
             () = renew => Err(lease_lost(name)),
         };
-        if let Err(err) = self.cluster.unlock_workflow(name, holder).await {
+        if let Err(err) = self.shared.unlock_workflow(name, holder).await {
             tracing::warn!(
                 workflow = name,
                 "releasing the deploy lock (it expires): {err}"
@@ -354,21 +354,21 @@ impl ClusterBackend {
     }
 
     /// The shared state now; with the staged load reports when `staged`.
-    async fn snapshot(&self, staged: bool) -> Result<Snapshot, ClusterError> {
-        let deployments = self.cluster.deployments().await?;
-        let placements = self.cluster.placements().await?;
-        let live = self.cluster.workers().await?.live;
+    async fn snapshot(&self, staged: bool) -> Result<Snapshot, SharedStateError> {
+        let deployments = self.shared.deployments().await?;
+        let placements = self.shared.placements().await?;
+        let live = self.shared.workers().await?.live;
         let mut loads = BTreeMap::new();
         let mut staged_loads = BTreeMap::new();
         for worker in &live {
             loads.insert(
                 worker.id.clone(),
-                self.cluster.load_statuses(&worker.id).await?,
+                self.shared.load_statuses(&worker.id).await?,
             );
             if staged {
                 staged_loads.insert(
                     worker.id.clone(),
-                    self.cluster.staged_load_statuses(&worker.id).await?,
+                    self.shared.staged_load_statuses(&worker.id).await?,
                 );
             }
         }
@@ -389,7 +389,7 @@ impl ClusterBackend {
         snapshot: &Snapshot,
         loads: &Loads,
         record: &DeploymentRecord,
-    ) -> (Vec<Replica>, Vec<faas_cluster::FunctionSummary>) {
+    ) -> (Vec<Replica>, Vec<FunctionSummary>) {
         let name = &record.workflow.name;
         let mut functions = Vec::new();
         let mut replicas = Vec::new();
@@ -414,7 +414,10 @@ impl ClusterBackend {
             }
             replicas.push(Replica {
                 worker_id: WorkerId(info.id.clone()),
-                target: ReplicaTarget::Remote(self.clients.get(info).at_revision(record.revision)),
+                target: self
+                    .clients
+                    .get(&info.id, &info.addr)
+                    .at_revision(record.revision),
             });
         }
         (replicas, functions)
@@ -428,7 +431,7 @@ impl ClusterBackend {
 /// whose workers all died stays routed with no replica (events get 503) until the
 /// scheduler's new placement has loaded. While Redis is unreachable nothing changes.
 pub async fn follow(registry: Arc<Registry>) {
-    let Some(backend) = registry.cluster().cloned() else {
+    let Some(backend) = registry.services().cloned() else {
         return;
     };
     let mut ticker = tokio::time::interval(backend.config.sync_interval);
@@ -441,7 +444,10 @@ pub async fn follow(registry: Arc<Registry>) {
     }
 }
 
-async fn follow_once(backend: &ClusterBackend, registry: &Registry) -> Result<(), ClusterError> {
+async fn follow_once(
+    backend: &ServicesBackend,
+    registry: &Registry,
+) -> Result<(), SharedStateError> {
     if !backend.state_is_intact(registry).await? {
         return Ok(());
     }
@@ -478,15 +484,15 @@ async fn follow_once(backend: &ClusterBackend, registry: &Registry) -> Result<()
             None if replicas.is_empty() => continue,
             // Deployed through another gateway: keep its components too, to write
             // them back should Redis lose them.
-            _ => Arc::new(Deployment::new(
-                record.workflow.clone(),
-                record.digest.clone(),
-                record.revision,
-                UNIX_EPOCH + Duration::from_secs(record.deployed_at),
+            _ => Arc::new(Deployment::new(DeploymentParts {
+                workflow: record.workflow.clone(),
+                digest: record.digest.clone(),
+                revision: record.revision,
+                deployed_at: UNIX_EPOCH + Duration::from_secs(record.deployed_at),
                 replicas,
                 functions,
-                Arc::new(backend.components_of(record).await?),
-            )),
+                components: Arc::new(backend.components_of(record).await?),
+            })),
         };
         deployments.push(deployment);
     }
@@ -515,6 +521,6 @@ fn lease_lost(name: &str) -> DeployError {
     ))
 }
 
-fn shared_state(err: ClusterError) -> DeployError {
-    DeployError::Cluster(format!("shared state: {err}"))
+fn shared_state(err: SharedStateError) -> DeployError {
+    DeployError::SharedState(format!("shared state: {err}"))
 }

@@ -3,7 +3,7 @@
 //! Workers register and heartbeat; the gateway writes deployments (the parsed
 //! workflow, and component bytes stored once per digest); the scheduler writes
 //! placements; each worker reports which revision of each workflow placed on it it
-//! has loaded, or why it could not. [`Cluster`] has one method per read or write.
+//! has loaded, or why it could not. [`SharedState`] has one method per read or write.
 //!
 //! A deploy is staged beside the live record and switched to only once its workers
 //! loaded it, under a short lease on the workflow that fences every write (a gateway
@@ -17,5 +17,5 @@
 mod records;
 mod state;
 
-pub use records::{DeploymentRecord, FunctionSummary, LoadStatus, PlacementRecord, WorkerInfo};
-pub use state::{Cluster, ClusterError, WorkerSets};
+pub use records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
+pub use state::{SharedState, SharedStateError, WorkerSets};

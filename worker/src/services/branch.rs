@@ -8,13 +8,11 @@
 //! call: one copy over the network. Either way the branch runs there exactly as it
 //! would here, and its output regions come back the same way.
 
-use super::client::RemoteWorker;
-use super::wire::{
-    Carried, EventFailure, InlineLen, MAX_FDS, carry, frame, inline_len, split_frame, uncarry,
-};
-use crate::messaging::TriggerMessage;
+use super::wire::{carry, uncarry};
 use crate::region::{Region, RegionError, RegionOwner};
-use crate::run::StepRecord;
+use crate::run::{BranchCall, BranchPeer, BranchReply};
+use faas_invoke::wire::{Carried, InlineLen, MAX_FDS, frame, inline_len, split_frame};
+use faas_invoke::{BoxFuture, EventFailure, RemoteWorker, StepRecord};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
@@ -36,7 +34,7 @@ pub(crate) struct Peer {
     pub id: String,
     /// How to reach it.
     pub link: PeerLink,
-    /// The cluster token.
+    /// The internal token.
     pub token: Arc<str>,
     /// The workflow revision the caller runs, which the peer runs the branch with.
     pub revision: Option<u64>,
@@ -51,6 +49,25 @@ pub(crate) enum PeerLink {
     Network(Arc<RemoteWorker>),
 }
 
+impl BranchPeer for Peer {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn handoff(&self) -> &'static str {
+        self.link.mode()
+    }
+
+    fn run_branch(
+        &self,
+        call: BranchCall,
+        inputs: Vec<Region>,
+        owner: RegionOwner,
+    ) -> BoxFuture<'_, Result<BranchReply, EventFailure>> {
+        Box::pin(run_on_peer(self, call, inputs, owner))
+    }
+}
+
 impl PeerLink {
     /// The handoff mode's name, as step records show it.
     pub(crate) fn mode(&self) -> &'static str {
@@ -59,25 +76,6 @@ impl PeerLink {
             Self::Network(_) => "network",
         }
     }
-}
-
-/// What a peer is asked to run: one branch of a fan-out, in the caller's run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct BranchCall {
-    /// The workflow (the peer uses its own loaded copy, tenant included).
-    pub workflow: String,
-    /// The caller's run: the regions stay that run's.
-    pub run_id: String,
-    /// The message that started the run, if any.
-    pub message: Option<TriggerMessage>,
-    /// The steps of the branch, in order.
-    pub segment: Vec<String>,
-    /// Which branch, of how many.
-    pub branch: u32,
-    pub branches: u32,
-    /// The revision the caller runs (the peer may hold it staged beside the live one).
-    #[serde(default)]
-    pub revision: Option<u64>,
 }
 
 /// A branch call's head: the call and its inputs' entries.
@@ -95,15 +93,12 @@ struct ReplyHead {
     error: Option<EventFailure>,
 }
 
-/// A branch's step records and outputs, as its worker reported them.
-pub(crate) type BranchReply = (Vec<StepRecord>, Result<Vec<Region>, EventFailure>);
-
 /// Runs `call` on `peer` with `inputs`; the outputs belong to `owner`'s run.
 ///
 /// # Errors
 /// An `unavailable` [`EventFailure`] when the peer could not be asked (then nothing
 /// ran there and the caller runs the branch itself).
-pub(crate) async fn run_on_peer(
+async fn run_on_peer(
     peer: &Peer,
     mut call: BranchCall,
     inputs: Vec<Region>,
@@ -232,7 +227,7 @@ pub(crate) fn send_frame(
 }
 
 /// Largest token a socket call may present; a longer one is refused unread.
-pub const MAX_CLUSTER_TOKEN_BYTES: usize = 256;
+pub const MAX_INTERNAL_TOKEN_BYTES: usize = 256;
 /// Largest JSON head of a frame on the socket (it names regions, not their bytes).
 const MAX_HEAD_BYTES: usize = 1 << 20;
 /// Most bytes a frame on the socket may carry inline (regions not passed as
@@ -243,14 +238,14 @@ const MAX_INLINE_BYTES: usize = 1 << 30;
 pub(crate) fn token_frame(token: &str) -> std::io::Result<Vec<u8>> {
     let len = u16::try_from(token.len())
         .ok()
-        .filter(|len| usize::from(*len) <= MAX_CLUSTER_TOKEN_BYTES)
-        .ok_or_else(|| std::io::Error::other("the cluster token is too long"))?;
+        .filter(|len| usize::from(*len) <= MAX_INTERNAL_TOKEN_BYTES)
+        .ok_or_else(|| std::io::Error::other("the internal token is too long"))?;
     let mut frame = len.to_be_bytes().to_vec();
     frame.extend_from_slice(token.as_bytes());
     Ok(frame)
 }
 
-/// Reads a [`token_frame`]; a length above [`MAX_CLUSTER_TOKEN_BYTES`] is refused
+/// Reads a [`token_frame`]; a length above [`MAX_INTERNAL_TOKEN_BYTES`] is refused
 /// before anything more is read.
 pub(crate) async fn read_token(
     stream: &mut (impl tokio::io::AsyncRead + Unpin),
@@ -259,9 +254,9 @@ pub(crate) async fn read_token(
     let mut len = [0u8; 2];
     stream.read_exact(&mut len).await?;
     let len = usize::from(u16::from_be_bytes(len));
-    if len > MAX_CLUSTER_TOKEN_BYTES {
+    if len > MAX_INTERNAL_TOKEN_BYTES {
         return Err(std::io::Error::other(format!(
-            "a token of {len} bytes (at most {MAX_CLUSTER_TOKEN_BYTES})"
+            "a token of {len} bytes (at most {MAX_INTERNAL_TOKEN_BYTES})"
         )));
     }
     let mut token = vec![0u8; len];
@@ -433,6 +428,6 @@ mod tests {
             .unwrap();
         let err = read_token(&mut worker).await.err().unwrap();
         assert!(err.to_string().contains("65535 bytes"), "{err}");
-        assert!(token_frame(&"x".repeat(MAX_CLUSTER_TOKEN_BYTES + 1)).is_err());
+        assert!(token_frame(&"x".repeat(MAX_INTERNAL_TOKEN_BYTES + 1)).is_err());
     }
 }

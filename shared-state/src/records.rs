@@ -1,5 +1,6 @@
 //! The records kept in Redis, as JSON.
 
+use faas_invoke::FunctionSummary;
 use faas_workflow::Workflow;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -7,7 +8,7 @@ use std::collections::BTreeMap;
 /// A registered worker: where the gateway reaches it and how much it may hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerInfo {
-    /// Its id, unique in the cluster.
+    /// Its id, unique among the workers.
     pub id: String,
     /// `host:port` of its internal API.
     pub addr: String,
@@ -33,7 +34,7 @@ pub struct DeploymentRecord {
     pub workflow: Workflow,
     /// Hash of manifest, schemas and components: equal digests mean an identical deploy.
     pub digest: String,
-    /// Cluster-wide revision, increasing with every deploy that changed something.
+    /// The revision across services mode, increasing with every deploy that changed something.
     pub revision: u64,
     /// Seconds since the Unix epoch when it was deployed.
     pub deployed_at: u64,
@@ -61,23 +62,6 @@ pub struct LoadStatus {
     /// Each function as loaded, for the admin API.
     #[serde(default)]
     pub functions: Vec<FunctionSummary>,
-}
-
-/// One loaded function as the admin API shows it: its component and effective limits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FunctionSummary {
-    /// Its name.
-    pub name: String,
-    /// `http` or `step`.
-    pub kind: String,
-    /// SHA-256 of its component.
-    pub digest: String,
-    /// Its memory limit.
-    pub memory_mb: u32,
-    /// Its deadline.
-    pub timeout_ms: u64,
-    /// Its fuel limit, if any.
-    pub fuel: Option<u64>,
 }
 
 impl LoadStatus {

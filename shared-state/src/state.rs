@@ -1,4 +1,4 @@
-//! [`Cluster`]: the shared state in Redis, one method per thing a process reads or
+//! [`SharedState`]: the shared state in Redis, one method per thing a process reads or
 //! writes. Values are JSON, except component bytes.
 
 use crate::records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
@@ -83,7 +83,7 @@ fn component_key(digest: &str) -> String {
 
 /// Why the shared state could not be read or written.
 #[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
+pub enum SharedStateError {
     /// Redis refused or could not be reached.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -111,16 +111,16 @@ pub struct WorkerSets {
 
 /// A handle on the shared state; cheap to clone, reconnects on its own.
 #[derive(Clone)]
-pub struct Cluster {
+pub struct SharedState {
     connection: ConnectionManager,
 }
 
-impl Cluster {
+impl SharedState {
     /// Connects to Redis at `url` and checks that it answers.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`] if the URL is invalid or the server does not answer.
-    pub async fn connect(url: &str) -> Result<Self, ClusterError> {
+    /// [`SharedStateError::Redis`] if the URL is invalid or the server does not answer.
+    pub async fn connect(url: &str) -> Result<Self, SharedStateError> {
         let client = redis::Client::open(url)?;
         let mut connection = client.get_connection_manager().await?;
         let _: String = redis::cmd("PING").query_async(&mut connection).await?;
@@ -135,8 +135,12 @@ impl Cluster {
     /// fraction of `ttl`, so registration survives a Redis restart.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn heartbeat(&self, worker: &WorkerInfo, ttl: Duration) -> Result<(), ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn heartbeat(
+        &self,
+        worker: &WorkerInfo,
+        ttl: Duration,
+    ) -> Result<(), SharedStateError> {
         let info = to_json(worker);
         let ttl_ms = ttl.as_millis().max(1) as u64;
         redis::pipe()
@@ -152,8 +156,8 @@ impl Cluster {
     /// Every registered worker, live or presumed dead.
     ///
     /// # Errors
-    /// [`ClusterError`] if Redis fails or a record is malformed.
-    pub async fn workers(&self) -> Result<WorkerSets, ClusterError> {
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    pub async fn workers(&self) -> Result<WorkerSets, SharedStateError> {
         let mut conn = self.conn();
         let infos: BTreeMap<String, String> = conn.hgetall(WORKERS).await?;
         let mut sets = WorkerSets::default();
@@ -178,8 +182,8 @@ impl Cluster {
     /// Takes a stopping worker out at once, rather than when its heartbeat expires.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn deregister(&self, id: &str) -> Result<(), ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn deregister(&self, id: &str) -> Result<(), SharedStateError> {
         let _: i64 = self.conn().del(alive_key(id)).await?;
         self.forget_worker(id).await
     }
@@ -187,8 +191,8 @@ impl Cluster {
     /// Forgets a dead worker: its registration and its load reports.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn forget_worker(&self, id: &str) -> Result<(), ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn forget_worker(&self, id: &str) -> Result<(), SharedStateError> {
         redis::pipe()
             .hdel(WORKERS, id)
             .ignore()
@@ -204,8 +208,8 @@ impl Cluster {
     /// Stores a component's bytes under their SHA-256 (a no-op when present).
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn put_component(&self, digest: &str, bytes: &[u8]) -> Result<(), ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn put_component(&self, digest: &str, bytes: &[u8]) -> Result<(), SharedStateError> {
         redis::pipe()
             .atomic()
             .set_nx(component_key(digest), bytes)
@@ -223,8 +227,11 @@ impl Cluster {
     /// losing them; a component stored again meanwhile is kept.
     ///
     /// # Errors
-    /// [`ClusterError`] if Redis fails or a record is malformed.
-    pub async fn collect_components(&self, min_age: Duration) -> Result<Vec<String>, ClusterError> {
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    pub async fn collect_components(
+        &self,
+        min_age: Duration,
+    ) -> Result<Vec<String>, SharedStateError> {
         let named: std::collections::BTreeSet<String> = self
             .deployments()
             .await?
@@ -259,32 +266,32 @@ impl Cluster {
     /// The component whose SHA-256 is `digest`.
     ///
     /// # Errors
-    /// [`ClusterError::MissingComponent`] if it is not stored.
-    pub async fn component(&self, digest: &str) -> Result<Vec<u8>, ClusterError> {
+    /// [`SharedStateError::MissingComponent`] if it is not stored.
+    pub async fn component(&self, digest: &str) -> Result<Vec<u8>, SharedStateError> {
         let bytes: Option<Vec<u8>> = self.conn().get(component_key(digest)).await?;
-        bytes.ok_or_else(|| ClusterError::MissingComponent(digest.to_owned()))
+        bytes.ok_or_else(|| SharedStateError::MissingComponent(digest.to_owned()))
     }
 
-    /// A new cluster-wide revision number.
+    /// A new revision number, shared by every gateway.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn next_revision(&self) -> Result<u64, ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn next_revision(&self) -> Result<u64, SharedStateError> {
         Ok(self.conn().incr(REVISION, 1).await?)
     }
 
     /// Takes the lease on changing workflow `name` for `ttl`, as `holder`; returns
     /// false when someone else holds it. The holder renews it with
-    /// [`Cluster::renew_lock`] while it works, so a dead holder's lease ends soon.
+    /// [`SharedState::renew_lock`] while it works, so a dead holder's lease ends soon.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
+    /// [`SharedStateError::Redis`].
     pub async fn lock_workflow(
         &self,
         name: &str,
         holder: &str,
         ttl: Duration,
-    ) -> Result<bool, ClusterError> {
+    ) -> Result<bool, SharedStateError> {
         let taken: Option<String> = redis::cmd("SET")
             .arg(lock_key(name))
             .arg(holder)
@@ -300,13 +307,13 @@ impl Cluster {
     /// the lease is not (any longer) `holder`'s.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
+    /// [`SharedStateError::Redis`].
     pub async fn renew_lock(
         &self,
         name: &str,
         holder: &str,
         ttl: Duration,
-    ) -> Result<bool, ClusterError> {
+    ) -> Result<bool, SharedStateError> {
         let renewed: i64 = redis::cmd("EVAL")
             .arg(RENEW)
             .arg(1)
@@ -321,8 +328,8 @@ impl Cluster {
     /// Releases the lock on workflow `name` if `holder` still holds it.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn unlock_workflow(&self, name: &str, holder: &str) -> Result<(), ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn unlock_workflow(&self, name: &str, holder: &str) -> Result<(), SharedStateError> {
         let _: i64 = redis::cmd("EVAL")
             .arg(RELEASE)
             .arg(1)
@@ -336,16 +343,16 @@ impl Cluster {
     /// The id of the shared state's current epoch, if any was set.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn epoch(&self) -> Result<Option<String>, ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn epoch(&self) -> Result<Option<String>, SharedStateError> {
         Ok(self.conn().get(EPOCH).await?)
     }
 
     /// Starts epoch `id` unless one exists; returns whether this call started it.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn start_epoch(&self, id: &str) -> Result<bool, ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn start_epoch(&self, id: &str) -> Result<bool, SharedStateError> {
         Ok(self.conn().set_nx(EPOCH, id).await?)
     }
 
@@ -353,8 +360,8 @@ impl Cluster {
     /// counter was lost with the rest of the state).
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn raise_revision(&self, revision: u64) -> Result<(), ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn raise_revision(&self, revision: u64) -> Result<(), SharedStateError> {
         let mut conn = self.conn();
         let current: Option<u64> = conn.get(REVISION).await?;
         if current.unwrap_or(0) < revision {
@@ -364,12 +371,12 @@ impl Cluster {
     }
 
     /// Makes `record` the live version of its workflow (writing back a lost state;
-    /// deploys go through [`Cluster::stage_deployment`] and
-    /// [`Cluster::promote_deployment`]).
+    /// deploys go through [`SharedState::stage_deployment`] and
+    /// [`SharedState::promote_deployment`]).
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn put_deployment(&self, record: &DeploymentRecord) -> Result<(), ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn put_deployment(&self, record: &DeploymentRecord) -> Result<(), SharedStateError> {
         let _: i64 = self
             .conn()
             .hset(DEPLOYMENTS, &record.workflow.name, to_json(record))
@@ -381,12 +388,12 @@ impl Cluster {
     /// the workflow's lease; returns false, writing nothing, when it does not.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
+    /// [`SharedStateError::Redis`].
     pub async fn stage_deployment(
         &self,
         record: &DeploymentRecord,
         holder: &str,
-    ) -> Result<bool, ClusterError> {
+    ) -> Result<bool, SharedStateError> {
         self.fenced(
             FENCED_WRITE,
             &record.workflow.name,
@@ -401,12 +408,12 @@ impl Cluster {
     /// step, while `holder` holds the workflow's lease; returns false when it does not.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
+    /// [`SharedStateError::Redis`].
     pub async fn promote_deployment(
         &self,
         record: &DeploymentRecord,
         holder: &str,
-    ) -> Result<bool, ClusterError> {
+    ) -> Result<bool, SharedStateError> {
         let name = &record.workflow.name;
         self.fenced(
             FENCED_WRITE,
@@ -422,8 +429,12 @@ impl Cluster {
     /// holds its lease.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn unstage_deployment(&self, name: &str, holder: &str) -> Result<bool, ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn unstage_deployment(
+        &self,
+        name: &str,
+        holder: &str,
+    ) -> Result<bool, SharedStateError> {
         self.fenced(FENCED_REMOVE, name, holder, &[STAGED], None)
             .await
     }
@@ -432,8 +443,12 @@ impl Cluster {
     /// `holder` holds its lease; returns false when it does not.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
-    pub async fn remove_deployment(&self, name: &str, holder: &str) -> Result<bool, ClusterError> {
+    /// [`SharedStateError::Redis`].
+    pub async fn remove_deployment(
+        &self,
+        name: &str,
+        holder: &str,
+    ) -> Result<bool, SharedStateError> {
         self.fenced(
             FENCED_REMOVE,
             name,
@@ -452,7 +467,7 @@ impl Cluster {
         holder: &str,
         hashes: &[&str],
         record: Option<&DeploymentRecord>,
-    ) -> Result<bool, ClusterError> {
+    ) -> Result<bool, SharedStateError> {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(script)
             .arg(1 + hashes.len())
@@ -470,10 +485,10 @@ impl Cluster {
     /// Every staged version, by workflow name.
     ///
     /// # Errors
-    /// [`ClusterError`] if Redis fails or a record is malformed.
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
     pub async fn staged_deployments(
         &self,
-    ) -> Result<BTreeMap<String, DeploymentRecord>, ClusterError> {
+    ) -> Result<BTreeMap<String, DeploymentRecord>, SharedStateError> {
         self.read_hash(STAGED).await
     }
 
@@ -481,8 +496,8 @@ impl Cluster {
     /// gave up without cleaning up) and returns their names.
     ///
     /// # Errors
-    /// [`ClusterError`] if Redis fails or a record is malformed.
-    pub async fn drop_abandoned_stages(&self) -> Result<Vec<String>, ClusterError> {
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    pub async fn drop_abandoned_stages(&self) -> Result<Vec<String>, SharedStateError> {
         let mut conn = self.conn();
         let names: Vec<String> = conn.hkeys(STAGED).await?;
         let mut dropped = Vec::new();
@@ -505,28 +520,30 @@ impl Cluster {
     /// Every deployment, by workflow name.
     ///
     /// # Errors
-    /// [`ClusterError`] if Redis fails or a record is malformed.
-    pub async fn deployments(&self) -> Result<BTreeMap<String, DeploymentRecord>, ClusterError> {
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    pub async fn deployments(
+        &self,
+    ) -> Result<BTreeMap<String, DeploymentRecord>, SharedStateError> {
         self.read_hash(DEPLOYMENTS).await
     }
 
     /// Every placement, by workflow name.
     ///
     /// # Errors
-    /// [`ClusterError`] if Redis fails or a record is malformed.
-    pub async fn placements(&self) -> Result<BTreeMap<String, PlacementRecord>, ClusterError> {
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    pub async fn placements(&self) -> Result<BTreeMap<String, PlacementRecord>, SharedStateError> {
         self.read_hash(PLACEMENTS).await
     }
 
     /// Writes the placements in `set` and removes those named in `removed`.
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
+    /// [`SharedStateError::Redis`].
     pub async fn write_placements(
         &self,
         set: &BTreeMap<String, PlacementRecord>,
         removed: &[String],
-    ) -> Result<(), ClusterError> {
+    ) -> Result<(), SharedStateError> {
         let mut pipe = redis::pipe();
         pipe.atomic();
         for (name, record) in set {
@@ -542,35 +559,35 @@ impl Cluster {
     /// What `worker` reported for each workflow placed on it.
     ///
     /// # Errors
-    /// [`ClusterError`] if Redis fails or a record is malformed.
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
     pub async fn load_statuses(
         &self,
         worker: &str,
-    ) -> Result<BTreeMap<String, LoadStatus>, ClusterError> {
+    ) -> Result<BTreeMap<String, LoadStatus>, SharedStateError> {
         self.read_hash(&loaded_key(worker)).await
     }
 
     /// What `worker` reported for the staged version of each workflow placed on it.
     ///
     /// # Errors
-    /// [`ClusterError`] if Redis fails or a record is malformed.
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
     pub async fn staged_load_statuses(
         &self,
         worker: &str,
-    ) -> Result<BTreeMap<String, LoadStatus>, ClusterError> {
+    ) -> Result<BTreeMap<String, LoadStatus>, SharedStateError> {
         self.read_hash(&staged_loaded_key(worker)).await
     }
 
     /// Reports what `worker` did with workflow `name` (`None`: it dropped it).
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
+    /// [`SharedStateError::Redis`].
     pub async fn report_load(
         &self,
         worker: &str,
         name: &str,
         status: Option<&LoadStatus>,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<(), SharedStateError> {
         self.report(&loaded_key(worker), name, status).await
     }
 
@@ -578,13 +595,13 @@ impl Cluster {
     /// none any more).
     ///
     /// # Errors
-    /// [`ClusterError::Redis`].
+    /// [`SharedStateError::Redis`].
     pub async fn report_staged_load(
         &self,
         worker: &str,
         name: &str,
         status: Option<&LoadStatus>,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<(), SharedStateError> {
         self.report(&staged_loaded_key(worker), name, status).await
     }
 
@@ -593,7 +610,7 @@ impl Cluster {
         key: &str,
         name: &str,
         status: Option<&LoadStatus>,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<(), SharedStateError> {
         let mut conn = self.conn();
         match status {
             Some(status) => {
@@ -609,7 +626,7 @@ impl Cluster {
     async fn read_hash<T: DeserializeOwned>(
         &self,
         key: &str,
-    ) -> Result<BTreeMap<String, T>, ClusterError> {
+    ) -> Result<BTreeMap<String, T>, SharedStateError> {
         let raw: BTreeMap<String, String> = self.conn().hgetall(key).await?;
         raw.into_iter()
             .map(|(field, json)| {
@@ -630,8 +647,8 @@ fn to_json(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("records serialize to JSON")
 }
 
-fn from_json<T: DeserializeOwned>(key: &str, json: &str) -> Result<T, ClusterError> {
-    serde_json::from_str(json).map_err(|source| ClusterError::Malformed {
+fn from_json<T: DeserializeOwned>(key: &str, json: &str) -> Result<T, SharedStateError> {
+    serde_json::from_str(json).map_err(|source| SharedStateError::Malformed {
         key: key.to_owned(),
         source,
     })

@@ -2,7 +2,7 @@
 //! fenced by the lease's holder, and a staged record outlives its lease only until the
 //! scheduler's next round.
 
-use faas_cluster::{Cluster, DeploymentRecord};
+use faas_shared_state::{DeploymentRecord, SharedState};
 use faas_testing::RedisServer;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,8 +20,8 @@ fn record(revision: u64) -> DeploymentRecord {
     }
 }
 
-async fn cluster(redis: &RedisServer) -> Cluster {
-    Cluster::connect(&redis.url()).await.unwrap()
+async fn cluster(redis: &RedisServer) -> SharedState {
+    SharedState::connect(&redis.url()).await.unwrap()
 }
 
 #[tokio::test]

@@ -1,12 +1,11 @@
-//! [`RemoteWorker`]: the gateway's side of the internal API.
+//! [`RemoteWorker`]: the client side of a worker process's internal API, used by the
+//! gateway (and by workers spreading branches to their peers).
 
-use super::wire::{self, EventFailure};
-use crate::http::{BodyError, HttpResponse};
-use crate::messaging::TriggerMessage;
-use crate::region::Region;
-use crate::run::RunRecord;
+use crate::wire;
+use crate::{
+    BodyError, BoxFuture, EventFailure, FailureKind, HttpResponse, Invoke, RunReply, TriggerMessage,
+};
 use bytes::Bytes;
-use faas_cluster::WorkerInfo;
 use http::{HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -34,12 +33,12 @@ impl RemoteWorkers {
         }
     }
 
-    /// The client of the worker `info` registers.
-    pub fn get(&self, info: &WorkerInfo) -> Arc<RemoteWorker> {
+    /// The client of worker `id` at `addr` (`host:port`).
+    pub fn get(&self, id: &str, addr: &str) -> Arc<RemoteWorker> {
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         clients
-            .entry((info.id.clone(), info.addr.clone()))
-            .or_insert_with(|| Arc::new(RemoteWorker::new(&info.id, &info.addr, &self.token)))
+            .entry((id.to_owned(), addr.to_owned()))
+            .or_insert_with(|| Arc::new(RemoteWorker::new(id, addr, &self.token)))
             .clone()
     }
 }
@@ -67,7 +66,7 @@ impl RemoteWorker {
         Self {
             id: id.into(),
             base: format!("http://{addr}").into(),
-            token: HeaderValue::from_str(token).expect("the cluster token is a valid header"),
+            token: HeaderValue::from_str(token).expect("the internal token is a valid header"),
             revision: None,
             client: Client::builder(TokioExecutor::new())
                 .http2_only(true)
@@ -133,36 +132,38 @@ impl RemoteWorker {
     }
 
     /// Runs `workflow` from its entry step on `payload` (started by `message`, if
-    /// any) and returns the run's record and result.
-    ///
-    /// # Errors
-    /// An `unavailable` [`EventFailure`] when the worker cannot be reached or does not
-    /// hold the workflow; then no step ran.
+    /// any) and returns the run's record and result; without a record (an
+    /// `unavailable` failure when the worker cannot be reached or does not hold the
+    /// workflow) no step ran.
     pub async fn run(
         &self,
         workflow: &str,
         payload: Bytes,
         message: Option<&TriggerMessage>,
-    ) -> Result<(RunRecord, Result<Vec<Region>, EventFailure>), EventFailure> {
-        let body = self.post("run", workflow, payload, message).await?;
-        wire::decode_run(&body).map_err(|message| EventFailure {
-            kind: "bad_reply".to_owned(),
-            status: 502,
-            message: format!("worker `{}`: {message}", self.id),
-            function: None,
-        })
+    ) -> RunReply {
+        let body = match self.post("run", workflow, payload, message).await {
+            Ok(body) => body,
+            Err(failure) => return RunReply::not_run(failure),
+        };
+        match wire::decode_run(&body) {
+            Ok((record, result)) => RunReply {
+                record: Some(record),
+                result,
+            },
+            Err(mut failure) => {
+                failure.message = format!("worker `{}`: {}", self.id, failure.message);
+                RunReply::not_run(failure)
+            }
+        }
     }
 
-    /// Sends a branch call frame (see `branch.rs`) and returns the reply frame.
+    /// Sends a branch call frame (a worker spreading a fan-out branch to this one)
+    /// and returns the reply frame.
     ///
     /// # Errors
     /// An `unavailable` [`EventFailure`] when the worker cannot be reached or does not
     /// hold the workflow.
-    pub(crate) async fn branch(
-        &self,
-        workflow: &str,
-        frame: Vec<u8>,
-    ) -> Result<Bytes, EventFailure> {
+    pub async fn branch(&self, workflow: &str, frame: Vec<u8>) -> Result<Bytes, EventFailure> {
         self.post("branch", workflow, Bytes::from(frame), None)
             .await
     }
@@ -231,15 +232,14 @@ impl RemoteWorker {
     /// The connection broke after the event was sent: it may have run, so it is not
     /// passed on.
     fn lost(&self, err: &dyn std::fmt::Display) -> EventFailure {
-        EventFailure {
-            kind: "worker_lost".to_owned(),
-            status: 502,
-            message: format!(
+        EventFailure::new(
+            FailureKind::WorkerLost,
+            502,
+            format!(
                 "worker `{}` at {} went away during the event: {err}",
                 self.id, self.base
             ),
-            function: None,
-        }
+        )
     }
 }
 
@@ -251,12 +251,35 @@ fn header_value(value: &str) -> Result<HeaderValue, EventFailure> {
 async fn failure_of(response: http::Response<hyper::body::Incoming>) -> EventFailure {
     let status = response.status().as_u16();
     match response.into_body().collect().await {
-        Ok(body) => serde_json::from_slice(&body.to_bytes()).unwrap_or_else(|err| EventFailure {
-            kind: "bad_reply".to_owned(),
-            status,
-            message: format!("the worker's failure report is malformed: {err}"),
-            function: None,
+        Ok(body) => serde_json::from_slice(&body.to_bytes()).unwrap_or_else(|err| {
+            EventFailure::new(
+                FailureKind::BadReply,
+                status,
+                format!("the worker's failure report is malformed: {err}"),
+            )
         }),
         Err(err) => EventFailure::unavailable(format!("reading the worker's reply: {err}")),
+    }
+}
+
+impl Invoke for RemoteWorker {
+    fn call_function<'a>(
+        &'a self,
+        workflow: &'a str,
+        function: &'a str,
+        request: Request<Bytes>,
+    ) -> BoxFuture<'a, Result<HttpResponse, EventFailure>> {
+        Box::pin(RemoteWorker::call_function(
+            self, workflow, function, request,
+        ))
+    }
+
+    fn run<'a>(
+        &'a self,
+        workflow: &'a str,
+        payload: Bytes,
+        message: Option<TriggerMessage>,
+    ) -> BoxFuture<'a, RunReply> {
+        Box::pin(async move { RemoteWorker::run(self, workflow, payload, message.as_ref()).await })
     }
 }

@@ -2,7 +2,7 @@
 //! regions' memory files passed as descriptors (SCM_RIGHTS) instead of bytes.
 //!
 //! One call per connection. The socket file is readable and writable by its owner
-//! only, and every call opens with the cluster token: a peer that presents anything
+//! only, and every call opens with the internal token: a peer that presents anything
 //! else, or is slow to, is dropped before the worker reads a byte of its call.
 
 use super::branch::{CallHead, read_token, recv_frame, reply_frame, send_frame};
@@ -55,7 +55,7 @@ async fn handle(mut stream: tokio::net::UnixStream, node: &Node) -> std::io::Res
         .map_err(|_| std::io::Error::other("no token within the call timeout"))??;
     if !bool::from(token.ct_eq(node.token().as_bytes())) {
         return Err(std::io::Error::other(
-            "wrong cluster token; connection dropped",
+            "wrong internal token; connection dropped",
         ));
     }
     let stream = stream.into_std()?;

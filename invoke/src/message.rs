@@ -1,5 +1,6 @@
-//! Where a function's outbound messages go. The worker does not know Redis: the
-//! platform hands it a [`Publisher`] (the gateway's Redis module implements one).
+//! Where a function's outbound messages go. The worker's `messaging` host interface
+//! does not know Redis: the platform hands it a [`Publisher`]
+//! (`faas_store::broker::RedisBroker` is one).
 //!
 //! Every name a guest gives is relative to its tenant: the publisher places it in that
 //! tenant's namespace, so a guest reaches neither another tenant's channels and streams

@@ -1,0 +1,154 @@
+//! How many connections each client address, and all of them together, may hold.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A server's connection limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Most connections one client address may hold open.
+    pub per_client: usize,
+    /// Most connections open in all.
+    pub total: usize,
+    /// How long a connection may carry no request before it is closed.
+    pub idle_timeout: Duration,
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// Its client address holds as many connections as one may.
+    #[error("client {client} holds {limit} connections, the most one client may")]
+    Client {
+        /// The client address.
+        client: IpAddr,
+        /// The limit per client.
+        limit: usize,
+    },
+    /// The server holds as many connections as it may.
+    #[error("the server holds {limit} connections, its most")]
+    Total {
+        /// The limit in all.
+        limit: usize,
+    },
+}
+
+#[derive(Default)]
+struct Open {
+    by_client: HashMap<IpAddr, usize>,
+    total: usize,
+}
+
+/// The connections a server holds, by client address.
+pub struct Admission {
+    limits: ConnectionLimits,
+    open: Mutex<Open>,
+}
+
+impl Admission {
+    /// An empty admission under `limits`.
+    pub fn new(limits: ConnectionLimits) -> Arc<Self> {
+        Arc::new(Self {
+            limits,
+            open: Mutex::default(),
+        })
+    }
+
+    /// The limits it admits under.
+    pub fn limits(&self) -> ConnectionLimits {
+        self.limits
+    }
+
+    /// A slot for one more connection from `client`, held until the slot is dropped.
+    ///
+    /// # Errors
+    /// [`Refused`] when the client, or the server, holds as many as it may.
+    pub fn admit(self: &Arc<Self>, client: IpAddr) -> Result<Slot, Refused> {
+        let mut open = self.lock();
+        if open.total >= self.limits.total {
+            return Err(Refused::Total {
+                limit: self.limits.total,
+            });
+        }
+        let count = open.by_client.entry(client).or_default();
+        if *count >= self.limits.per_client {
+            return Err(Refused::Client {
+                client,
+                limit: self.limits.per_client,
+            });
+        }
+        *count += 1;
+        open.total += 1;
+        Ok(Slot {
+            admission: self.clone(),
+            client,
+        })
+    }
+
+    /// How many connections are open.
+    pub fn open(&self) -> usize {
+        self.lock().total
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        // Counts change by one under the lock: a poisoned lock still holds them whole.
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One admitted connection; its place is freed when dropped.
+pub struct Slot {
+    admission: Arc<Admission>,
+    client: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.admission.lock();
+        open.total = open.total.saturating_sub(1);
+        if let Some(count) = open.by_client.get_mut(&self.client) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.by_client.remove(&self.client);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(per_client: usize, total: usize) -> ConnectionLimits {
+        ConnectionLimits {
+            per_client,
+            total,
+            idle_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn one_client_cannot_take_more_than_its_share_and_dropping_frees_places() {
+        let admission = Admission::new(limits(2, 3));
+        let (greedy, other) = ([127, 0, 0, 2].into(), [127, 0, 0, 1].into());
+        let first = admission.admit(greedy).unwrap();
+        let _second = admission.admit(greedy).unwrap();
+        assert_eq!(
+            admission.admit(greedy).err(),
+            Some(Refused::Client {
+                client: greedy,
+                limit: 2
+            })
+        );
+        let _third = admission.admit(other).unwrap();
+        assert_eq!(
+            admission.admit(other).err(),
+            Some(Refused::Total { limit: 3 })
+        );
+        drop(first);
+        assert_eq!(admission.open(), 2);
+        assert!(admission.admit(greedy).is_ok());
+    }
+}

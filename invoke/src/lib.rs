@@ -1,0 +1,33 @@
+//! The contract between the gateway and the workers: what one says to the other.
+//!
+//! - The event and its outcome: [`HttpResponse`], [`TriggerMessage`], [`RunRecord`],
+//!   [`OutputRegion`] and [`EventFailure`] (with its [`FailureKind`]).
+//! - Loading: [`LoadError`] and the [`FunctionSummary`] of each loaded function.
+//! - [`Invoke`]: one workflow on one worker, which takes events. The in-process worker
+//!   (`faas-worker`) and the client of a worker process ([`RemoteWorker`]) both
+//!   implement it, so the gateway holds replicas without knowing where they run.
+//! - [`LocalWorker`]: a worker in the gateway's own process (embedded mode), which
+//!   loads workflows and takes tenant quotas.
+//! - [`wire`]: the internal API's headers and frames, and [`client`], the gateway's
+//!   HTTP/2 client to it.
+//! - [`Publisher`]: where functions' outbound messages go.
+//!
+//! Invariant: this crate links neither Wasmtime nor Redis, so the gateway, which
+//! depends on it and not on `faas-worker`, never carries a compiler.
+
+pub mod client;
+mod failure;
+mod load;
+mod message;
+mod record;
+mod replica;
+pub mod wire;
+
+pub use client::{RemoteWorker, RemoteWorkers};
+pub use failure::{EventFailure, FailureKind};
+pub use load::{FunctionSummary, LoadError};
+pub use message::{BoxFuture, PublishError, Publisher, TriggerMessage};
+pub use record::{RunRecord, RunStatus, StepRecord};
+pub use replica::{
+    BodyError, HttpResponse, Invoke, Loaded, LocalWorker, OutputRegion, RunReply, WorkerQuotas,
+};

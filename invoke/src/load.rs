@@ -1,0 +1,86 @@
+//! Loading a workflow on a worker: what can go wrong, and what each loaded function
+//! looks like to the admin API.
+
+use faas_workflow::FunctionKind;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Why a workflow's functions could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not a valid component, or compiling them failed.
+    #[error("function `{function}`: not a valid WebAssembly component: {message}")]
+    Compile {
+        /// The function whose component failed.
+        function: String,
+        /// Wasmtime's explanation.
+        message: String,
+    },
+    /// The bytes are not a component at all (another file, or a core module), found
+    /// before compiling so the error is one line.
+    #[error("function `{function}`: the component is {reason}")]
+    NotAComponent {
+        /// The function whose component it is.
+        function: String,
+        /// What the bytes are instead.
+        reason: faas_workflow::NotAComponent,
+    },
+    /// The component does not fit the world its kind promises (a missing export or an
+    /// import the platform does not provide).
+    #[error("function `{function}`: {message}")]
+    Link {
+        /// The function whose component failed.
+        function: String,
+        /// Which import or export is wrong.
+        message: String,
+    },
+    /// The deploy named a function without sending its component.
+    #[error("function `{function}`: no component was uploaded for it")]
+    MissingComponent {
+        /// The function without a component.
+        function: String,
+    },
+    /// The function asks for more memory than the worker's instance slots hold.
+    #[error("function `{function}`: memory_mb = {asked} exceeds this worker's maximum of {max}")]
+    MemoryTooLarge {
+        /// The function asking.
+        function: String,
+        /// What it asked for, in MiB.
+        asked: u32,
+        /// The worker's maximum, in MiB.
+        max: u32,
+    },
+    /// The engine the function needs (the fuel-metered one) could not be started.
+    #[error("function `{function}`: starting the fuel-metered engine: {message}")]
+    Engine {
+        /// The function with a fuel limit.
+        function: String,
+        /// Wasmtime's explanation.
+        message: String,
+    },
+    /// The compiled-code cache could not be written.
+    #[error("compiled-code cache {}: {source}", path.display())]
+    Cache {
+        /// The file that could not be written.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// One loaded function as the admin API shows it: its component and effective limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionSummary {
+    /// Its name.
+    pub name: String,
+    /// `http` or `step`.
+    pub kind: FunctionKind,
+    /// SHA-256 of its component.
+    pub digest: String,
+    /// Its memory limit.
+    pub memory_mb: u32,
+    /// Its deadline.
+    pub timeout_ms: u64,
+    /// Its fuel limit, if any.
+    pub fuel: Option<u64>,
+}

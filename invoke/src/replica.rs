@@ -1,0 +1,115 @@
+//! [`Invoke`]: one workflow loaded on one worker, taking events, wherever that worker
+//! runs; [`LocalWorker`]: a worker in the gateway's own process.
+
+use crate::{BoxFuture, EventFailure, FunctionSummary, LoadError, RunRecord, TriggerMessage};
+use bytes::Bytes;
+use faas_workflow::Workflow;
+use http_body_util::combinators::UnsyncBoxBody;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Errors a function's response body can fail with while it streams.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The response of an HTTP function; its body may still be streaming from the guest.
+pub type HttpResponse = http::Response<UnsyncBoxBody<Bytes, BodyError>>;
+
+/// One output region of a run, as the gateway needs it: its schema type and bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputRegion {
+    /// The Karmem type (or `bytes`, `text`, `json`) the step declared.
+    pub schema_type: String,
+    /// The value.
+    pub bytes: Bytes,
+}
+
+/// What a run came to: its record (none when no worker took it) and its outputs.
+#[derive(Debug)]
+pub struct RunReply {
+    /// The run step by step, when a worker ran it.
+    pub record: Option<RunRecord>,
+    /// The final step's output regions, or why the run failed.
+    pub result: Result<Vec<OutputRegion>, EventFailure>,
+}
+
+impl RunReply {
+    /// A run no worker took: no record, and why.
+    pub fn not_run(failure: EventFailure) -> Self {
+        Self {
+            record: None,
+            result: Err(failure),
+        }
+    }
+}
+
+/// One whole copy of a workflow on one worker, which takes its events: a worker in
+/// this process (`faas-worker`) or a worker process reached over the internal API
+/// ([`crate::RemoteWorker`]).
+pub trait Invoke: Send + Sync {
+    /// Calls HTTP function `function` of `workflow` with `request` in a fresh instance;
+    /// the response body may still be streaming.
+    ///
+    /// # Errors
+    /// Why the event failed: the function's failure, or
+    /// [`crate::FailureKind::Unavailable`] when the worker could not take it (then
+    /// nothing ran, and another replica may).
+    fn call_function<'a>(
+        &'a self,
+        workflow: &'a str,
+        function: &'a str,
+        request: http::Request<Bytes>,
+    ) -> BoxFuture<'a, Result<HttpResponse, EventFailure>>;
+
+    /// Runs `workflow`'s steps from the entry step on `payload`, started by `message`
+    /// when a Redis trigger started it. A reply without a record means no step ran.
+    fn run<'a>(
+        &'a self,
+        workflow: &'a str,
+        payload: Bytes,
+        message: Option<TriggerMessage>,
+    ) -> BoxFuture<'a, RunReply>;
+}
+
+/// A workflow loaded on a [`LocalWorker`].
+pub struct Loaded {
+    /// The loaded workflow on that worker, ready for events.
+    pub replica: Arc<dyn Invoke>,
+    /// Each function as loaded, sorted by name.
+    pub functions: Vec<FunctionSummary>,
+}
+
+/// The per-tenant limits a worker enforces; `None` is the worker's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerQuotas {
+    /// Instances the tenant may run at once on this worker.
+    pub max_instances: Option<u32>,
+    /// Key-value keys the tenant may keep.
+    pub kv_max_keys: Option<u64>,
+    /// Bytes of key-value keys and values the tenant may keep.
+    pub kv_max_bytes: Option<u64>,
+}
+
+/// A worker in the gateway's own process (embedded mode): the registry loads
+/// workflows on it and hands it the tenants' quotas.
+pub trait LocalWorker: Send + Sync {
+    /// Compiles and links every function of `workflow` from `components` (bytes by
+    /// function name).
+    ///
+    /// # Errors
+    /// The [`LoadError`] naming the function that could not be loaded.
+    fn load<'a>(
+        self: Arc<Self>,
+        workflow: &'a Workflow,
+        components: BTreeMap<String, Vec<u8>>,
+    ) -> BoxFuture<'a, Result<Loaded, LoadError>>;
+
+    /// Instances alive right now.
+    fn active_instances(&self) -> usize;
+
+    /// Sets `tenant`'s quotas (the defaults where `None`).
+    fn set_tenant_quotas(&self, tenant: &str, quotas: &WorkerQuotas);
+
+    /// Applies every tenant's quotas, the whole list as the tenant store has it: a
+    /// tenant given quotas before and missing now gets the defaults.
+    fn apply_tenant_quotas(&self, tenants: &[(String, WorkerQuotas)]);
+}

@@ -1,0 +1,212 @@
+//! The Redis message broker: what functions' outbound messages go through (it is the
+//! worker's [`Publisher`]), and the connection the gateway's trigger consumers share.
+//!
+//! **Namespaces.** Every channel and stream a workflow or a guest names is its
+//! tenant's: `orders` of tenant `shop` is the Redis key `t:shop:orders`
+//! ([`namespaced`]). Tenant names are DNS labels (no `:`), so no two tenants' names
+//! meet, and no guest reaches the platform's own `faas:*` keys. Streams appended to
+//! are trimmed (`XADD MAXLEN ~`) to the tenant's `stream_max_len` quota or the
+//! broker's default.
+//!
+//! It lives with the store's other Redis backends so that a worker process, which
+//! publishes through it, does not link the gateway.
+
+use crate::Tenant;
+use faas_invoke::{BoxFuture, PublishError, Publisher};
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use redis::streams::StreamMaxlen;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// How many entries a stream keeps by default when appended to by a guest or a
+/// dead-letter move (`XADD ... MAXLEN ~ N`).
+pub const DEFAULT_STREAM_MAX_LEN: usize = 10_000;
+
+/// The Redis key of channel or stream `name` of `tenant`.
+pub fn namespaced(tenant: &str, name: &str) -> String {
+    format!("t:{tenant}:{name}")
+}
+
+/// Why the broker could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[error("Redis at {url}: {source}")]
+pub struct BrokerError {
+    url: String,
+    source: redis::RedisError,
+}
+
+/// A connection to Redis shared by functions' messages and short trigger commands
+/// (never a blocking read: each stream consumer has its own connection).
+#[derive(Clone)]
+pub struct RedisBroker {
+    client: redis::Client,
+    connection: ConnectionManager,
+    /// Names this process in stream groups and channel leases.
+    consumer: String,
+    /// Most entries kept by the streams this broker appends to; 0 for no limit.
+    stream_max_len: usize,
+    /// The tenants whose quota sets their own `stream_max_len`; shared by every clone,
+    /// so the gateway's and the workers' copies in one process agree.
+    tenant_stream_max_len: Arc<RwLock<HashMap<String, usize>>>,
+}
+
+impl RedisBroker {
+    /// Connects to `url` (and checks the server answers).
+    ///
+    /// # Errors
+    /// [`BrokerError`] naming the URL.
+    pub async fn connect(url: &str) -> Result<Self, BrokerError> {
+        let error = |source| BrokerError {
+            url: url.to_owned(),
+            source,
+        };
+        let client = redis::Client::open(url).map_err(error)?;
+        let mut connection = client.get_connection_manager().await.map_err(error)?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut connection)
+            .await
+            .map_err(error)?;
+        Ok(Self {
+            client,
+            connection,
+            consumer: format!("faas-{}-{:08x}", std::process::id(), rand::random::<u32>()),
+            stream_max_len: DEFAULT_STREAM_MAX_LEN,
+            tenant_stream_max_len: Arc::default(),
+        })
+    }
+
+    /// The client, for connections of their own (pub/sub, blocking stream reads).
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The shared connection, for short commands.
+    pub fn connection(&self) -> ConnectionManager {
+        self.connection.clone()
+    }
+
+    /// The name of this process in stream groups and channel leases.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Trims every stream appended to (by guests, and by dead-lettering) to about
+    /// `max_len` entries; 0 keeps them whole.
+    pub fn with_stream_max_len(mut self, max_len: usize) -> Self {
+        self.stream_max_len = max_len;
+        self
+    }
+
+    /// Takes each tenant's `stream_max_len` quota from `tenants`, the whole list as the
+    /// tenant store has it (a tenant missing, or without one, gets the default).
+    pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
+        let own = tenants
+            .iter()
+            .filter_map(|tenant| {
+                let max_len = tenant.quotas.stream_max_len?;
+                Some((
+                    tenant.name.clone(),
+                    usize::try_from(max_len).unwrap_or(usize::MAX),
+                ))
+            })
+            .collect();
+        *self
+            .tenant_stream_max_len
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = own;
+    }
+
+    /// About how many entries `tenant`'s streams keep; 0 for no limit.
+    fn stream_max_len_of(&self, tenant: &str) -> usize {
+        self.tenant_stream_max_len
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.stream_max_len)
+    }
+
+    /// Runs `command` on the shared connection, and once more if that connection had
+    /// dropped (a restarted Redis): the manager reconnects, and a guest's message is
+    /// not lost to the first command that finds the old connection gone.
+    async fn on_shared<T, F, Fut>(&self, command: F) -> redis::RedisResult<T>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        match command(self.connection.clone()).await {
+            Err(err) if err.is_connection_dropped() => command(self.connection.clone()).await,
+            other => other,
+        }
+    }
+
+    /// `XADD key MAXLEN ~ <stream max len of tenant> * fields...` on `connection`.
+    ///
+    /// # Errors
+    /// Redis's error.
+    pub async fn append_trimmed(
+        &self,
+        connection: &mut ConnectionManager,
+        tenant: &str,
+        key: &str,
+        fields: &[(&str, &[u8])],
+    ) -> redis::RedisResult<String> {
+        let mut command = redis::cmd("XADD");
+        command.arg(key);
+        let max_len = self.stream_max_len_of(tenant);
+        if max_len > 0 {
+            command.arg(StreamMaxlen::Approx(max_len));
+        }
+        command.arg("*").arg(fields);
+        command.query_async(connection).await
+    }
+}
+
+impl Publisher for RedisBroker {
+    fn publish<'a>(
+        &'a self,
+        tenant: &'a str,
+        channel: &'a str,
+        payload: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            let key = namespaced(tenant, channel);
+            self.on_shared(|mut connection| {
+                let key = &key;
+                async move { connection.publish::<_, _, i64>(key, payload).await }
+            })
+            .await
+            .map(|_| ())
+            .map_err(|err| PublishError::Broker {
+                operation: "publishing to",
+                name: channel.to_owned(),
+                reason: err.to_string(),
+            })
+        })
+    }
+
+    fn append<'a>(
+        &'a self,
+        tenant: &'a str,
+        stream: &'a str,
+        payload: &'a [u8],
+    ) -> BoxFuture<'a, Result<String, PublishError>> {
+        Box::pin(async move {
+            let key = namespaced(tenant, stream);
+            self.on_shared(|mut connection| {
+                let key = &key;
+                async move {
+                    self.append_trimmed(&mut connection, tenant, key, &[("payload", payload)])
+                        .await
+                }
+            })
+            .await
+            .map_err(|err| PublishError::Broker {
+                operation: "appending to",
+                name: stream.to_owned(),
+                reason: err.to_string(),
+            })
+        })
+    }
+}

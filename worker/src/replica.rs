@@ -1,0 +1,126 @@
+//! The worker as the gateway's own (embedded mode): [`Worker`] implements
+//! `faas_invoke::LocalWorker`, and a workflow loaded on it is a [`LocalReplica`], an
+//! `faas_invoke::Invoke` that the gateway's registry holds like any other replica.
+
+use crate::function::LoadedWorkflow;
+use crate::run::RunError;
+use crate::worker::Worker;
+use bytes::Bytes;
+use faas_invoke::{
+    BoxFuture, EventFailure, HttpResponse, Invoke, LoadError, Loaded, LocalWorker, OutputRegion,
+    RunReply, TriggerMessage, WorkerQuotas,
+};
+use faas_store::Quotas;
+use faas_workflow::Workflow;
+use http_body_util::Full;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A workflow loaded on a worker in this process: events are direct calls.
+pub struct LocalReplica {
+    worker: Arc<Worker>,
+    loaded: Arc<LoadedWorkflow>,
+}
+
+impl LocalReplica {
+    /// `loaded`, as loaded on `worker`, as a replica.
+    pub fn new(worker: Arc<Worker>, loaded: Arc<LoadedWorkflow>) -> Self {
+        Self { worker, loaded }
+    }
+}
+
+impl Invoke for LocalReplica {
+    fn call_function<'a>(
+        &'a self,
+        _workflow: &'a str,
+        function: &'a str,
+        request: http::Request<Bytes>,
+    ) -> BoxFuture<'a, Result<HttpResponse, EventFailure>> {
+        Box::pin(async move {
+            self.worker
+                .handle_http(&self.loaded, function, request.map(Full::new))
+                .await
+                .map_err(|err| EventFailure::from(&err))
+        })
+    }
+
+    fn run<'a>(
+        &'a self,
+        _workflow: &'a str,
+        payload: Bytes,
+        message: Option<TriggerMessage>,
+    ) -> BoxFuture<'a, RunReply> {
+        Box::pin(async move {
+            let input = self.loaded.entry_input(&payload[..]);
+            let outcome = match message {
+                Some(message) => {
+                    self.worker
+                        .run_workflow_for_message(&self.loaded, input, message)
+                        .await
+                }
+                None => self.worker.run_workflow(&self.loaded, input).await,
+            };
+            let result = outcome.result.and_then(|regions| {
+                regions
+                    .iter()
+                    .map(|region| {
+                        let bytes = region
+                            .bytes()
+                            .map_err(|err| RunError::Output(err.to_string()))?;
+                        Ok(OutputRegion {
+                            schema_type: region.schema_type().to_owned(),
+                            bytes: Bytes::from(bytes.into_owned()),
+                        })
+                    })
+                    .collect()
+            });
+            RunReply {
+                record: Some(outcome.record),
+                result: result.map_err(|err| EventFailure::from(&err)),
+            }
+        })
+    }
+}
+
+/// The worker's quotas for a tenant from the contract's [`WorkerQuotas`].
+fn quotas_of(quotas: &WorkerQuotas) -> Quotas {
+    Quotas {
+        max_instances: quotas.max_instances,
+        kv_max_keys: quotas.kv_max_keys,
+        kv_max_bytes: quotas.kv_max_bytes,
+        ..Quotas::default()
+    }
+}
+
+impl LocalWorker for Worker {
+    fn load<'a>(
+        self: Arc<Self>,
+        workflow: &'a Workflow,
+        components: BTreeMap<String, Vec<u8>>,
+    ) -> BoxFuture<'a, Result<Loaded, LoadError>> {
+        Box::pin(async move {
+            let loaded = Arc::new(self.load_workflow(workflow, components).await?);
+            let functions = loaded.summaries();
+            Ok(Loaded {
+                replica: Arc::new(LocalReplica::new(self, loaded)),
+                functions,
+            })
+        })
+    }
+
+    fn active_instances(&self) -> usize {
+        Worker::active_instances(self)
+    }
+
+    fn set_tenant_quotas(&self, tenant: &str, quotas: &WorkerQuotas) {
+        Worker::set_tenant_quotas(self, tenant, &quotas_of(quotas));
+    }
+
+    fn apply_tenant_quotas(&self, tenants: &[(String, WorkerQuotas)]) {
+        self.apply_quotas(
+            tenants
+                .iter()
+                .map(|(name, quotas)| (name.as_str(), quotas_of(quotas))),
+        );
+    }
+}

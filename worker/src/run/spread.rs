@@ -1,0 +1,56 @@
+//! What the executor asks of another worker that runs some of a fan-out's branches
+//! (`spread_branches`). Services mode implements it (`services::branch`, which knows
+//! how peers are reached) and hands the peers in with the run, so the executor knows
+//! nothing of networking and does not depend on it.
+
+use super::StepRecord;
+use crate::region::{Region, RegionOwner};
+use faas_invoke::{BoxFuture, EventFailure, TriggerMessage};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// What a peer is asked to run: one branch of a fan-out, in the caller's run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct BranchCall {
+    /// The workflow (the peer uses its own loaded copy, tenant included).
+    pub workflow: String,
+    /// The caller's run: the regions stay that run's.
+    pub run_id: String,
+    /// The message that started the run, if any.
+    pub message: Option<TriggerMessage>,
+    /// The steps of the branch, in order.
+    pub segment: Vec<String>,
+    /// Which branch, of how many.
+    pub branch: u32,
+    pub branches: u32,
+    /// The revision the caller runs (the peer may hold it staged beside the live one).
+    #[serde(default)]
+    pub revision: Option<u64>,
+}
+
+/// A branch's step records and outputs, as its worker reported them.
+pub(crate) type BranchReply = (Vec<StepRecord>, Result<Vec<Region>, EventFailure>);
+
+/// Another worker holding a replica of the same workflow, which may run branches.
+pub(crate) trait BranchPeer: Send + Sync {
+    /// Its worker id, as step records name it.
+    fn id(&self) -> &str;
+
+    /// How regions reach it, as step records show it (`fd` or `network`).
+    fn handoff(&self) -> &'static str;
+
+    /// Runs `call` there with `inputs`; the outputs belong to `owner`'s run.
+    ///
+    /// # Errors
+    /// An `unavailable` [`EventFailure`] when the peer could not be asked (then
+    /// nothing ran there and the caller runs the branch itself).
+    fn run_branch(
+        &self,
+        call: BranchCall,
+        inputs: Vec<Region>,
+        owner: RegionOwner,
+    ) -> BoxFuture<'_, Result<BranchReply, EventFailure>>;
+}
+
+/// The peers a run may spread its branches to; empty outside services mode.
+pub(crate) type Peers = Arc<[Arc<dyn BranchPeer>]>;

@@ -1,0 +1,204 @@
+//! The worker's internal HTTP/2 API: the gateway forwards each event here.
+//!
+//! A request names its workflow in a header; `x-faas-call: http` runs an HTTP
+//! function on it as it came, `x-faas-call: run` runs the workflow's steps on its body,
+//! and `x-faas-call: branch` runs one fan-out branch for another worker (`branch.rs`).
+//! Platform failures come back with the `x-faas-failure` header and an
+//! [`EventFailure`] body, so the gateway tells them from a function's own response.
+//!
+//! A client address holds at most `max_connections_per_client` connections (more are
+//! closed as soon as they are accepted), and a connection that carried no request for
+//! `idle_timeout` is closed (HTTP/2 GOAWAY; the gateway's pool then reconnects); both
+//! through `faas-connections`, as on the gateway's public port.
+
+use super::branch::{CallHead, reply_frame};
+use super::node::Node;
+use bytes::Bytes;
+use faas_connections::{Activity, Admission, ConnectionLimits, drive};
+use faas_invoke::TriggerMessage;
+use faas_invoke::wire::{self, split_frame};
+use faas_invoke::{BodyError, EventFailure, FailureKind, HttpResponse};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Serves the internal API on `listener` until the task is dropped.
+pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
+    let admission = Admission::new(ConnectionLimits {
+        per_client: node.max_connections_per_client(),
+        // The cap per client is what guards the internal API: only gateways and peer
+        // workers are meant to reach it.
+        total: usize::MAX,
+        idle_timeout: node.idle_timeout(),
+    });
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::warn!("accepting an internal connection: {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let slot = match admission.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                tracing::warn!("refused an internal connection: {refused}");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let node = node.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            serve_connection(stream, node).await;
+        });
+    }
+}
+
+/// Serves one connection until the client closes it or it stays idle too long.
+async fn serve_connection(stream: TcpStream, node: Arc<Node>) {
+    let idle_timeout = node.idle_timeout();
+    let activity = Activity::new();
+    let service = {
+        let activity = activity.clone();
+        service_fn(move |request| {
+            let (node, busy) = (node.clone(), activity.busy());
+            async move {
+                let response = handle(&node, request).await;
+                // Busy until the response body is sent to its end (or dropped).
+                let response = response.map(|body| busy.track(body).boxed_unsync());
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        })
+    };
+    let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(stream), service);
+    // The task is dropped when the worker stops: no stop signal of its own.
+    drive(connection, &activity, idle_timeout, std::future::pending()).await;
+}
+
+async fn handle(node: &Node, request: Request<Incoming>) -> HttpResponse {
+    match dispatch(node, request).await {
+        Ok(response) => response,
+        Err(failure) => failure_response(&failure),
+    }
+}
+
+async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpResponse, EventFailure> {
+    let headers = request.headers();
+    let presented = header(headers, wire::TOKEN).unwrap_or_default();
+    if !bool::from(presented.as_bytes().ct_eq(node.token().as_bytes())) {
+        return Err(refused(
+            401,
+            FailureKind::Unauthorized,
+            "missing or wrong internal token",
+        ));
+    }
+    let workflow_name = header(headers, wire::WORKFLOW)
+        .unwrap_or_default()
+        .to_owned();
+    let revision = header(headers, wire::REVISION).and_then(|value| value.parse().ok());
+    let Some((revision, workflow)) = node.serving(&workflow_name, revision) else {
+        return Err(EventFailure::unavailable(format!(
+            "workflow `{workflow_name}` is not loaded on worker `{}`",
+            node.id()
+        )));
+    };
+    let call = header(headers, wire::CALL).unwrap_or_default().to_owned();
+    let function = header(headers, wire::FUNCTION)
+        .unwrap_or_default()
+        .to_owned();
+    let message = match header(headers, wire::MESSAGE) {
+        None => None,
+        Some(json) => Some(serde_json::from_str::<TriggerMessage>(json).map_err(|err| {
+            refused(400, FailureKind::BadRequest, &format!("bad message: {err}"))
+        })?),
+    };
+    let (mut parts, body) = request.into_parts();
+    // The gateway already read the body within its limits: it arrives whole.
+    let body = body
+        .collect()
+        .await
+        .map_err(|err| {
+            refused(
+                400,
+                FailureKind::BadBody,
+                &format!("reading the body: {err}"),
+            )
+        })?
+        .to_bytes();
+    match call.as_str() {
+        "http" => {
+            for name in [
+                wire::TOKEN,
+                wire::WORKFLOW,
+                wire::FUNCTION,
+                wire::CALL,
+                wire::REVISION,
+            ] {
+                parts.headers.remove(name);
+            }
+            let request = Request::from_parts(parts, Full::new(body));
+            let mut response = node
+                .worker()
+                .handle_http(&workflow, &function, request)
+                .await
+                .map_err(|err| EventFailure::from(&err))?;
+            // Only the platform marks failures; a function cannot pass for one.
+            response.headers_mut().remove(wire::FAILURE);
+            Ok(response)
+        }
+        "run" => {
+            let input = workflow.entry_input(&body[..]);
+            let peers = node.peers(&workflow_name, revision);
+            let outcome = node
+                .worker()
+                .run_with_peers(&workflow, input, message, peers)
+                .await;
+            Ok(Response::new(full(super::wire::encode_run(outcome))))
+        }
+        "branch" => {
+            let (head, inline) = split_frame::<CallHead>(&body)
+                .map_err(|err| refused(400, FailureKind::BadRequest, &err.to_string()))?;
+            let (steps, result) = node.branch(head, Vec::new(), inline).await;
+            Ok(Response::new(full(reply_frame(steps, result, false).0)))
+        }
+        other => Err(refused(
+            400,
+            FailureKind::BadRequest,
+            &format!("unknown call `{other}`"),
+        )),
+    }
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+fn refused(status: u16, kind: FailureKind, message: &str) -> EventFailure {
+    EventFailure::new(kind, status, message)
+}
+
+fn failure_response(failure: &EventFailure) -> HttpResponse {
+    let body = serde_json::to_vec(failure).expect("a failure serializes");
+    Response::builder()
+        .status(StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(wire::FAILURE, "1")
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(full(body))
+        .expect("static response parts are valid")
+}
+
+fn full(bytes: impl Into<Bytes>) -> UnsyncBoxBody<Bytes, BodyError> {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
