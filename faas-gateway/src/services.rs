@@ -21,6 +21,7 @@ use faas_scheduler::WorkerId;
 use faas_shared_state::{
     DeploymentRecord, LoadStatus, PlacementRecord, SharedState, SharedStateError, WorkerInfo,
 };
+use faas_store::TenantsCopy;
 use faas_workflow::Workflow;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -50,6 +51,9 @@ pub struct ServicesBackend {
     config: ServicesConfig,
     /// Clients of the workers.
     clients: RemoteWorkers,
+    /// The tenants and tokens as last read from Redis, written back should Redis lose
+    /// them (see [`ServicesBackend::state_is_intact`]).
+    tenants_copy: std::sync::Mutex<Option<TenantsCopy>>,
 }
 
 /// The shared state at one moment.
@@ -73,6 +77,7 @@ impl ServicesBackend {
             clients: RemoteWorkers::new(config.token.clone()),
             shared,
             config,
+            tenants_copy: std::sync::Mutex::default(),
         }
     }
 
@@ -203,6 +208,8 @@ impl ServicesBackend {
         }
         let epoch = format!("{:016x}", rand::random::<u64>());
         if self.shared.start_epoch(&epoch).await? {
+            // Tenants first: a deployment written back serves its tenant's tokens.
+            self.write_back_tenants(registry).await;
             let deployments = registry.list();
             if !deployments.is_empty() {
                 tracing::warn!(
@@ -224,6 +231,39 @@ impl ServicesBackend {
             }
         }
         Ok(false)
+    }
+
+    /// Keeps a copy of the tenants and tokens in Redis, for [`Self::write_back_tenants`].
+    async fn copy_tenants(&self, registry: &Registry) {
+        let Some(tenants) = registry.tenants() else {
+            return;
+        };
+        match tenants.copy().await {
+            Ok(copy) => *self.lock_tenants_copy() = copy,
+            Err(err) => tracing::warn!("reading the tenants to keep a copy failed: {err}"),
+        }
+    }
+
+    /// Writes the tenants and tokens this gateway last read back into a Redis that
+    /// lost them; without it, every tenant token would stop working and every deploy
+    /// be refused for want of its tenant.
+    async fn write_back_tenants(&self, registry: &Registry) {
+        let copy = self.lock_tenants_copy().clone();
+        let (Some(tenants), Some(copy)) = (registry.tenants(), copy) else {
+            return;
+        };
+        tracing::warn!(
+            tenants = copy.tenants(),
+            "the shared state in Redis is gone; writing back the tenants and tokens"
+        );
+        if let Err(err) = tenants.write_back(&copy).await {
+            tracing::error!("writing the tenants back failed: {err}");
+        }
+    }
+
+    fn lock_tenants_copy(&self) -> std::sync::MutexGuard<'_, Option<TenantsCopy>> {
+        // Replaced whole: a poisoned lock still holds a whole copy.
+        self.tenants_copy.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Waits until every worker the scheduler placed `record` on has loaded it staged.
@@ -451,6 +491,7 @@ async fn follow_once(
     if !backend.state_is_intact(registry).await? {
         return Ok(());
     }
+    backend.copy_tenants(registry).await;
     let generation = registry.local_generation();
     let snapshot = backend.snapshot(false).await?;
     let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();

@@ -23,4 +23,6 @@ pub mod tenants;
 pub use db::{Database, StoreError};
 pub use deployments::{DeploymentStore, SavedDeployment};
 pub use kv::{KeyValueStore, KvError, KvQuota};
-pub use tenants::{IssuedToken, QuotaChanges, Quotas, Tenant, TenantError, TenantStore, TokenInfo};
+pub use tenants::{
+    IssuedToken, QuotaChanges, Quotas, Tenant, TenantError, TenantStore, TenantsCopy, TokenInfo,
+};

@@ -66,6 +66,23 @@ const TENANTS_KEY: &str = "faas:tenants";
 const TOKENS_KEY: &str = "faas:tokens";
 const HASHES_KEY: &str = "faas:token-hashes";
 
+/// The hashes [`TenantStore::copy`] keeps a copy of, tenants first.
+const COPIED_KEYS: [&str; 3] = [TENANTS_KEY, TOKENS_KEY, HASHES_KEY];
+
+/// The tenant and token records of Redis, as [`TenantStore::copy`] read them.
+#[derive(Debug, Clone, Default)]
+pub struct TenantsCopy {
+    /// The fields of each of [`COPIED_KEYS`], in that order.
+    hashes: Vec<Vec<(String, String)>>,
+}
+
+impl TenantsCopy {
+    /// How many tenants it holds.
+    pub fn tenants(&self) -> usize {
+        self.hashes.first().map_or(0, Vec::len)
+    }
+}
+
 /// A tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tenant {
@@ -820,6 +837,48 @@ impl TenantStore {
                 .run::<Option<String>>(connection)
                 .await?),
         }
+    }
+
+    /// A copy of every tenant and token record (token secrets' hashes only, never
+    /// secrets) as Redis holds them, for [`TenantStore::write_back`] should Redis lose
+    /// them; `None` for the state database, which keeps its own.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn copy(&self) -> Result<Option<TenantsCopy>, TenantError> {
+        let Backend::Redis(connection) = &self.backend else {
+            return Ok(None);
+        };
+        let mut hashes = Vec::with_capacity(COPIED_KEYS.len());
+        for key in COPIED_KEYS {
+            let fields: Vec<(String, String)> =
+                redis::cmd("HGETALL").arg(key).run(connection).await?;
+            hashes.push(fields);
+        }
+        Ok(Some(TenantsCopy { hashes }))
+    }
+
+    /// Writes back the records of `copy` that Redis lacks (after it restarted empty),
+    /// leaving every record it has alone: one written since the copy is newer. Tenants
+    /// and tokens created or revoked after the copy was taken are not known to it.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn write_back(&self, copy: &TenantsCopy) -> Result<(), TenantError> {
+        let Backend::Redis(connection) = &self.backend else {
+            return Ok(());
+        };
+        for (key, fields) in COPIED_KEYS.iter().zip(&copy.hashes) {
+            for (field, value) in fields {
+                redis::cmd("HSETNX")
+                    .arg(key)
+                    .arg(field)
+                    .arg(value)
+                    .run::<()>(connection)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Every value of the Redis hash `key`, decoded.

@@ -295,21 +295,6 @@ impl CpuShares {
     }
 }
 
-/// How much lower than the platform's own threads the guest threads run (a nice
-/// value): enough that the kernel lets a thread accepting or answering requests run as
-/// soon as it wakes, even while every guest thread is busy, rather than after a slice.
-const GUEST_NICENESS: i32 = 5;
-
-/// Lowers the calling guest thread's priority by [`GUEST_NICENESS`] (on Linux a nice
-/// value is per thread). Failing to is not fatal: only latency under load suffers.
-fn yield_to_the_platform() {
-    let lowered = rustix::process::getpriority_process(None)
-        .and_then(|nice| rustix::process::setpriority_process(None, nice + GUEST_NICENESS));
-    if let Err(err) = lowered {
-        tracing::debug!("could not lower the guest thread's priority: {err}");
-    }
-}
-
 /// The threads guests run on, and the turns that share them between tenants.
 pub(crate) struct GuestPool {
     /// Taken (and shut down in the background) when the pool is dropped: a runtime
@@ -332,7 +317,6 @@ impl GuestPool {
             // only every 61 polls of up to a tick each: check it every time.
             .global_queue_interval(1)
             .thread_name("faas-guest")
-            .on_thread_start(yield_to_the_platform)
             .enable_all()
             .build()?;
         Ok(Self {

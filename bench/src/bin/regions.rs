@@ -164,11 +164,19 @@ async fn main() -> anyhow::Result<()> {
     if sweep {
         return bench.sweep().await;
     }
+    // The producer posts to the consumer through this platform, on loopback: outbound
+    // HTTP reaches it only through an entry that names it.
     let http = manifest(
         dir.path(),
         "regions-http.toml",
         "functions/regions/http-chain/workflow.toml",
-        &[],
+        &[(
+            "timeout_ms = 300000\n\n[functions.consume]",
+            format!(
+                "timeout_ms = 300000\nallowed_outbound_hosts = [\"{}\"]\n\n[functions.consume]",
+                target.url
+            ),
+        )],
     )?;
     target.deploy(&http)?;
     for &width in &branches {

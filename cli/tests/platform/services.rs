@@ -333,6 +333,15 @@ fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
 fn an_empty_redis_restart_is_repaired_without_an_operator() {
     let mut services = Services::start(&["w1"]);
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    // A tenant and its token, which the gateway must write back too.
+    let created = faas_at(&services.url, &["tenant", "create", "kept"]);
+    assert!(created.status.success(), "{created:?}");
+    let issued = faas_at(&services.url, &["token", "create", "kept", "-o", "json"]);
+    assert!(issued.status.success(), "{issued:?}");
+    let issued: serde_json::Value = serde_json::from_slice(&issued.stdout).unwrap();
+    let secret = issued["secret"].as_str().unwrap().to_owned();
+    // Long enough for the gateway's copy of the tenants to include it.
+    std::thread::sleep(Duration::from_millis(500));
     services.redis.restart();
     services.wait_for("the deployment written back to Redis", |services| {
         let mut redis = connect(&services.redis);
@@ -347,6 +356,16 @@ fn an_empty_redis_restart_is_repaired_without_an_operator() {
     assert_eq!(
         services.get("/hello?name=restarted").text().unwrap().trim(),
         "Hello, restarted!"
+    );
+    let listed = client()
+        .get(format!("{}/admin/v1/workflows", services.url))
+        .bearer_auth(&secret)
+        .send()
+        .unwrap();
+    assert_eq!(
+        listed.status(),
+        200,
+        "the tenant's token works after the restart"
     );
 }
 
