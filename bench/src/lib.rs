@@ -35,8 +35,8 @@ impl Target {
     pub fn deploy(&self, manifest: &Path) -> anyhow::Result<()> {
         let text = std::fs::read_to_string(manifest)
             .with_context(|| format!("reading {}", manifest.display()))?;
-        if let Some(tenant) = manifest_tenant(&text) {
-            self.ensure_tenant(tenant)?;
+        if let Some(tenant) = faas_testing::manifest_tenant(&text) {
+            self.ensure_tenant(&tenant)?;
         }
         let output = self
             .faas()
@@ -78,18 +78,6 @@ impl Target {
         }
         Ok(())
     }
-}
-
-/// The `tenant = "..."` a manifest names, if any.
-fn manifest_tenant(text: &str) -> Option<&str> {
-    text.lines().find_map(|line| {
-        let value = line
-            .trim()
-            .strip_prefix("tenant")?
-            .trim_start()
-            .strip_prefix('=')?;
-        value.trim().strip_prefix('"')?.strip_suffix('"')
-    })
 }
 
 /// The `q` quantile (0..=1) of `samples`, which it sorts.

@@ -22,9 +22,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
-use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::Database;
@@ -304,29 +303,9 @@ impl KeyValueStore {
     /// [`KvError::Store`] naming the URL (credentials hidden) when the URL is invalid
     /// or the server cannot be reached or does not answer.
     pub async fn redis(url: &str) -> Result<Self, KvError> {
-        let shown = redact_url(url);
-        let client = redis::Client::open(url)
-            .map_err(|err| KvError::Store(format!("invalid Redis URL {shown}: {err}")))?;
-        let config = ConnectionManagerConfig::new()
-            // A few quick reconnect attempts, then fail the operation: a function
-            // waiting on a dead Redis should get an error well within its deadline
-            // rather than hang. The next operation starts a new round of attempts.
-            .set_number_of_retries(3)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500))
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            // Values reach 1 MiB; the crate's default of 500 ms is tight for that
-            // over a real network.
-            .set_response_timeout(Some(Duration::from_secs(5)));
-        let mut manager = ConnectionManager::new_with_config(client, config)
+        let manager = crate::redis_connection::connect(url)
             .await
-            .map_err(|err| KvError::Store(format!("connecting to Redis at {shown}: {err}")))?;
-        redis::cmd("PING")
-            .query_async::<()>(&mut manager)
-            .await
-            .map_err(|err| {
-                KvError::Store(format!("Redis at {shown} did not answer PING: {err}"))
-            })?;
+            .map_err(|err| KvError::Store(format!("Redis at {}: {err}", redact_url(url))))?;
         Ok(Self {
             backend: Backend::Redis(manager),
             quota: KvQuota::default(),

@@ -18,6 +18,7 @@ pub mod broker;
 mod db;
 pub mod deployments;
 pub mod kv;
+mod redis_connection;
 pub mod tenants;
 
 pub use db::{Database, StoreError};

@@ -23,8 +23,9 @@
 //! (or have them applied at once in embedded mode).
 
 use crate::db::{Database, StoreError};
+use crate::redis_connection::ConnectError;
 use faas_workflow::is_valid_name;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -371,19 +372,11 @@ impl TenantStore {
     /// # Errors
     /// [`TenantError::Redis`] if the URL is invalid or the server does not answer.
     pub async fn redis(url: &str) -> Result<Self, TenantError> {
-        let client = redis::Client::open(url)?;
-        // A few quick reconnect attempts, then an error: an admin request against a
-        // dead Redis answers 503 rather than hanging.
-        let config = ConnectionManagerConfig::new()
-            .set_number_of_retries(3)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500))
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(5)));
-        let mut connection = ConnectionManager::new_with_config(client, config).await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut connection)
-            .await?;
+        let connection = crate::redis_connection::connect(url)
+            .await
+            .map_err(|err| match err {
+                ConnectError::Url(err) | ConnectError::Unreachable(err) => TenantError::Redis(err),
+            })?;
         Ok(Self {
             backend: Backend::Redis(connection),
         })

@@ -51,6 +51,12 @@ pub fn component(package: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()))
 }
 
+/// The `tenant` a workflow.toml text names, if it names one (and is TOML at all).
+pub fn manifest_tenant(text: &str) -> Option<String> {
+    let table: toml::Table = text.parse().ok()?;
+    table.get("tenant")?.as_str().map(str::to_owned)
+}
+
 /// A fresh temporary directory, removed when dropped.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("creating a temporary directory")

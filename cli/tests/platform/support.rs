@@ -200,9 +200,9 @@ pub fn wait_ready(url: &str, patience: Duration) {
 pub fn faas_at(url: &str, args: &[&str]) -> Output {
     if let ["deploy", .., manifest] = args
         && let Ok(text) = std::fs::read_to_string(manifest)
-        && let Some(tenant) = manifest_tenant(&text)
+        && let Some(tenant) = faas_testing::manifest_tenant(&text)
     {
-        ensure_tenant_at(url, tenant);
+        ensure_tenant_at(url, &tenant);
     }
     faas_as(url, TOKEN, args)
 }
@@ -217,18 +217,6 @@ pub fn faas_as(url: &str, token: &str, args: &[&str]) -> Output {
         .current_dir(faas_testing::repo_root())
         .output()
         .expect("running faas")
-}
-
-/// The `tenant = "..."` a manifest names, if any.
-fn manifest_tenant(text: &str) -> Option<&str> {
-    text.lines().find_map(|line| {
-        let value = line
-            .trim()
-            .strip_prefix("tenant")?
-            .trim_start()
-            .strip_prefix('=')?;
-        value.trim().strip_prefix('"')?.strip_suffix('"')
-    })
 }
 
 /// Creates tenant `tenant` on the platform at `url` with the admin token, unless it
@@ -348,4 +336,25 @@ pub fn connect_from(source: [u8; 4], addr: &str) -> std::net::TcpStream {
     let addr: std::net::SocketAddr = addr.parse().expect("an IP address and port");
     socket.connect(&addr.into()).expect("connecting");
     socket.into()
+}
+
+/// Reads until the peer closes the connection (or resets it), for up to `limit`;
+/// returns how long that took, or `None` if it stayed open. Give the stream a short
+/// read timeout first, so that the limit is kept.
+pub fn closed_within(stream: &mut impl std::io::Read, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buffer = [0u8; 4096];
+    while start.elapsed() < limit {
+        match stream.read(&mut buffer) {
+            Ok(0) => return Some(start.elapsed()),
+            Ok(_) => {}
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Some(start.elapsed()),
+        }
+    }
+    None
 }

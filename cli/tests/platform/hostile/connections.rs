@@ -5,10 +5,10 @@
 //! bystander's client, as it would from another machine.
 
 use super::{assert_bystander_served, deploy_bystander};
-use crate::support::{Platform, connect_from};
+use crate::support::{Platform, closed_within, connect_from};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ATTACKER: [u8; 4] = [127, 0, 0, 2];
 
@@ -30,28 +30,6 @@ fn answered(stream: &mut TcpStream) -> bool {
     }
     let mut buffer = [0u8; 256];
     matches!(stream.read(&mut buffer), Ok(read) if read > 0 && buffer.starts_with(b"HTTP/1.1 200"))
-}
-
-/// How long until the peer closes `stream` (read returns 0 or fails), within `limit`.
-fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<Duration> {
-    stream
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let start = Instant::now();
-    let mut buffer = [0u8; 1024];
-    while start.elapsed() < limit {
-        match stream.read(&mut buffer) {
-            Ok(0) => return Some(start.elapsed()),
-            Ok(_) => {}
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return Some(start.elapsed()),
-        }
-    }
-    None
 }
 
 #[test]
@@ -100,6 +78,9 @@ fn connections_that_carry_nothing_are_closed_after_the_idle_timeout() {
         .unwrap();
     let mut mute = connect_from(ATTACKER, &addr);
     for stream in [&mut quiet, &mut http2, &mut mute] {
+        stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         let closed = closed_within(stream, Duration::from_secs(10)).expect("never closed");
         assert!(closed < Duration::from_secs(4), "closed after {closed:?}");
     }

@@ -6,7 +6,7 @@
 //! victim's workflow keeps answering through the gateway.
 
 use crate::services::{INTERNAL_TOKEN, Services};
-use crate::support::{TOKEN, connect_from, deploy_at, repo};
+use crate::support::{TOKEN, closed_within, connect_from, deploy_at, repo};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -38,26 +38,6 @@ fn internal_addr(services: &Services, id: &str) -> String {
         .nth(1)
         .unwrap_or_else(|| panic!("no address in `{announced}`"));
     rest.split(',').next().unwrap().trim().to_owned()
-}
-
-/// Reads until the peer closes the connection (or resets it), for up to `limit`;
-/// returns how long that took, or `None` if it stayed open.
-fn closed_within(stream: &mut impl Read, limit: Duration) -> Option<Duration> {
-    let start = Instant::now();
-    let mut buffer = [0u8; 4096];
-    while start.elapsed() < limit {
-        match stream.read(&mut buffer) {
-            Ok(0) => return Some(start.elapsed()),
-            Ok(_) => {}
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return Some(start.elapsed()),
-        }
-    }
-    None
 }
 
 #[test]
