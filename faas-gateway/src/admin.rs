@@ -621,7 +621,7 @@ fn deploy_error(err: DeployError) -> Response<Body> {
             response::error(StatusCode::BAD_REQUEST, "component", message)
         }
         DeployError::SharedState(_) => {
-            response::error(StatusCode::SERVICE_UNAVAILABLE, "cluster", message)
+            response::error(StatusCode::SERVICE_UNAVAILABLE, "shared_state", message)
         }
         DeployError::Store(_) => {
             response::error(StatusCode::INTERNAL_SERVER_ERROR, "store", message)
