@@ -246,7 +246,7 @@ fn another_tenants_load_does_not_dead_letter_stream_entries_that_never_ran() {
         "victim",
         "victim-jobs",
         "timeout_ms = 300",
-        "[[triggers.stream]]\nstream = \"jobs\"\nstep = \"relay\"\nmax_deliveries = 1\n",
+        "[[triggers.stream]]\nstream = \"jobs\"\nstep = \"relay\"\nmax_deliveries = 1\nreclaim_idle_ms = 100\n",
     );
     platform.deploy(&victim);
     let hog = write_manifest(
@@ -330,6 +330,61 @@ fn a_guest_cannot_grow_a_stream_without_bound() {
     // `MAXLEN ~` trims whole nodes of the stream (100 entries each by default).
     let len: usize = connect(&redis).xlen(key("mallory", "flood")).unwrap();
     assert!((200..=400).contains(&len), "the stream kept {len} entries");
+    let hello = platform.get("/shop?name=victim");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
+}
+
+#[test]
+fn messages_that_keep_failing_cannot_grow_the_dead_letter_stream_without_bound() {
+    let redis = RedisServer::start();
+    let platform = platform(&redis, &["--stream-max-len", "200"]);
+    let dir = faas_testing::temp_dir();
+    let poisoned = relay_manifest_for(
+        dir.path(),
+        "mallory",
+        "poisoned",
+        "",
+        "[[triggers.stream]]\nstream = \"jobs\"\nstep = \"relay\"\nmax_deliveries = 1\n",
+    );
+    platform.deploy(&poisoned);
+    let victim = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
+    platform.deploy(&victim);
+    for i in 0..600 {
+        xadd(&redis, &key("mallory", "jobs"), &format!("poison-{i}"));
+    }
+    // Every entry fails once and is dead-lettered, the last one last.
+    let dead = key("mallory", "jobs:dead");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let last: redis::streams::StreamRangeReply =
+            connect(&redis).xrevrange_count(&dead, "+", "-", 1).unwrap();
+        if last
+            .ids
+            .first()
+            .and_then(|entry| entry.get::<String>("payload"))
+            .is_some_and(|payload| payload == "poison-599")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the entries were not dead-lettered: {:?} pending, {:?} dead",
+            connect(&redis)
+                .xpending::<_, _, redis::streams::StreamPendingReply>(
+                    key("mallory", "jobs"),
+                    "poisoned"
+                )
+                .map(|reply| reply.count()),
+            connect(&redis).xlen::<_, usize>(&dead)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // `MAXLEN ~` trims whole nodes of the stream (100 entries each by default).
+    let len: usize = connect(&redis).xlen(&dead).unwrap();
+    assert!(
+        (200..=400).contains(&len),
+        "the dead-letter stream kept {len} entries"
+    );
     let hello = platform.get("/shop?name=victim");
     assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
 }
