@@ -22,6 +22,7 @@ use faas_shared_state::{
     DeploymentRecord, LoadStatus, PlacementRecord, SharedState, SharedStateError, WorkerInfo,
 };
 use faas_store::TenantsCopy;
+use faas_store::tenants::QUOTA_SYNC_INTERVAL;
 use faas_workflow::Workflow;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -54,6 +55,9 @@ pub struct ServicesBackend {
     /// The tenants and tokens as last read from Redis, written back should Redis lose
     /// them (see [`ServicesBackend::state_is_intact`]).
     tenants_copy: std::sync::Mutex<Option<TenantsCopy>>,
+    /// When the copy was last taken: it is taken as often as quotas are followed
+    /// ([`faas_store::tenants::QUOTA_SYNC_INTERVAL`]), not on every sync.
+    tenants_copied_at: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// The shared state at one moment.
@@ -78,6 +82,7 @@ impl ServicesBackend {
             shared,
             config,
             tenants_copy: std::sync::Mutex::default(),
+            tenants_copied_at: std::sync::Mutex::default(),
         }
     }
 
@@ -238,6 +243,16 @@ impl ServicesBackend {
         let Some(tenants) = registry.tenants() else {
             return;
         };
+        {
+            let mut copied_at = self
+                .tenants_copied_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if copied_at.is_some_and(|at| at.elapsed() < QUOTA_SYNC_INTERVAL) {
+                return;
+            }
+            *copied_at = Some(std::time::Instant::now());
+        }
         match tenants.copy().await {
             Ok(copy) => *self.lock_tenants_copy() = copy,
             Err(err) => tracing::warn!("reading the tenants to keep a copy failed: {err}"),

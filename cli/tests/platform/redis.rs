@@ -46,6 +46,18 @@ pub(crate) fn relay_manifest_for(
     path
 }
 
+/// The distinct messages relayed in `out` (its lines are `source|id|deliveries|message`),
+/// sorted.
+pub(crate) fn distinct_messages(out: &[String]) -> Vec<String> {
+    let mut seen: Vec<String> = out
+        .iter()
+        .map(|line| line.rsplit('|').next().unwrap().to_owned())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen
+}
+
 pub(crate) fn connect(redis: &RedisServer) -> redis::Connection {
     redis::Client::open(redis.url())
         .unwrap()
@@ -134,12 +146,7 @@ fn every_stream_entry_is_processed_and_acknowledged_including_those_before_the_d
         xadd(&redis, &ns("orders"), &format!("late-{i}"));
     }
     let out = payloads(&redis, &ns("orders:out"), 200, Duration::from_secs(60));
-    let mut seen: Vec<String> = out
-        .iter()
-        .map(|line| line.rsplit('|').next().unwrap().to_owned())
-        .collect();
-    seen.sort();
-    seen.dedup();
+    let seen = distinct_messages(&out);
     let mut expected: Vec<String> = (0..100)
         .flat_map(|i| [format!("early-{i}"), format!("late-{i}")])
         .collect();

@@ -340,8 +340,9 @@ fn an_empty_redis_restart_is_repaired_without_an_operator() {
     assert!(issued.status.success(), "{issued:?}");
     let issued: serde_json::Value = serde_json::from_slice(&issued.stdout).unwrap();
     let secret = issued["secret"].as_str().unwrap().to_owned();
-    // Long enough for the gateway's copy of the tenants to include it.
-    std::thread::sleep(Duration::from_millis(500));
+    // Long enough for the gateway's copy of the tenants (taken every second) to
+    // include it.
+    std::thread::sleep(Duration::from_millis(1500));
     services.redis.restart();
     services.wait_for("the deployment written back to Redis", |services| {
         let mut redis = connect(&services.redis);

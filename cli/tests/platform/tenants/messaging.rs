@@ -5,7 +5,7 @@
 //! dead-letter stream. Each test checks that the attack failed and that victim kept
 //! being served.
 
-use crate::redis::{connect, payloads, pending, relay_manifest_for, xadd};
+use crate::redis::{connect, distinct_messages, payloads, pending, relay_manifest_for, xadd};
 use crate::services::{Services, subscribers};
 use crate::support::{Platform, deploy_at, faas_at, write_manifest};
 use faas_testing::RedisServer;
@@ -163,12 +163,7 @@ fn stream_theft(url: &str, redis: &RedisServer) {
         100,
         Duration::from_secs(60),
     );
-    let mut seen: Vec<String> = out
-        .iter()
-        .map(|line| line.rsplit('|').next().unwrap().to_owned())
-        .collect();
-    seen.sort();
-    seen.dedup();
+    let seen = distinct_messages(&out);
     assert_eq!(seen.len(), 100, "victim got every entry once: {out:?}");
     let succeeded = runs(url, "victim-orders")
         .iter()
