@@ -1,0 +1,88 @@
+//! A Workflow's `status`, written by the operator only.
+//!
+//! Field names follow Kubernetes' conventions (`observedGeneration`, `conditions`), so
+//! generic tools (`kubectl wait --for=condition=Ready`, kstatus) read it as they read
+//! any other resource.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The condition that says every placed worker serves the current revision.
+pub const READY: &str = "Ready";
+/// The condition that says the workflow has workers (or why not).
+pub const PLACED: &str = "Placed";
+/// The condition that says something is wrong with the spec or its components (reason
+/// in `reason`, details in `message`).
+pub const DEGRADED: &str = "Degraded";
+
+/// What the operator last saw of a Workflow.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Placed` and `Degraded`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The platform's revision of this deployment: it rises with every change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+    /// The workers its replicas are placed on (worker ids: pod names).
+    #[serde(default)]
+    pub placement: Vec<String>,
+    /// The revision each placed worker has loaded.
+    #[serde(default)]
+    pub loaded: BTreeMap<String, u64>,
+    /// Replicas that serve the current revision (the scale subresource's status).
+    #[serde(default)]
+    pub replicas: i32,
+    /// Its HTTP routes.
+    #[serde(default)]
+    pub routes: Vec<String>,
+}
+
+impl WorkflowStatus {
+    /// The condition of type `kind`, if set.
+    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == kind)
+    }
+
+    /// Whether condition `kind` is `True`.
+    pub fn is(&self, kind: &str) -> bool {
+        self.condition(kind).is_some_and(|c| c.status == "True")
+    }
+
+    /// Sets condition `kind`, keeping its `lastTransitionTime` unless its status
+    /// changes (as Kubernetes' conventions ask), so that an unchanged status patches
+    /// nothing.
+    pub fn set_condition(
+        &mut self,
+        kind: &str,
+        status: bool,
+        reason: &str,
+        message: String,
+        now: Time,
+        generation: Option<i64>,
+    ) {
+        let status = if status { "True" } else { "False" }.to_owned();
+        let last_transition_time = match self.condition(kind) {
+            Some(old) if old.status == status => old.last_transition_time.clone(),
+            _ => now,
+        };
+        let condition = Condition {
+            type_: kind.to_owned(),
+            status,
+            reason: reason.to_owned(),
+            message,
+            last_transition_time,
+            observed_generation: generation,
+        };
+        match self.conditions.iter_mut().find(|c| c.type_ == kind) {
+            Some(old) => *old = condition,
+            None => self.conditions.push(condition),
+        }
+    }
+}
