@@ -6,11 +6,18 @@ mod client;
 mod deploy;
 mod invoke;
 mod manifest_schemas;
+mod operator;
 mod output;
 mod schema_tools;
 mod services;
 mod tenants;
+/// `faas up`, which runs guest code in this process: only with the `worker` feature.
+#[cfg(feature = "worker")]
 mod up;
+/// `faas up` and `faas worker`; without the default `worker` feature, stand-ins that
+/// say this build has no worker (the gateway and operator images' `faas`).
+#[cfg_attr(not(feature = "worker"), path = "no_worker.rs")]
+mod worker;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -26,13 +33,16 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run gateway, scheduler and worker(s) in this process, with the demo workflows.
-    Up(up::UpArgs),
+    Up(worker::UpArgs),
     /// Services mode: run a gateway that shares its state through Redis.
     Gateway(services::GatewayCmdArgs),
     /// Services mode: run the scheduler, which places workflows on registered workers.
     Scheduler(services::SchedulerArgs),
+    /// Kubernetes mode: run the operator (Workflow resources to deployments, placement,
+    /// workers scaled to zero); `faas operator crd` prints the Workflow CRD.
+    Operator(operator::OperatorArgs),
     /// Services mode: run a worker that registers in Redis and runs what is placed on it.
-    Worker(services::WorkerCmdArgs),
+    Worker(worker::WorkerCmdArgs),
     /// Build the functions a workflow.toml names (their `build` commands).
     Build {
         /// The workflow manifest.
@@ -109,7 +119,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     // Before the flags are parsed: the default region-file budget is a share of it.
-    faas_worker::raise_descriptor_limit();
+    worker::raise_descriptor_limit();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -129,10 +139,11 @@ fn main() -> std::process::ExitCode {
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Up(args) => up::run(args).await,
+        Command::Up(args) => worker::up(args).await,
         Command::Gateway(args) => services::gateway(args).await,
         Command::Scheduler(args) => services::scheduler(args).await,
-        Command::Worker(args) => services::worker(args).await,
+        Command::Operator(args) => operator::run(args).await,
+        Command::Worker(args) => worker::worker(args).await,
         Command::Build { manifest } => build::build_manifest(&manifest).await.map(|_| ()),
         Command::Deploy(args) => deploy::run(args).await,
         Command::Invoke(args) => invoke::run(args).await,

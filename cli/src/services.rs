@@ -1,19 +1,19 @@
 //! Services mode: `faas gateway`, `faas scheduler` and `faas worker`, each one part of
 //! the platform in its own process, sharing deployments, placements and worker
 //! registrations through Redis (crate `faas-shared-state`). Run one scheduler, one or
-//! more gateways and any number of workers against the same Redis.
+//! more gateways and any number of workers against the same Redis. The worker's own
+//! command is in `worker.rs` (it alone needs Wasmtime).
 
-use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs, WorkerArgs, generate_token};
-use crate::up::wait_for_signal;
+use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs, generate_token};
 use anyhow::Context;
+use faas_gateway::activator::{self, ActivatorConfig};
+use faas_gateway::kubernetes::WorkflowResources;
 use faas_gateway::services::{ServicesBackend, ServicesConfig};
 use faas_gateway::{Gateway, Registry};
+use faas_invoke::wire::MAX_INTERNAL_TOKEN_BYTES;
 use faas_shared_state::SharedState;
 use faas_store::TenantStore;
-use faas_worker::services::{MAX_INTERNAL_TOKEN_BYTES, Node, NodeConfig, NodeListeners};
-use faas_worker::{KeyValueStore, Worker};
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,18 +27,18 @@ pub struct RedisArgs {
         value_name = "URL",
         hide_env_values = true
     )]
-    redis: String,
+    pub(crate) redis: String,
     /// How often this process reads the shared state, in milliseconds.
     #[arg(long, env = "FAAS_SYNC_INTERVAL_MS", default_value_t = 200)]
     sync_interval_ms: u64,
 }
 
 impl RedisArgs {
-    fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         Duration::from_millis(self.sync_interval_ms.max(10))
     }
 
-    async fn shared(&self) -> anyhow::Result<SharedState> {
+    pub(crate) async fn shared(&self) -> anyhow::Result<SharedState> {
         SharedState::connect(&self.redis)
             .await
             .context("connecting to the shared state")
@@ -57,7 +57,7 @@ pub struct InternalTokenArgs {
 
 impl InternalTokenArgs {
     /// The token given, else the one saved in `data_dir`, else a new one saved there.
-    fn resolve(&self, data_dir: &Path) -> anyhow::Result<String> {
+    pub(crate) fn resolve(&self, data_dir: &Path) -> anyhow::Result<String> {
         let token = match &self.internal_token {
             Some(token) => token.clone(),
             None => read_or_create_token(&data_dir.join("internal-token"))?,
@@ -68,7 +68,7 @@ impl InternalTokenArgs {
 
     /// Tells the operator where the token came from when it was not given, since every
     /// gateway and worker needs the same one.
-    fn print_source(&self, data_dir: &Path) {
+    pub(crate) fn print_source(&self, data_dir: &Path) {
         if self.internal_token.is_none() {
             println!(
                 "  internal token: in {} (gateways and workers need the same; \
@@ -144,9 +144,24 @@ pub struct GatewayCmdArgs {
     #[command(flatten)]
     broker: BrokerArgs,
     /// How long a deploy waits for the scheduler to place it and the workers to load
-    /// it, in seconds.
+    /// it (with --kubernetes: for the operator to observe it), in seconds.
     #[arg(long, env = "FAAS_DEPLOY_TIMEOUT_S", default_value_t = 120)]
     deploy_timeout_s: u64,
+    /// Kubernetes mode: a deploy creates or updates a `Workflow` resource
+    /// (faas.dev/v1alpha1) in the namespace named after its tenant, which `faas
+    /// operator` deploys; `faas rm` deletes it; `faas tenant create` also creates the
+    /// namespace. The cluster is the pod's own (service account), else KUBECONFIG's.
+    #[arg(long, env = "FAAS_KUBERNETES")]
+    kubernetes: bool,
+    /// How many events one workflow with no ready replica (its workers scaled to zero)
+    /// may hold while a worker starts; more get 503 with `Retry-After` at once.
+    #[arg(long, env = "FAAS_ACTIVATOR_QUEUE", default_value_t = activator::DEFAULT_QUEUE)]
+    activator_queue: usize,
+    /// How long a held event waits for a ready replica before 503 with `Retry-After`,
+    /// in milliseconds.
+    #[arg(long, env = "FAAS_ACTIVATOR_TIMEOUT_MS",
+          default_value_t = activator::DEFAULT_TIMEOUT.as_millis() as u64)]
+    activator_timeout_ms: u64,
 }
 
 /// Arguments of `faas scheduler`.
@@ -160,72 +175,31 @@ pub struct SchedulerArgs {
     component_ttl_s: u64,
 }
 
-/// Arguments of `faas worker`.
-#[derive(Debug, clap::Args)]
-pub struct WorkerCmdArgs {
-    #[command(flatten)]
-    identity: IdentityArgs,
-    #[command(flatten)]
-    internal_token: InternalTokenArgs,
-    #[command(flatten)]
-    worker: WorkerArgs,
-    #[command(flatten)]
-    redis: RedisArgs,
-    #[command(flatten)]
-    broker: BrokerArgs,
-    /// Address of the internal API the gateway forwards events to.
-    #[arg(long, env = "FAAS_WORKER_LISTEN", default_value = "127.0.0.1:0")]
-    listen: SocketAddr,
-    /// `host:port` the gateway reaches the internal API at; defaults to the address
-    /// bound.
-    #[arg(long, env = "FAAS_WORKER_ADVERTISE")]
-    advertise: Option<String>,
-    /// This worker's id among the workers; a random one by default.
-    #[arg(long, env = "FAAS_WORKER_ID")]
-    id: Option<String>,
-    /// How long the worker counts as alive after its last heartbeat, in milliseconds;
-    /// the scheduler places its workflows elsewhere after that.
-    #[arg(long, env = "FAAS_HEARTBEAT_TTL_MS", default_value_t = 3000)]
-    heartbeat_ttl_ms: u64,
-    /// Identifies this machine: workers with the same host id hand regions to each
-    /// other as memory file descriptors. Defaults to the kernel's boot id.
-    #[arg(long, env = "FAAS_HOST_ID")]
-    host_id: Option<String>,
-    /// The Unix socket other workers on this host pass region descriptors through;
-    /// defaults to <data-dir>/worker.sock.
-    #[arg(long, env = "FAAS_WORKER_SOCKET")]
-    socket: Option<PathBuf>,
-    /// Serve Prometheus metrics (`GET /metrics`) on this address.
-    #[arg(long, env = "FAAS_METRICS_LISTEN")]
-    metrics_listen: Option<SocketAddr>,
-    /// On SIGTERM, how long the worker may keep serving while its workflows are placed
-    /// and loaded elsewhere and its events in flight finish, in milliseconds.
-    #[arg(long, env = "FAAS_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
-    shutdown_grace_ms: u64,
-    /// Close an internal API connection after it carried no request for this many
-    /// milliseconds.
-    #[arg(long, env = "FAAS_INTERNAL_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
-    internal_idle_timeout_ms: u64,
-    /// Most internal API connections one client address may hold open at once; more
-    /// are refused.
-    #[arg(long, env = "FAAS_INTERNAL_MAX_CONNECTIONS", default_value_t = 64)]
-    internal_max_connections: usize,
-}
-
 /// Runs a gateway of services mode until Ctrl-C or SIGTERM.
 pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
     let token = args.identity.token()?;
     let internal_token = args.internal_token.resolve(&args.identity.data_dir)?;
     let shared = args.redis.shared().await?;
     let broker = args.broker.connect(&args.redis.redis).await?;
-    let backend = ServicesBackend::new(
+    let deploy_timeout = Duration::from_secs(args.deploy_timeout_s);
+    let mut backend = ServicesBackend::new(
         shared,
         ServicesConfig {
             token: internal_token,
             sync_interval: args.redis.interval(),
-            deploy_timeout: Duration::from_secs(args.deploy_timeout_s),
+            deploy_timeout,
         },
-    );
+    )
+    .with_activator(ActivatorConfig {
+        queue: args.activator_queue,
+        timeout: Duration::from_millis(args.activator_timeout_ms),
+    });
+    if args.kubernetes {
+        let resources = WorkflowResources::from_environment(deploy_timeout)
+            .await
+            .context("connecting to the Kubernetes API (--kubernetes)")?;
+        backend = backend.with_workflow_resources(resources);
+    }
     // Tenants and tokens in Redis, so that every gateway knows the same credentials.
     let tenants = TenantStore::redis(&args.redis.redis)
         .await
@@ -241,6 +215,9 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
         .start()
         .await?;
     println!("faas gateway is up at http://{}", gateway.local_addr());
+    if args.kubernetes {
+        println!("  Kubernetes mode: deploys are Workflow resources in their tenant's namespace");
+    }
     args.identity.print_token(&token);
     args.internal_token.print_source(&args.identity.data_dir);
     gateway.set_ready();
@@ -263,86 +240,12 @@ pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Runs a worker until Ctrl-C or SIGTERM.
-pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
-    let token = args.internal_token.resolve(&args.identity.data_dir)?;
-    let shared = args.redis.shared().await?;
-    let broker = args.broker.connect(&args.redis.redis).await?;
-    let key_value = Arc::new(
-        KeyValueStore::redis(&args.redis.redis)
-            .await?
-            .with_quota(args.worker.kv_quota()),
-    );
-    let worker = Worker::new(args.worker.config(&args.identity.data_dir))?
-        .with_key_value(key_value)
-        .with_publisher(Arc::new(broker.clone()));
-    let worker = Arc::new(worker);
-    crate::tenants::follow_quotas(
-        &args.redis.redis,
-        worker.clone(),
-        broker,
-        args.redis.interval(),
-    )
-    .await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    let bound = listener.local_addr()?;
-    let id = args
-        .id
-        .unwrap_or_else(|| format!("worker-{:08x}", rand::random::<u32>()));
-    let config = NodeConfig {
-        id: id.clone(),
-        advertise: args.advertise.unwrap_or_else(|| bound.to_string()),
-        capacity: args.worker.capacity,
-        token,
-        heartbeat_ttl: Duration::from_millis(args.heartbeat_ttl_ms.max(30)),
-        sync_interval: args.redis.interval(),
-        host_id: match args.host_id {
-            Some(host_id) => host_id,
-            None => boot_id()?,
-        },
-        socket: Some(
-            args.socket
-                .unwrap_or_else(|| args.identity.data_dir.join("worker.sock")),
-        ),
-        idle_timeout: Duration::from_millis(args.internal_idle_timeout_ms.max(1)),
-        max_connections_per_client: args.internal_max_connections.max(1),
-    };
-    std::fs::create_dir_all(&args.identity.data_dir)
-        .with_context(|| format!("creating data dir {}", args.identity.data_dir.display()))?;
-    let metrics = match args.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding {addr}"))?,
-        ),
-        None => None,
-    };
-    let metrics_at = match &metrics {
-        Some(listener) => format!(", metrics at http://{}/metrics", listener.local_addr()?),
-        None => String::new(),
-    };
-    let listeners = NodeListeners {
-        internal: listener,
-        metrics,
-    };
-    let node =
-        Node::start(worker, shared, config, listeners).context("binding the worker socket")?;
-    println!("faas worker {id} is up at {bound}{metrics_at}");
-    args.internal_token.print_source(&args.identity.data_dir);
-    wait_for_signal().await?;
-    println!("draining");
-    node.drain(Duration::from_millis(args.shutdown_grace_ms))
-        .await;
-    Ok(())
-}
-
-/// This boot of this machine, as the kernel names it.
-fn boot_id() -> anyhow::Result<String> {
-    let path = "/proc/sys/kernel/random/boot_id";
-    Ok(std::fs::read_to_string(path)
-        .with_context(|| format!("reading {path}; give --host-id"))?
-        .trim()
-        .to_owned())
+/// Returns on Ctrl-C or SIGTERM.
+pub(crate) async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C"),
+        _ = terminate.recv() => Ok(()),
+    }
 }

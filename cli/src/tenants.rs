@@ -237,6 +237,9 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
                     "removed tenant {name} (revoked {} tokens)",
                     removed["revoked_tokens"]
                 );
+                if let Some(note) = removed["note"].as_str() {
+                    println!("  {note}");
+                }
             })
         }
     }
@@ -284,77 +287,4 @@ pub async fn token(command: TokenCommand) -> anyhow::Result<()> {
             })
         }
     }
-}
-
-/// The tenant `faas up` creates, so that it works out of the box.
-pub(crate) const DEMO_TENANT: &str = "demo";
-
-/// Creates the demo tenant if missing and returns a token for it: the one saved in
-/// `<data_dir>/demo-token` while it still authenticates as the demo tenant (so that
-/// restarts do not pile up tokens), else a new one, saved there (mode 0600).
-///
-/// # Errors
-/// If the tenant store or the file fails.
-pub(crate) async fn demo_token(
-    tenants: &faas_store::TenantStore,
-    data_dir: &std::path::Path,
-) -> anyhow::Result<String> {
-    tenants.ensure_tenant(DEMO_TENANT).await?;
-    let path = data_dir.join("demo-token");
-    if let Ok(saved) = std::fs::read_to_string(&path) {
-        let saved = saved.trim();
-        if tenants.authenticate(saved).await?.as_deref() == Some(DEMO_TENANT) {
-            return Ok(saved.to_owned());
-        }
-    }
-    let issued = tenants.create_token(DEMO_TENANT, "faas up").await?;
-    crate::args::write_token(&path, &issued.secret)?;
-    Ok(issued.secret)
-}
-
-/// Creates the tenant a manifest deployed at start names, if missing: deploying it
-/// with `faas up --deploy` is the operator's explicit word that the tenant exists. A
-/// manifest that does not parse is left to the deploy to report.
-///
-/// # Errors
-/// If the tenant store fails or the name is not a valid tenant name.
-pub(crate) async fn ensure_tenant_of(
-    tenants: &faas_store::TenantStore,
-    request: &faas_gateway::DeployRequest,
-) -> anyhow::Result<()> {
-    if let Ok(workflow) = faas_workflow::Workflow::parse(&request.file_name, &request.manifest)
-        && tenants.ensure_tenant(&workflow.tenant).await?
-    {
-        println!(
-            "  created tenant {} for {}",
-            workflow.tenant, request.file_name
-        );
-    }
-    Ok(())
-}
-
-/// Has `worker` and `broker` (a worker process of services mode) follow the tenants'
-/// quotas in the Redis at `url`, every `interval` (the worker's `--sync-interval-ms`, as
-/// it follows placements), in a task of their own.
-///
-/// # Errors
-/// If Redis cannot be reached.
-pub(crate) async fn follow_quotas(
-    url: &str,
-    worker: std::sync::Arc<faas_worker::Worker>,
-    broker: faas_store::broker::RedisBroker,
-    interval: std::time::Duration,
-) -> anyhow::Result<()> {
-    let tenants = faas_store::TenantStore::redis(url)
-        .await
-        .context("connecting to the tenant store")?;
-    tokio::spawn(async move {
-        tenants
-            .follow(interval, |all| {
-                worker.apply_tenant_quotas(all);
-                broker.apply_tenant_quotas(all);
-            })
-            .await;
-    });
-    Ok(())
 }

@@ -4,8 +4,10 @@
 //! again. With `--redis` it keeps key-value state in Redis instead and serves Redis
 //! triggers.
 
-use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs, WorkerArgs};
+use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs};
 use crate::deploy::prepare;
+use crate::services::wait_for_signal;
+use crate::worker::WorkerArgs;
 use anyhow::Context;
 use faas_gateway::registry::Deployment;
 use faas_gateway::{DeployOutcome, Gateway, Registry};
@@ -116,11 +118,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let url = format!("http://{}", gateway.local_addr());
     println!("faas is up at {url}");
     args.identity.print_token(&token);
-    let demo_token = crate::tenants::demo_token(&tenants, &args.identity.data_dir).await?;
+    let demo_token = demo_token(&tenants, &args.identity.data_dir).await?;
     println!(
         "  {} tenant token: {demo_token} (saved in {}; deploys, lists and removes the {0} \
          tenant's workflows only)",
-        crate::tenants::DEMO_TENANT,
+        DEMO_TENANT,
         args.identity.data_dir.join("demo-token").display()
     );
 
@@ -148,7 +150,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     for manifest in &manifests {
         let request = prepare(manifest, true).await?;
-        crate::tenants::ensure_tenant_of(&tenants, &request).await?;
+        ensure_tenant_of(&tenants, &request).await?;
         let deployment = match registry.deploy(request).await? {
             DeployOutcome::Deployed(deployment) | DeployOutcome::Unchanged(deployment) => {
                 deployment
@@ -176,12 +178,49 @@ fn print_routes(what: &str, url: &str, deployment: &Deployment) {
     }
 }
 
-/// Returns on Ctrl-C or SIGTERM.
-pub(crate) async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C"),
-        _ = terminate.recv() => Ok(()),
+/// The tenant `faas up` creates, so that it works out of the box.
+pub(crate) const DEMO_TENANT: &str = "demo";
+
+/// Creates the demo tenant if missing and returns a token for it: the one saved in
+/// `<data_dir>/demo-token` while it still authenticates as the demo tenant (so that
+/// restarts do not pile up tokens), else a new one, saved there (mode 0600).
+///
+/// # Errors
+/// If the tenant store or the file fails.
+pub(crate) async fn demo_token(
+    tenants: &faas_store::TenantStore,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<String> {
+    tenants.ensure_tenant(DEMO_TENANT).await?;
+    let path = data_dir.join("demo-token");
+    if let Ok(saved) = std::fs::read_to_string(&path) {
+        let saved = saved.trim();
+        if tenants.authenticate(saved).await?.as_deref() == Some(DEMO_TENANT) {
+            return Ok(saved.to_owned());
+        }
     }
+    let issued = tenants.create_token(DEMO_TENANT, "faas up").await?;
+    crate::args::write_token(&path, &issued.secret)?;
+    Ok(issued.secret)
+}
+
+/// Creates the tenant a manifest deployed at start names, if missing: deploying it
+/// with `faas up --deploy` is the operator's explicit word that the tenant exists. A
+/// manifest that does not parse is left to the deploy to report.
+///
+/// # Errors
+/// If the tenant store fails or the name is not a valid tenant name.
+pub(crate) async fn ensure_tenant_of(
+    tenants: &faas_store::TenantStore,
+    request: &faas_gateway::DeployRequest,
+) -> anyhow::Result<()> {
+    if let Ok(workflow) = faas_workflow::Workflow::parse(&request.file_name, &request.manifest)
+        && tenants.ensure_tenant(&workflow.tenant).await?
+    {
+        println!(
+            "  created tenant {} for {}",
+            workflow.tenant, request.file_name
+        );
+    }
+    Ok(())
 }

@@ -24,8 +24,15 @@
 //! 403. Errors are `{"error": {"kind", "message", ...}}`; a manifest error adds `file`,
 //! `line`, `column` and `field`. A deploy over the tenant's workflow quota is 403 with
 //! kind `quota`, its message naming the quota and how an operator raises it.
+//!
+//! In Kubernetes mode (`faas gateway --kubernetes`, [`crate::kubernetes`]) a deploy
+//! applies a Workflow resource and a removal deletes it; their own errors are kinds
+//! `no_namespace` (409), `degraded` (with the operator's `reason`: 422 for a spec it
+//! refused, 409 or 403 for a name, route or quota lost to another deploy, 503 else),
+//! `operator_timeout` (504) and `kubernetes` (503).
 
 use crate::auth::{Caller, authenticate};
+use crate::kubernetes::KubeError;
 use crate::registry::{DeployError, DeployOutcome, DeployRequest, Deployment, no_tenant_store};
 use crate::response::{self, Body};
 use crate::server::App;
@@ -239,23 +246,18 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             }
             None => not_found(name),
         },
-        (Method::DELETE, ["workflows", name]) => {
-            if visible(app, &caller, name).is_none() {
-                return not_found(name);
+        (Method::DELETE, ["workflows", name]) => match app.registry.remove(name, &caller).await {
+            Ok(Some(tenant)) => {
+                app.metrics.set_workflows(app.registry.list().len());
+                tracing::info!(workflow = *name, %tenant, "workflow removed");
+                response::json(
+                    StatusCode::OK,
+                    &serde_json::json!({"status": "deleted", "name": name}),
+                )
             }
-            match app.registry.remove(name).await {
-                Ok(Some(removed)) => {
-                    app.metrics.set_workflows(app.registry.list().len());
-                    tracing::info!(workflow = *name, tenant = %removed.key.tenant, "workflow removed");
-                    response::json(
-                        StatusCode::OK,
-                        &serde_json::json!({"status": "deleted", "name": name}),
-                    )
-                }
-                Ok(None) => not_found(name),
-                Err(err) => deploy_error(err),
-            }
-        }
+            Ok(None) => not_found(name),
+            Err(err) => deploy_error(err),
+        },
         (Method::GET, ["workflows", name, "runs"]) => match visible(app, &caller, name) {
             Some(_) => response::json(
                 StatusCode::OK,
@@ -314,10 +316,17 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
         (Method::DELETE, ["tenants", name]) => match app.registry.remove_tenant(name).await {
             Ok(revoked) => {
                 tracing::info!(tenant = *name, revoked, "tenant removed");
-                response::json(
-                    StatusCode::OK,
-                    &serde_json::json!({"status": "deleted", "name": name, "revoked_tokens": revoked}),
-                )
+                let mut answer = serde_json::json!({"status": "deleted", "name": name, "revoked_tokens": revoked});
+                if app.registry.has_tenant_namespaces() {
+                    // It may hold more than workflows; deleting it is the cluster
+                    // admin's decision.
+                    answer["note"] = format!(
+                        "namespace `{name}` is left in place; delete it with `kubectl delete \
+                         namespace {name}`"
+                    )
+                    .into();
+                }
+                response::json(StatusCode::OK, &answer)
             }
             Err(err) => deploy_error(err),
         },
@@ -625,6 +634,49 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         }
         DeployError::Store(_) => {
             response::error(StatusCode::INTERNAL_SERVER_ERROR, "store", message)
+        }
+        DeployError::Kubernetes(err) => kubernetes_error(err, message),
+    }
+}
+
+#[derive(Serialize)]
+struct DegradedDetails {
+    reason: String,
+}
+
+/// The status of a deploy the operator marked `Degraded` with `reason` (the
+/// operator's condition reasons): the spec's problems are the deployer's to fix (4xx,
+/// as the gateway's own checks answer them; the operator finds one only when another
+/// deploy slipped in between), the rest the platform's (503).
+fn degraded_status(reason: &str) -> StatusCode {
+    match reason {
+        "InvalidSpec" | "InvalidComponent" | "DigestMismatch" => StatusCode::UNPROCESSABLE_ENTITY,
+        "NameConflict" | "RouteConflict" => StatusCode::CONFLICT,
+        "Quota" => StatusCode::FORBIDDEN,
+        "UnknownTenant" => StatusCode::NOT_FOUND,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// The answer to a failed deploy or removal in Kubernetes mode.
+fn kubernetes_error(err: KubeError, message: String) -> Response<Body> {
+    match err {
+        KubeError::NoNamespace { .. } => {
+            response::error(StatusCode::CONFLICT, "no_namespace", message)
+        }
+        KubeError::Degraded { reason, .. } => response::error_with(
+            degraded_status(&reason),
+            "degraded",
+            message,
+            DegradedDetails { reason },
+        ),
+        KubeError::Spec(_) => response::error(StatusCode::BAD_REQUEST, "unsupported", message),
+        KubeError::Timeout { .. } => {
+            response::error(StatusCode::GATEWAY_TIMEOUT, "operator_timeout", message)
+        }
+        KubeError::Api(_) => {
+            tracing::error!("{message}");
+            response::error(StatusCode::SERVICE_UNAVAILABLE, "kubernetes", message)
         }
     }
 }

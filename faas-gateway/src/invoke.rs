@@ -2,16 +2,20 @@
 //! worker (an HTTP function call, or a run of the workflow's steps), and turn a failed
 //! event into a JSON error.
 
+use crate::activator::Activator;
 use crate::registry::Deployment;
+use crate::replica::copy_request;
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
 use faas_invoke::{EventFailure, FailureKind, OutputRegion, RunReply, TriggerMessage};
+use faas_scheduler::WorkerId;
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Serialize)]
@@ -35,21 +39,140 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
         return response::error(StatusCode::NOT_FOUND, "no_route", message);
     };
     let workflow = deployment.workflow.name.as_str();
+    if let Some(activator) = &app.activator {
+        activator.note_event(workflow);
+    }
+    // The body is read (within its limits) before any wait: a held event holds
+    // nothing more than its body.
     let response = match read_body(app, request).await {
         Err(response) => response,
-        Ok(request) => match target {
-            TriggerTarget::Function(function) => {
-                match deployment.call_function(&function, request).await {
-                    Ok(response) => response,
-                    Err(failure) => failure_response(app, workflow, Some(&function), failure),
-                }
-            }
-            TriggerTarget::Step(_) => run_workflow(app, &deployment, request).await,
-        },
+        Ok(request) => serve(app, &deployment, target, request).await,
     };
     app.metrics
         .observe_request(workflow, response.status().as_u16(), started.elapsed());
     response
+}
+
+/// Hands `request` to a replica of `deployment` (services mode: once the activator
+/// saw one ready, if it has none). If every replica it had could not be reached, so
+/// nothing ran (their workers went away, as when the workers are scaled to zero), the
+/// activator holds it again until its route reaches a replica on another worker, and
+/// it is sent once more.
+async fn serve(
+    app: &App,
+    deployment: &Arc<Deployment>,
+    target: TriggerTarget,
+    request: Request<Bytes>,
+) -> Response<Body> {
+    let Some(activator) = app.activator.as_ref() else {
+        // Embedded mode: a deployment always has its replicas.
+        return attempt(app, deployment, &target, request)
+            .await
+            .response(app, deployment);
+    };
+    let (ready, target) = if deployment.replicas.is_empty() {
+        match hold(app, activator, deployment, &request, |d| {
+            !d.replicas.is_empty()
+        })
+        .await
+        {
+            Ok(found) => found,
+            Err(response) => return response,
+        }
+    } else {
+        (deployment.clone(), target)
+    };
+    let again = copy_request(&request);
+    match attempt(app, &ready, &target, request).await {
+        Outcome::Unreached(_) => {
+            let unreached: Vec<WorkerId> =
+                ready.replicas.iter().map(|r| r.worker_id.clone()).collect();
+            let elsewhere =
+                |d: &Deployment| d.replicas.iter().any(|r| !unreached.contains(&r.worker_id));
+            match hold(app, activator, &ready, &again, elsewhere).await {
+                Ok((ready, target)) => attempt(app, &ready, &target, again)
+                    .await
+                    .response(app, &ready),
+                Err(response) => response,
+            }
+        }
+        outcome => outcome.response(app, &ready),
+    }
+}
+
+/// What `request` routes to once the activator found a deployment `usable` for it.
+async fn hold(
+    app: &App,
+    activator: &Activator,
+    deployment: &Deployment,
+    request: &Request<Bytes>,
+    usable: impl Fn(&Deployment) -> bool,
+) -> Result<(Arc<Deployment>, TriggerTarget), Response<Body>> {
+    let workflow = deployment.workflow.name.as_str();
+    let path = request.uri().path();
+    activator
+        .hold(app, workflow, || app.registry.route(path), usable)
+        .await
+        .map_err(|refusal| refusal.response(workflow))
+}
+
+/// How one attempt to hand an event to a deployment's replicas ended.
+enum Outcome {
+    /// A replica took it: its response (or the function's or run's failure).
+    Served(Response<Body>),
+    /// No replica could be reached, so nothing ran.
+    Unreached(Unreached),
+}
+
+/// An event no replica could take, with what to answer if it is not sent again.
+enum Unreached {
+    Function(String, EventFailure),
+    Run(RunReply),
+}
+
+impl Outcome {
+    fn response(self, app: &App, deployment: &Deployment) -> Response<Body> {
+        let workflow = deployment.workflow.name.as_str();
+        match self {
+            Outcome::Served(response) => response,
+            Outcome::Unreached(Unreached::Function(function, failure)) => {
+                failure_response(app, workflow, Some(&function), failure)
+            }
+            Outcome::Unreached(Unreached::Run(run)) => run_response(app, workflow, run),
+        }
+    }
+}
+
+/// Calls the function, or runs the workflow, that `target` names on a replica.
+async fn attempt(
+    app: &App,
+    deployment: &Deployment,
+    target: &TriggerTarget,
+    request: Request<Bytes>,
+) -> Outcome {
+    let workflow = deployment.workflow.name.as_str();
+    match target {
+        TriggerTarget::Function(function) => {
+            match deployment.call_function(function, request).await {
+                Ok(response) => Outcome::Served(response),
+                Err(failure) if failure.is_unavailable() => {
+                    Outcome::Unreached(Unreached::Function(function.clone(), failure))
+                }
+                Err(failure) => {
+                    Outcome::Served(failure_response(app, workflow, Some(function), failure))
+                }
+            }
+        }
+        TriggerTarget::Step(_) => {
+            let run = deployment.run(request.into_body(), None).await;
+            match &run.result {
+                Err(failure) if run.record.is_none() && failure.is_unavailable() => {
+                    Outcome::Unreached(Unreached::Run(run))
+                }
+                _ => Outcome::Served(run_response(app, workflow, run)),
+            }
+        }
+    }
 }
 
 /// A failed function call as a JSON error, logged and counted.
@@ -106,12 +229,38 @@ pub(crate) async fn run_message(
     payload: Vec<u8>,
     message: TriggerMessage,
 ) -> Result<(), MessageFailure> {
-    let Some(deployment) = app.registry.get(workflow) else {
+    let Some(mut deployment) = app.registry.get(workflow) else {
         return Err(MessageFailure {
             failure: EventFailure::unavailable(format!("workflow `{workflow}` is not deployed")),
             not_started: true,
         });
     };
+    if let Some(activator) = &app.activator {
+        activator.note_event(workflow);
+        if deployment.replicas.is_empty() {
+            let found = activator
+                .hold(
+                    app,
+                    workflow,
+                    || {
+                        app.registry
+                            .get(workflow)
+                            .map(|deployment| (deployment, ()))
+                    },
+                    |deployment| !deployment.replicas.is_empty(),
+                )
+                .await;
+            deployment = match found {
+                Ok((ready, ())) => ready,
+                Err(refusal) => {
+                    return Err(MessageFailure {
+                        failure: refusal.failure(workflow),
+                        not_started: true,
+                    });
+                }
+            };
+        }
+    }
     let run = deployment.run(payload.into(), Some(message)).await;
     let no_step_succeeded = run
         .record
@@ -127,14 +276,8 @@ pub(crate) async fn run_message(
     })
 }
 
-/// A run of the workflow's steps, from the entry step, on the request body.
-async fn run_workflow(
-    app: &App,
-    deployment: &Deployment,
-    request: Request<Bytes>,
-) -> Response<Body> {
-    let workflow = deployment.workflow.name.as_str();
-    let run = deployment.run(request.into_body(), None).await;
+/// The answer to a run of the workflow's steps started by a request.
+fn run_response(app: &App, workflow: &str, run: RunReply) -> Response<Body> {
     let (run_id, result) = settle(app, workflow, run);
     match result {
         Ok(outputs) => {

@@ -7,6 +7,12 @@
 //! - anything else: an invocation ([`invoke`]): the route table picks the workflow and
 //!   function, the scheduler's placement picks the worker, the worker runs it.
 //!
+//! In Kubernetes mode ([`kubernetes`]) a deploy becomes a `Workflow` resource that the
+//! operator turns into the deployment the gateways follow.
+//!
+//! In services mode, an event for a workflow with no ready replica (its workers scaled
+//! to zero) is held by the [`activator`] until one has loaded.
+//!
 //! With a Redis broker (`faas_store::broker::RedisBroker`), it also consumes the workflows' Redis channel and stream
 //! triggers (module `redis`).
 //!
@@ -15,10 +21,12 @@
 //! `LocalWorker` traits; `faas up` hands it in-process workers). It parses, routes,
 //! limits and accounts; only the worker touches Wasmtime.
 
+pub mod activator;
 pub mod admin;
 mod auth;
 pub mod config;
 mod invoke;
+pub mod kubernetes;
 mod metrics;
 mod redis;
 pub mod registry;

@@ -46,6 +46,11 @@ struct StepOutcomeLabels {
     outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActivatorLabels {
+    outcome: String,
+}
+
 /// The gateway's metrics and the registry that exposes them.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -60,6 +65,8 @@ pub(crate) struct Metrics {
     steps: Family<StepOutcomeLabels, Counter>,
     step_attempts: Family<StepLabels, Counter>,
     connections_refused: Counter,
+    activator_held: Gauge,
+    activator_requests: Family<ActivatorLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -139,6 +146,19 @@ impl Metrics {
              held as many as it may",
             connections_refused.clone(),
         );
+        let activator_held = Gauge::default();
+        registry.register(
+            "activator_held",
+            "Events held now because their workflow has no ready replica (services mode)",
+            activator_held.clone(),
+        );
+        let activator_requests = Family::<ActivatorLabels, Counter>::default();
+        registry.register(
+            "activator_requests",
+            "Events the activator held or refused, by outcome (forwarded, timeout, full, \
+             cancelled, removed)",
+            activator_requests.clone(),
+        );
         Self {
             registry,
             requests,
@@ -152,7 +172,23 @@ impl Metrics {
             steps,
             step_attempts,
             connections_refused,
+            activator_held,
+            activator_requests,
         }
+    }
+
+    /// Counts one event the activator settled with `outcome`.
+    pub(crate) fn activator_outcome(&self, outcome: &str) {
+        self.activator_requests
+            .get_or_create(&ActivatorLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts an event starting (`+1`) or ending (`-1`) its wait in the activator.
+    pub(crate) fn activator_held(&self, delta: i64) {
+        self.activator_held.inc_by(delta);
     }
 
     /// Counts one invocation of `workflow` and its latency.

@@ -7,6 +7,7 @@
 //! version they started on.
 
 use crate::auth::Caller;
+use crate::kubernetes::KubeError;
 pub use crate::replica::Replica;
 use crate::services::ServicesBackend;
 use faas_invoke::{FunctionSummary, LoadError, LocalWorker, RunRecord, WorkerQuotas};
@@ -118,6 +119,21 @@ impl Deployment {
         })
     }
 
+    /// The same version served by `replicas`, which loaded its `functions`. Those
+    /// replace its own only when it knew none (it was first seen before any worker had
+    /// loaded it: deployed by the operator, or its workers scaled to zero).
+    pub(crate) fn with_loaded_replicas(
+        &self,
+        replicas: Vec<Replica>,
+        functions: Vec<FunctionSummary>,
+    ) -> Self {
+        let mut deployment = self.with_replicas(replicas);
+        if deployment.functions.is_empty() {
+            deployment.functions = functions;
+        }
+        deployment
+    }
+
     /// The uploaded components by function name.
     pub(crate) fn components(&self) -> &Arc<BTreeMap<String, Vec<u8>>> {
         &self.components
@@ -189,6 +205,10 @@ pub enum DeployError {
     /// The state database could not save or delete the deployment (embedded mode).
     #[error(transparent)]
     Store(StoreError),
+    /// The Workflow resource could not be applied or deleted, or the operator
+    /// refused it (Kubernetes mode).
+    #[error(transparent)]
+    Kubernetes(#[from] KubeError),
 }
 
 /// Where a deploy's workflow now runs: what the backend returns to the registry.
@@ -201,6 +221,20 @@ pub(crate) struct Placed {
     pub functions: Vec<FunctionSummary>,
     /// The components to keep for re-placing it (embedded mode).
     pub components: Arc<BTreeMap<String, Vec<u8>>>,
+    /// Whether it is live now.
+    pub state: PlacedState,
+}
+
+/// Whether a deploy's new version is live when the backend returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlacedState {
+    /// Loaded on its replicas: served from now on.
+    Live,
+    /// Accepted (a Workflow resource the operator observed), not loaded yet: the
+    /// follower serves it once a worker has loaded it.
+    Pending,
+    /// The same spec was already declared; nothing changed.
+    Unchanged,
 }
 
 /// Who places and loads workflows.
@@ -483,18 +517,56 @@ impl Registry {
                 placed.revision = Some(revision);
                 placed
             }
-            Backend::Services(shared) => {
-                shared
-                    .deploy(&workflow, request.components, &digest, caller)
-                    .await?
-            }
+            Backend::Services(shared) => shared.deploy(&workflow, request, &digest, caller).await?,
         };
-        Ok(DeployOutcome::Deployed(self.serve(
-            workflow,
-            digest,
-            deployed_at,
-            placed,
-        )))
+        Ok(self.publish(workflow, digest, deployed_at, placed))
+    }
+
+    /// Serves what a deploy `placed`, as far as it is ready to be served.
+    fn publish(
+        &self,
+        workflow: Workflow,
+        digest: String,
+        deployed_at: SystemTime,
+        placed: Placed,
+    ) -> DeployOutcome {
+        let state = placed.state;
+        if state == PlacedState::Live {
+            return DeployOutcome::Deployed(self.serve(workflow, digest, deployed_at, placed));
+        }
+        let current = self
+            .get(&workflow.name)
+            .filter(|current| current.key.tenant == workflow.tenant);
+        let deployment = match current {
+            // Served already at this revision or a later one (the follower was first).
+            Some(current)
+                if placed
+                    .revision
+                    .is_some_and(|revision| current.revision >= revision) =>
+            {
+                current
+            }
+            // The version before keeps serving until a worker has loaded this one;
+            // the follower swaps it in then. This one is only described.
+            Some(current) if !current.replicas.is_empty() => {
+                Arc::new(Deployment::new(DeploymentParts {
+                    workflow,
+                    digest,
+                    revision: placed.revision.unwrap_or(current.revision + 1),
+                    deployed_at,
+                    replicas: placed.replicas,
+                    functions: placed.functions,
+                    components: placed.components,
+                }))
+            }
+            // New here, or serving nothing: routed at once, so that the activator
+            // holds its events until a worker has loaded it.
+            _ => self.serve(workflow, digest, deployed_at, placed),
+        };
+        match state {
+            PlacedState::Unchanged => DeployOutcome::Unchanged(deployment),
+            PlacedState::Live | PlacedState::Pending => DeployOutcome::Deployed(deployment),
+        }
     }
 
     /// Refuses a new workflow of `tenant` when it has as many deployed as its quota
@@ -536,6 +608,14 @@ impl Registry {
     /// [`DeployError::Unsupported`] without a tenant store.
     pub async fn create_tenant(&self, name: &str, quotas: Quotas) -> Result<Tenant, DeployError> {
         let tenants = self.tenants.as_ref().ok_or_else(no_tenant_store)?;
+        // Its namespace first (if it has one): a tenant is never left without it, and
+        // creating it again when it exists changes nothing. A name the store would
+        // refuse makes no namespace.
+        if let Backend::Services(shared) = &self.backend
+            && faas_workflow::is_valid_name(name)
+        {
+            shared.prepare_tenant(name).await?;
+        }
         let tenant = tenants.create_tenant_with_quotas(name, quotas).await?;
         self.apply_quotas_here(&tenant.name, &tenant.quotas);
         Ok(tenant)
@@ -710,36 +790,60 @@ impl Registry {
         Ok(self.serve(workflow, digest, saved.deployed_at, placed))
     }
 
-    /// Removes the workflow `name`; requests already running finish normally.
+    /// Removes the workflow `name` if `caller` may see it; requests already running
+    /// finish normally. Returns the tenant it belonged to, or `None` when there is no
+    /// such workflow (another tenant's is as good as absent). In Kubernetes mode a
+    /// Workflow resource that never went live (the operator refused it) is removed
+    /// too.
     ///
     /// # Errors
     /// [`DeployError::SharedState`] if the shared state could not be changed (services
-    /// mode), [`DeployError::Store`] if the saved deployment could not be deleted
-    /// (embedded mode); the workflow stays deployed then.
-    pub async fn remove(&self, name: &str) -> Result<Option<Arc<Deployment>>, DeployError> {
+    /// mode), [`DeployError::Kubernetes`] if the resource could not be deleted or the
+    /// operator did not remove it in time, [`DeployError::Store`] if the saved
+    /// deployment could not be deleted (embedded mode); the workflow stays deployed
+    /// then.
+    pub async fn remove(&self, name: &str, caller: &Caller) -> Result<Option<String>, DeployError> {
         let _guard = self.deploy_lock.lock().await;
-        if self.get(name).is_none() {
-            return Ok(None);
-        }
-        match &self.backend {
+        let current = self
+            .get(name)
+            .filter(|current| caller.may_act_for(&current.key.tenant));
+        let tenant = match &self.backend {
             Backend::Embedded(placement) => {
+                let Some(current) = current else {
+                    return Ok(None);
+                };
                 if let Some(saved) = &self.saved {
                     saved.remove(name).map_err(DeployError::Store)?;
                 }
-                if let Some(deployment) = self.get(name) {
-                    placement.remove(&deployment.key);
-                }
+                placement.remove(&current.key);
+                current.key.tenant.clone()
             }
-            Backend::Services(shared) => shared.remove(name).await?,
-        }
+            Backend::Services(shared) => {
+                let tenant = match current {
+                    Some(current) => current.key.tenant.clone(),
+                    None => match shared.declared_owner(name, caller).await? {
+                        Some(tenant) => tenant,
+                        None => return Ok(None),
+                    },
+                };
+                shared.remove(&tenant, name).await?;
+                tenant
+            }
+        };
         let mut state = self.write();
-        let removed = state.deployments.remove(name);
-        state.routes = Arc::new(route_table(&state.deployments));
+        if state
+            .deployments
+            .get(name)
+            .is_some_and(|deployment| deployment.key.tenant == tenant)
+        {
+            state.deployments.remove(name);
+            state.routes = Arc::new(route_table(&state.deployments));
+        }
         state.local_changes += 1;
         drop(state);
         self.lock_runs().remove(name);
         self.changed();
-        Ok(removed)
+        Ok(Some(tenant))
     }
 
     /// Removes tenant `name` and revokes its tokens; refused while it has deployed
@@ -902,6 +1006,7 @@ impl Registry {
                 replicas,
                 functions,
                 components,
+                state: PlacedState::Live,
             }),
             Err(err) => {
                 if previous.is_empty() {
@@ -941,6 +1046,13 @@ impl Registry {
     fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RunHistory>> {
         // Each operation is a single push/pop: a poisoned lock is still consistent.
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether each tenant has a namespace of its own (Kubernetes mode), which removing
+    /// the tenant leaves in place.
+    pub fn has_tenant_namespaces(&self) -> bool {
+        self.services()
+            .is_some_and(|shared| shared.has_tenant_namespaces())
     }
 
     /// The services-mode backend, if the registry has one.
@@ -1067,51 +1179,16 @@ pub(crate) fn check_owner(
     }
 }
 
-/// Refuses `workflow` when one of its routes is served by another workflow of
-/// `deployed`, or lies under or over a route of another tenant (a route prefix has
-/// one owner). Routes of one tenant may nest; the catch-all `/...`, the operator's
-/// fallback, claims no prefix. Another tenant's workflow is never named.
+/// Refuses `workflow` when one of its routes conflicts with a workflow of `deployed`
+/// ([`faas_workflow::route_conflict`], the rule the Kubernetes operator applies too).
 pub(crate) fn check_routes<'a>(
     workflow: &Workflow,
     deployed: impl IntoIterator<Item = &'a Workflow>,
 ) -> Result<(), DeployError> {
-    for other in deployed {
-        if other.name == workflow.name {
-            continue;
-        }
-        let same_tenant = other.tenant == workflow.tenant;
-        for ours in workflow.http_triggers.iter().map(|t| &t.route) {
-            for theirs in other.http_triggers.iter().map(|t| &t.route) {
-                let message = if theirs == ours && same_tenant {
-                    format!(
-                        "route `{ours}` is already served by workflow `{}`",
-                        other.name
-                    )
-                } else if theirs == ours {
-                    format!("route `{ours}` is already served by another tenant")
-                } else if same_tenant
-                    || ours.is_catch_all()
-                    || theirs.is_catch_all()
-                    || !ours.overlaps(theirs)
-                {
-                    continue;
-                } else {
-                    // `theirs` is over `ours` when the root of `ours` lies in it.
-                    let root = ours.prefix().unwrap_or(ours.as_str());
-                    let relation = if theirs.is_prefix() && theirs.matches(root) {
-                        "under"
-                    } else {
-                        "over"
-                    };
-                    format!(
-                        "route `{ours}` lies {relation} `{theirs}`, which belongs to another tenant"
-                    )
-                };
-                return Err(DeployError::Conflict(message));
-            }
-        }
+    match faas_workflow::route_conflict(workflow, deployed) {
+        Some(message) => Err(DeployError::Conflict(message)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The route table of `deployments`, most specific route first.

@@ -79,7 +79,7 @@ impl Deployment {
 }
 
 /// A copy of `request` to send again (its extensions are not copied).
-fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
+pub(crate) fn copy_request(request: &Request<Bytes>) -> Request<Bytes> {
     let mut copy = Request::new(request.body().clone());
     *copy.method_mut() = request.method().clone();
     *copy.uri_mut() = request.uri().clone();

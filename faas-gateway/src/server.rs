@@ -1,6 +1,7 @@
 //! Accepting connections (HTTP/1.1 and HTTP/2 on one port), dispatching requests, and
 //! shutting down gracefully.
 
+use crate::activator::Activator;
 use crate::config::GatewayConfig;
 use crate::metrics::Metrics;
 use crate::redis::RedisBroker;
@@ -32,6 +33,9 @@ pub(crate) struct App {
     pub shutting_down: AtomicBool,
     /// Set once the initial workflows are deployed; `/readyz` answers 503 before.
     pub ready: AtomicBool,
+    /// Holds events for workflows with no ready replica (services mode only: in
+    /// embedded mode every deployment has its replicas in this process).
+    pub activator: Option<Activator>,
 }
 
 /// A gateway, configured but not yet listening.
@@ -43,6 +47,9 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway serving the workflows of `registry`.
     pub fn new(config: GatewayConfig, registry: Arc<Registry>) -> Self {
+        let activator = registry
+            .services()
+            .map(|backend| Activator::new(backend.activator_config(), backend.shared().clone()));
         Self {
             app: Arc::new(App {
                 config,
@@ -50,6 +57,7 @@ impl Gateway {
                 metrics: Metrics::new(),
                 shutting_down: AtomicBool::new(false),
                 ready: AtomicBool::new(false),
+                activator,
             }),
             broker: None,
         }
@@ -82,6 +90,9 @@ impl Gateway {
         if self.app.registry.services().is_some() {
             background.push(tokio::spawn(crate::services::follow(
                 self.app.registry.clone(),
+            )));
+            background.push(tokio::spawn(crate::activator::flush_activity(
+                self.app.clone(),
             )));
         }
         tracing::info!(%addr, "gateway listening");

@@ -12,10 +12,14 @@
 //! a worker that stopped heartbeating leaves the replicas, and the replicas the
 //! scheduler placed instead join once they have loaded.
 
+use crate::activator::ActivatorConfig;
 use crate::auth::Caller;
+use crate::kubernetes::{KubeError, WorkflowResources};
 use crate::registry::{
-    DeployError, Deployment, DeploymentParts, Placed, Registry, Replica, check_owner, check_routes,
+    DeployError, DeployRequest, Deployment, DeploymentParts, Placed, PlacedState, Registry,
+    Replica, check_owner, check_routes,
 };
+use faas_invoke::LoadError;
 use faas_invoke::{FunctionSummary, RemoteWorkers};
 use faas_scheduler::WorkerId;
 use faas_shared_state::{
@@ -58,6 +62,20 @@ pub struct ServicesBackend {
     /// When the copy was last taken: it is taken as often as quotas are followed
     /// ([`faas_store::tenants::QUOTA_SYNC_INTERVAL`]), not on every sync.
     tenants_copied_at: std::sync::Mutex<Option<std::time::Instant>>,
+    /// How events for a workflow with no ready replica are held.
+    activator: ActivatorConfig,
+    /// Where deploys go.
+    target: DeployTarget,
+}
+
+/// Where a validated deploy goes, and so who writes the deployment records in Redis.
+enum DeployTarget {
+    /// The gateway stages the record itself and makes it live once the workers loaded
+    /// it (services mode).
+    Staging,
+    /// The gateway applies a Workflow resource; the operator writes the record
+    /// (Kubernetes mode).
+    Resources(WorkflowResources),
 }
 
 /// The shared state at one moment.
@@ -83,25 +101,134 @@ impl ServicesBackend {
             config,
             tenants_copy: std::sync::Mutex::default(),
             tenants_copied_at: std::sync::Mutex::default(),
+            activator: ActivatorConfig::default(),
+            target: DeployTarget::Staging,
         }
     }
 
-    /// Publishes `workflow` and waits until its replicas are loaded.
+    /// Deploys by applying Workflow resources through `resources` (Kubernetes mode):
+    /// the resources are the source of truth, the operator alone writes deployment
+    /// records into Redis, and a tenant's workflows live in its namespace.
+    pub fn with_workflow_resources(mut self, resources: WorkflowResources) -> Self {
+        self.target = DeployTarget::Resources(resources);
+        self
+    }
+
+    /// Whether each tenant has a namespace of its own (Kubernetes mode).
+    pub(crate) fn has_tenant_namespaces(&self) -> bool {
+        matches!(self.target, DeployTarget::Resources(_))
+    }
+
+    /// Readies what a new tenant needs beyond the tenant store: in Kubernetes mode its
+    /// namespace, created (labelled) if missing.
+    pub(crate) async fn prepare_tenant(&self, tenant: &str) -> Result<(), DeployError> {
+        if let DeployTarget::Resources(resources) = &self.target
+            && resources.ensure_namespace(tenant).await?
+        {
+            tracing::info!(tenant, "tenant namespace created");
+        }
+        Ok(())
+    }
+
+    /// Holds events for a workflow with no ready replica as `activator` says (the
+    /// default: [`ActivatorConfig::default`]).
+    pub fn with_activator(mut self, activator: ActivatorConfig) -> Self {
+        self.activator = activator;
+        self
+    }
+
+    /// How events for a workflow with no ready replica are held.
+    pub(crate) fn activator_config(&self) -> ActivatorConfig {
+        self.activator
+    }
+
+    /// The shared state.
+    pub(crate) fn shared(&self) -> &SharedState {
+        &self.shared
+    }
+
+    /// Publishes `workflow` (parsed from `request`): staged, it waits until its
+    /// replicas are loaded; as a Workflow resource, until the operator observed it.
     pub(crate) async fn deploy(
         &self,
         workflow: &Workflow,
-        components: BTreeMap<String, Vec<u8>>,
+        request: DeployRequest,
         digest: &str,
         caller: &Caller,
     ) -> Result<Placed, DeployError> {
-        let name = &workflow.name;
-        let holder = new_holder();
-        self.locked(
-            name,
-            &holder,
-            self.deploy_locked(workflow, components, digest, caller, &holder),
-        )
-        .await
+        match &self.target {
+            DeployTarget::Staging => {
+                let name = &workflow.name;
+                let holder = new_holder();
+                self.locked(
+                    name,
+                    &holder,
+                    self.deploy_locked(workflow, request.components, digest, caller, &holder),
+                )
+                .await
+            }
+            DeployTarget::Resources(resources) => {
+                self.apply(resources, workflow, request, caller).await
+            }
+        }
+    }
+
+    /// [`Self::deploy`] in Kubernetes mode. Everything is checked before anything is
+    /// written: no worker loads the components before the deploy answers, so their
+    /// headers are checked here; names and routes are checked against every workflow
+    /// deployed (Redis) or declared (the resources, some not reconciled yet).
+    async fn apply(
+        &self,
+        resources: &WorkflowResources,
+        workflow: &Workflow,
+        request: DeployRequest,
+        caller: &Caller,
+    ) -> Result<Placed, DeployError> {
+        check_components(workflow, &request.components)?;
+        let mut known: Vec<Workflow> = self
+            .shared
+            .deployments()
+            .await
+            .map_err(shared_state)?
+            .into_values()
+            .map(|record| record.workflow)
+            .collect();
+        known.extend(
+            resources
+                .list(None)
+                .await?
+                .iter()
+                .filter_map(|resource| faas_kube::validate(resource).ok())
+                .map(|valid| valid.workflow),
+        );
+        check_owner(
+            workflow,
+            known
+                .iter()
+                .find(|other| other.name == workflow.name && other.tenant != workflow.tenant),
+            caller,
+        )?;
+        check_routes(workflow, &known)?;
+        let digests = self
+            .put_components(&request.components)
+            .await
+            .map_err(shared_state)?;
+        let spec = faas_kube::spec_from_manifest(&request.manifest, &digests, &request.schemas)
+            .map_err(KubeError::from)?;
+        let observed = resources
+            .apply(&workflow.tenant, &workflow.name, spec)
+            .await?;
+        Ok(Placed {
+            revision: observed.revision,
+            replicas: Vec::new(),
+            functions: Vec::new(),
+            components: Arc::new(request.components),
+            state: if observed.changed {
+                PlacedState::Pending
+            } else {
+                PlacedState::Unchanged
+            },
+        })
     }
 
     /// [`Self::deploy`], under the workflow's lease. The name and routes are checked
@@ -174,6 +301,7 @@ impl ServicesBackend {
             functions,
             replicas,
             components: Arc::new(components),
+            state: PlacedState::Live,
         })
     }
 
@@ -215,7 +343,11 @@ impl ServicesBackend {
         if self.shared.start_epoch(&epoch).await? {
             // Tenants first: a deployment written back serves its tenant's tokens.
             self.write_back_tenants(registry).await;
-            let deployments = registry.list();
+            // With Workflow resources the operator writes the records back from them.
+            let deployments = match self.target {
+                DeployTarget::Staging => registry.list(),
+                DeployTarget::Resources(_) => Vec::new(),
+            };
             if !deployments.is_empty() {
                 tracing::warn!(
                     count = deployments.len(),
@@ -340,8 +472,17 @@ impl ServicesBackend {
         }
     }
 
-    /// The names of the workflows of `tenant` deployed through any gateway.
+    /// The names of the workflows of `tenant` deployed through any gateway (with
+    /// Workflow resources: declared in its namespace).
     pub(crate) async fn workflows_of(&self, tenant: &str) -> Result<Vec<String>, DeployError> {
+        if let DeployTarget::Resources(resources) = &self.target {
+            return Ok(resources
+                .list(Some(tenant))
+                .await?
+                .into_iter()
+                .filter_map(|resource| resource.metadata.name)
+                .collect());
+        }
         let deployed = self.shared.deployments().await.map_err(shared_state)?;
         Ok(deployed
             .into_values()
@@ -350,8 +491,32 @@ impl ServicesBackend {
             .collect())
     }
 
-    /// Removes workflow `name` from the shared state.
-    pub(crate) async fn remove(&self, name: &str) -> Result<(), DeployError> {
+    /// The tenant whose Workflow resource `name` is, among those `caller` may see
+    /// (Kubernetes mode; none otherwise): for a workflow declared but not deployed.
+    pub(crate) async fn declared_owner(
+        &self,
+        name: &str,
+        caller: &Caller,
+    ) -> Result<Option<String>, DeployError> {
+        let DeployTarget::Resources(resources) = &self.target else {
+            return Ok(None);
+        };
+        Ok(resources
+            .list(None)
+            .await?
+            .into_iter()
+            .filter(|resource| resource.metadata.name.as_deref() == Some(name))
+            .filter_map(|resource| resource.metadata.namespace)
+            .find(|namespace| caller.may_act_for(namespace)))
+    }
+
+    /// Removes workflow `name` of `tenant`: from the shared state, or (Kubernetes
+    /// mode) by deleting its resource and waiting until the operator removed it.
+    pub(crate) async fn remove(&self, tenant: &str, name: &str) -> Result<(), DeployError> {
+        if let DeployTarget::Resources(resources) = &self.target {
+            resources.delete(tenant, name).await?;
+            return Ok(());
+        }
         let holder = new_holder();
         self.locked(name, &holder, async {
             match self.shared.remove_deployment(name, &holder).await {
@@ -479,12 +644,35 @@ impl ServicesBackend {
     }
 }
 
+/// Refuses an upload that lacks a function's component, or whose component is not a
+/// WebAssembly component, as a worker loading it would.
+fn check_components(
+    workflow: &Workflow,
+    components: &BTreeMap<String, Vec<u8>>,
+) -> Result<(), LoadError> {
+    for function in workflow.functions.keys() {
+        let bytes = components
+            .get(function)
+            .ok_or_else(|| LoadError::MissingComponent {
+                function: function.clone(),
+            })?;
+        faas_workflow::check_component_header(bytes).map_err(|reason| {
+            LoadError::NotAComponent {
+                function: function.clone(),
+                reason,
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// Keeps `registry` in step with the shared state until the task is dropped.
 ///
 /// For each deployment, the replicas of its revision loaded on live workers serve it.
-/// While a new revision loads, the version the registry serves stays; a version
-/// whose workers all died stays routed with no replica (events get 503) until the
-/// scheduler's new placement has loaded. While Redis is unreachable nothing changes.
+/// While a new revision loads, the version the registry serves stays; a deployment
+/// with no replica (its workers died, were scaled to zero, or have not loaded it yet)
+/// stays routed, and the activator holds its events until the scheduler's placement
+/// has loaded. While Redis is unreachable nothing changes.
 pub async fn follow(registry: Arc<Registry>) {
     let Some(backend) = registry.services().cloned() else {
         return;
@@ -515,7 +703,12 @@ async fn follow_once(
         let (replicas, functions) = backend.ready_replicas(&snapshot, &snapshot.loads, record);
         let current = registry.get(name);
         let deployment = match current {
-            Some(current) if replicas.is_empty() || current.revision > record.revision => {
+            // A newer version deployed through this gateway, or the one it serves
+            // while the record's revision loads: kept, on the replicas still alive.
+            Some(current)
+                if current.revision > record.revision
+                    || (replicas.is_empty() && has_live_replica(&current, &live)) =>
+            {
                 let alive: Vec<Replica> = current
                     .replicas
                     .iter()
@@ -533,13 +726,14 @@ async fn follow_once(
                 if same {
                     current
                 } else {
-                    Arc::new(current.with_replicas(replicas))
+                    Arc::new(current.with_loaded_replicas(replicas, functions))
                 }
             }
-            // Not served yet: its deploy is still waiting for the workers.
-            None if replicas.is_empty() => continue,
-            // Deployed through another gateway: keep its components too, to write
-            // them back should Redis lose them.
+            // Deployed through another gateway (or by the operator), or a new
+            // revision of one with no live replica: keep its components too, to write
+            // them back should Redis lose them. With no replica loaded yet (its
+            // workers are scaled to zero or still loading) it is routed all the same,
+            // so that the activator holds its events instead of a 404.
             _ => Arc::new(Deployment::new(DeploymentParts {
                 workflow: record.workflow.clone(),
                 digest: record.digest.clone(),
@@ -558,6 +752,14 @@ async fn follow_once(
         generation,
     );
     Ok(())
+}
+
+/// Whether `deployment` has a replica on one of the `live` workers.
+fn has_live_replica(deployment: &Deployment, live: &[String]) -> bool {
+    deployment
+        .replicas
+        .iter()
+        .any(|replica| live.contains(&replica.worker_id.0))
 }
 
 fn unix_seconds(time: SystemTime) -> u64 {

@@ -17,6 +17,9 @@ pub const WORKFLOW: &str = "x-faas-workflow";
 pub const FUNCTION: &str = "x-faas-function";
 /// The internal token.
 pub const TOKEN: &str = "x-faas-internal-token";
+/// Longest internal token a worker accepts (in the header and on its Unix socket),
+/// so a process given a longer one refuses it at start rather than every call failing.
+pub const MAX_INTERNAL_TOKEN_BYTES: usize = 256;
 /// The revision the gateway serves the event with: a worker that holds it staged (its
 /// deploy just switched) serves it rather than the live one it has not replaced yet.
 pub const REVISION: &str = "x-faas-revision";

@@ -8,8 +8,10 @@
 //! Architecture invariant: placement is pure logic. The [`Planner`] knows worker ids
 //! and capacities, never sockets or Wasmtime; the embedded mode runs it behind
 //! [`Placement`], and services mode's scheduler process ([`service`]) runs the same
-//! planner against the state shared in Redis.
+//! planner against the state shared in Redis. The Kubernetes operator ([`operator`])
+//! runs those same rounds beside its reconciling of Workflow resources.
 
+pub mod operator;
 mod planner;
 pub mod service;
 

@@ -22,18 +22,42 @@ const COLLECT_EVERY: Duration = Duration::from_secs(10);
 /// deployment names and that were stored more than `component_ttl` ago are deleted
 /// from Redis.
 pub async fn run(shared: SharedState, interval: Duration, component_ttl: Duration) {
-    let mut scheduler = Scheduler::default();
-    let mut collected = tokio::time::Instant::now();
+    let mut rounds = Rounds::new(component_ttl);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if let Err(err) = scheduler.round(&shared).await {
+        rounds.run_once(&shared).await;
+    }
+}
+
+/// Placement rounds and the collection of unnamed components, as [`run`] does them at
+/// each tick; the Kubernetes operator drives the same rounds at its own ticks.
+pub(crate) struct Rounds {
+    scheduler: Scheduler,
+    collected: tokio::time::Instant,
+    component_ttl: Duration,
+}
+
+impl Rounds {
+    /// Rounds that delete the components no deployment names once `component_ttl` old.
+    pub(crate) fn new(component_ttl: Duration) -> Self {
+        Self {
+            scheduler: Scheduler::default(),
+            collected: tokio::time::Instant::now(),
+            component_ttl,
+        }
+    }
+
+    /// One placement round, then a collection if one is due; failures are logged and
+    /// retried at the next call (Redis outages are ridden out).
+    pub(crate) async fn run_once(&mut self, shared: &SharedState) {
+        if let Err(err) = self.scheduler.round(shared).await {
             tracing::warn!("placement round failed, retrying: {err}");
         }
-        if collected.elapsed() >= COLLECT_EVERY.min(component_ttl) {
-            collected = tokio::time::Instant::now();
-            match shared.collect_components(component_ttl).await {
+        if self.collected.elapsed() >= COLLECT_EVERY.min(self.component_ttl) {
+            self.collected = tokio::time::Instant::now();
+            match shared.collect_components(self.component_ttl).await {
                 Ok(deleted) if !deleted.is_empty() => {
                     tracing::info!(?deleted, "deleted components no deployment names");
                 }

@@ -10,10 +10,15 @@
 //! whose lease expired writes nothing); the scheduler removes a staged record whose
 //! lease is gone.
 //!
+//! For scaling workers to zero, gateways record when each workflow last had an event
+//! and signal demand when an event waits for a worker (`faas:activity`,
+//! `faas:demand`).
+//!
 //! Every process follows this state by reading it again at a short interval, so none
 //! depends on a notification that a Redis restart could lose; workers register again
 //! with every heartbeat.
 
+mod activity;
 mod records;
 mod state;
 

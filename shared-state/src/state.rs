@@ -1,6 +1,7 @@
 //! [`SharedState`]: the shared state in Redis, one method per thing a process reads or
 //! writes. Values are JSON, except component bytes.
 
+use crate::activity::{ACTIVITY, DEMAND};
 use crate::records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -127,7 +128,7 @@ impl SharedState {
         Ok(Self { connection })
     }
 
-    fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> ConnectionManager {
         self.connection.clone()
     }
 
@@ -439,8 +440,8 @@ impl SharedState {
             .await
     }
 
-    /// Removes workflow `name`'s deployment, staged version and placement while
-    /// `holder` holds its lease; returns false when it does not.
+    /// Removes workflow `name`'s deployment, staged version, placement, activity and
+    /// demand while `holder` holds its lease; returns false when it does not.
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
@@ -453,7 +454,7 @@ impl SharedState {
             FENCED_REMOVE,
             name,
             holder,
-            &[DEPLOYMENTS, STAGED, PLACEMENTS],
+            &[DEPLOYMENTS, STAGED, PLACEMENTS, ACTIVITY, DEMAND],
             None,
         )
         .await
@@ -637,7 +638,7 @@ impl SharedState {
     }
 }
 
-fn unix_millis() -> u64 {
+pub(crate) fn unix_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)

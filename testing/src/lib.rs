@@ -1,6 +1,7 @@
 //! Test support shared by the workspace's integration tests and benchmarks: the real
 //! components of `functions/`, built for wasm32-wasip2 once per process.
 //! Also a throwaway `redis-server` ([`RedisServer`]) for the Redis-backed stores.
+//! And a real Kubernetes control plane ([`kube::ControlPlane`]) for the Kubernetes tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,6 +62,8 @@ pub fn manifest_tenant(text: &str) -> Option<String> {
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("creating a temporary directory")
 }
+
+pub mod kube;
 
 pub use redis_server::RedisServer;
 

@@ -48,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod component;
+mod conflict;
 mod error;
 mod locate;
 pub mod memory;
@@ -59,6 +60,7 @@ mod schema_type;
 mod validate;
 
 pub use component::{NotAComponent, check_component_header};
+pub use conflict::route_conflict;
 pub use error::{Diagnostic, ManifestError};
 pub use memory::{InterfaceRef, InterfaceRefError, MemoryLimit, StepMemories};
 pub use model::{

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod activator;
 mod admin;
 mod deploy;
 mod deploy_crash;

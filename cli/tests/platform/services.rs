@@ -20,24 +20,34 @@ pub(crate) const INTERNAL_TOKEN: &str = "test-internal-token";
 /// A platform in services mode: each part in its own process, sharing one Redis.
 /// A `faas gateway` on a free port, reading the shared state every `sync_ms`.
 pub(crate) fn spawn_gateway(redis: &RedisServer, dir: &std::path::Path, sync_ms: &str) -> Process {
-    Process::spawn(
-        &[
-            "gateway",
-            "--redis",
-            &redis.url(),
-            "--sync-interval-ms",
-            sync_ms,
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-            "--internal-token",
-            INTERNAL_TOKEN,
-            "--data-dir",
-            dir.to_str().unwrap(),
-        ],
-        "faas gateway is up at ",
-    )
+    spawn_gateway_with(redis, dir, sync_ms, &[])
+}
+
+/// Like [`spawn_gateway`], with extra `faas gateway` arguments.
+pub(crate) fn spawn_gateway_with(
+    redis: &RedisServer,
+    dir: &std::path::Path,
+    sync_ms: &str,
+    extra: &[&str],
+) -> Process {
+    let url = redis.url();
+    let mut args = vec![
+        "gateway",
+        "--redis",
+        &url,
+        "--sync-interval-ms",
+        sync_ms,
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        TOKEN,
+        "--internal-token",
+        INTERNAL_TOKEN,
+        "--data-dir",
+        dir.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    Process::spawn(&args, "faas gateway is up at ")
 }
 
 /// Fields drop in order: the processes go before the Redis they use.
@@ -59,6 +69,16 @@ impl Services {
 
     /// Like [`Services::start`], with extra `faas scheduler` arguments.
     pub(crate) fn start_with(workers: &[&str], scheduler_extra: &[&str]) -> Self {
+        Self::start_full(workers, scheduler_extra, &[])
+    }
+
+    /// Like [`Services::start`], with extra `faas scheduler` and `faas gateway`
+    /// arguments.
+    pub(crate) fn start_full(
+        workers: &[&str],
+        scheduler_extra: &[&str],
+        gateway_extra: &[&str],
+    ) -> Self {
         faas_testing::build_functions();
         let redis = RedisServer::start();
         let data = faas_testing::temp_dir();
@@ -66,7 +86,8 @@ impl Services {
         let mut args = vec!["scheduler", "--redis", &url, "--sync-interval-ms", SYNC_MS];
         args.extend(scheduler_extra);
         let scheduler = Process::spawn(&args, "faas scheduler is up");
-        let gateway = spawn_gateway(&redis, &data.path().join("gateway"), SYNC_MS);
+        let gateway =
+            spawn_gateway_with(&redis, &data.path().join("gateway"), SYNC_MS, gateway_extra);
         let url = gateway.announced.clone();
         wait_ready(&url, Duration::from_secs(30));
         let mut services = Self {

@@ -23,8 +23,18 @@ impl Process {
     /// Starts `faas <args>` in the repository root and waits for the stdout line that
     /// starts with `ready_prefix`.
     pub fn spawn<S: AsRef<std::ffi::OsStr>>(args: &[S], ready_prefix: &str) -> Self {
+        Self::spawn_with_env(args, &[], ready_prefix)
+    }
+
+    /// [`Process::spawn`] with extra environment variables (e.g. `KUBECONFIG`).
+    pub fn spawn_with_env<S: AsRef<std::ffi::OsStr>>(
+        args: &[S],
+        env: &[(&str, &std::ffi::OsStr)],
+        ready_prefix: &str,
+    ) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_faas"))
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(faas_testing::repo_root())
             .env("FAAS_LOG", "warn")
             .stdout(Stdio::piped())

@@ -30,7 +30,7 @@ use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamClaimOptions, StreamId,
-    StreamPendingCountReply, StreamReadOptions, StreamReadReply,
+    StreamInfoGroupsReply, StreamPendingCountReply, StreamReadOptions, StreamReadReply,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,6 +135,20 @@ async fn create_group(
     }
 }
 
+/// Whether the trigger's group has entries to run: not yet delivered, or delivered
+/// and not acknowledged. A lag Redis cannot tell counts as a backlog.
+async fn has_backlog(
+    connection: &mut ConnectionManager,
+    consumer: &Consumer,
+) -> redis::RedisResult<bool> {
+    let groups: StreamInfoGroupsReply = connection.xinfo_groups(&consumer.stream).await?;
+    Ok(groups
+        .groups
+        .iter()
+        .find(|group| group.name == consumer.trigger.group)
+        .is_some_and(|group| group.pending > 0 || group.lag.is_none_or(|lag| lag > 0)))
+}
+
 /// One batch: reclaimed idle entries first, else new ones; processed concurrently.
 async fn round(
     app: &Arc<App>,
@@ -144,12 +158,18 @@ async fn round(
 ) -> redis::RedisResult<()> {
     let trigger = &consumer.trigger;
     // Entries taken while no worker can run them would only fail and wait for a
-    // reclaim: leave them in the stream until a replica is ready.
+    // reclaim: leave them in the stream until a replica is ready. When some wait, the
+    // activator asks for a worker (its workers may be scaled to zero).
     if app
         .registry
         .get(&consumer.workflow)
         .is_none_or(|deployment| deployment.replicas.is_empty())
     {
+        if let Some(activator) = &app.activator
+            && has_backlog(connection, consumer).await?
+        {
+            activator.signal_demand(&consumer.workflow);
+        }
         tokio::time::sleep(BLOCK).await;
         return Ok(());
     }

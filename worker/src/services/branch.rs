@@ -227,7 +227,7 @@ pub(crate) fn send_frame(
 }
 
 /// Largest token a socket call may present; a longer one is refused unread.
-pub const MAX_INTERNAL_TOKEN_BYTES: usize = 256;
+pub use faas_invoke::wire::MAX_INTERNAL_TOKEN_BYTES;
 /// Largest JSON head of a frame on the socket (it names regions, not their bytes).
 const MAX_HEAD_BYTES: usize = 1 << 20;
 /// Most bytes a frame on the socket may carry inline (regions not passed as

@@ -1,0 +1,173 @@
+"""Checks of rendered chart manifests that no schema expresses, for charts/check.
+
+Usage:
+    manifests.py policy RENDERED.yaml...
+        Fails (exit 1, naming the object and the rule) unless every pod runs non-root
+        with the RuntimeDefault seccomp profile, every container has a read-only root
+        filesystem, no privilege escalation, all capabilities dropped, requests and
+        limits, and (but for the operator, which serves no port) both probes; the
+        workers mount no API token and are bound to no role; and no RBAC rule uses a
+        wildcard or reaches Secrets.
+    manifests.py crd-schema CRD.yaml OUT_DIR
+        Writes, for each version of the CRD, OUT_DIR/<kind>_<version>.json: the
+        version's openAPIV3Schema as a strict JSON schema kubeconform validates the
+        custom resources with (schema location '{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json').
+    manifests.py documented VALUES.yaml VALUES.schema.json
+        Fails unless every value in VALUES.yaml is described in the schema.
+"""
+
+import json
+import os
+import sys
+
+import yaml
+
+
+def load(paths):
+    for path in paths:
+        with open(path) as f:
+            for doc in yaml.safe_load_all(f):
+                if doc:
+                    yield path, doc
+
+
+def name_of(doc):
+    return f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+
+
+def policy(paths):
+    problems = []
+    bound = {}  # ServiceAccount name -> role bindings naming it
+    worker_accounts = set()
+    for path, doc in load(paths):
+        kind = doc.get("kind")
+        where = f"{path}: {name_of(doc)}"
+        if kind in ("Role", "ClusterRole"):
+            for rule in doc.get("rules", []):
+                for field in ("verbs", "resources", "apiGroups"):
+                    if "*" in rule.get(field, []):
+                        problems.append(f"{where}: a wildcard in {field}")
+                if "secrets" in rule.get("resources", []):
+                    problems.append(f"{where}: a rule reaches Secrets")
+        if kind in ("RoleBinding", "ClusterRoleBinding"):
+            for subject in doc.get("subjects", []):
+                bound.setdefault(subject.get("name"), []).append(where)
+        if kind != "Deployment":
+            continue
+        spec = doc["spec"]
+        selector = spec["selector"]["matchLabels"]
+        template = spec["template"]
+        labels = template["metadata"].get("labels", {})
+        if any(labels.get(k) != v for k, v in selector.items()):
+            problems.append(f"{where}: the selector does not match the pod labels")
+        pod = template["spec"]
+        component = labels.get("app.kubernetes.io/component")
+        security = pod.get("securityContext", {})
+        if security.get("runAsNonRoot") is not True:
+            problems.append(f"{where}: the pod may run as root")
+        if security.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+            problems.append(f"{where}: the pod's seccomp profile is not RuntimeDefault")
+        if component == "worker":
+            if pod.get("automountServiceAccountToken") is not False:
+                problems.append(f"{where}: the workers mount an API token")
+            worker_accounts.add(pod.get("serviceAccountName"))
+            env = {e["name"]: e for c in pod["containers"] for e in c.get("env", [])}
+            source = env.get("FAAS_WORKER_ID", {}).get("valueFrom", {}).get("fieldRef", {})
+            if source.get("fieldPath") != "metadata.name":
+                problems.append(f"{where}: FAAS_WORKER_ID is not the pod's name")
+        for container in pod["containers"] + pod.get("initContainers", []):
+            at = f"{where} container {container['name']}"
+            sc = container.get("securityContext", {})
+            if sc.get("readOnlyRootFilesystem") is not True:
+                problems.append(f"{at}: the root filesystem is writable")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{at}: privilege escalation is allowed")
+            if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+                problems.append(f"{at}: capabilities are not all dropped")
+            resources = container.get("resources", {})
+            if not resources.get("requests") or not resources.get("limits"):
+                problems.append(f"{at}: no resource requests or limits")
+            if component != "operator":
+                for probe in ("livenessProbe", "readinessProbe"):
+                    if probe not in container:
+                        problems.append(f"{at}: no {probe}")
+    for account in sorted(worker_accounts & set(bound)):
+        problems.append(f"the workers' ServiceAccount {account} is bound: {bound[account]}")
+    for problem in problems:
+        print(f"policy: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def strict(schema):
+    """The schema with unknown fields refused wherever the API server would prune them."""
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: strict(value) for key, value in schema.items()}
+    if (
+        out.get("type") == "object"
+        and "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def crd_schema(crd_path, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    for _, crd in load([crd_path]):
+        if crd.get("kind") != "CustomResourceDefinition":
+            continue
+        kind = crd["spec"]["names"]["kind"].lower()
+        for version in crd["spec"]["versions"]:
+            schema = strict(version["schema"]["openAPIV3Schema"])
+            # apiVersion, kind and metadata are implicit in a structural schema.
+            properties = schema.setdefault("properties", {})
+            properties.setdefault("apiVersion", {"type": "string"})
+            properties.setdefault("kind", {"type": "string"})
+            properties.setdefault("metadata", {"type": "object"})
+            path = os.path.join(out_dir, f"{kind}_{version['name']}.json")
+            with open(path, "w") as f:
+                json.dump(schema, f, indent=1)
+    return 0
+
+
+def documented(values_path, schema_path):
+    with open(values_path) as f:
+        values = yaml.safe_load(f)
+    with open(schema_path) as f:
+        schema = json.load(f)
+    missing = []
+
+    def walk(value, node, path):
+        if path and "description" not in node:
+            missing.append(path)
+        if isinstance(value, dict) and "properties" in node:
+            for key, item in value.items():
+                child = node["properties"].get(key)
+                if child is None:
+                    missing.append(f"{path}.{key}".lstrip("."))
+                else:
+                    walk(item, child, f"{path}.{key}".lstrip("."))
+
+    walk(values, schema, "")
+    for path in missing:
+        print(f"values.schema.json does not describe {path}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == "policy":
+        return policy(argv[1:])
+    if len(argv) == 3 and argv[0] == "documented":
+        return documented(argv[1], argv[2])
+    if len(argv) == 3 and argv[0] == "crd-schema":
+        return crd_schema(argv[1], argv[2])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,310 @@
+//! `faas worker` (services mode: a worker that registers in Redis and runs what is
+//! placed on it) and the worker flags `faas up` shares. Everything in this crate that
+//! needs `faas-worker`, and so Wasmtime, is here or in `up`: without the default
+//! `worker` feature, `no_worker.rs` stands in for this module, so that a `faas` for the
+//! gateway and operator images carries no compiler.
+
+use crate::args::{BrokerArgs, IdentityArgs};
+use crate::services::{InternalTokenArgs, RedisArgs, wait_for_signal};
+use anyhow::Context;
+use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
+use faas_worker::config::{DEFAULT_MAX_REGIONS_PER_INSTANCE, DEFAULT_REGION_MAP_THRESHOLD};
+use faas_worker::kv::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, KvQuota};
+use faas_worker::services::{Node, NodeConfig, NodeListeners};
+use faas_worker::{KeyValueStore, Limits, Worker, WorkerConfig};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::up::{UpArgs, run as up};
+pub use faas_worker::raise_descriptor_limit;
+
+/// A worker's limits and capacity.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// Directory for precompiled components; defaults to <data-dir>/cache. Processes
+    /// may share one.
+    #[arg(long, env = "FAAS_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Most compiled code the cache directory may hold, in MiB; the least recently used
+    /// components are deleted beyond it. 0 for no limit.
+    #[arg(long, env = "FAAS_CACHE_MAX_MB", default_value_t = DEFAULT_CACHE_MAX_BYTES >> 20)]
+    pub cache_max_mb: u64,
+    /// How many key-value keys each tenant may keep. 0 for no limit.
+    #[arg(long, env = "FAAS_KV_MAX_KEYS", default_value_t = DEFAULT_MAX_KEYS)]
+    pub kv_max_keys: u64,
+    /// How many bytes of key-value keys and values each tenant may keep. 0 for no
+    /// limit.
+    #[arg(long, env = "FAAS_KV_MAX_BYTES", default_value_t = DEFAULT_MAX_BYTES)]
+    pub kv_max_bytes: u64,
+    /// Default memory limit of an instance, in MiB.
+    #[arg(long, env = "FAAS_MEMORY_MB", default_value_t = Limits::default().memory_mb)]
+    pub memory_mb: u32,
+    /// Largest memory limit a function may ask for, in MiB.
+    #[arg(long, env = "FAAS_MAX_MEMORY_MB", default_value_t = 512)]
+    pub max_memory_mb: u32,
+    /// Default deadline of an event, in milliseconds.
+    #[arg(long, env = "FAAS_TIMEOUT_MS", default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Default fuel of an event (about one unit per wasm instruction); 0 for unlimited.
+    /// Functions with a fuel limit (this default, or `fuel` in workflow.toml) are
+    /// compiled with fuel metering, which slows compute-heavy code (4-27% in
+    /// bench/cachesim.sh); the deadline (`--timeout-ms`) bounds every event either way.
+    #[arg(long, env = "FAAS_FUEL", default_value_t = 0)]
+    pub fuel: u64,
+    /// How many instances may run at once, per worker.
+    #[arg(long, env = "FAAS_MAX_INSTANCES", default_value_t = 1000)]
+    pub max_instances: u32,
+    /// Regions of at least this many bytes are mapped into the next step's memory
+    /// instead of copied; `off` copies every region once (for comparison).
+    #[arg(long, env = "FAAS_REGION_MAP_THRESHOLD", value_name = "BYTES|off",
+          default_value_t = MapThreshold(DEFAULT_REGION_MAP_THRESHOLD), value_parser = parse_map_threshold)]
+    pub region_map_threshold: MapThreshold,
+    /// How many workflows each worker may hold before placement spills to another.
+    #[arg(
+        long = "worker-capacity",
+        env = "FAAS_WORKER_CAPACITY",
+        default_value_t = 1000
+    )]
+    pub capacity: usize,
+    /// How many guests may run at the same moment; a freed turn goes to the tenant
+    /// running the fewest guests. Defaults to the number of cores.
+    #[arg(long, env = "FAAS_GUEST_TURNS")]
+    pub guest_turns: Option<usize>,
+    /// How many instances one tenant may hold at once, per worker. Defaults to half of
+    /// `--max-instances`.
+    #[arg(long, env = "FAAS_MAX_INSTANCES_PER_TENANT")]
+    pub max_instances_per_tenant: Option<u32>,
+    /// How many regions one instance may create.
+    #[arg(long, env = "FAAS_MAX_REGIONS_PER_INSTANCE", default_value_t = DEFAULT_MAX_REGIONS_PER_INSTANCE)]
+    pub max_regions_per_instance: usize,
+    /// How many region memory files may be open at once, per worker. Defaults to a
+    /// quarter of the process's descriptor limit.
+    #[arg(long, env = "FAAS_MAX_REGION_FILES")]
+    pub max_region_files: Option<usize>,
+}
+
+impl WorkerArgs {
+    /// The key-value quota every tenant gets.
+    pub fn kv_quota(&self) -> KvQuota {
+        KvQuota::new(self.kv_max_keys, self.kv_max_bytes)
+    }
+
+    /// The worker configuration, caching compiled code under `data_dir` unless
+    /// `--cache-dir` says otherwise.
+    pub fn config(&self, data_dir: &Path) -> WorkerConfig {
+        let mut config = WorkerConfig::new(
+            self.cache_dir
+                .clone()
+                .unwrap_or_else(|| data_dir.join("cache")),
+        );
+        config.default_limits = Limits {
+            memory_mb: self.memory_mb,
+            timeout: Duration::from_millis(self.timeout_ms),
+            fuel: (self.fuel > 0).then_some(self.fuel),
+        };
+        config.cache_max_bytes = self.cache_max_mb.saturating_mul(1 << 20);
+        config.max_memory_mb = self.max_memory_mb;
+        config.max_instances = self.max_instances;
+        config.region_map_threshold = self.region_map_threshold.0;
+        if let Some(turns) = self.guest_turns {
+            config.guest_turns = turns.max(1);
+        }
+        config.max_instances_per_tenant = self
+            .max_instances_per_tenant
+            .unwrap_or(self.max_instances.div_ceil(2))
+            .max(1);
+        config.max_regions_per_instance = self.max_regions_per_instance;
+        if let Some(files) = self.max_region_files {
+            config.max_region_files = files;
+        }
+        config
+    }
+}
+
+/// `--region-map-threshold`: a byte count, or `off` (never map).
+#[derive(Debug, Clone, Copy)]
+pub struct MapThreshold(usize);
+
+impl std::fmt::Display for MapThreshold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 == usize::MAX {
+            f.write_str("off")
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+fn parse_map_threshold(value: &str) -> Result<MapThreshold, String> {
+    if value == "off" {
+        return Ok(MapThreshold(usize::MAX));
+    }
+    value
+        .parse()
+        .map(MapThreshold)
+        .map_err(|_| format!("`{value}` is neither a byte count nor `off`"))
+}
+
+/// Arguments of `faas worker`.
+#[derive(Debug, clap::Args)]
+pub struct WorkerCmdArgs {
+    #[command(flatten)]
+    identity: IdentityArgs,
+    #[command(flatten)]
+    internal_token: InternalTokenArgs,
+    #[command(flatten)]
+    worker: WorkerArgs,
+    #[command(flatten)]
+    redis: RedisArgs,
+    #[command(flatten)]
+    broker: BrokerArgs,
+    /// Address of the internal API the gateway forwards events to.
+    #[arg(long, env = "FAAS_WORKER_LISTEN", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// `host:port` the gateway reaches the internal API at; defaults to the address
+    /// bound.
+    #[arg(long, env = "FAAS_WORKER_ADVERTISE")]
+    advertise: Option<String>,
+    /// This worker's id among the workers; a random one by default.
+    #[arg(long, env = "FAAS_WORKER_ID")]
+    id: Option<String>,
+    /// How long the worker counts as alive after its last heartbeat, in milliseconds;
+    /// the scheduler places its workflows elsewhere after that.
+    #[arg(long, env = "FAAS_HEARTBEAT_TTL_MS", default_value_t = 3000)]
+    heartbeat_ttl_ms: u64,
+    /// Identifies this machine: workers with the same host id hand regions to each
+    /// other as memory file descriptors. Defaults to the kernel's boot id.
+    #[arg(long, env = "FAAS_HOST_ID")]
+    host_id: Option<String>,
+    /// The Unix socket other workers on this host pass region descriptors through;
+    /// defaults to <data-dir>/worker.sock.
+    #[arg(long, env = "FAAS_WORKER_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address.
+    #[arg(long, env = "FAAS_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// On SIGTERM, how long the worker may keep serving while its workflows are placed
+    /// and loaded elsewhere and its events in flight finish, in milliseconds.
+    #[arg(long, env = "FAAS_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
+    shutdown_grace_ms: u64,
+    /// Close an internal API connection after it carried no request for this many
+    /// milliseconds.
+    #[arg(long, env = "FAAS_INTERNAL_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
+    internal_idle_timeout_ms: u64,
+    /// Most internal API connections one client address may hold open at once; more
+    /// are refused.
+    #[arg(long, env = "FAAS_INTERNAL_MAX_CONNECTIONS", default_value_t = 64)]
+    internal_max_connections: usize,
+}
+
+/// Runs a worker until Ctrl-C or SIGTERM.
+pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
+    let token = args.internal_token.resolve(&args.identity.data_dir)?;
+    let shared = args.redis.shared().await?;
+    let broker = args.broker.connect(&args.redis.redis).await?;
+    let key_value = Arc::new(
+        KeyValueStore::redis(&args.redis.redis)
+            .await?
+            .with_quota(args.worker.kv_quota()),
+    );
+    let worker = Worker::new(args.worker.config(&args.identity.data_dir))?
+        .with_key_value(key_value)
+        .with_publisher(Arc::new(broker.clone()));
+    let worker = Arc::new(worker);
+    follow_quotas(
+        &args.redis.redis,
+        worker.clone(),
+        broker,
+        args.redis.interval(),
+    )
+    .await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let bound = listener.local_addr()?;
+    let id = args
+        .id
+        .unwrap_or_else(|| format!("worker-{:08x}", rand::random::<u32>()));
+    let config = NodeConfig {
+        id: id.clone(),
+        advertise: args.advertise.unwrap_or_else(|| bound.to_string()),
+        capacity: args.worker.capacity,
+        token,
+        heartbeat_ttl: Duration::from_millis(args.heartbeat_ttl_ms.max(30)),
+        sync_interval: args.redis.interval(),
+        host_id: match args.host_id {
+            Some(host_id) => host_id,
+            None => boot_id()?,
+        },
+        socket: Some(
+            args.socket
+                .unwrap_or_else(|| args.identity.data_dir.join("worker.sock")),
+        ),
+        idle_timeout: Duration::from_millis(args.internal_idle_timeout_ms.max(1)),
+        max_connections_per_client: args.internal_max_connections.max(1),
+    };
+    std::fs::create_dir_all(&args.identity.data_dir)
+        .with_context(|| format!("creating data dir {}", args.identity.data_dir.display()))?;
+    let metrics = match args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?,
+        ),
+        None => None,
+    };
+    let metrics_at = match &metrics {
+        Some(listener) => format!(", metrics at http://{}/metrics", listener.local_addr()?),
+        None => String::new(),
+    };
+    let listeners = NodeListeners {
+        internal: listener,
+        metrics,
+    };
+    let node =
+        Node::start(worker, shared, config, listeners).context("binding the worker socket")?;
+    println!("faas worker {id} is up at {bound}{metrics_at}");
+    args.internal_token.print_source(&args.identity.data_dir);
+    wait_for_signal().await?;
+    println!("draining");
+    node.drain(Duration::from_millis(args.shutdown_grace_ms))
+        .await;
+    Ok(())
+}
+
+/// This boot of this machine, as the kernel names it.
+fn boot_id() -> anyhow::Result<String> {
+    let path = "/proc/sys/kernel/random/boot_id";
+    Ok(std::fs::read_to_string(path)
+        .with_context(|| format!("reading {path}; give --host-id"))?
+        .trim()
+        .to_owned())
+}
+
+/// Has `worker` and `broker` (a worker process of services mode) follow the tenants'
+/// quotas in the Redis at `url`, every `interval` (the worker's `--sync-interval-ms`, as
+/// it follows placements), in a task of their own.
+///
+/// # Errors
+/// If Redis cannot be reached.
+async fn follow_quotas(
+    url: &str,
+    worker: std::sync::Arc<faas_worker::Worker>,
+    broker: faas_store::broker::RedisBroker,
+    interval: std::time::Duration,
+) -> anyhow::Result<()> {
+    let tenants = faas_store::TenantStore::redis(url)
+        .await
+        .context("connecting to the tenant store")?;
+    tokio::spawn(async move {
+        tenants
+            .follow(interval, |all| {
+                worker.apply_tenant_quotas(all);
+                broker.apply_tenant_quotas(all);
+            })
+            .await;
+    });
+    Ok(())
+}

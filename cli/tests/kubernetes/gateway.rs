@@ -1,0 +1,734 @@
+//! `faas gateway --kubernetes`: `faas deploy workflow.toml` creates or updates the
+//! Workflow resource in the tenant's namespace, `faas rm` deletes it, `faas tenant
+//! create` creates the namespace; what the gateway refuses never reaches the cluster.
+//!
+//! Real: the control plane, a redis-server, the `faas` CLI and a `faas gateway
+//! --kubernetes` process, which runs as a ServiceAccount bound to exactly the
+//! ClusterRole below (the one the chart must grant it), so a verb it lacks fails here.
+//! Stood in for: the operator, by [`StandInOperator`] (`faas operator` did not exist
+//! when these tests were written): it marks each generation observed (revision =
+//! generation, `Degraded` when the description is [`DEGRADE`]), holds the finalizer
+//! `faas.dev/cleanup` and lets go of it a round after a deletion. It writes no
+//! deployment record into Redis, so nothing here is served by a worker.
+
+use crate::support::{Process, TOKEN, client, copy_manifest, error_of, faas_as, wait_ready};
+use faas_testing::RedisServer;
+use faas_testing::kube::ControlPlane;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the gateway may do in the cluster: the least privilege the chart grants it.
+const GATEWAY_RBAC: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: faas-gateway-test
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: faas-gateway
+  namespace: faas-gateway-test
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: faas-gateway-test
+rules:
+  - apiGroups: ["faas.dev"]
+    resources: ["workflows"]
+    verbs: ["get", "list", "create", "patch", "delete"]
+  - apiGroups: [""]
+    resources: ["namespaces"]
+    verbs: ["create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: faas-gateway-test
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: faas-gateway-test
+subjects:
+  - kind: ServiceAccount
+    name: faas-gateway
+    namespace: faas-gateway-test
+"#;
+
+/// The description that makes the stand-in operator mark a spec `Degraded`.
+const DEGRADE: &str = "degrade me";
+/// The reason it gives.
+const DEGRADED_REASON: &str = "InvalidSpec";
+
+/// Installs the Workflow CRD (as checked in for the chart) once per test binary and
+/// waits until it is served.
+pub(crate) fn install_crd(plane: &ControlPlane) {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let crd = faas_testing::repo_root().join("charts/faas/crds/workflows.faas.dev.yaml");
+        plane.kubectl_ok([
+            "apply".as_ref(),
+            "--server-side".as_ref(),
+            "--force-conflicts".as_ref(),
+            "-f".as_ref(),
+            crd.as_os_str(),
+        ]);
+        plane.kubectl_ok([
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/workflows.faas.dev",
+        ]);
+    });
+}
+
+/// A kubeconfig for the gateway's ServiceAccount ([`GATEWAY_RBAC`]), made once per
+/// test binary: the admin's cluster and CA, a token of that account.
+fn gateway_kubeconfig(plane: &ControlPlane) -> &'static Path {
+    static KUBECONFIG: OnceLock<PathBuf> = OnceLock::new();
+    KUBECONFIG.get_or_init(|| {
+        let rbac = plane.dir().join("faas-gateway-rbac.yaml");
+        std::fs::write(&rbac, GATEWAY_RBAC).expect("writing the RBAC manifest");
+        plane.kubectl_ok(["apply".as_ref(), "-f".as_ref(), rbac.as_os_str()]);
+        let token = plane.kubectl_ok([
+            "create",
+            "token",
+            "faas-gateway",
+            "--namespace",
+            "faas-gateway-test",
+            "--duration",
+            "2h",
+        ]);
+        let path = plane.dir().join("faas-gateway.kubeconfig");
+        std::fs::copy(plane.kubeconfig(), &path).expect("copying the kubeconfig");
+        let config = path.to_str().expect("a UTF-8 path");
+        // A user of its own: a client certificate would win over the token.
+        plane.kubectl_ok([
+            "--kubeconfig",
+            config,
+            "config",
+            "set-credentials",
+            "faas-gateway",
+            &format!("--token={}", token.trim()),
+        ]);
+        plane.kubectl_ok([
+            "--kubeconfig",
+            config,
+            "config",
+            "set-context",
+            "--current",
+            "--user=faas-gateway",
+        ]);
+        path
+    })
+}
+
+/// A name no other test of this binary uses (namespaces, workflows and routes are
+/// shared by every test on the one control plane).
+fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The operator's part, as far as the gateway depends on it (see the module docs).
+struct StandInOperator {
+    namespaces: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StandInOperator {
+    fn start(plane: &'static ControlPlane) -> Self {
+        let namespaces = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (namespaces, stop) = (namespaces.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let watched = namespaces.lock().unwrap().clone();
+                    for namespace in &watched {
+                        reconcile(plane, namespace);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        };
+        Self {
+            namespaces,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Reconciles the Workflows of `namespace` from now on.
+    fn watch(&self, namespace: &str) {
+        self.namespaces.lock().unwrap().push(namespace.to_owned());
+    }
+}
+
+impl Drop for StandInOperator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One round of the stand-in operator over `namespace`. Failures (a conflict, a
+/// namespace being deleted) are left to the next round.
+fn reconcile(plane: &ControlPlane, namespace: &str) {
+    let listed = plane.kubectl(["get", "workflows", "-n", namespace, "-o", "json"]);
+    let Ok(list) = serde_json::from_slice::<Value>(&listed.stdout) else {
+        return;
+    };
+    for item in list["items"].as_array().into_iter().flatten() {
+        let name = item["metadata"]["name"].as_str().unwrap_or_default();
+        let patch = |extra: &[&str], body: Value| {
+            let body = body.to_string();
+            let mut args = vec!["patch", "workflow", name, "-n", namespace, "--type=merge"];
+            args.extend(extra);
+            args.extend(["-p", &body]);
+            plane.kubectl(&args);
+        };
+        if !item["metadata"]["deletionTimestamp"].is_null() {
+            patch(&[], json!({"metadata": {"finalizers": null}}));
+            continue;
+        }
+        let generation = item["metadata"]["generation"].as_i64().unwrap_or_default();
+        if item["status"]["observedGeneration"].as_i64() == Some(generation) {
+            continue;
+        }
+        if item["metadata"]["finalizers"].is_null() {
+            patch(
+                &[],
+                json!({"metadata": {"finalizers": ["faas.dev/cleanup"]}}),
+            );
+        }
+        let degraded = item["spec"]["description"] == DEGRADE;
+        let condition = json!({
+            "type": "Degraded",
+            "status": if degraded { "True" } else { "False" },
+            "reason": if degraded { DEGRADED_REASON } else { "Valid" },
+            "message": if degraded { "spec.description: the stand-in refuses it" } else { "" },
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        });
+        patch(
+            &["--subresource=status"],
+            json!({"status": {
+                "observedGeneration": generation,
+                "revision": generation,
+                "conditions": [condition],
+            }}),
+        );
+    }
+}
+
+/// A `faas gateway --kubernetes` with its Redis, and the stand-in operator. Fields
+/// drop in order: the gateway goes before the Redis it uses, and the operator lock
+/// last.
+struct KubeGateway {
+    url: String,
+    plane: &'static ControlPlane,
+    _gateway: Process,
+    operator: StandInOperator,
+    _redis: RedisServer,
+    dir: tempfile::TempDir,
+    /// No real operator (of another test) reconciles these Workflows meanwhile.
+    _operator_lock: std::sync::MutexGuard<'static, ()>,
+}
+
+impl KubeGateway {
+    fn start() -> Self {
+        Self::start_with_timeout("20")
+    }
+
+    /// A gateway whose deploys wait `deploy_timeout_s` for the operator.
+    fn start_with_timeout(deploy_timeout_s: &str) -> Self {
+        let operator_lock = crate::operator_lock();
+        let plane = ControlPlane::shared();
+        install_crd(plane);
+        let kubeconfig = gateway_kubeconfig(plane);
+        faas_testing::build_functions();
+        let redis = RedisServer::start();
+        let dir = faas_testing::temp_dir();
+        let redis_url = redis.url();
+        let data_dir = dir.path().join("gateway");
+        let gateway = Process::spawn_with_env(
+            &[
+                "gateway".as_ref(),
+                "--kubernetes".as_ref(),
+                "--redis".as_ref(),
+                redis_url.as_ref(),
+                "--sync-interval-ms".as_ref(),
+                "50".as_ref(),
+                "--listen".as_ref(),
+                "127.0.0.1:0".as_ref(),
+                "--token".as_ref(),
+                TOKEN.as_ref(),
+                "--internal-token".as_ref(),
+                "test-internal-token".as_ref(),
+                "--deploy-timeout-s".as_ref(),
+                deploy_timeout_s.as_ref(),
+                "--data-dir".as_ref(),
+                data_dir.as_os_str(),
+            ] as &[&std::ffi::OsStr],
+            &[("KUBECONFIG", kubeconfig.as_os_str())],
+            "faas gateway is up at ",
+        );
+        let url = gateway.announced.clone();
+        wait_ready(&url, Duration::from_secs(30));
+        Self {
+            url,
+            plane,
+            _gateway: gateway,
+            operator: StandInOperator::start(plane),
+            _redis: redis,
+            dir,
+            _operator_lock: operator_lock,
+        }
+    }
+
+    /// Runs the `faas` CLI against this gateway with `token`.
+    fn faas_as(&self, token: &str, args: &[&str]) -> Output {
+        faas_as(&self.url, token, args)
+    }
+
+    /// Runs the `faas` CLI with the admin token, asserting success; returns stdout.
+    fn faas_ok(&self, args: &[&str]) -> String {
+        let output = self.faas_as(TOKEN, args);
+        assert!(
+            output.status.success(),
+            "faas {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// `faas tenant create <unique name>`; the stand-in operator watches its namespace.
+    fn create_tenant(&self, prefix: &str) -> String {
+        let tenant = unique(prefix);
+        self.faas_ok(&["tenant", "create", &tenant]);
+        self.operator.watch(&tenant);
+        tenant
+    }
+
+    /// functions/hello/workflow.toml as workflow `name` of `tenant` on route
+    /// `/<name>`, with `replacements` applied too.
+    fn hello_manifest(&self, name: &str, tenant: &str, replacements: &[(&str, &str)]) -> PathBuf {
+        let mut all = vec![
+            ("name = \"hello\"".to_owned(), format!("name = \"{name}\"")),
+            (
+                "tenant = \"demo\"".to_owned(),
+                format!("tenant = \"{tenant}\""),
+            ),
+            (
+                "route = \"/hello\"".to_owned(),
+                format!("route = \"/{name}\""),
+            ),
+        ];
+        all.extend(
+            replacements
+                .iter()
+                .map(|(from, to)| ((*from).to_owned(), (*to).to_owned())),
+        );
+        let pairs: Vec<(&str, &str)> = all.iter().map(|(f, t)| (f.as_str(), t.as_str())).collect();
+        copy_manifest(self.dir.path(), "functions/hello/workflow.toml", &pairs)
+    }
+
+    /// The Workflow `name` in `namespace`, if it exists.
+    fn workflow(&self, namespace: &str, name: &str) -> Option<Value> {
+        let output = self.plane.kubectl_ok([
+            "get",
+            "workflow",
+            name,
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "--ignore-not-found",
+            "--show-managed-fields",
+        ]);
+        (!output.trim().is_empty())
+            .then(|| serde_json::from_str(&output).expect("kubectl prints JSON"))
+    }
+
+    /// The names of the Workflows in `namespace`.
+    fn workflows(&self, namespace: &str) -> Vec<String> {
+        let output = self
+            .plane
+            .kubectl_ok(["get", "workflows", "-n", namespace, "-o", "json"]);
+        let list: Value = serde_json::from_str(&output).expect("kubectl prints JSON");
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item["metadata"]["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// POSTs a deploy body straight to the admin API with `token`.
+    fn post_deploy(&self, token: &str, body: &Value) -> reqwest::blocking::Response {
+        client()
+            .post(format!("{}/admin/v1/workflows", self.url))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .expect("POST /admin/v1/workflows")
+    }
+}
+
+fn stdout_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn generation(workflow: &Value) -> i64 {
+    workflow["metadata"]["generation"]
+        .as_i64()
+        .expect("a resource has a generation")
+}
+
+/// The deploy body `faas deploy` would send for `manifest` text with the hello
+/// component.
+fn hello_body(manifest: &str) -> Value {
+    use base64::Engine as _;
+    let component = faas_testing::component("hello");
+    json!({
+        "file_name": "workflow.toml",
+        "manifest": manifest,
+        "components": {"hello": base64::engine::general_purpose::STANDARD.encode(component)},
+    })
+}
+
+#[test]
+fn faas_deploy_creates_and_updates_the_workflow_resource_and_faas_rm_deletes_it() {
+    let gateway = KubeGateway::start();
+    let tenant = gateway.create_tenant("acme");
+    let namespace: Value = serde_json::from_str(&gateway.plane.kubectl_ok([
+        "get",
+        "namespace",
+        &tenant,
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    assert_eq!(namespace["metadata"]["labels"]["faas.dev/tenant"], tenant);
+
+    let name = unique("hello");
+    let manifest = gateway.hello_manifest(&name, &tenant, &[]);
+    let deployed = gateway.faas_ok(&["deploy", manifest.to_str().unwrap()]);
+    assert!(
+        deployed.starts_with(&format!("deployed {name} (tenant {tenant}, revision 1)")),
+        "{deployed}"
+    );
+    let resource = gateway
+        .workflow(&tenant, &name)
+        .expect("the deploy created it");
+    let spec = &resource["spec"];
+    let sha = hex::encode(Sha256::digest(faas_testing::component("hello")));
+    assert_eq!(spec["functions"]["hello"]["component"]["sha256"], sha);
+    assert_eq!(spec["functions"]["hello"]["config"]["greeting"], "Hello");
+    assert_eq!(spec["triggers"]["http"][0]["route"], format!("/{name}"));
+    assert_eq!(spec["triggers"]["http"][0]["function"], "hello");
+    assert_eq!(spec["description"], "Says hello.");
+    assert!(spec.get("name").is_none() && spec.get("tenant").is_none());
+    let managers: Vec<&str> = resource["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|field| field["manager"].as_str())
+        .collect();
+    assert!(managers.contains(&"faas-gateway"), "{managers:?}");
+    assert_eq!(generation(&resource), 1);
+
+    // A changed manifest updates the resource: a new generation, the new spec.
+    let changed = gateway.hello_manifest(
+        &name,
+        &tenant,
+        &[
+            ("Says hello.", "Says hello again."),
+            ("\"Hello\"", "\"Hi\""),
+        ],
+    );
+    let redeployed = gateway.faas_ok(&["deploy", changed.to_str().unwrap()]);
+    assert!(
+        redeployed.starts_with(&format!("deployed {name} (tenant {tenant}, revision 2)")),
+        "{redeployed}"
+    );
+    let resource = gateway.workflow(&tenant, &name).unwrap();
+    assert_eq!(generation(&resource), 2);
+    assert_eq!(resource["spec"]["description"], "Says hello again.");
+    assert_eq!(
+        resource["spec"]["functions"]["hello"]["config"]["greeting"],
+        "Hi"
+    );
+
+    // The same manifest again changes nothing.
+    let again = gateway.faas_ok(&["deploy", changed.to_str().unwrap()]);
+    assert!(again.starts_with(&format!("unchanged {name}")), "{again}");
+    assert_eq!(generation(&gateway.workflow(&tenant, &name).unwrap()), 2);
+
+    // `faas rm` returns once the operator let the resource go.
+    gateway.faas_ok(&["rm", &name]);
+    assert!(gateway.workflow(&tenant, &name).is_none());
+    let output = gateway.faas_as(TOKEN, &["rm", &name]);
+    assert!(!output.status.success());
+    assert!(
+        stderr_of(&output).contains("HTTP 404"),
+        "{}",
+        stderr_of(&output)
+    );
+
+    // Removing the tenant leaves its namespace, and says so.
+    let removed = gateway.faas_ok(&["tenant", "rm", &tenant]);
+    assert!(
+        removed.contains(&format!("namespace `{tenant}` is left in place")),
+        "{removed}"
+    );
+    gateway
+        .plane
+        .kubectl_ok(["get", "namespace", &tenant, "-o", "name"]);
+}
+
+#[test]
+fn a_tenant_token_cannot_deploy_into_another_tenants_namespace() {
+    let gateway = KubeGateway::start();
+    let own = gateway.create_tenant("own");
+    let other = gateway.create_tenant("other");
+    let issued: Value =
+        serde_json::from_str(&gateway.faas_ok(&["token", "create", &own, "-o", "json"])).unwrap();
+    let token = issued["secret"].as_str().expect("a token secret");
+
+    // The other tenant's workflow, deployed by the operator.
+    let theirs = unique("theirs");
+    gateway.faas_ok(&[
+        "deploy",
+        gateway
+            .hello_manifest(&theirs, &other, &[])
+            .to_str()
+            .unwrap(),
+    ]);
+
+    // A manifest naming the other tenant, with this tenant's token: refused.
+    let name = unique("intruder");
+    let manifest = gateway.hello_manifest(&name, &other, &[]);
+    let output = gateway.faas_as(token, &["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success(), "{}", stdout_of(&output));
+    assert!(
+        stderr_of(&output).contains("HTTP 403"),
+        "{}",
+        stderr_of(&output)
+    );
+    // Taking over the other tenant's workflow name from its own namespace: refused.
+    let takeover = gateway.hello_manifest(&theirs, &own, &[("route = \"/", "route = \"/x")]);
+    let output = gateway.faas_as(token, &["deploy", takeover.to_str().unwrap()]);
+    assert!(!output.status.success(), "{}", stdout_of(&output));
+    assert!(
+        stderr_of(&output).contains("belongs to another tenant"),
+        "{}",
+        stderr_of(&output)
+    );
+    // And the other tenant's route: refused too.
+    let route_thief = unique("thief");
+    let manifest = gateway.hello_manifest(
+        &route_thief,
+        &own,
+        &[(
+            &format!("route = \"/{route_thief}\""),
+            &format!("route = \"/{theirs}\""),
+        )],
+    );
+    let output = gateway.faas_as(token, &["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success(), "{}", stdout_of(&output));
+    assert!(
+        stderr_of(&output).contains("already served by another tenant"),
+        "{}",
+        stderr_of(&output)
+    );
+
+    assert_eq!(gateway.workflows(&other), vec![theirs.clone()]);
+    let resource = gateway.workflow(&other, &theirs).unwrap();
+    assert_eq!(
+        generation(&resource),
+        1,
+        "the other tenant's spec is untouched"
+    );
+    assert!(gateway.workflows(&own).is_empty());
+    // A tenant token cannot remove the other tenant's workflow either: it is absent
+    // to it.
+    let output = gateway.faas_as(token, &["rm", &theirs]);
+    assert!(
+        stderr_of(&output).contains("HTTP 404"),
+        "{}",
+        stderr_of(&output)
+    );
+    assert!(gateway.workflow(&other, &theirs).is_some());
+
+    // The tenant's own deploy (the manifest may leave the tenant out) goes into its
+    // own namespace.
+    let mine = unique("mine");
+    let manifest = gateway.hello_manifest(&mine, &own, &[(&format!("tenant = \"{own}\""), "")]);
+    let output = gateway.faas_as(token, &["deploy", manifest.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(gateway.workflows(&own), vec![mine]);
+}
+
+#[test]
+fn what_the_gateway_refuses_never_reaches_the_cluster() {
+    let gateway = KubeGateway::start();
+    let tenant = gateway.create_tenant("strict");
+    let name = unique("bad");
+
+    // A bad manifest through the CLI: the file, line and field, as today.
+    let manifest = gateway.hello_manifest(
+        &name,
+        &tenant,
+        &[("function = \"hello\"", "function = \"nope\"")],
+    );
+    let output = gateway.faas_as(TOKEN, &["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = stderr_of(&output);
+    assert!(
+        stderr.contains(manifest.to_str().unwrap()) && stderr.contains("nope"),
+        "{stderr}"
+    );
+
+    // The same manifest straight to the admin API: the gateway's own check.
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let response = gateway.post_deploy(TOKEN, &hello_body(&text));
+    assert_eq!(response.status(), 400);
+    let error = error_of(response);
+    assert_eq!(error["kind"], "manifest");
+    assert_eq!(error["field"], "triggers.http[0].function");
+    assert!(error["line"].as_u64().unwrap() > 0, "{error}");
+
+    // A component that is not a WebAssembly component.
+    let good = gateway.hello_manifest(&name, &tenant, &[]);
+    let text = std::fs::read_to_string(&good).unwrap();
+    let mut body = hello_body(&text);
+    body["components"]["hello"] = json!("bm90IHdhc20=");
+    let response = gateway.post_deploy(TOKEN, &body);
+    assert_eq!(response.status(), 400);
+    let error = error_of(response);
+    assert_eq!(error["kind"], "component", "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("hello"),
+        "{error}"
+    );
+    // A function without its component.
+    body["components"] = json!({});
+    let response = gateway.post_deploy(TOKEN, &body);
+    assert_eq!(response.status(), 400);
+    let error = error_of(response);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("no component was uploaded"),
+        "{error}"
+    );
+
+    assert!(gateway.workflows(&tenant).is_empty());
+
+    // A spec the operator marks Degraded: the deploy fails with its reason.
+    let degraded = gateway.hello_manifest(&name, &tenant, &[("Says hello.", DEGRADE)]);
+    let text = std::fs::read_to_string(&degraded).unwrap();
+    let response = gateway.post_deploy(TOKEN, &hello_body(&text));
+    assert_eq!(response.status(), 422);
+    let error = error_of(response);
+    assert_eq!(error["kind"], "degraded");
+    assert_eq!(error["reason"], DEGRADED_REASON);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.description"),
+        "{error}"
+    );
+    // A resource the operator refused is still removed by `faas rm`.
+    gateway.faas_ok(&["rm", &name]);
+    assert!(gateway.workflows(&tenant).is_empty());
+
+    // The good manifest deploys.
+    gateway.faas_ok(&["deploy", good.to_str().unwrap()]);
+    assert_eq!(gateway.workflows(&tenant), vec![name.clone()]);
+
+    // The tenant's workflow quota counts its resources.
+    gateway.faas_ok(&["tenant", "set", &tenant, "--max-workflows", "1"]);
+    let second = unique("second");
+    let manifest = gateway.hello_manifest(&second, &tenant, &[]);
+    let output = gateway.faas_as(TOKEN, &["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(
+        stderr_of(&output).contains("max_workflows = 1"),
+        "{}",
+        stderr_of(&output)
+    );
+    assert_eq!(gateway.workflows(&tenant), vec![name]);
+}
+
+#[test]
+fn a_tenant_without_a_namespace_cannot_deploy() {
+    let gateway = KubeGateway::start();
+    let tenant = gateway.create_tenant("gone");
+    gateway.plane.kubectl_ok([
+        "delete",
+        "namespace",
+        &tenant,
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    let name = unique("homeless");
+    let manifest = gateway.hello_manifest(&name, &tenant, &[]);
+    let started = Instant::now();
+    let output = gateway.faas_as(TOKEN, &["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = stderr_of(&output);
+    assert!(
+        stderr.contains(&format!("tenant `{tenant}` has no namespace `{tenant}`")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("HTTP 409"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it failed at once"
+    );
+}
+
+#[test]
+fn a_deploy_no_operator_observes_fails_after_the_deploy_timeout() {
+    let gateway = KubeGateway::start_with_timeout("2");
+    // A tenant the stand-in operator does not watch.
+    let tenant = unique("unwatched");
+    gateway.faas_ok(&["tenant", "create", &tenant]);
+    let name = unique("waiting");
+    let manifest = gateway.hello_manifest(&name, &tenant, &[]);
+    let started = Instant::now();
+    let output = gateway.faas_as(TOKEN, &["deploy", manifest.to_str().unwrap()]);
+    let took = started.elapsed();
+    assert!(!output.status.success());
+    let stderr = stderr_of(&output);
+    assert!(
+        stderr.contains(&format!(
+            "the operator did not observe workflow `{tenant}/{name}` within 2s"
+        )) && stderr.contains("HTTP 504"),
+        "{stderr}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    // The resource was applied: the operator takes it up when it runs.
+    assert_eq!(gateway.workflows(&tenant), vec![name]);
+}

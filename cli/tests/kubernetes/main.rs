@@ -1,0 +1,23 @@
+//! Kubernetes mode against a real control plane (`faas_testing::kube::ControlPlane`:
+//! etcd, kube-apiserver, controller-manager, scheduler and kwok, started once for this
+//! test binary), with real `faas` processes and a real redis-server. Grouped by part,
+//! one module each.
+
+// The platform tests' process helpers; this binary uses a part of them.
+#[allow(dead_code)]
+#[path = "../platform/support.rs"]
+mod support;
+
+mod end_to_end;
+mod gateway;
+mod operator;
+
+/// Held by every test that runs an operator (real or stand-in) for as long as it runs.
+/// An operator watches Workflows in every namespace, as it does in a cluster, so two
+/// at once on the one control plane would each reconcile the other's Workflows against
+/// their own Redis.
+pub fn operator_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it leaves nothing the next one depends on.
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,707 @@
+//! `faas operator` against the real control plane: a real redis-server, the real
+//! operator process, and a real `faas worker` process for each Ready pod of a worker
+//! Deployment (kwok marks pods Ready; [`Workers`] starts the worker a kubelet would,
+//! with the pod's name as its id, and kills it, without deregistering, when the pod
+//! goes).
+
+use crate::support::{Process, compile_cache};
+use faas_shared_state::SharedState;
+use faas_store::{QuotaChanges, TenantStore};
+use faas_testing::RedisServer;
+use faas_testing::kube::{ControlPlane, PodEvent};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The label the operator knows worker pods by (its default `--worker-selector`).
+const WORKER_LABEL: &str = "app.kubernetes.io/component=worker";
+/// Long enough that only the operator, not an expired heartbeat, can explain a
+/// worker being forgotten within the test's patience.
+const HEARTBEAT_TTL_MS: &str = "120000";
+/// How long a status may take to follow.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// One test's platform: its Redis, tenant namespace, the operator's namespace with the
+/// worker Deployment, the operator and the workers. Fields drop in order: the operator
+/// and workers go before the Redis they use, and the operator lock last.
+struct Cluster {
+    plane: &'static ControlPlane,
+    runtime: tokio::runtime::Runtime,
+    operator: Option<Process>,
+    workers: Arc<Mutex<BTreeMap<String, Process>>>,
+    redis: RedisServer,
+    /// The namespace of the operator, its Lease and the worker Deployment.
+    system: String,
+    /// A tenant's namespace, registered as a tenant in Redis.
+    tenant: String,
+    _data: tempfile::TempDir,
+    _operator_lock: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    /// Starts everything with `workers` worker pods and the operator's `extra` flags.
+    fn start(workers: u32, extra: &[&str]) -> Self {
+        let operator_lock = crate::operator_lock();
+        faas_testing::build_functions();
+        let plane = ControlPlane::shared();
+        crate::gateway::install_crd(plane);
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let system = runtime.block_on(plane.namespace("op-system"));
+        let tenant = runtime.block_on(plane.namespace("op-tenant"));
+        let redis = RedisServer::start();
+        runtime.block_on(async {
+            let tenants = TenantStore::redis(&redis.url()).await.unwrap();
+            tenants.create_tenant(&tenant).await.unwrap();
+        });
+        let data = faas_testing::temp_dir();
+        let cluster = Self {
+            plane,
+            runtime,
+            operator: None,
+            workers: Arc::default(),
+            redis,
+            system,
+            tenant,
+            _data: data,
+            _operator_lock: operator_lock,
+        };
+        cluster.follow_worker_pods();
+        cluster.apply(&worker_deployment(&cluster.system, workers));
+        // The workers first, so an operator that scales idle workers to zero soon
+        // finds them registered.
+        cluster.wait_for(&format!("{workers} workers registered"), |c| {
+            c.registered_workers().len() == workers as usize
+        });
+        let mut cluster = cluster;
+        cluster.operator = Some(cluster.start_operator("operator-0", extra));
+        cluster
+    }
+
+    /// Starts `faas operator` as `identity` (its name in the Lease).
+    fn start_operator(&self, identity: &str, extra: &[&str]) -> Process {
+        let url = self.redis.url();
+        let mut args = vec![
+            "operator",
+            "--redis",
+            &url,
+            "--sync-interval-ms",
+            "200",
+            "--namespace",
+            &self.system,
+            "--identity",
+            identity,
+        ];
+        args.extend(extra);
+        let kubeconfig = self.plane.kubeconfig().as_os_str();
+        Process::spawn_with_env(&args, &[("KUBECONFIG", kubeconfig)], "faas operator is up")
+    }
+
+    /// Who holds the operator's Lease.
+    fn leader(&self) -> String {
+        self.plane
+            .kubectl([
+                "get",
+                "lease",
+                "faas-operator",
+                "--namespace",
+                &self.system,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ])
+            .stdout
+            .iter()
+            .map(|&b| b as char)
+            .collect()
+    }
+
+    /// Starts a `faas worker` per Ready worker pod (id: the pod's name) and kills it
+    /// with SIGKILL when the pod goes, so only the operator can forget it quickly.
+    fn follow_worker_pods(&self) {
+        let mut watch = self
+            .runtime
+            .block_on(self.plane.watch_ready_pods(&self.system, WORKER_LABEL));
+        let (workers, url) = (self.workers.clone(), self.redis.url());
+        let dir = self._data.path().to_owned();
+        self.runtime.spawn(async move {
+            while let Some(event) = watch.next().await {
+                let (workers, url, dir) = (workers.clone(), url.clone(), dir.clone());
+                // Starting a worker blocks until it announces itself.
+                tokio::task::spawn_blocking(move || match event {
+                    Ok(PodEvent::Ready(pod)) => {
+                        let worker = start_worker(&url, &pod.name, &dir);
+                        workers.lock().unwrap().insert(pod.name, worker);
+                    }
+                    Ok(PodEvent::Gone { name, .. }) => {
+                        if let Some(mut worker) = workers.lock().unwrap().remove(&name) {
+                            worker.stop(libc::SIGKILL);
+                        }
+                    }
+                    Err(err) => eprintln!("watching worker pods: {err}"),
+                });
+            }
+        });
+    }
+
+    fn shared(&self) -> SharedState {
+        self.runtime
+            .block_on(SharedState::connect(&self.redis.url()))
+            .unwrap()
+    }
+
+    fn registered_workers(&self) -> Vec<String> {
+        let shared = self.shared();
+        let workers = self.runtime.block_on(shared.workers()).unwrap();
+        workers.live.into_iter().map(|info| info.id).collect()
+    }
+
+    /// `kubectl apply --server-side` of `yaml`.
+    fn apply(&self, yaml: &str) {
+        let path = self._data.path().join(format!("{}.yaml", rand_suffix()));
+        std::fs::write(&path, yaml).unwrap();
+        self.plane.kubectl_ok([
+            "apply".as_ref(),
+            "--server-side".as_ref(),
+            "-f".as_ref(),
+            path.as_os_str(),
+        ]);
+    }
+
+    /// The Workflow `name` of the tenant, as JSON, if it exists.
+    fn workflow(&self, name: &str) -> Option<Value> {
+        let output = self.plane.kubectl([
+            "get",
+            "workflows.faas.dev",
+            name,
+            "--namespace",
+            &self.tenant,
+            "--ignore-not-found",
+            "-o",
+            "json",
+        ]);
+        let text = String::from_utf8_lossy(&output.stdout);
+        (!text.trim().is_empty()).then(|| serde_json::from_str(&text).unwrap())
+    }
+
+    /// Polls until `done` holds, panicking after [`PATIENCE`] with `what`.
+    fn wait_for(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
+        let deadline = Instant::now() + PATIENCE;
+        while !done(self) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until condition `kind` of Workflow `name` has status `is` and reason
+    /// `reason`, and returns the Workflow.
+    fn wait_condition(&self, name: &str, kind: &str, is: &str, reason: &str) -> Value {
+        let mut last = Value::Null;
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(workflow) = self.workflow(name) {
+                if condition(&workflow, kind)
+                    .is_some_and(|c| c["status"] == is && c["reason"] == reason)
+                {
+                    return workflow;
+                }
+                last = workflow;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Workflow {name}: {kind} never became {is}/{reason}; last: {:#}",
+                last["status"]
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The replicas the worker Deployment asks for.
+    fn worker_replicas(&self) -> String {
+        self.plane
+            .kubectl_ok([
+                "get",
+                "deployment",
+                "faas-worker",
+                "--namespace",
+                &self.system,
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ])
+            .trim()
+            .to_owned()
+    }
+}
+
+fn condition<'a>(workflow: &'a Value, kind: &str) -> Option<&'a Value> {
+    workflow["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+fn rand_suffix() -> String {
+    format!("{:x}", rand::random::<u64>())
+}
+
+fn start_worker(redis: &str, id: &str, dir: &std::path::Path) -> Process {
+    let data = dir.join(id);
+    let cache = compile_cache();
+    Process::spawn(
+        &[
+            "worker",
+            "--redis",
+            redis,
+            "--sync-interval-ms",
+            "200",
+            "--heartbeat-ttl-ms",
+            HEARTBEAT_TTL_MS,
+            "--internal-token",
+            "operator-test-internal",
+            "--id",
+            id,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        "faas worker ",
+    )
+}
+
+/// The worker Deployment a chart would install: pods labelled as workers.
+fn worker_deployment(namespace: &str, replicas: u32) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: faas-worker
+  namespace: {namespace}
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels:
+      app.kubernetes.io/component: worker
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/component: worker
+    spec:
+      automountServiceAccountToken: false
+      containers:
+        - name: worker
+          image: faas:test
+          args: ["worker"]
+"#
+    )
+}
+
+/// A Workflow serving functions/hello on `route`, with its component named by
+/// `sha256` (and fetched from `url` when given); `extra` is appended to the spec.
+fn hello_workflow(
+    namespace: &str,
+    name: &str,
+    route: &str,
+    sha256: &str,
+    url: Option<&str>,
+    extra: &str,
+) -> String {
+    let url = url
+        .map(|url| format!(", url: \"{url}\""))
+        .unwrap_or_default();
+    format!(
+        r#"apiVersion: faas.dev/v1alpha1
+kind: Workflow
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  functions:
+    hello:
+      component: {{ sha256: "{sha256}"{url} }}
+      config: {{ greeting: "Hi" }}
+  triggers:
+    http:
+      - route: "{route}"
+        function: hello
+{extra}"#
+    )
+}
+
+fn hello() -> (Vec<u8>, String) {
+    let bytes = faas_testing::component("hello");
+    let sha = hex::encode(Sha256::digest(&bytes));
+    (bytes, sha)
+}
+
+/// Serves `body` over HTTP to every request, on a free loopback port; returns the URL.
+fn serve(body: Vec<u8>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hello.wasm", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/wasm\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
+        }
+    });
+    url
+}
+
+#[test]
+fn a_workflow_is_deployed_placed_and_ready_moves_when_its_pod_goes_and_is_removed_on_delete() {
+    let cluster = Cluster::start(2, &[]);
+    let (bytes, sha) = hello();
+    let shared = cluster.shared();
+    cluster
+        .runtime
+        .block_on(shared.put_component(&sha, &bytes))
+        .unwrap();
+    let workflow = hello_workflow(&cluster.tenant, "greeter", "/greet", &sha, None, "");
+    cluster.apply(&workflow);
+
+    let ready = cluster.wait_condition("greeter", "Ready", "True", "Ready");
+    let status = &ready["status"];
+    assert_eq!(
+        cluster.wait_condition("greeter", "Placed", "True", "Placed")["status"]["placement"],
+        status["placement"]
+    );
+    let placement: Vec<String> = serde_json::from_value(status["placement"].clone()).unwrap();
+    assert_eq!(placement.len(), 1, "{status:#}");
+    let first = placement[0].clone();
+    let revision = status["revision"].as_u64().unwrap();
+    assert_eq!(status["loaded"][&first], revision, "{status:#}");
+    assert_eq!(status["replicas"], 1);
+    assert_eq!(status["routes"], serde_json::json!(["/greet"]));
+    assert_eq!(
+        status["observedGeneration"],
+        ready["metadata"]["generation"]
+    );
+    assert_eq!(
+        ready["metadata"]["finalizers"],
+        serde_json::json!(["faas.dev/cleanup"])
+    );
+    let record = cluster.runtime.block_on(shared.deployments()).unwrap()["greeter"].clone();
+    assert_eq!(record.workflow.tenant, cluster.tenant);
+    assert_eq!(record.revision, revision);
+    assert_eq!(record.components["hello"], sha);
+
+    // The same spec again writes nothing: same digest, same revision.
+    cluster.apply(&workflow);
+    std::thread::sleep(Duration::from_secs(2));
+    let record_again = cluster.runtime.block_on(shared.deployments()).unwrap()["greeter"].clone();
+    assert_eq!(record_again.revision, revision);
+
+    // The worker's pod is deleted: its worker (killed, still registered for minutes by
+    // its heartbeat) is forgotten at once and the workflow moves to the other one.
+    cluster.plane.kubectl_ok([
+        "delete",
+        "pod",
+        &first,
+        "--namespace",
+        &cluster.system,
+        "--wait=false",
+    ]);
+    cluster.wait_for("the workflow to move to another worker", |c| {
+        c.workflow("greeter").is_some_and(|w| {
+            let placement = &w["status"]["placement"];
+            placement
+                .as_array()
+                .is_some_and(|p| p.len() == 1 && p[0] != first.as_str())
+                && w["status"]["replicas"] == 1
+                && condition(&w, "Ready").is_some_and(|c| c["status"] == "True")
+        })
+    });
+    assert!(
+        !cluster.registered_workers().contains(&first),
+        "the deleted pod's worker is forgotten"
+    );
+
+    // Deleting the Workflow removes the deployment and its placement, then the finalizer.
+    cluster.plane.kubectl_ok([
+        "delete",
+        "workflows.faas.dev",
+        "greeter",
+        "--namespace",
+        &cluster.tenant,
+        "--wait=false",
+    ]);
+    cluster.wait_for("the Workflow to go", |c| c.workflow("greeter").is_none());
+    let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
+    assert!(!deployments.contains_key("greeter"), "{deployments:?}");
+    let placements = cluster.runtime.block_on(shared.placements()).unwrap();
+    assert!(!placements.contains_key("greeter"), "{placements:?}");
+}
+
+#[test]
+fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
+    let cluster = Cluster::start(1, &[]);
+    let (bytes, sha) = hello();
+    let url = serve(bytes);
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "fetched",
+        "/fetched",
+        &sha,
+        Some(&url),
+        "",
+    ));
+    let ready = cluster.wait_condition("fetched", "Ready", "True", "Ready");
+    assert_eq!(ready["status"]["replicas"], 1);
+    let shared = cluster.shared();
+    let stored = cluster.runtime.block_on(shared.component(&sha)).unwrap();
+    assert_eq!(
+        hex::encode(Sha256::digest(&stored)),
+        sha,
+        "stored content-addressed"
+    );
+
+    // The bytes at the URL are not the ones the spec names.
+    let wrong = "0".repeat(64);
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "mismatch",
+        "/mismatch",
+        &wrong,
+        Some(&url),
+        "",
+    ));
+    let degraded = cluster.wait_condition("mismatch", "Degraded", "True", "DigestMismatch");
+    let message = condition(&degraded, "Degraded").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains(&sha) && message.contains("spec.functions.hello.component"),
+        "{message}"
+    );
+    assert_eq!(condition(&degraded, "Ready").unwrap()["status"], "False");
+    assert!(
+        cluster.runtime.block_on(shared.component(&wrong)).is_err(),
+        "nothing stored"
+    );
+
+    // A spec the workflow.toml validator refuses, named at its field.
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "invalid",
+        "/invalid",
+        &sha,
+        None,
+        "  workflow:\n    replicas: 0\n",
+    ));
+    let invalid = cluster.wait_condition("invalid", "Degraded", "True", "InvalidSpec");
+    let message = condition(&invalid, "Degraded").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.starts_with("spec.workflow.replicas"), "{message}");
+
+    // A route another workflow serves.
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "copycat",
+        "/fetched",
+        &sha,
+        None,
+        "",
+    ));
+    let conflict = cluster.wait_condition("copycat", "Degraded", "True", "RouteConflict");
+    let message = condition(&conflict, "Degraded").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("/fetched") && message.contains("fetched"),
+        "{message}"
+    );
+
+    // None of it reached Redis, and the good workflow kept being served.
+    let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
+    assert_eq!(deployments.keys().collect::<Vec<_>>(), ["fetched"]);
+    let fetched = cluster.workflow("fetched").unwrap();
+    assert_eq!(condition(&fetched, "Ready").unwrap()["status"], "True");
+}
+
+#[test]
+fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quota_are_refused() {
+    let cluster = Cluster::start(1, &[]);
+    let (bytes, sha) = hello();
+    let shared = cluster.shared();
+    cluster
+        .runtime
+        .block_on(shared.put_component(&sha, &bytes))
+        .unwrap();
+    cluster.runtime.block_on(async {
+        let tenants = TenantStore::redis(&cluster.redis.url()).await.unwrap();
+        let changes = QuotaChanges {
+            max_workflows: Some(Some(1)),
+            ..QuotaChanges::default()
+        };
+        tenants
+            .update_quotas(&cluster.tenant, &changes)
+            .await
+            .unwrap();
+    });
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "one",
+        "/one",
+        &sha,
+        None,
+        "",
+    ));
+    cluster.wait_condition("one", "Ready", "True", "Ready");
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "two",
+        "/two",
+        &sha,
+        None,
+        "",
+    ));
+    let over = cluster.wait_condition("two", "Degraded", "True", "Quota");
+    let message = condition(&over, "Degraded").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("max_workflows = 1"), "{message}");
+
+    // A namespace the platform has no tenant for.
+    let stranger = cluster
+        .runtime
+        .block_on(cluster.plane.namespace("op-stranger"));
+    cluster.apply(&hello_workflow(
+        &stranger,
+        "intruder",
+        "/intruder",
+        &sha,
+        None,
+        "",
+    ));
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        let output = cluster.plane.kubectl_ok([
+            "get",
+            "workflows.faas.dev",
+            "intruder",
+            "--namespace",
+            &stranger,
+            "-o",
+            "json",
+        ]);
+        let workflow: Value = serde_json::from_str(&output).unwrap();
+        if condition(&workflow, "Degraded").is_some_and(|c| c["reason"] == "UnknownTenant") {
+            break workflow["status"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never refused: {:#}",
+            workflow["status"]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        status["placement"].as_array().unwrap().is_empty(),
+        "{status:#}"
+    );
+
+    // Only the workflow within the quota is deployed, and it is still served.
+    let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
+    assert_eq!(deployments.keys().collect::<Vec<_>>(), ["one"]);
+    let one = cluster.workflow("one").unwrap();
+    assert_eq!(condition(&one, "Ready").unwrap()["status"], "True");
+}
+
+#[test]
+fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
+    let cluster = Cluster::start(1, &["--scale-to-zero-after", "3"]);
+    let (bytes, sha) = hello();
+    let shared = cluster.shared();
+    cluster
+        .runtime
+        .block_on(shared.put_component(&sha, &bytes))
+        .unwrap();
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "sleeper",
+        "/sleeper",
+        &sha,
+        None,
+        "",
+    ));
+    // No event for 3 s: the worker Deployment goes to zero, its worker is forgotten.
+    cluster.wait_for("the workers to be scaled to zero", |c| {
+        c.worker_replicas() == "0"
+    });
+    cluster.wait_for("the workers to be forgotten", |c| {
+        c.registered_workers().is_empty()
+    });
+    let idle = cluster.wait_condition("sleeper", "Placed", "False", "ScaledToZero");
+    assert_eq!(condition(&idle, "Ready").unwrap()["status"], "False");
+
+    // An event waits for a worker (as a gateway's activator signals it).
+    cluster
+        .runtime
+        .block_on(shared.signal_demand("sleeper"))
+        .unwrap();
+    cluster.wait_for("the workers to be scaled back up", |c| {
+        c.worker_replicas() == "1"
+    });
+    let ready = cluster.wait_condition("sleeper", "Ready", "True", "Ready");
+    assert_eq!(ready["status"]["replicas"], 1);
+    // Served: the demand is cleared, so the workers may go idle again later.
+    cluster.wait_for("the demand to be cleared", |c| {
+        c.runtime.block_on(c.shared().demand()).unwrap().is_empty()
+    });
+}
+
+#[test]
+fn only_the_lease_holder_operates_and_a_successor_takes_over() {
+    let mut cluster = Cluster::start(1, &[]);
+    let (bytes, sha) = hello();
+    let shared = cluster.shared();
+    cluster
+        .runtime
+        .block_on(shared.put_component(&sha, &bytes))
+        .unwrap();
+    cluster.wait_for("operator-0 to lead", |c| c.leader() == "operator-0");
+    let standby = cluster.start_operator("operator-1", &[]);
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "first",
+        "/first",
+        &sha,
+        None,
+        "",
+    ));
+    cluster.wait_condition("first", "Ready", "True", "Ready");
+    assert_eq!(
+        cluster.leader(),
+        "operator-0",
+        "the standby did not take the Lease"
+    );
+
+    // The leader stops (and gives the Lease up): the standby takes over and operates.
+    drop(cluster.operator.take());
+    cluster.wait_for("operator-1 to lead", |c| c.leader() == "operator-1");
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "second",
+        "/second",
+        &sha,
+        None,
+        "",
+    ));
+    let ready = cluster.wait_condition("second", "Ready", "True", "Ready");
+    assert!(ready["status"]["revision"].as_u64().unwrap() > 1);
+    drop(standby);
+}

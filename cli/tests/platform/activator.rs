@@ -1,0 +1,351 @@
+//! The gateway as activator (services mode): a workflow published while no worker can
+//! take it (as the Kubernetes operator publishes one whose workers are scaled to zero)
+//! is routed all the same; its events are held, demand is signalled in
+//! `faas:demand`, and they are answered by the function once a worker has loaded it.
+//! A full queue and a timeout get 503 with `Retry-After`, while other tenants'
+//! workflows are served (or held) as before; a client that hangs up stops waiting.
+//! Entries of a stream trigger wait in the stream instead, and signal demand too.
+
+use crate::redis::{ns, payloads, pending, relay_manifest, xadd};
+use crate::services::Services;
+use crate::support::{TOKEN, client, deploy_at, repo};
+use faas_shared_state::{DeploymentRecord, SharedState};
+use faas_workflow::{TenantScope, Workflow};
+use reqwest::blocking::Response;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a condition that depends on other processes may take, on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn shared(services: &Services) -> (tokio::runtime::Runtime, SharedState) {
+    let runtime = runtime();
+    let shared = runtime
+        .block_on(SharedState::connect(&services.redis.url()))
+        .unwrap();
+    (runtime, shared)
+}
+
+/// Publishes the repository manifest `manifest` (with each `(from, to)` replacement
+/// made in its text) straight into the shared state, as the Kubernetes operator does:
+/// components by SHA-256, then the live record, with no gateway deploy waiting for a
+/// worker. Returns the workflow's name.
+fn publish(services: &Services, manifest: &str, replacements: &[(&str, &str)]) -> String {
+    publish_file(services, &repo(manifest), replacements)
+}
+
+/// [`publish`] of the manifest at `path` (schemas: the `.km` files beside it).
+fn publish_file(services: &Services, path: &Path, replacements: &[(&str, &str)]) -> String {
+    let dir = path.parent().unwrap();
+    let mut text = std::fs::read_to_string(path).unwrap();
+    for (from, to) in replacements {
+        assert!(text.contains(from), "`{from}` is not in {}", path.display());
+        text = text.replace(from, to);
+    }
+    let schemas: BTreeMap<String, String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|file| file.extension().is_some_and(|ext| ext == "km"))
+        .map(|file| {
+            let name = file.file_name().unwrap().to_str().unwrap().to_owned();
+            (name, std::fs::read_to_string(&file).unwrap())
+        })
+        .collect();
+    let workflow =
+        Workflow::parse_scoped("workflow.toml", &text, Some(&schemas), TenantScope::Named).unwrap();
+    let (runtime, shared) = shared(services);
+    runtime.block_on(async {
+        let mut components = BTreeMap::new();
+        for (name, function) in &workflow.functions {
+            let bytes = std::fs::read(dir.join(&function.component)).unwrap();
+            let sha = hex::encode(Sha256::digest(&bytes));
+            shared.put_component(&sha, &bytes).await.unwrap();
+            components.insert(name.clone(), sha);
+        }
+        let record = DeploymentRecord {
+            digest: hex::encode(Sha256::digest(text.as_bytes())),
+            revision: shared.next_revision().await.unwrap(),
+            deployed_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+            components,
+            workflow,
+        };
+        shared.put_deployment(&record).await.unwrap();
+        record.workflow.name
+    })
+}
+
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Polls `done` until it holds, for up to [`PATIENCE`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {PATIENCE:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until the gateway routes workflow `name` (it follows the shared state).
+fn wait_routed(services: &Services, name: &str) {
+    wait_until(&format!("the gateway knows workflow `{name}`"), || {
+        client()
+            .get(format!("{}/admin/v1/workflows/{name}", services.url))
+            .bearer_auth(TOKEN)
+            .send()
+            .unwrap()
+            .status()
+            == 200
+    });
+}
+
+/// The value of the metric sample whose name and labels are `sample` (0 if absent).
+fn metric(services: &Services, sample: &str) -> f64 {
+    let text = client()
+        .get(format!("{}/metrics", services.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
+fn outcomes(services: &Services, outcome: &str) -> f64 {
+    metric(
+        services,
+        &format!("faas_activator_requests_total{{outcome=\"{outcome}\"}}"),
+    )
+}
+
+/// Waits until the gateway holds `count` events.
+fn wait_held(services: &Services, count: f64) {
+    wait_until(&format!("{count} events held"), || {
+        metric(services, "faas_activator_held") == count
+    });
+}
+
+/// Sends `GET <path>` from another thread; returns the status and body.
+fn get_later(services: &Services, path: &str) -> JoinHandle<(u16, String)> {
+    let url = format!("{}{path}", services.url);
+    std::thread::spawn(move || {
+        let response = client().get(url).send().unwrap();
+        (response.status().as_u16(), response.text().unwrap())
+    })
+}
+
+/// Asserts a 503 with `Retry-After`; returns its error message.
+fn assert_retry_later(response: Response) -> String {
+    assert_eq!(response.status(), 503);
+    let retry_after = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(retry_after.parse::<u64>().unwrap() >= 1, "{retry_after}");
+    let body: serde_json::Value = response.json().unwrap();
+    assert_eq!(body["error"]["kind"], "unavailable", "{body}");
+    body["error"]["message"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn events_for_a_workflow_with_no_worker_are_held_until_one_loads_it() {
+    let mut services = Services::start_full(&[], &[], &["--activator-timeout-ms", "120000"]);
+    let (runtime, shared) = shared(&services);
+    let hello = publish(&services, "functions/hello/workflow.toml", &[]);
+    let wordcount = publish(&services, "functions/wordcount/workflow.toml", &[]);
+    wait_routed(&services, &hello);
+    wait_routed(&services, &wordcount);
+
+    let sent_at = unix_millis();
+    // An HTTP function and a workflow run: both known routes, neither has a replica.
+    let greeting = get_later(&services, "/hello?name=zero");
+    let text = "the fox and the dog and the cat";
+    let run = {
+        let url = format!("{}/wordcount", services.url);
+        std::thread::spawn(move || client().post(url).body(text).send().unwrap())
+    };
+    wait_until("demand for both workflows", || {
+        let demand = runtime.block_on(shared.demand()).unwrap();
+        demand.contains_key("hello") && demand.contains_key("wordcount")
+    });
+    wait_held(&services, 2.0);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!greeting.is_finished(), "the request is held, not failed");
+    assert!(!run.is_finished(), "the run is held, not failed");
+
+    services.start_worker_with("w1", &[]);
+    let (status, body) = greeting.join().unwrap();
+    assert_eq!((status, body.trim()), (200, "Hello, zero!"));
+    let run = run.join().unwrap();
+    assert_eq!(run.status(), 200);
+    let counted: serde_json::Value = run.json().unwrap();
+    assert_eq!(counted["total"], text.split_whitespace().count());
+    assert_eq!(counted["counts"]["and"], 2);
+
+    assert_eq!(outcomes(&services, "forwarded"), 2.0);
+    assert_eq!(metric(&services, "faas_activator_held"), 0.0);
+    // Served now, without waiting.
+    let again = services.get("/hello?name=warm");
+    assert_eq!(again.text().unwrap().trim(), "Hello, warm!");
+    assert_eq!(outcomes(&services, "forwarded"), 2.0);
+
+    // Every event is recorded as the workflow's activity (flushed within a second).
+    wait_until("activity recorded for both workflows", || {
+        let activity = runtime.block_on(shared.activity()).unwrap();
+        activity.get("hello").is_some_and(|at| *at >= sent_at)
+            && activity.get("wordcount").is_some_and(|at| *at >= sent_at)
+    });
+}
+
+#[test]
+fn a_full_queue_gets_503_at_once_while_other_tenants_are_served_or_held() {
+    let mut services = Services::start_full(
+        &[],
+        &[],
+        &["--activator-queue", "2", "--activator-timeout-ms", "120000"],
+    );
+    // The victim's workflow fills its only worker, so `sleepy` (another tenant's)
+    // cannot be placed anywhere: it is routed with no replica.
+    services.start_worker_with("w1", &["--worker-capacity", "1"]);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    let renamed = [
+        ("name = \"hello\"", "name = \"sleepy\""),
+        ("tenant = \"demo\"", "tenant = \"other\""),
+        ("route = \"/hello\"", "route = \"/sleepy\""),
+    ];
+    publish(&services, "functions/hello/workflow.toml", &renamed);
+    let third = [
+        ("name = \"hello\"", "name = \"drowsy\""),
+        ("tenant = \"demo\"", "tenant = \"third\""),
+        ("route = \"/hello\"", "route = \"/drowsy\""),
+    ];
+    publish(&services, "functions/hello/workflow.toml", &third);
+    wait_routed(&services, "sleepy");
+    wait_routed(&services, "drowsy");
+
+    let held = [
+        get_later(&services, "/sleepy?name=first"),
+        get_later(&services, "/sleepy?name=second"),
+    ];
+    wait_held(&services, 2.0);
+    let started = Instant::now();
+    let message = assert_retry_later(services.get("/sleepy?name=third"));
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "refused at once, not after the timeout: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        message.contains("sleepy") && message.contains("2 events"),
+        "{message}"
+    );
+    assert_eq!(outcomes(&services, "full"), 1.0);
+
+    // Another tenant's workflow on a running worker is served at once meanwhile, and
+    // a third tenant's workflow with no replica has a queue of its own.
+    let victim = services.get("/hello?name=victim");
+    assert_eq!(victim.status(), 200);
+    assert_eq!(victim.text().unwrap().trim(), "Hello, victim!");
+    let drowsy = get_later(&services, "/drowsy?name=own-queue");
+    wait_held(&services, 3.0);
+    assert!(held.iter().all(|request| !request.is_finished()));
+
+    // A worker with room: every held event gets the function's answer.
+    services.start_worker_with("w2", &[]);
+    for (request, name) in held.into_iter().zip(["first", "second"]) {
+        let (status, body) = request.join().unwrap();
+        assert_eq!(
+            (status, body.trim()),
+            (200, format!("Hello, {name}!").as_str())
+        );
+    }
+    let (status, body) = drowsy.join().unwrap();
+    assert_eq!((status, body.trim()), (200, "Hello, own-queue!"));
+    assert_eq!(outcomes(&services, "forwarded"), 3.0);
+    assert_eq!(metric(&services, "faas_activator_held"), 0.0);
+}
+
+#[test]
+fn a_held_event_times_out_with_503_and_a_client_that_hangs_up_stops_waiting() {
+    let services = Services::start_full(&[], &[], &["--activator-timeout-ms", "3000"]);
+    let hello = publish(&services, "functions/hello/workflow.toml", &[]);
+    wait_routed(&services, &hello);
+
+    // A client that gives up after half a second leaves the queue.
+    let impatient = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    assert!(
+        impatient
+            .get(format!("{}/hello?name=gone", services.url))
+            .send()
+            .is_err()
+    );
+    wait_until("the hung-up event counted as cancelled", || {
+        outcomes(&services, "cancelled") == 1.0
+    });
+    assert_eq!(metric(&services, "faas_activator_held"), 0.0);
+
+    let started = Instant::now();
+    let message = assert_retry_later(services.get("/hello?name=late"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(3000),
+        "answered after the timeout, not before: {:?}",
+        started.elapsed()
+    );
+    assert!(message.contains("within 3000 ms"), "{message}");
+    assert_eq!(outcomes(&services, "timeout"), 1.0);
+    assert_eq!(metric(&services, "faas_activator_held"), 0.0);
+    assert_eq!(outcomes(&services, "forwarded"), 0.0);
+}
+
+#[test]
+fn a_stream_entry_for_a_workflow_with_no_worker_signals_demand_and_runs_once_one_loads_it() {
+    let mut services = Services::start_full(&[], &[], &[]);
+    let (runtime, shared) = shared(&services);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\n";
+    let relay = publish_file(
+        &services,
+        &relay_manifest(dir.path(), "orders", triggers),
+        &[],
+    );
+    wait_routed(&services, &relay);
+
+    // The entry waits in the stream (not taken, so not failed), and asks for a worker.
+    let id = xadd(&services.redis, &ns("orders"), "first");
+    wait_until("demand for the stream's workflow", || {
+        runtime
+            .block_on(shared.demand())
+            .unwrap()
+            .contains_key(&relay)
+    });
+    assert_eq!(pending(&services.redis, &ns("orders"), &relay), 0);
+
+    services.start_worker_with("w1", &[]);
+    // Run once, on its first delivery.
+    let out = payloads(&services.redis, &ns("orders:out"), 1, PATIENCE);
+    assert_eq!(out, [format!("orders|{id}|1|first")]);
+    wait_until("the entry acknowledged", || {
+        pending(&services.redis, &ns("orders"), &relay) == 0
+    });
+}

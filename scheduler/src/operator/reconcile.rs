@@ -1,0 +1,394 @@
+//! Reconciling one Workflow: its finalizer, the checks the gateway makes on a deploy
+//! (spec, tenant, quota, name, routes), its components, its deployment record and its
+//! status. Idempotent: the same spec gives the same digest, and an unchanged digest
+//! writes nothing.
+
+use super::{Context, components, observe};
+use faas_kube::{FINALIZER, Workflow};
+use faas_shared_state::{DeploymentRecord, SharedStateError};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{self, Event};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How soon a Workflow that is not Ready yet is looked at again.
+const NOT_READY_REQUEUE: Duration = Duration::from_secs(1);
+/// How soon a settled Workflow (Ready, scaled to zero, or refused until its spec
+/// changes) is looked at again; changes in Redis wake it sooner.
+const READY_REQUEUE: Duration = Duration::from_secs(30);
+/// The first retry after an error; it doubles with each failure in a row.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest wait between retries after errors.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How long the operator holds a workflow's lease while removing it.
+const REMOVE_LEASE: Duration = Duration::from_secs(10);
+/// The field manager of the status the operator writes.
+const FIELD_MANAGER: &str = "faas-operator";
+
+/// Why a reconcile failed; it is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReconcileError {
+    /// Redis failed.
+    #[error("shared state: {0}")]
+    Shared(#[from] SharedStateError),
+    /// The tenant store failed.
+    #[error("tenant store: {0}")]
+    Tenants(#[from] faas_store::TenantError),
+    /// The API server refused a write (a conflict is retried).
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A gateway holds the workflow's lease in Redis.
+    #[error("workflow `{0}` is being changed by another process; retrying")]
+    Busy(String),
+}
+
+/// A spec the operator will not deploy as it stands, with the condition reason and a
+/// message naming the field or cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
+}
+
+impl Refusal {
+    pub(crate) fn new(reason: &'static str, message: String) -> Self {
+        Self { reason, message }
+    }
+
+    /// Whether only a change of the spec can lift it (nothing in Redis can).
+    fn waits_for_spec(&self) -> bool {
+        matches!(
+            self.reason,
+            "InvalidSpec" | "DigestMismatch" | "InvalidComponent"
+        )
+    }
+}
+
+/// What the operator made of a Workflow: the deployment record that serves it (the
+/// one just written, or the previous one when the new spec is refused) and why a new
+/// spec was refused.
+pub(crate) struct Deployed {
+    pub(crate) record: Option<DeploymentRecord>,
+    pub(crate) refusal: Option<Refusal>,
+}
+
+/// Runs the Workflow controller (every namespace) until the task is dropped.
+pub(crate) async fn run(context: Arc<Context>) {
+    let api: Api<Workflow> = Api::all(context.client.clone());
+    let wake = futures::stream::unfold(context.clone(), |context| async move {
+        context.reconcile_all.notified().await;
+        Some(((), context))
+    });
+    Controller::new(api, watcher::Config::default())
+        .reconcile_all_on(wake)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!("reconcile: {err}");
+            }
+        })
+        .await;
+}
+
+async fn reconcile(
+    workflow: Arc<Workflow>,
+    context: Arc<Context>,
+) -> Result<Action, finalizer::Error<ReconcileError>> {
+    let Some(namespace) = workflow.namespace() else {
+        return Ok(Action::await_change());
+    };
+    let api: Api<Workflow> = Api::namespaced(context.client.clone(), &namespace);
+    let key = object_key(&workflow);
+    let action = match finalizer::finalizer(&api, FINALIZER, workflow, |event| async {
+        match event {
+            Event::Apply(workflow) => apply(&api, &workflow, &context).await,
+            Event::Cleanup(workflow) => cleanup(&workflow, &context).await,
+        }
+    })
+    .await
+    {
+        // Gone meanwhile (a stale copy of a Workflow whose cleanup ran): nothing to do.
+        Err(
+            finalizer::Error::RemoveFinalizer(kube::Error::Api(status))
+            | finalizer::Error::AddFinalizer(kube::Error::Api(status)),
+        ) if status.code == 404 => Action::await_change(),
+        result => result?,
+    };
+    context.failures().remove(&key);
+    Ok(action)
+}
+
+/// Retries a failed reconcile with exponential backoff per Workflow.
+fn error_policy(
+    workflow: Arc<Workflow>,
+    err: &finalizer::Error<ReconcileError>,
+    context: Arc<Context>,
+) -> Action {
+    let key = object_key(&workflow);
+    let mut failures = context.failures();
+    let count = failures.entry(key.clone()).or_insert(0);
+    *count = count.saturating_add(1);
+    let wait = FIRST_BACKOFF
+        .saturating_mul(1 << (*count - 1).min(10))
+        .min(MAX_BACKOFF);
+    tracing::warn!(workflow = %key, "reconcile failed, retrying in {wait:?}: {err}");
+    Action::requeue(wait)
+}
+
+fn object_key(workflow: &Workflow) -> String {
+    format!(
+        "{}/{}",
+        workflow.namespace().unwrap_or_default(),
+        workflow.name_any()
+    )
+}
+
+/// Deploys `workflow` if it changed and writes its status.
+async fn apply(
+    api: &Api<Workflow>,
+    workflow: &Workflow,
+    context: &Context,
+) -> Result<Action, ReconcileError> {
+    let deployed = {
+        // One deploy at a time: names and routes are checked against the others.
+        let _guard = context.deploy_lock.lock().await;
+        deploy(workflow, context).await?
+    };
+    let status = observe::status(context, workflow, &deployed).await?;
+    let load_failed = status
+        .condition(faas_kube::status::DEGRADED)
+        .is_some_and(|c| c.status == "True" && c.reason == "LoadFailed");
+    if status.replicas > 0 || load_failed {
+        clear_demand(context, &workflow.name_any()).await?;
+    }
+    if workflow.status.as_ref() != Some(&status) {
+        let patch = serde_json::json!({
+            "apiVersion": Workflow::api_version(&()),
+            "kind": Workflow::kind(&()),
+            "status": status,
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch_status(&workflow.name_any(), &params, &Patch::Apply(&patch))
+            .await?;
+    }
+    // Changes in Redis wake every Workflow anyway (see `operator::place`): the short
+    // requeue only backs that up while something is on its way.
+    let settled = status.is(faas_kube::status::READY)
+        || deployed
+            .refusal
+            .as_ref()
+            .is_some_and(Refusal::waits_for_spec)
+        || status
+            .condition(faas_kube::status::PLACED)
+            .is_some_and(|c| c.reason == "ScaledToZero");
+    let requeue = if settled {
+        READY_REQUEUE
+    } else {
+        NOT_READY_REQUEUE
+    };
+    Ok(Action::requeue(requeue))
+}
+
+/// A demand for `name` is satisfied once one of its replicas serves (or its workers
+/// failed to load it: waiting longer would keep the workers up for nothing).
+async fn clear_demand(context: &Context, name: &str) -> Result<(), SharedStateError> {
+    if let Some(at) = context.shared.demand().await?.get(name) {
+        context.shared.clear_demand(name, *at).await?;
+    }
+    Ok(())
+}
+
+/// Checks `workflow` as the gateway checks a deploy, fetches its components and writes
+/// its deployment record when its digest changed.
+async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, ReconcileError> {
+    let name = workflow.name_any();
+    let tenant = workflow.namespace().unwrap_or_default();
+    let deployments = context.shared.deployments().await?;
+    let ours = deployments
+        .get(&name)
+        .filter(|record| record.workflow.tenant == tenant)
+        .cloned();
+    let refuse = |reason, message| {
+        Ok(Deployed {
+            record: ours.clone(),
+            refusal: Some(Refusal::new(reason, message)),
+        })
+    };
+    let valid = match faas_kube::validate(workflow) {
+        Ok(valid) => valid,
+        Err(err) => return refuse("InvalidSpec", err.to_string()),
+    };
+    let Some(account) = context.tenants.tenant(&tenant).await? else {
+        return refuse(
+            "UnknownTenant",
+            format!(
+                "metadata.namespace: `{tenant}` is not a tenant of the platform (create it \
+                 with `faas tenant create {tenant}`)"
+            ),
+        );
+    };
+    if deployments
+        .get(&name)
+        .is_some_and(|record| record.workflow.tenant != tenant)
+    {
+        return refuse(
+            "NameConflict",
+            format!(
+                "metadata.name: workflow name `{name}` belongs to another tenant; choose \
+                 another name"
+            ),
+        );
+    }
+    if ours.is_none() {
+        let max = account
+            .quotas
+            .max_workflows
+            .unwrap_or(context.config.tenant_max_workflows);
+        let count = deployments
+            .values()
+            .filter(|record| record.workflow.tenant == tenant)
+            .count() as u64;
+        if max > 0 && count >= max {
+            return refuse(
+                "Quota",
+                format!(
+                    "tenant `{tenant}` has {count} workflows deployed, its quota \
+                     (max_workflows = {max})"
+                ),
+            );
+        }
+    }
+    if let Some(message) = faas_workflow::route_conflict(
+        &valid.workflow,
+        deployments.values().map(|record| &record.workflow),
+    ) {
+        return refuse("RouteConflict", format!("spec.triggers.http: {message}"));
+    }
+    let digest = digest(workflow);
+    if let Some(record) = ours.as_ref().filter(|record| record.digest == digest) {
+        return Ok(Deployed {
+            record: Some(record.clone()),
+            refusal: None,
+        });
+    }
+    for (function, source) in &valid.components {
+        if let Err(refusal) = components::ensure(context, function, source).await? {
+            return refuse(refusal.reason, refusal.message);
+        }
+    }
+    let record = DeploymentRecord {
+        workflow: valid.workflow,
+        digest,
+        revision: context.shared.next_revision().await?,
+        deployed_at: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs()),
+        components: valid
+            .components
+            .iter()
+            .map(|(function, source)| (function.clone(), source.sha256.clone()))
+            .collect(),
+    };
+    context.shared.put_deployment(&record).await?;
+    // A new revision wants a worker to load it, as a held event does: with the
+    // workers scaled to zero they come back, so the deploy is seen Ready (or failing
+    // to load) before they go idle again.
+    context.shared.signal_demand(&name).await?;
+    context.place_now.notify_one();
+    tracing::info!(workflow = %name, tenant = %tenant, revision = record.revision, "deployed");
+    Ok(Deployed {
+        record: Some(record),
+        refusal: None,
+    })
+}
+
+/// SHA-256 over what a deployment is made of: tenant, name and spec, components by
+/// digest (where they are fetched from does not change what runs).
+fn digest(workflow: &Workflow) -> String {
+    let mut spec = workflow.spec.clone();
+    for function in spec.functions.values_mut() {
+        function.component.url = None;
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(workflow.namespace().unwrap_or_default().as_bytes());
+    hasher.update([0]);
+    hasher.update(workflow.name_any().as_bytes());
+    hasher.update([0]);
+    // The spec's maps are ordered, so equal specs serialize equally.
+    hasher.update(serde_json::to_vec(&spec).unwrap_or_default());
+    hex::encode(hasher.finalize())
+}
+
+/// Removes `workflow`'s deployment (with its placement) from Redis, so that the
+/// finalizer can go.
+async fn cleanup(workflow: &Workflow, context: &Context) -> Result<Action, ReconcileError> {
+    let name = workflow.name_any();
+    let tenant = workflow.namespace().unwrap_or_default();
+    let _guard = context.deploy_lock.lock().await;
+    let deployments = context.shared.deployments().await?;
+    // A name held by another tenant's workflow is not this resource's to remove.
+    if deployments
+        .get(&name)
+        .is_none_or(|record| record.workflow.tenant != tenant)
+    {
+        return Ok(Action::await_change());
+    }
+    let holder = format!("faas-operator/{}", context.config.identity);
+    if !context
+        .shared
+        .lock_workflow(&name, &holder, REMOVE_LEASE)
+        .await?
+    {
+        return Err(ReconcileError::Busy(name));
+    }
+    let removed = context.shared.remove_deployment(&name, &holder).await;
+    context.shared.unlock_workflow(&name, &holder).await?;
+    if !removed? {
+        return Err(ReconcileError::Busy(name));
+    }
+    tracing::info!(workflow = %name, tenant = %tenant, "removed");
+    context.place_now.notify_one();
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faas_kube::WorkflowSpec;
+    use kube::api::ObjectMeta;
+
+    fn resource(namespace: &str, spec: &str) -> Workflow {
+        Workflow {
+            metadata: ObjectMeta {
+                name: Some("hello".into()),
+                namespace: Some(namespace.into()),
+                ..ObjectMeta::default()
+            },
+            spec: serde_json::from_str::<WorkflowSpec>(spec).unwrap(),
+            status: None,
+        }
+    }
+
+    const SPEC: &str =
+        r#"{"functions": {"hello": {"component": {"sha256": "ab", "url": "https://a/x.wasm"}}}}"#;
+
+    #[test]
+    fn the_digest_follows_what_runs_not_where_it_was_fetched_from() {
+        let base = digest(&resource("acme", SPEC));
+        assert_eq!(base, digest(&resource("acme", SPEC)), "stable");
+        let moved = SPEC.replace("https://a/x.wasm", "https://b/y.wasm");
+        assert_eq!(
+            base,
+            digest(&resource("acme", &moved)),
+            "a new URL is the same deploy"
+        );
+        let other = SPEC.replace("\"ab\"", "\"cd\"");
+        assert_ne!(base, digest(&resource("acme", &other)), "new bytes");
+        assert_ne!(base, digest(&resource("beta", SPEC)), "another tenant");
+    }
+}

@@ -1,0 +1,122 @@
+//! Scale to zero without KEDA: the worker Deployment goes to zero replicas when no
+//! workflow had an event for a while and no event waits, and back to the configured
+//! replicas when a gateway's activator signals demand (`faas:demand`).
+
+use super::Context;
+use faas_shared_state::SharedStateError;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, Patch, PatchParams};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// What the scaler remembers between ticks (unix milliseconds).
+struct Scaler {
+    /// When the operator started: nothing counts as idle before it.
+    started: u64,
+    /// When it last scaled the workers up (0: never).
+    scaled_up: u64,
+    /// When it last saw an event waiting (0: never). A held event is counted as
+    /// activity only once it is served, which may be longer after it arrived than the
+    /// idle window: without this the workers would go straight back to zero.
+    demand_seen: u64,
+    /// Whether the missing Deployment was reported already.
+    reported_missing: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ScaleError {
+    #[error("{0}")]
+    Shared(#[from] SharedStateError),
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Scales the worker Deployment at every interval until the task is dropped.
+pub(crate) async fn run(context: Arc<Context>) {
+    let api: Api<Deployment> = Api::namespaced(context.client.clone(), &context.config.namespace);
+    let mut scaler = Scaler {
+        started: unix_millis(),
+        scaled_up: 0,
+        demand_seen: 0,
+        reported_missing: false,
+    };
+    let mut ticker = tokio::time::interval(context.config.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(err) = scaler.tick(&context, &api).await {
+            tracing::warn!("scaling the workers failed, retrying: {err}");
+        }
+    }
+}
+
+impl Scaler {
+    async fn tick(&mut self, context: &Context, api: &Api<Deployment>) -> Result<(), ScaleError> {
+        let config = &context.config;
+        let name = &config.worker_deployment;
+        let scale = match api.get_scale(name).await {
+            Ok(scale) => scale,
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                if !std::mem::replace(&mut self.reported_missing, true) {
+                    tracing::warn!(deployment = %name, namespace = %config.namespace,
+                        "the worker Deployment does not exist; not scaling");
+                }
+                return Ok(());
+            }
+            Err(err) => return Err(err.into()),
+        };
+        self.reported_missing = false;
+        let current = scale.spec.and_then(|spec| spec.replicas).unwrap_or(0);
+        context
+            .scaled_to_zero
+            .store(current == 0, Ordering::Relaxed);
+        let demand = context.shared.demand().await?;
+        let newest_demand = demand.values().copied().max();
+        if !demand.is_empty() {
+            self.demand_seen = unix_millis();
+        }
+        let target = if current == 0 && newest_demand.is_some_and(|at| at > self.scaled_up) {
+            tracing::info!(deployment = %name, replicas = config.worker_replicas,
+                workflows = ?demand.keys().collect::<Vec<_>>(), "demand: scaling the workers up");
+            self.scaled_up = unix_millis();
+            config.worker_replicas
+        } else if current > 0 && demand.is_empty() && self.idle(context).await? {
+            tracing::info!(deployment = %name, "no events: scaling the workers to zero");
+            0
+        } else {
+            return Ok(());
+        };
+        let patch = serde_json::json!({ "spec": { "replicas": target } });
+        api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        context.scaled_to_zero.store(target == 0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether no workflow had an event for `--scale-to-zero-after` (counted from the
+    /// operator's start, the last scale-up and the last demand seen too).
+    async fn idle(&self, context: &Context) -> Result<bool, SharedStateError> {
+        let Some(after) = context.config.scale_to_zero_after else {
+            return Ok(false);
+        };
+        let last_event = context
+            .shared
+            .activity()
+            .await?
+            .into_values()
+            .max()
+            .unwrap_or(0);
+        let since = last_event
+            .max(self.started)
+            .max(self.scaled_up)
+            .max(self.demand_seen);
+        Ok(unix_millis().saturating_sub(since) >= after.as_millis() as u64)
+    }
+}
+
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
