@@ -245,28 +245,6 @@ fn chart() -> PathBuf {
     faas_testing::repo_root().join("charts/faas")
 }
 
-/// A one-file HTTP server on `127.0.0.1` that serves `bytes` at any path, for a
-/// Workflow whose component the operator fetches by URL.
-fn serve_file(bytes: Vec<u8>) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    let addr = listener.local_addr().expect("its address");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            use std::io::{Read, Write};
-            let mut request = [0u8; 4096];
-            let _ = stream.read(&mut request);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/wasm\r\nconnection: close\r\n\r\n",
-                bytes.len()
-            );
-            let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(&bytes);
-        }
-    });
-    format!("http://{addr}/wasi-hello.wasm")
-}
-
 fn install(plane: &ControlPlane, namespace: &str, redis: &RedisServer) {
     let chart = chart();
     let sets = [
@@ -360,7 +338,7 @@ fn the_chart_runs_workflows_and_scales_workers_to_zero_and_back() {
     // and checks against its SHA-256.
     let component = faas_testing::component("wasi-hello");
     let sha = hex::encode(Sha256::digest(&component));
-    let url = serve_file(component);
+    let url = crate::serve_file(component);
     let applied = manifests.path().join("wasi-hello.yaml");
     std::fs::write(
         &applied,

@@ -21,3 +21,28 @@ pub fn operator_lock() -> std::sync::MutexGuard<'static, ()> {
     // A test that failed while holding it leaves nothing the next one depends on.
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// Serves `body` over HTTP/1.1 to every request on a free loopback port, for a Workflow
+/// whose component the operator fetches by URL; returns the URL.
+pub fn serve_file(body: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!(
+        "http://{}/component.wasm",
+        listener.local_addr().expect("its address")
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/wasm\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
+        }
+    });
+    url
+}

@@ -12,8 +12,6 @@ use faas_testing::kube::{ControlPlane, PodEvent};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -336,26 +334,6 @@ fn hello() -> (Vec<u8>, String) {
     (bytes, sha)
 }
 
-/// Serves `body` over HTTP to every request, on a free loopback port; returns the URL.
-fn serve(body: Vec<u8>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/hello.wasm", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut request = [0u8; 4096];
-            let _ = stream.read(&mut request);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/wasm\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(&body);
-        }
-    });
-    url
-}
-
 #[test]
 fn a_workflow_is_deployed_placed_and_ready_moves_when_its_pod_goes_and_is_removed_on_delete() {
     let cluster = Cluster::start(2, &[]);
@@ -445,7 +423,7 @@ fn a_workflow_is_deployed_placed_and_ready_moves_when_its_pod_goes_and_is_remove
 fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
     let cluster = Cluster::start(1, &[]);
     let (bytes, sha) = hello();
-    let url = serve(bytes);
+    let url = crate::serve_file(bytes);
     cluster.apply(&hello_workflow(
         &cluster.tenant,
         "fetched",
