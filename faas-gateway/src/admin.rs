@@ -39,6 +39,7 @@ use crate::server::App;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use faas_invoke::{LoadError, RunRecord};
+use faas_kube::status::reason;
 use faas_scheduler::WorkerId;
 pub use faas_store::{IssuedToken, QuotaChanges, Quotas, Tenant, TokenInfo};
 use faas_store::{TenantError, TenantStore};
@@ -644,16 +645,18 @@ struct DegradedDetails {
     reason: String,
 }
 
-/// The status of a deploy the operator marked `Degraded` with `reason` (the
+/// The status of a deploy the operator marked `Degraded` with reason `why` (the
 /// operator's condition reasons): the spec's problems are the deployer's to fix (4xx,
 /// as the gateway's own checks answer them; the operator finds one only when another
 /// deploy slipped in between), the rest the platform's (503).
-fn degraded_status(reason: &str) -> StatusCode {
-    match reason {
-        "InvalidSpec" | "InvalidComponent" | "DigestMismatch" => StatusCode::UNPROCESSABLE_ENTITY,
-        "NameConflict" | "RouteConflict" => StatusCode::CONFLICT,
-        "Quota" => StatusCode::FORBIDDEN,
-        "UnknownTenant" => StatusCode::NOT_FOUND,
+fn degraded_status(why: &str) -> StatusCode {
+    match why {
+        reason::INVALID_SPEC | reason::INVALID_COMPONENT | reason::DIGEST_MISMATCH => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        reason::NAME_CONFLICT | reason::ROUTE_CONFLICT => StatusCode::CONFLICT,
+        reason::QUOTA => StatusCode::FORBIDDEN,
+        reason::UNKNOWN_TENANT => StatusCode::NOT_FOUND,
         _ => StatusCode::SERVICE_UNAVAILABLE,
     }
 }

@@ -17,6 +17,42 @@ pub const PLACED: &str = "Placed";
 /// in `reason`, details in `message`).
 pub const DEGRADED: &str = "Degraded";
 
+/// The `reason`s of the conditions, as the operator sets them and the gateway reads them.
+pub mod reason {
+    /// The spec does not validate (the message names the field).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The namespace is no tenant of the platform.
+    pub const UNKNOWN_TENANT: &str = "UnknownTenant";
+    /// Another tenant's workflow has the name.
+    pub const NAME_CONFLICT: &str = "NameConflict";
+    /// The tenant is at its `max_workflows` quota.
+    pub const QUOTA: &str = "Quota";
+    /// A route overlaps another tenant's.
+    pub const ROUTE_CONFLICT: &str = "RouteConflict";
+    /// A component is neither stored nor given a `url`.
+    pub const COMPONENT_MISSING: &str = "ComponentMissing";
+    /// Fetching a component from its `url` failed.
+    pub const COMPONENT_FETCH_FAILED: &str = "ComponentFetchFailed";
+    /// A fetched component's SHA-256 is not the one given.
+    pub const DIGEST_MISMATCH: &str = "DigestMismatch";
+    /// A component is not a WebAssembly component.
+    pub const INVALID_COMPONENT: &str = "InvalidComponent";
+    /// A worker could not load the workflow.
+    pub const LOAD_FAILED: &str = "LoadFailed";
+    /// The placed workers are loading the current revision.
+    pub const LOADING: &str = "Loading";
+    /// No worker is registered.
+    pub const NO_WORKERS: &str = "NoWorkers";
+    /// The workers are scaled to zero; the next event brings them back.
+    pub const SCALED_TO_ZERO: &str = "ScaledToZero";
+    /// Every worker is full.
+    pub const NO_CAPACITY: &str = "NoCapacity";
+    /// Nothing of it is deployed yet.
+    pub const NOT_DEPLOYED: &str = "NotDeployed";
+    /// Everything is as it should be.
+    pub const AS_EXPECTED: &str = "AsExpected";
+}
+
 /// What the operator last saw of a Workflow.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -5,6 +5,7 @@
 use super::Context;
 use super::reconcile::Refusal;
 use faas_kube::ComponentSource;
+use faas_kube::status::reason;
 use faas_shared_state::SharedStateError;
 use sha2::{Digest, Sha256};
 
@@ -26,7 +27,7 @@ pub(crate) async fn ensure(
     let field = format!("spec.functions.{function}.component");
     let Some(url) = &source.url else {
         return Ok(Err(Refusal::new(
-            "ComponentMissing",
+            reason::COMPONENT_MISSING,
             format!(
                 "{field}: component sha256:{} is not uploaded and no url is given (deploy it \
                  with `faas deploy`, or set {field}.url)",
@@ -38,7 +39,7 @@ pub(crate) async fn ensure(
         Ok(bytes) => bytes,
         Err(message) => {
             return Ok(Err(Refusal::new(
-                "ComponentFetchFailed",
+                reason::COMPONENT_FETCH_FAILED,
                 format!("{field}.url: fetching {url}: {message}"),
             )));
         }
@@ -46,7 +47,7 @@ pub(crate) async fn ensure(
     let actual = hex::encode(Sha256::digest(&bytes));
     if actual != source.sha256 {
         return Ok(Err(Refusal::new(
-            "DigestMismatch",
+            reason::DIGEST_MISMATCH,
             format!(
                 "{field}.sha256: {url} has SHA-256 {actual}, the spec says {}",
                 source.sha256
@@ -55,7 +56,7 @@ pub(crate) async fn ensure(
     }
     if let Err(reason) = faas_workflow::check_component_header(&bytes) {
         return Ok(Err(Refusal::new(
-            "InvalidComponent",
+            reason::INVALID_COMPONENT,
             format!("{field}.url: {url} is not a WebAssembly component: {reason}"),
         )));
     }

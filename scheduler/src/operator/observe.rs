@@ -3,6 +3,7 @@
 
 use super::Context;
 use super::reconcile::Deployed;
+use faas_kube::status::reason;
 use faas_kube::status::{DEGRADED, PLACED, READY};
 use faas_kube::{Workflow, WorkflowStatus};
 use faas_shared_state::{SharedState, SharedStateError};
@@ -56,10 +57,11 @@ pub(crate) async fn status(
         .map(|refusal| (false, refusal.reason, refusal.message.clone()));
     let (placed, ready, load_failure) = match &deployed.record {
         None => {
-            let verdict =
-                refused
-                    .clone()
-                    .unwrap_or((false, "NotDeployed", "not deployed yet".to_owned()));
+            let verdict = refused.clone().unwrap_or((
+                false,
+                reason::NOT_DEPLOYED,
+                "not deployed yet".to_owned(),
+            ));
             (verdict.clone(), verdict, None)
         }
         Some(record) => {
@@ -103,15 +105,19 @@ pub(crate) async fn status(
             } else if live.is_empty() && context.scaled_to_zero.load(Ordering::Relaxed) {
                 (
                     false,
-                    "ScaledToZero",
+                    reason::SCALED_TO_ZERO,
                     "the workers are scaled to zero; an event scales them up".to_owned(),
                 )
             } else if live.is_empty() {
-                (false, "NoWorkers", "no worker is registered".to_owned())
+                (
+                    false,
+                    reason::NO_WORKERS,
+                    "no worker is registered".to_owned(),
+                )
             } else {
                 (
                     false,
-                    "NoCapacity",
+                    reason::NO_CAPACITY,
                     format!(
                         "no worker has room for {desired} replica(s) yet ({} live)",
                         live.len()
@@ -126,21 +132,21 @@ pub(crate) async fn status(
             let ready = if let Some((_, reason, message)) = &refused {
                 (false, *reason, format!("{message} ({serving})"))
             } else if let Some(failure) = &load_failure {
-                (false, "LoadFailed", failure.clone())
+                (false, reason::LOAD_FAILED, failure.clone())
             } else if status.replicas >= desired {
                 (true, "Ready", serving)
             } else if !placed.0 {
                 placed.clone()
             } else {
-                (false, "Loading", serving)
+                (false, reason::LOADING, serving)
             };
             (placed, ready, load_failure)
         }
     };
     let degraded = match (&refused, load_failure) {
         (Some((_, reason, message)), _) => (true, *reason, message.clone()),
-        (None, Some(failure)) => (true, "LoadFailed", failure),
-        (None, None) => (false, "AsExpected", "nothing is wrong".to_owned()),
+        (None, Some(failure)) => (true, reason::LOAD_FAILED, failure),
+        (None, None) => (false, reason::AS_EXPECTED, "nothing is wrong".to_owned()),
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     for (kind, (is, reason, message)) in [(READY, ready), (PLACED, placed), (DEGRADED, degraded)] {

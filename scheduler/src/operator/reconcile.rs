@@ -4,6 +4,7 @@
 //! writes nothing.
 
 use super::{Context, components, observe};
+use faas_kube::status::reason;
 use faas_kube::{FINALIZER, Workflow};
 use faas_shared_state::{DeploymentRecord, SharedStateError};
 use futures::StreamExt;
@@ -64,7 +65,7 @@ impl Refusal {
     fn waits_for_spec(&self) -> bool {
         matches!(
             self.reason,
-            "InvalidSpec" | "DigestMismatch" | "InvalidComponent"
+            reason::INVALID_SPEC | reason::DIGEST_MISMATCH | reason::INVALID_COMPONENT
         )
     }
 }
@@ -162,7 +163,7 @@ async fn apply(
     let status = observe::status(context, workflow, &deployed).await?;
     let load_failed = status
         .condition(faas_kube::status::DEGRADED)
-        .is_some_and(|c| c.status == "True" && c.reason == "LoadFailed");
+        .is_some_and(|c| c.status == "True" && c.reason == reason::LOAD_FAILED);
     if status.replicas > 0 || load_failed {
         clear_demand(context, &workflow.name_any()).await?;
     }
@@ -185,7 +186,7 @@ async fn apply(
             .is_some_and(Refusal::waits_for_spec)
         || status
             .condition(faas_kube::status::PLACED)
-            .is_some_and(|c| c.reason == "ScaledToZero");
+            .is_some_and(|c| c.reason == reason::SCALED_TO_ZERO);
     let requeue = if settled {
         READY_REQUEUE
     } else {
@@ -221,11 +222,11 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
     };
     let valid = match faas_kube::validate(workflow) {
         Ok(valid) => valid,
-        Err(err) => return refuse("InvalidSpec", err.to_string()),
+        Err(err) => return refuse(reason::INVALID_SPEC, err.to_string()),
     };
     let Some(account) = context.tenants.tenant(&tenant).await? else {
         return refuse(
-            "UnknownTenant",
+            reason::UNKNOWN_TENANT,
             format!(
                 "metadata.namespace: `{tenant}` is not a tenant of the platform (create it \
                  with `faas tenant create {tenant}`)"
@@ -237,7 +238,7 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
         .is_some_and(|record| record.workflow.tenant != tenant)
     {
         return refuse(
-            "NameConflict",
+            reason::NAME_CONFLICT,
             format!(
                 "metadata.name: workflow name `{name}` belongs to another tenant; choose \
                  another name"
@@ -255,7 +256,7 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
             .count() as u64;
         if max > 0 && count >= max {
             return refuse(
-                "Quota",
+                reason::QUOTA,
                 format!(
                     "tenant `{tenant}` has {count} workflows deployed, its quota \
                      (max_workflows = {max})"
@@ -267,7 +268,10 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
         &valid.workflow,
         deployments.values().map(|record| &record.workflow),
     ) {
-        return refuse("RouteConflict", format!("spec.triggers.http: {message}"));
+        return refuse(
+            reason::ROUTE_CONFLICT,
+            format!("spec.triggers.http: {message}"),
+        );
     }
     let digest = digest(workflow);
     if let Some(record) = ours.as_ref().filter(|record| record.digest == digest) {
