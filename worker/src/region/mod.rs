@@ -107,6 +107,10 @@ pub enum RegionError {
     /// The kernel refused a memory operation.
     #[error("region memory operation failed: {0}")]
     Map(#[source] std::io::Error),
+    /// A limit on regions was reached (a memory file received from another worker
+    /// counts against this worker's budget, as one it made would).
+    #[error(transparent)]
+    Limit(#[from] RegionLimitExceeded),
 }
 
 /// A region limit the guest ran into: it fails the guest's event (a trap the worker
@@ -367,21 +371,27 @@ impl Region {
         self.len() == 0
     }
 
-    /// A sealed value another process passed as memory file `fd`, for `owner`'s run.
+    /// A sealed value another process passed as memory file `fd`, for `owner`'s run,
+    /// holding one file of this worker's budget `files` while it lives.
     ///
     /// # Errors
-    /// [`RegionError::Map`] if the file is not sealed or is too small.
+    /// [`RegionError::Map`] if the file is not sealed or is too small;
+    /// [`RegionError::Limit`] if the budget is spent.
     pub(crate) fn from_memory_file(
         schema_type: String,
         owner: RegionOwner,
         fd: std::os::fd::OwnedFd,
         len: usize,
+        files: &Arc<FileBudget>,
     ) -> Result<Self, RegionError> {
+        let ticket = files
+            .take()
+            .ok_or(RegionLimitExceeded::Files { limit: files.max() })?;
         Ok(Self {
             schema_type,
             owner: Some(owner),
             body: Body::Sealed {
-                file: Arc::new(PayloadFile::received(fd, len)?),
+                file: Arc::new(PayloadFile::received(fd, len, ticket)?),
                 len,
             },
             producer: None,

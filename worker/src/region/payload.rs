@@ -12,10 +12,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 #[derive(Debug)]
 pub(crate) struct PayloadFile {
     fd: OwnedFd,
-    /// Its place in the worker's memory-file budget. A file received from another
-    /// worker process has none: it arrives for a run that process started, and is
-    /// counted there.
-    _ticket: Option<FileTicket>,
+    /// Its place in the worker's memory-file budget (a file received from another
+    /// worker process too: it is open here, against this process's descriptor limit).
+    _ticket: FileTicket,
 }
 
 impl PayloadFile {
@@ -31,7 +30,7 @@ impl PayloadFile {
             .map_err(|errno| RegionError::Map(errno.into()))?;
         Ok(Self {
             fd,
-            _ticket: Some(ticket),
+            _ticket: ticket,
         })
     }
 
@@ -66,7 +65,11 @@ impl PayloadFile {
     /// `len`-byte value. Refused unless it is sealed against writes, growth and
     /// shrinking, and holds the value's whole pages, so no one can change or cut what
     /// consumers map.
-    pub(crate) fn received(fd: OwnedFd, len: usize) -> Result<Self, RegionError> {
+    pub(crate) fn received(
+        fd: OwnedFd,
+        len: usize,
+        ticket: FileTicket,
+    ) -> Result<Self, RegionError> {
         let map_err = |errno: rustix::io::Errno| RegionError::Map(errno.into());
         let seals = rustix::fs::fcntl_get_seals(&fd).map_err(map_err)?;
         let sealed = (seals.contains(SealFlags::WRITE) || seals.contains(SealFlags::FUTURE_WRITE))
@@ -78,7 +81,10 @@ impl PayloadFile {
                  (seals {seals:?}, size {size})"
             ))));
         }
-        Ok(Self { fd, _ticket: None })
+        Ok(Self {
+            fd,
+            _ticket: ticket,
+        })
     }
 
     /// Copies `into.len()` bytes from the start of the file.
@@ -107,9 +113,12 @@ mod tests {
     use super::*;
     use crate::limits::FileBudget;
 
+    fn ticket() -> FileTicket {
+        FileBudget::new(1).take().unwrap()
+    }
+
     fn file_with(len: usize) -> PayloadFile {
-        let budget = FileBudget::new(8);
-        let file = PayloadFile::create(round_to_pages(len), budget.take().unwrap()).unwrap();
+        let file = PayloadFile::create(round_to_pages(len), ticket()).unwrap();
         rustix::io::pwrite(&file.fd, &vec![7u8; len], 0).unwrap();
         file
     }
@@ -121,9 +130,9 @@ mod tests {
     #[test]
     fn a_received_file_must_be_sealed() {
         let file = file_with(1000);
-        assert!(PayloadFile::received(dup(&file), 1000).is_err());
+        assert!(PayloadFile::received(dup(&file), 1000, ticket()).is_err());
         file.freeze(1000).unwrap();
-        let received = PayloadFile::received(dup(&file), 1000).unwrap();
+        let received = PayloadFile::received(dup(&file), 1000, ticket()).unwrap();
         let mut bytes = vec![0; 1000];
         received.read_at_start(&mut bytes).unwrap();
         assert!(bytes.iter().all(|byte| *byte == 7));
@@ -133,7 +142,7 @@ mod tests {
     fn a_received_file_must_hold_the_whole_value() {
         let file = file_with(1000);
         file.freeze(1000).unwrap();
-        let err = PayloadFile::received(dup(&file), 3 << 16).unwrap_err();
+        let err = PayloadFile::received(dup(&file), 3 << 16, ticket()).unwrap_err();
         assert!(err.to_string().contains("hold 196608 bytes"), "{err}");
     }
 
@@ -141,6 +150,6 @@ mod tests {
     fn a_file_sealed_only_against_growth_is_refused() {
         let file = file_with(10);
         rustix::fs::fcntl_add_seals(&file.fd, SealFlags::GROW | SealFlags::SHRINK).unwrap();
-        assert!(PayloadFile::received(dup(&file), 10).is_err());
+        assert!(PayloadFile::received(dup(&file), 10, ticket()).is_err());
     }
 }

@@ -9,6 +9,7 @@
 //! would here, and its output regions come back the same way.
 
 use super::wire::{carry, uncarry};
+use crate::limits::FileBudget;
 use crate::region::{Region, RegionError, RegionOwner};
 use crate::run::{BranchCall, BranchPeer, BranchReply};
 use faas_invoke::wire::{Carried, InlineLen, MAX_FDS, frame, inline_len, split_frame};
@@ -38,6 +39,9 @@ pub(crate) struct Peer {
     pub token: Arc<str>,
     /// The workflow revision the caller runs, which the peer runs the branch with.
     pub revision: Option<u64>,
+    /// The caller's memory-file budget, which the outputs' files the peer passes back
+    /// are counted against.
+    pub files: Arc<FileBudget>,
 }
 
 /// How a peer is reached, decided from placement.
@@ -112,6 +116,7 @@ async fn run_on_peer(
         PeerLink::Socket(path) => {
             let path = path.clone();
             let token = peer.token.clone();
+            let files = peer.files.clone();
             tokio::task::spawn_blocking(move || {
                 let mut stream = UnixStream::connect(&path)?;
                 // The credential goes alone, first: the peer reads it before anything
@@ -126,7 +131,7 @@ async fn run_on_peer(
                 drop(inputs);
                 // The branch takes as long as its steps do: their deadlines bound it.
                 let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream, None)?;
-                decode_reply(reply, fds, &inline, &owner)
+                decode_reply(reply, fds, &inline, &owner, &files)
             })
             .await
             .map_err(|err| unavailable(&err))?
@@ -144,7 +149,8 @@ async fn run_on_peer(
                 .await?;
             let (reply, inline) =
                 split_frame::<ReplyHead>(&body).map_err(|err| unavailable(&err))?;
-            decode_reply(reply, Vec::new(), inline, &owner).map_err(|err| unavailable(&err))
+            decode_reply(reply, Vec::new(), inline, &owner, &peer.files)
+                .map_err(|err| unavailable(&err))
         }
     }
 }
@@ -154,12 +160,12 @@ fn decode_reply(
     fds: Vec<OwnedFd>,
     inline: &[u8],
     owner: &RegionOwner,
+    files: &Arc<FileBudget>,
 ) -> std::io::Result<BranchReply> {
     let outputs = match reply.error {
         Some(error) => Err(error),
-        None => {
-            Ok(uncarry(reply.outputs, fds, inline, Some(owner)).map_err(std::io::Error::other)?)
-        }
+        None => Ok(uncarry(reply.outputs, fds, inline, Some(owner), files)
+            .map_err(std::io::Error::other)?),
     };
     Ok((reply.steps, outputs))
 }
@@ -170,8 +176,15 @@ pub(crate) fn call_inputs(
     fds: Vec<OwnedFd>,
     inline: &[u8],
     owner: &RegionOwner,
+    files: &Arc<FileBudget>,
 ) -> Result<Vec<Region>, RegionError> {
-    uncarry(std::mem::take(&mut head.inputs), fds, inline, Some(owner))
+    uncarry(
+        std::mem::take(&mut head.inputs),
+        fds,
+        inline,
+        Some(owner),
+        files,
+    )
 }
 
 /// A branch's outcome as a reply frame, with the descriptors to pass along with it

@@ -307,7 +307,8 @@ impl Node {
             return (Vec::new(), Err(EventFailure::unavailable(message)));
         };
         let owner = owner_of(&workflow, &head.call.run_id);
-        let inputs = match call_inputs(&mut head, fds, inline, &owner) {
+        let files = self.worker.region_limits().files;
+        let inputs = match call_inputs(&mut head, fds, inline, &owner, &files) {
             Ok(inputs) => inputs,
             Err(err) => {
                 let failure = EventFailure::from(&RunError::Output(err.to_string()));
@@ -481,6 +482,7 @@ impl Node {
                     link,
                     token: token.clone(),
                     revision: None,
+                    files: self.worker.region_limits().files,
                 }
             })
             .collect()

@@ -2,11 +2,13 @@
 //! contract): regions packed into a frame, as bytes or as memory file descriptors,
 //! and rebuilt from one.
 
+use crate::limits::FileBudget;
 use crate::region::{Region, RegionError, RegionOwner};
 use crate::run::{RunError, RunOutcome};
 use faas_invoke::EventFailure;
 use faas_invoke::wire::{Carried, MAX_FDS, RunHead, frame};
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 /// A run's outcome as the reply body: a frame whose inline bytes are the outputs.
 pub(crate) fn encode_run(outcome: RunOutcome) -> Vec<u8> {
@@ -65,12 +67,14 @@ pub(crate) fn carry(regions: &[Region], fds: bool) -> Result<Packed<'_>, RegionE
     })
 }
 
-/// Rebuilds the regions of a frame, owned by `owner`'s run when given.
+/// Rebuilds the regions of a frame, owned by `owner`'s run when given; each memory
+/// file received takes one of this worker's budget `files`.
 pub(crate) fn uncarry(
     carried: Vec<Carried>,
     fds: Vec<OwnedFd>,
     mut inline: &[u8],
     owner: Option<&RegionOwner>,
+    files: &Arc<FileBudget>,
 ) -> Result<Vec<Region>, RegionError> {
     let mut fds = fds.into_iter();
     let malformed = |what: &str| RegionError::Map(std::io::Error::other(what.to_owned()));
@@ -83,7 +87,7 @@ pub(crate) fn uncarry(
                     .next()
                     .ok_or_else(|| malformed("a memory file is missing"))?;
                 let owner = owner.ok_or_else(|| malformed("a memory file needs a run"))?;
-                Region::from_memory_file(entry.schema_type, owner.clone(), fd, len)
+                Region::from_memory_file(entry.schema_type, owner.clone(), fd, len, files)
             } else {
                 if inline.len() < len {
                     return Err(malformed("the inline bytes are truncated"));
@@ -98,4 +102,69 @@ pub(crate) fn uncarry(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::RegionLimitExceeded;
+    use rustix::fs::{MemfdFlags, SealFlags};
+
+    /// A one-page memory file sealed as a producer's would be.
+    fn sealed_file() -> OwnedFd {
+        let fd = rustix::fs::memfd_create("test", MemfdFlags::ALLOW_SEALING).unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        rustix::fs::fcntl_add_seals(
+            &fd,
+            SealFlags::FUTURE_WRITE | SealFlags::GROW | SealFlags::SHRINK,
+        )
+        .unwrap();
+        fd
+    }
+
+    fn by_descriptor() -> Carried {
+        Carried {
+            schema_type: "bytes".into(),
+            len: 100,
+            fd: true,
+        }
+    }
+
+    #[test]
+    fn received_memory_files_are_charged_to_this_workers_budget() {
+        let owner = RegionOwner {
+            tenant: "a".into(),
+            workflow: "w".into(),
+            run_id: "r".into(),
+        };
+        let budget = FileBudget::new(1);
+        let carried = vec![by_descriptor(), by_descriptor()];
+        let refused = uncarry(
+            carried,
+            vec![sealed_file(), sealed_file()],
+            &[],
+            Some(&owner),
+            &budget,
+        );
+        match refused {
+            Err(RegionError::Limit(RegionLimitExceeded::Files { limit: 1 })) => {}
+            other => panic!("expected the file budget to refuse, got {other:?}"),
+        }
+        // Nothing of the refused frame stays charged.
+        assert_eq!(budget.open(), 0);
+
+        let budget = FileBudget::new(2);
+        let carried = vec![by_descriptor(), by_descriptor()];
+        let regions = uncarry(
+            carried,
+            vec![sealed_file(), sealed_file()],
+            &[],
+            Some(&owner),
+            &budget,
+        )
+        .unwrap();
+        assert_eq!(budget.open(), 2);
+        drop(regions);
+        assert_eq!(budget.open(), 0);
+    }
 }
