@@ -278,6 +278,9 @@ fn install(plane: &ControlPlane, namespace: &str, redis: &RedisServer) {
 #[test]
 fn the_chart_runs_workflows_and_scales_workers_to_zero_and_back() {
     let _serial = crate::operator_lock();
+    // The components the manifests name (built once per test run, whichever test asks
+    // first).
+    faas_testing::build_functions();
     let plane = ControlPlane::shared();
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let namespace = runtime.block_on(plane.namespace("e2e"));
