@@ -27,7 +27,6 @@ mod auth;
 pub mod config;
 mod invoke;
 pub mod kubernetes;
-pub mod logs;
 mod metrics;
 mod redis;
 pub mod registry;

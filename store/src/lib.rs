@@ -18,7 +18,6 @@ pub mod broker;
 mod db;
 pub mod deployments;
 pub mod kv;
-pub mod logs;
 mod redis_connection;
 pub mod tenants;
 

@@ -9,4 +9,4 @@ mod internal_api;
 mod messaging;
 mod quotas;
 mod routes;
-pub(crate) mod scene;
+mod scene;
