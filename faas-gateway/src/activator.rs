@@ -83,6 +83,19 @@ pub(crate) enum Refusal {
     Removed,
 }
 
+/// When a held event looks for a replica (see [`Activator::hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// At once, then after each change to the deployments.
+    Now,
+    /// The replicas found last could not be reached: after a change, or after this
+    /// pause without one. A worker may come back under the same name (its
+    /// registration lost with Redis, its pod restarted) and load the workflow again
+    /// with nothing in the gateway's view changing, so waiting for a change alone
+    /// could wait for ever.
+    Again(Duration),
+}
+
 #[derive(Serialize)]
 struct RefusalDetails<'a> {
     workflow: &'a str,
@@ -188,55 +201,77 @@ impl Activator {
         }
     }
 
+    /// When a held event that starts waiting now stops waiting for good.
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.config.timeout
+    }
+
     /// Waits until `resolve` (what the event would go to now) finds a deployment with
-    /// a replica the event can go to (`usable`: any replica at all, or one on another
-    /// worker than those just found unreachable), holding the event in `workflow`'s
-    /// queue meanwhile, and returns what it found.
+    /// a replica the event can go to (`usable`), holding the event in `workflow`'s
+    /// queue meanwhile, and returns what it found. [`Look::Now`] looks at once and then
+    /// after every change to the deployments; [`Look::Again`] (the replicas just found
+    /// could not be reached) looks only after a change or the given pause, whichever
+    /// comes first, and again after each such pause.
     ///
     /// # Errors
-    /// [`Refusal`]: the queue is full, the timeout passed, or `resolve` found nothing
+    /// [`Refusal`]: the queue is full, `deadline` passed, or `resolve` found nothing
     /// any more (the workflow was removed).
     pub(crate) async fn hold<T>(
         &self,
         app: &App,
         workflow: &str,
+        look: Look,
+        deadline: tokio::time::Instant,
         mut resolve: impl FnMut() -> Option<(Arc<Deployment>, T)>,
         usable: impl Fn(&Deployment) -> bool,
     ) -> Result<(Arc<Deployment>, T), Refusal> {
         // Subscribed before looking, so a replica that loads in between still wakes us.
         let mut changes = app.registry.changes();
-        let mut slot = match resolve() {
-            None => return Err(Refusal::Removed),
-            Some(found) if usable(&found.0) => return Ok(found),
-            Some(_) => self.enter(app, workflow)?,
+        let mut slot = match look {
+            Look::Now => match resolve() {
+                None => return Err(Refusal::Removed),
+                Some(found) if usable(&found.0) => return Ok(found),
+                Some(_) => self.enter(app, workflow)?,
+            },
+            Look::Again(_) => self.enter(app, workflow)?,
         };
-        let deadline = tokio::time::Instant::now() + self.config.timeout;
+        let mut recheck = match look {
+            Look::Now => None,
+            Look::Again(pause) => Some(tokio::time::interval_at(
+                tokio::time::Instant::now() + pause,
+                pause,
+            )),
+        };
         // Its first tick is at once: the wait's first demand.
         let mut demand = tokio::time::interval(DEMAND_EVERY);
         loop {
             tokio::select! {
-                _ = demand.tick() => self.signal_demand(workflow),
+                _ = demand.tick() => {
+                    self.signal_demand(workflow);
+                    continue;
+                }
                 changed = changes.changed() => {
                     if changed.is_err() {
                         slot.outcome = "removed";
                         return Err(Refusal::Removed);
                     }
-                    match resolve() {
-                        None => {
-                            slot.outcome = "removed";
-                            return Err(Refusal::Removed);
-                        }
-                        Some(found) if usable(&found.0) => {
-                            slot.outcome = "forwarded";
-                            return Ok(found);
-                        }
-                        Some(_) => {}
-                    }
                 }
+                () = next_recheck(&mut recheck) => {}
                 () = tokio::time::sleep_until(deadline) => {
                     slot.outcome = "timeout";
                     return Err(Refusal::Timeout { waited: self.config.timeout });
                 }
+            }
+            match resolve() {
+                None => {
+                    slot.outcome = "removed";
+                    return Err(Refusal::Removed);
+                }
+                Some(found) if usable(&found.0) => {
+                    slot.outcome = "forwarded";
+                    return Ok(found);
+                }
+                Some(_) => {}
             }
         }
     }
@@ -321,6 +356,16 @@ pub(crate) async fn flush_activity(app: Arc<App>) {
                 *kept = (*kept).max(at);
             }
         }
+    }
+}
+
+/// The next tick of `recheck`, or never without one.
+async fn next_recheck(recheck: &mut Option<tokio::time::Interval>) {
+    match recheck {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -2,21 +2,20 @@
 //! worker (an HTTP function call, or a run of the workflow's steps), and turn a failed
 //! event into a JSON error.
 
-use crate::activator::Activator;
+use crate::activator::{Activator, Look};
 use crate::registry::Deployment;
 use crate::replica::copy_request;
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
 use faas_invoke::{EventFailure, FailureKind, OutputRegion, RunReply, TriggerMessage};
-use faas_scheduler::WorkerId;
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use serde::Serialize;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Serialize)]
 struct FailureDetails<'a> {
@@ -54,10 +53,10 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
 }
 
 /// Hands `request` to a replica of `deployment` (services mode: once the activator
-/// saw one ready, if it has none). If every replica it had could not be reached, so
-/// nothing ran (their workers went away, as when the workers are scaled to zero), the
-/// activator holds it again until its route reaches a replica on another worker, and
-/// it is sent once more.
+/// saw one ready, if it has none). If no replica could be reached, so nothing ran
+/// (their workers went away, as when the workers are scaled to zero, or dropped the
+/// workflow for a moment, as after a Redis restart), the activator holds it again and
+/// it is sent once more when a replica may take it, until the activator's timeout.
 async fn serve(
     app: &App,
     deployment: &Arc<Deployment>,
@@ -70,48 +69,60 @@ async fn serve(
             .await
             .response(app, deployment);
     };
-    let (ready, target) = if deployment.replicas.is_empty() {
-        match hold(app, activator, deployment, &request, |d| {
-            !d.replicas.is_empty()
-        })
-        .await
-        {
+    let deadline = activator.deadline();
+    let (mut ready, mut target) = if deployment.replicas.is_empty() {
+        match hold(app, activator, deployment, &request, Look::Now, deadline).await {
             Ok(found) => found,
             Err(response) => return response,
         }
     } else {
         (deployment.clone(), target)
     };
-    let again = copy_request(&request);
-    match attempt(app, &ready, &target, request).await {
-        Outcome::Unreached(_) => {
-            let unreached: Vec<WorkerId> =
-                ready.replicas.iter().map(|r| r.worker_id.clone()).collect();
-            let elsewhere =
-                |d: &Deployment| d.replicas.iter().any(|r| !unreached.contains(&r.worker_id));
-            match hold(app, activator, &ready, &again, elsewhere).await {
-                Ok((ready, target)) => attempt(app, &ready, &target, again)
-                    .await
-                    .response(app, &ready),
-                Err(response) => response,
+    let mut pause = FIRST_PAUSE;
+    let mut request = request;
+    loop {
+        let again = copy_request(&request);
+        match attempt(app, &ready, &target, request).await {
+            Outcome::Unreached(_) if tokio::time::Instant::now() < deadline => {
+                let look = Look::Again(pause);
+                (ready, target) = match hold(app, activator, &ready, &again, look, deadline).await {
+                    Ok(found) => found,
+                    Err(response) => return response,
+                };
+                pause = (pause * 2).min(LAST_PAUSE);
+                request = again;
             }
+            outcome => return outcome.response(app, &ready),
         }
-        outcome => outcome.response(app, &ready),
     }
 }
 
-/// What `request` routes to once the activator found a deployment `usable` for it.
+/// How long an event whose replicas could not be reached waits before it is sent
+/// again when nothing changed; the pause doubles up to [`LAST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause between two sends of an event no replica could take.
+const LAST_PAUSE: Duration = Duration::from_secs(1);
+
+/// What `request` routes to once the activator found a deployment with a replica.
 async fn hold(
     app: &App,
     activator: &Activator,
     deployment: &Deployment,
     request: &Request<Bytes>,
-    usable: impl Fn(&Deployment) -> bool,
+    look: Look,
+    deadline: tokio::time::Instant,
 ) -> Result<(Arc<Deployment>, TriggerTarget), Response<Body>> {
     let workflow = deployment.workflow.name.as_str();
     let path = request.uri().path();
     activator
-        .hold(app, workflow, || app.registry.route(path), usable)
+        .hold(
+            app,
+            workflow,
+            look,
+            deadline,
+            || app.registry.route(path),
+            |d| !d.replicas.is_empty(),
+        )
         .await
         .map_err(|refusal| refusal.response(workflow))
 }
@@ -242,6 +253,8 @@ pub(crate) async fn run_message(
                 .hold(
                     app,
                     workflow,
+                    Look::Now,
+                    activator.deadline(),
                     || {
                         app.registry
                             .get(workflow)
