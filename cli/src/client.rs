@@ -6,6 +6,7 @@ use faas_gateway::admin::{
     QuotaChanges, Quotas, RunsResponse, Tenant, TenantsResponse, TokenInfo, TokensResponse,
     WorkersResponse, WorkflowStatus,
 };
+use faas_gateway::admin::{LogQuery, LogsResponse};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use std::path::PathBuf;
 
@@ -99,6 +100,36 @@ impl Client {
             .send()
             .await;
         decode(response, "reading runs").await
+    }
+
+    /// A workflow's guests' log lines that match `query`, oldest first.
+    pub async fn logs(&self, name: &str, query: &LogQuery) -> anyhow::Result<LogsResponse> {
+        let response = self.logs_request(name, query, false).send().await;
+        decode(response, "reading logs").await
+    }
+
+    /// A follow stream of a workflow's log lines (NDJSON), its status checked.
+    pub async fn follow_logs(&self, name: &str, query: &LogQuery) -> anyhow::Result<Response> {
+        let response = self.logs_request(name, query, true).send().await;
+        successful(response, "following logs").await
+    }
+
+    fn logs_request(&self, name: &str, query: &LogQuery, follow: bool) -> RequestBuilder {
+        let mut pairs: Vec<(&str, String)> = Vec::new();
+        if let Some(function) = &query.function {
+            pairs.push(("function", function.clone()));
+        }
+        if let Some(run) = &query.run {
+            pairs.push(("run", run.clone()));
+        }
+        if let Some(since) = query.since_ms {
+            pairs.push(("since_ms", since.to_string()));
+        }
+        if follow {
+            pairs.push(("follow", "1".to_owned()));
+        }
+        self.admin(Method::GET, &format!("workflows/{name}/logs"))
+            .query(&pairs)
     }
 
     /// The workers and what runs on them.
@@ -199,16 +230,26 @@ async fn decode<T: serde::de::DeserializeOwned>(
     response: reqwest::Result<Response>,
     doing: &str,
 ) -> anyhow::Result<T> {
+    let body = successful(response, doing)
+        .await?
+        .bytes()
+        .await
+        .context("reading the gateway's answer")?;
+    serde_json::from_slice(&body)
+        .with_context(|| format!("{doing}: unexpected answer from the gateway"))
+}
+
+/// The response if it succeeded, else an error with the gateway's message.
+async fn successful(response: reqwest::Result<Response>, doing: &str) -> anyhow::Result<Response> {
     let response = response.with_context(|| format!("{doing}: the gateway is unreachable"))?;
     let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
     let body = response
         .bytes()
         .await
         .context("reading the gateway's answer")?;
-    if status.is_success() {
-        return serde_json::from_slice(&body)
-            .with_context(|| format!("{doing}: unexpected answer from the gateway"));
-    }
     let message = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|value| value["error"]["message"].as_str().map(str::to_owned))

@@ -5,11 +5,13 @@ mod build;
 mod client;
 mod deploy;
 mod invoke;
+mod logs;
 mod manifest_schemas;
 mod operator;
 mod output;
 mod schema_tools;
 mod services;
+mod telemetry;
 mod tenants;
 /// `faas up`, which runs guest code in this process: only with the `worker` feature.
 #[cfg(feature = "worker")]
@@ -78,6 +80,9 @@ enum Command {
         #[command(flatten)]
         output: output::OutputArgs,
     },
+    /// Show what a workflow's functions printed and logged: time, function or step,
+    /// run, level and text.
+    Logs(logs::LogsArgs),
     /// List the workers and the workflows placed on each.
     Workers {
         #[command(flatten)]
@@ -110,17 +115,10 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FAAS_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     // Before the flags are parsed: the default region-file budget is a share of it.
     worker::raise_descriptor_limit();
     let cli = Cli::parse();
+    let telemetry = telemetry::init(service_name(&cli.command));
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -128,12 +126,26 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let outcome = runtime.block_on(run(cli.command));
+    telemetry.shutdown();
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The OpenTelemetry `service.name` of a platform process; client commands export nothing.
+fn service_name(command: &Command) -> Option<&'static str> {
+    match command {
+        Command::Up(_) => Some("faas"),
+        Command::Gateway(_) => Some("faas-gateway"),
+        Command::Scheduler(_) => Some("faas-scheduler"),
+        Command::Operator(_) => Some("faas-operator"),
+        Command::Worker(_) => Some("faas-worker"),
+        _ => None,
     }
 }
 
@@ -167,6 +179,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             let runs = client::Client::new(&server)?.runs(&name).await?;
             output::print_runs(&runs, output.output)
         }
+        Command::Logs(args) => logs::run(args).await,
         Command::Workers { server, output } => {
             let workers = client::Client::new(&server)?.workers().await?;
             output::print_workers(&workers, output.output)

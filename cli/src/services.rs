@@ -210,8 +210,12 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
             .with_tenants(tenants)
             .with_max_workflows(args.gateway.tenant_max_workflows),
     );
+    let logs = faas_store::logs::RedisLogReader::connect(&args.redis.redis)
+        .await
+        .context("connecting to Redis for function logs")?;
     let gateway = Gateway::new(args.gateway.config(&token), registry)
         .with_broker(broker)
+        .with_logs(faas_gateway::logs::LogStore::Redis(logs))
         .start()
         .await?;
     println!("faas gateway is up at http://{}", gateway.local_addr());

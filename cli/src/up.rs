@@ -57,6 +57,10 @@ pub struct UpArgs {
         hide_env_values = true
     )]
     redis: Option<String>,
+    /// How many bytes of its guests' log lines (`faas logs`) each workflow keeps; the
+    /// oldest go first.
+    #[arg(long, env = "FAAS_LOG_BUDGET_BYTES", default_value_t = faas_gateway::logs::DEFAULT_LOG_BUDGET_BYTES)]
+    log_budget_bytes: usize,
 }
 
 /// Runs the platform until Ctrl-C or SIGTERM.
@@ -80,10 +84,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         Some(url) => Some(args.broker.connect(url).await?),
         None => None,
     };
+    // The workers write guests' lines straight into the buffers the gateway reads.
+    let logs = Arc::new(faas_gateway::logs::MemoryLogs::new(args.log_budget_bytes));
     let mut workers = Vec::new();
     for index in 0..args.workers.max(1) {
         let id = WorkerId(format!("local-{index}"));
-        let mut worker = Worker::new(worker_config.clone())?.with_key_value(key_value.clone());
+        let mut worker = Worker::new(worker_config.clone())?
+            .with_key_value(key_value.clone())
+            .with_logs(logs.clone());
         if let Some(broker) = &broker {
             worker = worker.with_publisher(Arc::new(broker.clone()));
         }
@@ -110,7 +118,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .await
         .context("reading the tenants' quotas")?;
 
-    let mut gateway = Gateway::new(args.gateway.config(&token), registry.clone());
+    let mut gateway = Gateway::new(args.gateway.config(&token), registry.clone())
+        .with_logs(faas_gateway::logs::LogStore::Memory(logs));
     if let Some(broker) = broker {
         gateway = gateway.with_broker(broker);
     }

@@ -160,6 +160,10 @@ pub struct WorkerCmdArgs {
     redis: RedisArgs,
     #[command(flatten)]
     broker: BrokerArgs,
+    /// About how many of its guests' log lines (`faas logs`) each workflow's Redis
+    /// stream keeps (`faas:logs:<workflow>`, `XADD ... MAXLEN ~ N`). 0 for no limit.
+    #[arg(long, env = "FAAS_LOG_STREAM_LEN", default_value_t = faas_store::logs::DEFAULT_LOG_STREAM_LEN)]
+    log_stream_len: usize,
     /// Address of the internal API the gateway forwards events to.
     #[arg(long, env = "FAAS_WORKER_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -209,9 +213,13 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
             .await?
             .with_quota(args.worker.kv_quota()),
     );
+    let logs = faas_store::logs::RedisLogWriter::connect(&args.redis.redis, args.log_stream_len)
+        .await
+        .context("connecting to Redis for function logs")?;
     let worker = Worker::new(args.worker.config(&args.identity.data_dir))?
         .with_key_value(key_value)
-        .with_publisher(Arc::new(broker.clone()));
+        .with_publisher(Arc::new(broker.clone()))
+        .with_logs(Arc::new(logs));
     let worker = Arc::new(worker);
     follow_quotas(
         &args.redis.redis,

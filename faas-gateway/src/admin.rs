@@ -9,6 +9,7 @@
 //! | GET | `/admin/v1/workflows/{name}` | one workflow's [`WorkflowStatus`] | own |
 //! | DELETE | `/admin/v1/workflows/{name}` | remove it | own |
 //! | GET | `/admin/v1/workflows/{name}/runs` | its recent runs: [`RunsResponse`] | own |
+//! | GET | `/admin/v1/workflows/{name}/logs[?function=&run=&since_ms=&follow=1]` | its guests' log lines: [`LogsResponse`], or with `follow=1` NDJSON lines (a [`faas_invoke::LogLine`] each, `{"missed": N}` when the reader fell behind, an empty line as a heartbeat) until the client goes | own |
 //! | GET | `/admin/v1/workers` | workers and their workflows: [`WorkersResponse`] | admin |
 //! | DELETE | `/admin/v1/workers/{id}` | take a worker out; its workflows move | admin |
 //! | POST | `/admin/v1/tenants` | create a [`CreateTenantBody`] (name, optional [`Quotas`]); answers a [`Tenant`] | admin |
@@ -33,6 +34,7 @@
 
 use crate::auth::{Caller, authenticate};
 use crate::kubernetes::KubeError;
+pub use crate::logs::{LogQuery, LogsResponse};
 use crate::registry::{DeployError, DeployOutcome, DeployRequest, Deployment, no_tenant_store};
 use crate::response::{self, Body};
 use crate::server::App;
@@ -249,6 +251,9 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
         },
         (Method::DELETE, ["workflows", name]) => match app.registry.remove(name, &caller).await {
             Ok(Some(tenant)) => {
+                if let Some(logs) = &app.logs {
+                    logs.remove(name).await;
+                }
                 app.metrics.set_workflows(app.registry.list().len());
                 tracing::info!(workflow = *name, %tenant, "workflow removed");
                 response::json(
@@ -266,6 +271,12 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
                     runs: app.registry.runs(name),
                 },
             ),
+            None => not_found(name),
+        },
+        (Method::GET, ["workflows", name, "logs"]) => match visible(app, &caller, name) {
+            Some(deployment) => {
+                logs(app, name, &deployment.key.tenant, request.uri().query()).await
+            }
             None => not_found(name),
         },
         (_, ["workers" | "tenants", ..]) if !caller.is_admin() => forbidden(format!(
@@ -338,7 +349,7 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             _,
             ["workflows"]
             | ["workflows", _]
-            | ["workflows", _, "runs"]
+            | ["workflows", _, "runs" | "logs"]
             | ["workers"]
             | ["workers", _]
             | ["tenants"]
@@ -356,6 +367,45 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             format!("no admin endpoint {path}"),
         ),
     }
+}
+
+/// A workflow's log lines, or a follow stream of them.
+async fn logs(app: &App, name: &str, tenant: &str, query: Option<&str>) -> Response<Body> {
+    let (query, follow) = match crate::logs::parse_query(query) {
+        Ok((query, follow)) => (
+            LogQuery {
+                tenant: Some(tenant.to_owned()),
+                ..query
+            },
+            follow,
+        ),
+        Err(message) => return response::error(StatusCode::BAD_REQUEST, "bad_request", message),
+    };
+    let Some(store) = &app.logs else {
+        return response::error(
+            StatusCode::NOT_IMPLEMENTED,
+            "no_logs",
+            "this gateway keeps no function logs",
+        );
+    };
+    let stream = match store.read(name, query, follow).await {
+        Ok(crate::logs::ReadOutcome::Lines(read)) => {
+            return response::json(StatusCode::OK, &read);
+        }
+        Ok(crate::logs::ReadOutcome::Follow(stream)) => stream,
+        Err(err) => {
+            return response::error(StatusCode::SERVICE_UNAVAILABLE, "logs", err.to_string());
+        }
+    };
+    let body = http_body_util::StreamBody::new(futures_util::StreamExt::map(stream, |chunk| {
+        Ok(hyper::body::Frame::data(chunk))
+    }));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body.boxed_unsync())
+        .expect("static response parts are valid")
 }
 
 fn unauthorized() -> Response<Body> {

@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 
 #[derive(Serialize)]
 struct FailureDetails<'a> {
@@ -41,12 +42,28 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
     if let Some(activator) = &app.activator {
         activator.note_event(workflow);
     }
+    // A span attribute, unlike a metric label, may name the path: it costs nothing per value.
+    let span = tracing::info_span!(
+        "request",
+        otel.kind = "server",
+        workflow,
+        target = %target,
+        url.path = path,
+        http.request.method = %request.method(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    faas_invoke::trace::continue_from(&span, request.headers());
     // The body is read (within its limits) before any wait: a held event holds
     // nothing more than its body.
-    let response = match read_body(app, request).await {
-        Err(response) => response,
-        Ok(request) => serve(app, &deployment, target, request).await,
-    };
+    let response = async {
+        match read_body(app, request).await {
+            Err(response) => response,
+            Ok(request) => serve(app, &deployment, target, request).await,
+        }
+    }
+    .instrument(span.clone())
+    .await;
+    span.record("http.response.status_code", response.status().as_u16());
     app.metrics
         .observe_request(workflow, response.status().as_u16(), started.elapsed());
     response

@@ -27,6 +27,7 @@ mod auth;
 pub mod config;
 mod invoke;
 pub mod kubernetes;
+pub mod logs;
 mod metrics;
 mod redis;
 pub mod registry;

@@ -36,6 +36,8 @@ pub(crate) struct App {
     /// Holds events for workflows with no ready replica (services mode only: in
     /// embedded mode every deployment has its replicas in this process).
     pub activator: Option<Activator>,
+    /// Guests' log lines (`faas logs`), when this process keeps them (embedded mode).
+    pub logs: Option<crate::logs::LogStore>,
 }
 
 /// A gateway, configured but not yet listening.
@@ -58,6 +60,7 @@ impl Gateway {
                 shutting_down: AtomicBool::new(false),
                 ready: AtomicBool::new(false),
                 activator,
+                logs: None,
             }),
             broker: None,
         }
@@ -66,6 +69,17 @@ impl Gateway {
     /// Consumes the deployed workflows' Redis triggers through `broker`.
     pub fn with_broker(mut self, broker: RedisBroker) -> Self {
         self.broker = Some(broker);
+        self
+    }
+
+    /// Serves guests' log lines (`faas logs`) from `logs`, where the workers write them.
+    ///
+    /// # Panics
+    /// If called after the gateway was shared (it never is before `start`).
+    pub fn with_logs(mut self, logs: crate::logs::LogStore) -> Self {
+        Arc::get_mut(&mut self.app)
+            .expect("the gateway's state is not shared before it starts")
+            .logs = Some(logs);
         self
     }
 

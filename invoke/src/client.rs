@@ -212,15 +212,32 @@ impl RemoteWorker {
 
     async fn send(
         &self,
-        request: Request<Full<Bytes>>,
+        mut request: Request<Full<Bytes>>,
     ) -> Result<http::Response<hyper::body::Incoming>, EventFailure> {
-        self.client.request(request).await.map_err(|err| {
-            if err.is_connect() {
-                self.unreachable(&err)
-            } else {
-                self.lost(&err)
-            }
-        })
+        use tracing::Instrument as _;
+        // The hand-over to the worker: its run or function span is this span's child.
+        let span = tracing::info_span!(
+            "handover",
+            otel.kind = "client",
+            worker = %self.id,
+            call = request
+                .headers()
+                .get(wire::CALL)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default(),
+        );
+        crate::trace::inject(&span, request.headers_mut());
+        self.client
+            .request(request)
+            .instrument(span)
+            .await
+            .map_err(|err| {
+                if err.is_connect() {
+                    self.unreachable(&err)
+                } else {
+                    self.lost(&err)
+                }
+            })
     }
 
     /// The worker could not be reached: the event never got there, so it may go to

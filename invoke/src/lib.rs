@@ -11,6 +11,7 @@
 //! - [`wire`]: the internal API's headers and frames, and [`client`], the gateway's
 //!   HTTP/2 client to it.
 //! - [`Publisher`]: where functions' outbound messages go.
+//! - [`logs`]: guests' log lines ([`LogLine`]) and the [`LogSink`] workers hand them to.
 //!
 //! Invariant: this crate links neither Wasmtime nor Redis, so the gateway, which
 //! depends on it and not on `faas-worker`, never carries a compiler.
@@ -18,14 +19,17 @@
 pub mod client;
 mod failure;
 mod load;
+pub mod logs;
 mod message;
 mod record;
 mod replica;
+pub mod trace;
 pub mod wire;
 
 pub use client::{RemoteWorker, RemoteWorkers};
 pub use failure::{EventFailure, FailureKind};
 pub use load::{FunctionSummary, LoadError};
+pub use logs::{LogLevel, LogLine, LogSink, LogSource};
 pub use message::{BoxFuture, PublishError, Publisher, TriggerMessage};
 pub use record::{RunRecord, RunStatus, StepRecord};
 pub use replica::{

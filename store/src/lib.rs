@@ -18,6 +18,7 @@ pub mod broker;
 mod db;
 pub mod deployments;
 pub mod kv;
+pub mod logs;
 mod redis_connection;
 pub mod tenants;
 

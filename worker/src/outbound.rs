@@ -53,6 +53,9 @@ pub(crate) struct Outbound {
     allowed: Arc<AllowedOutboundHosts>,
     deadline: Instant,
     function: Arc<str>,
+    /// The span of the event (a step attempt, an HTTP call) the store was made in: the
+    /// parent of each outbound request's span, whose `traceparent` the request carries.
+    span: tracing::Span,
 }
 
 impl Outbound {
@@ -62,6 +65,7 @@ impl Outbound {
             allowed,
             deadline: Instant::now() + timeout,
             function,
+            span: tracing::Span::current(),
         }
     }
 }
@@ -69,20 +73,34 @@ impl Outbound {
 impl WasiHttpHooks for Outbound {
     fn send_request(
         &mut self,
-        request: http::Request<WasiBody>,
+        mut request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> SendFuture {
+        use tracing::Instrument as _;
         let allowed = self.allowed.clone();
         let deadline = self.deadline;
         let function = self.function.clone();
-        Box::new(async move {
-            let result = send(&allowed, deadline, request, options).await;
-            if let Err(Error::HttpRequestDenied) = &result {
-                tracing::debug!(%function, "outbound request denied");
+        let span = tracing::info_span!(
+            parent: &self.span,
+            "outbound",
+            otel.kind = "client",
+            http.request.method = %request.method(),
+            server.address = request.uri().host().unwrap_or_default(),
+        );
+        // The platform's trace context replaces whatever the guest wrote: the callee
+        // continues the trace this step is part of.
+        faas_invoke::trace::inject(&span, request.headers_mut());
+        Box::new(
+            async move {
+                let result = send(&allowed, deadline, request, options).await;
+                if let Err(Error::HttpRequestDenied) = &result {
+                    tracing::debug!(%function, "outbound request denied");
+                }
+                result
             }
-            result
-        })
+            .instrument(span),
+        )
     }
 }
 
@@ -379,17 +397,25 @@ mod tests {
     /// A server on 127.0.0.1 that answers each connection with `reply` (after reading
     /// the request head), or holds it open without answering when `reply` is `None`.
     fn server(reply: Option<&'static str>) -> u16 {
+        recording_server(reply).0
+    }
+
+    /// Like [`server`], also passing on each request head it read.
+    fn recording_server(reply: Option<&'static str>) -> (u16, std::sync::mpsc::Receiver<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
+        let (heads, received) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
+                let heads = heads.clone();
                 std::thread::spawn(move || {
                     let mut head = Vec::new();
                     let mut byte = [0u8; 1];
                     while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
                         head.push(byte[0]);
                     }
+                    let _ = heads.send(String::from_utf8_lossy(&head).into_owned());
                     match reply {
                         Some(body) => {
                             let response = format!(
@@ -403,7 +429,7 @@ mod tests {
                 });
             }
         });
-        port
+        (port, received)
     }
 
     async fn fetch(
@@ -421,6 +447,55 @@ mod tests {
 
     fn denied(result: Result<String, Error>) -> bool {
         matches!(result, Err(Error::HttpRequestDenied))
+    }
+
+    #[tokio::test]
+    async fn outbound_requests_carry_the_events_traceparent() {
+        use opentelemetry::trace::TracerProvider as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        opentelemetry::global::set_text_map_propagator(
+            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+        );
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        let _default = tracing::subscriber::set_default(subscriber);
+        let (port, heads) = recording_server(Some("ok"));
+        let url = format!("http://127.0.0.1:{port}/");
+        let step = tracing::info_span!("step");
+        let trace_id = faas_invoke::trace::trace_id(&step).expect("the span is traced");
+        let mut outbound = step.in_scope(|| {
+            Outbound::new(
+                Arc::new(hosts(&[&format!("http://127.0.0.1:{port}")])),
+                Arc::from("f"),
+                Duration::from_secs(5),
+            )
+        });
+        // A guest's own `traceparent` does not pass for the platform's.
+        let mut request = get(&url);
+        request.headers_mut().insert(
+            "traceparent",
+            http::HeaderValue::from_static(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+        );
+        let sent = outbound.send_request(request, None, Box::new(async { Ok(()) }));
+        let (response, io) = Pin::from(sent).await.expect("sent");
+        let io = tokio::spawn(Pin::from(io));
+        response.into_body().collect().await.expect("the body");
+        let _ = io.await;
+        let head = heads
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a request head");
+        let traceparent = head
+            .lines()
+            .find_map(|line| line.strip_prefix("traceparent: "))
+            .unwrap_or_else(|| panic!("no traceparent in {head:?}"));
+        assert!(
+            traceparent.starts_with(&format!("00-{trace_id}-")),
+            "{traceparent} is not in trace {trace_id}"
+        );
+        assert_eq!(head.matches("traceparent").count(), 1, "{head}");
     }
 
     #[tokio::test]

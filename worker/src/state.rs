@@ -3,7 +3,7 @@
 
 use crate::kv::KeyValueStore;
 use crate::region::{RegionScope, StoreRegions};
-use faas_invoke::Publisher;
+use faas_invoke::{LogLevel, LogLine, LogSink, LogSource, Publisher};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
@@ -25,8 +25,42 @@ pub(crate) struct EventContext {
     pub config: Arc<BTreeMap<String, String>>,
     pub kv: Arc<KeyValueStore>,
     pub publisher: Option<Arc<dyn Publisher>>,
+    /// Where the guest's log lines and output go, if anywhere but the platform's log.
+    pub logs: Option<Arc<dyn LogSink>>,
+    /// The run and step this event is, for a step: its log lines name them.
+    pub run: Option<RunLabel>,
     /// Where its outbound HTTP may go: the store's `wasi:http` hooks.
     pub outbound: crate::outbound::Outbound,
+}
+
+/// Which run and step a step's store serves.
+#[derive(Clone)]
+pub(crate) struct RunLabel {
+    pub run: String,
+    pub step: String,
+}
+
+impl EventContext {
+    /// Hands one line the guest wrote to the log sink, if there is one. Never waits:
+    /// the sink drops what it cannot take.
+    pub fn emit(&self, level: LogLevel, source: LogSource, mut text: String) {
+        let Some(logs) = &self.logs else { return };
+        LogLine::cut_text(&mut text);
+        let time_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as u64);
+        logs.push(LogLine {
+            time_ms,
+            tenant: self.tenant.to_string(),
+            workflow: self.workflow.to_string(),
+            function: self.function.to_string(),
+            step: self.run.as_ref().map(|label| label.step.clone()),
+            run: self.run.as_ref().map(|label| label.run.clone()),
+            level,
+            source,
+            text,
+        });
+    }
 }
 
 /// The `T` of every `Store<T>` the worker creates.
@@ -39,6 +73,9 @@ pub(crate) struct InstanceState {
     /// The regions' rules and the guest pages they changed (restored when the store
     /// is dropped, before Wasmtime reuses its memory).
     pub regions: StoreRegions,
+    /// The guest's stdout/stderr, handed to the log sink line by line when the store
+    /// is dropped (the pipe is bounded, so this is too).
+    output: MemoryOutputPipe,
     /// The instance slots this store occupies (its tenant's share, and the worker's);
     /// freed when the store is dropped.
     _slots: [OwnedSemaphorePermit; 2],
@@ -55,7 +92,7 @@ impl InstanceState {
     ) -> Self {
         let wasi = WasiCtx::builder()
             .stdout(output.clone())
-            .stderr(output)
+            .stderr(output.clone())
             .build();
         Self {
             wasi,
@@ -64,7 +101,21 @@ impl InstanceState {
             limiter: MemoryLimiter { max_memory_bytes },
             event,
             regions: StoreRegions::new(regions),
+            output,
             _slots: slots,
+        }
+    }
+}
+
+impl Drop for InstanceState {
+    fn drop(&mut self) {
+        if self.event.logs.is_none() {
+            return;
+        }
+        let output = self.output.contents();
+        for line in String::from_utf8_lossy(&output).lines() {
+            self.event
+                .emit(LogLevel::Info, LogSource::Output, line.to_owned());
         }
     }
 }

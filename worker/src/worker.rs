@@ -67,6 +67,9 @@ pub struct Worker {
     metered_init: std::sync::Mutex<()>,
     kv: Arc<KeyValueStore>,
     publisher: Option<Arc<dyn Publisher>>,
+    /// Where guests' log lines and output go (`faas logs`); nowhere but the
+    /// platform's own log when unset.
+    logs: Option<Arc<dyn faas_invoke::LogSink>>,
     /// One permit per instance slot: an event holds one for as long as its store lives.
     instance_slots: Arc<Semaphore>,
     /// Each tenant's share of the instance slots (`max_instances_per_tenant`, or the
@@ -155,6 +158,7 @@ impl Worker {
             metered_init: std::sync::Mutex::new(()),
             kv: Arc::new(KeyValueStore::memory()),
             publisher: None,
+            logs: None,
             instance_slots,
             tenant_slots: std::sync::Mutex::default(),
             quota_tenants: std::sync::Mutex::default(),
@@ -173,6 +177,12 @@ impl Worker {
     /// Sends functions' outbound messages through `publisher`.
     pub fn with_publisher(mut self, publisher: Arc<dyn Publisher>) -> Self {
         self.publisher = Some(publisher);
+        self
+    }
+
+    /// Hands guests' log lines and stdout/stderr to `logs` (`faas logs`).
+    pub fn with_logs(mut self, logs: Arc<dyn faas_invoke::LogSink>) -> Self {
+        self.logs = Some(logs);
         self
     }
 
@@ -514,6 +524,8 @@ impl Worker {
             config: function.config.clone(),
             kv: self.kv.clone(),
             publisher: self.publisher.clone(),
+            logs: self.logs.clone(),
+            run: None,
             outbound: crate::outbound::Outbound::new(
                 function.allowed_outbound_hosts.clone(),
                 function.name.clone(),

@@ -9,6 +9,7 @@ mod deploy;
 mod deploy_crash;
 mod hostile;
 mod limits;
+mod logs;
 mod manifest;
 mod persistence;
 mod placement;

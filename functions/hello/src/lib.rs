@@ -8,5 +8,7 @@ use faas_sdk::http::{Request, Response};
 fn handle(req: Request) -> Response {
     let greeting = faas_sdk::config::get("greeting").unwrap_or_else(|| "Hello".to_owned());
     let name = req.query_param("name").unwrap_or("world");
+    // Shows up in `faas logs hello`.
+    println!("greeting {name}");
     Response::text(200, format!("{greeting}, {name}!\n"))
 }

@@ -5,7 +5,7 @@
 //! `/misbehave/ok` answers.
 //! `/misbehave/slow?ms=N` sleeps N ms, then answers with its config's `label`: tests use
 //! it to hold a request in flight across a redeploy or a shutdown. `/misbehave/count`
-//! counts the requests its instance has seen.
+//! counts the requests its instance has seen. `/misbehave/shout` logs 8 MB.
 
 use faas_sdk::http::{Request, Response};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -47,6 +47,14 @@ fn handle(req: Request) -> Response {
                 regions.push(faas_sdk::step::Region::from_bytes("bytes", &chunk));
                 std::hint::black_box(&regions);
             }
+        }
+        "/misbehave/shout" => {
+            // Far more log text than a workflow's log budget: it must stay bounded.
+            let line = "x".repeat(8 << 10);
+            for _ in 0..1000 {
+                faas_sdk::log::info(&line);
+            }
+            Response::text(200, "shouted\n")
         }
         "/misbehave/count" => {
             let seen = SEEN.fetch_add(1, Ordering::SeqCst) + 1;

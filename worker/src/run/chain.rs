@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 
 /// What every step of one run shares.
 pub(crate) struct RunShared {
@@ -71,7 +72,17 @@ pub(crate) async fn run(
     let started_at = SystemTime::now();
     let clock = Instant::now();
     let deadline = Duration::from_millis(settings.timeout_ms);
-    let result = match tokio::time::timeout(deadline, execute(&run, input)).await {
+    let span = tracing::info_span!(
+        "run",
+        run_id = %run.run_id,
+        workflow = run.workflow.name(),
+        tenant = run.workflow.tenant(),
+        message = run.message.as_ref().map(|message| message.source.as_str()),
+    );
+    let result = match tokio::time::timeout(deadline, execute(&run, input))
+        .instrument(span)
+        .await
+    {
         Ok(result) => result,
         Err(_) => Err(RunError::Timeout(deadline)),
     };
@@ -172,18 +183,23 @@ async fn fan_out_and_join(
             slot if spread => Some(run.peers[slot - 1].clone()),
             _ => None,
         };
-        tasks.spawn(async move {
-            let branch = branch as u32;
-            if let Some(peer) = peer {
-                match on_peer(&run, &*peer, &segment, branch, branches, inputs.clone()).await {
-                    Ok(outputs) => return Ok((branch as usize, outputs)),
-                    Err(None) => {}
-                    Err(Some(err)) => return Err(err),
+        tasks.spawn(
+            async move {
+                let branch = branch as u32;
+                if let Some(peer) = peer {
+                    match on_peer(&run, &*peer, &segment, branch, branches, inputs.clone()).await {
+                        Ok(outputs) => return Ok((branch as usize, outputs)),
+                        Err(None) => {}
+                        Err(Some(err)) => return Err(err),
+                    }
                 }
+                let outputs = run_segment(&run, &segment, branch, branches, inputs).await?;
+                Ok::<_, RunError>((branch as usize, outputs))
             }
-            let outputs = run_segment(&run, &segment, branch, branches, inputs).await?;
-            Ok::<_, RunError>((branch as usize, outputs))
-        });
+            // A branch is a child of the run (and the parent of its steps' attempts), also
+            // when it is spread to a peer.
+            .instrument(tracing::info_span!("branch", branch, branches)),
+        );
     }
     let timeout = Duration::from_millis(policy.timeout_ms);
     let deadline = tokio::time::Instant::now() + timeout;

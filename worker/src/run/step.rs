@@ -145,6 +145,10 @@ async fn attempt_once(
         .new_store(&run.workflow, function, Some(scope))
         .await
         .map_err(invoke)?;
+    store.data_mut().event.run = Some(crate::state::RunLabel {
+        run: context.run_id.clone(),
+        step: context.step.clone(),
+    });
     let mut handles = Vec::with_capacity(inputs.len());
     for region in inputs {
         region

@@ -86,7 +86,17 @@ async fn serve_connection(stream: TcpStream, node: Arc<Node>) {
 }
 
 async fn handle(node: &Node, request: Request<Incoming>) -> HttpResponse {
-    match dispatch(node, request).await {
+    use tracing::Instrument as _;
+    // The worker's side of the gateway's hand-over: the run (or function call) below is
+    // its child, in the trace the gateway's `traceparent` names.
+    let span = tracing::info_span!(
+        "worker",
+        otel.kind = "server",
+        worker = node.id(),
+        call = header(request.headers(), wire::CALL).unwrap_or_default(),
+    );
+    faas_invoke::trace::continue_from(&span, request.headers());
+    match dispatch(node, request).instrument(span).await {
         Ok(response) => response,
         Err(failure) => failure_response(&failure),
     }

@@ -9,4 +9,4 @@ mod internal_api;
 mod messaging;
 mod quotas;
 mod routes;
-mod scene;
+pub(crate) mod scene;

@@ -17,7 +17,10 @@ mod wordcount {
 fn handle(_ctx: Context, inputs: Vec<Region>) -> Result<Vec<Region>, String> {
     let messages: Vec<Vec<u8>> = inputs.iter().map(Region::bytes).collect();
     let views = messages.iter().map(|m| wordcount::CountsView::root(m));
-    let json = serde_json::to_vec(&merge(views)?).map_err(|e| e.to_string())?;
+    let summary = merge(views)?;
+    // Shows up in `faas logs wordcount` with this run's id.
+    faas_sdk::log::info(&format!("merged {} words", summary.total));
+    let json = serde_json::to_vec(&summary).map_err(|e| e.to_string())?;
     Ok(vec![Region::from_bytes("json", &json)])
 }
 

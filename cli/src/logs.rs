@@ -1,0 +1,159 @@
+//! `faas logs`: a workflow's guests' log lines, once or followed.
+
+use crate::client::{Client, ServerArgs};
+use crate::output::OutputFormat;
+use anyhow::{Context, bail};
+use faas_gateway::admin::LogQuery;
+use faas_invoke::LogLine;
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The arguments of `faas logs`.
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    /// The workflow's name.
+    workflow: String,
+    /// Only lines of this function or step.
+    #[arg(long)]
+    function: Option<String>,
+    /// Only lines of this run (see `faas runs`).
+    #[arg(long)]
+    run: Option<String>,
+    /// Keep printing new lines until interrupted.
+    #[arg(short, long)]
+    follow: bool,
+    /// Only lines from this long ago on: a number and s, m, h or d (`10m`).
+    #[arg(long, value_parser = parse_age)]
+    since: Option<Duration>,
+    /// Output format (`json`: one JSON object per line).
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+/// Parses `10m`-like ages.
+fn parse_age(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not an age like 30s, 10m, 2h or 1d"))?;
+    let seconds = match unit {
+        "s" | "" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("`{text}`: the unit must be s, m, h or d")),
+    };
+    Ok(Duration::from_secs(number.saturating_mul(seconds)))
+}
+
+/// Runs `faas logs`.
+pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
+    let client = Client::new(&args.server)?;
+    let since_ms = match args.since {
+        Some(age) => Some(
+            SystemTime::now()
+                .checked_sub(age)
+                .unwrap_or(UNIX_EPOCH)
+                .duration_since(UNIX_EPOCH)
+                .context("the clock is before 1970")?
+                .as_millis() as u64,
+        ),
+        None => None,
+    };
+    let query = LogQuery {
+        function: args.function,
+        run: args.run,
+        since_ms,
+        tenant: None,
+    };
+    if !args.follow {
+        let logs = client.logs(&args.workflow, &query).await?;
+        for line in &logs.lines {
+            print_line(line, args.output)?;
+        }
+        if logs.dropped > 0 && matches!(args.output, OutputFormat::Text) {
+            eprintln!(
+                "({} older lines were dropped: the workflow's log budget is full)",
+                logs.dropped
+            );
+        }
+        return Ok(());
+    }
+    let mut response = client.follow_logs(&args.workflow, &query).await?;
+    let mut pending = Vec::new();
+    while let Some(chunk) = response.chunk().await.context("following logs")? {
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|&byte| byte == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            follow_line(&line[..end], args.output)?;
+        }
+    }
+    bail!(
+        "the gateway ended the log stream (was `{}` removed?)",
+        args.workflow
+    )
+}
+
+/// One NDJSON line of a follow stream: a log line, a count of missed lines, or a
+/// heartbeat (empty).
+fn follow_line(json: &[u8], format: OutputFormat) -> anyhow::Result<()> {
+    if json.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(json).context("the gateway sent a line that is not JSON")?;
+    if let Some(missed) = value.get("missed") {
+        eprintln!("({missed} lines missed: this reader fell behind)");
+        return Ok(());
+    }
+    let line: LogLine =
+        serde_json::from_value(value).context("the gateway sent an unexpected log line")?;
+    print_line(&line, format)
+}
+
+fn print_line(line: &LogLine, format: OutputFormat) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match format {
+        OutputFormat::Json => writeln!(out, "{}", serde_json::to_string(line)?)?,
+        OutputFormat::Text => {
+            let ms = line.time_ms % 86_400_000;
+            let (hours, minutes) = (ms / 3_600_000, ms / 60_000 % 60);
+            let (seconds, millis) = (ms / 1000 % 60, ms % 1000);
+            let who = match (&line.step, &line.run) {
+                (Some(step), Some(run)) => format!("{step} run={run}"),
+                _ => line.function.clone(),
+            };
+            let level = serde_json::to_value(line.level)?;
+            writeln!(
+                out,
+                "{hours:02}:{minutes:02}:{seconds:02}.{millis:03}Z {} {who} {} {}",
+                line.workflow,
+                level.as_str().unwrap_or_default().to_uppercase(),
+                line.text
+            )?;
+        }
+    }
+    // A follower reads lines as they come, even through a pipe.
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_age;
+    use std::time::Duration;
+
+    #[test]
+    fn ages_parse_with_their_unit_and_bad_ones_say_why() {
+        assert_eq!(parse_age("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_age("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_age("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_age("10y").unwrap_err().contains("unit"));
+        assert!(parse_age("m").unwrap_err().contains("not an age"));
+    }
+}

@@ -1,0 +1,335 @@
+//! `faas logs`: what a function printed (stdout) and logged (`faas_sdk::log`) comes back
+//! to its own tenant, with its function or step and run, filtered, followed, bounded.
+
+use crate::support::{Platform, TOKEN, faas_as, repo};
+use crate::tenants::scene::{Scene, VICTIM_WORKFLOW, refused};
+use reqwest::Method;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `faas logs <args> --output json` at `url` with `token`, asserting success: one JSON
+/// object per printed line.
+pub(crate) fn log_lines(url: &str, token: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["logs"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--output", "json"]);
+    let output = faas_as(url, token, &all);
+    assert!(
+        output.status.success(),
+        "faas {all:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON log line"))
+        .collect()
+}
+
+/// The texts of `lines`.
+fn texts(lines: &[serde_json::Value]) -> Vec<&str> {
+    lines
+        .iter()
+        .map(|line| line["text"].as_str().unwrap())
+        .collect()
+}
+
+/// Polls `faas logs` until a line's text contains `needle` (lines reach the store
+/// when the instance's store is dropped, just after the response).
+pub(crate) fn wait_for_line(
+    url: &str,
+    token: &str,
+    args: &[&str],
+    needle: &str,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = log_lines(url, token, args);
+        if texts(&lines).iter().any(|text| text.contains(needle)) {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line containing `{needle}` in {lines:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Checks, on a running scene (embedded or services mode), that the victim reads its
+/// function's printed line and mallory gets the same 404 as for a workflow that does
+/// not exist, while the victim keeps being served and reading its logs.
+pub(crate) fn check_tenant_logs<P>(scene: &Scene<P>) {
+    assert_eq!(scene.get("/shop?name=alice").status(), 200);
+    let lines = wait_for_line(
+        &scene.url,
+        &scene.victim,
+        &[VICTIM_WORKFLOW],
+        "greeting alice",
+    );
+    let line = lines
+        .iter()
+        .find(|line| line["text"] == "greeting alice")
+        .expect("the printed line, whole");
+    assert_eq!(line["workflow"], VICTIM_WORKFLOW);
+    assert_eq!(line["function"], "main");
+    assert_eq!(line["source"], "output");
+    assert!(line["time_ms"].as_u64().unwrap() > 0);
+    assert!(line.get("run").is_none(), "an HTTP function has no run");
+
+    // Mallory: refused exactly as for a workflow that does not exist.
+    let theirs = scene.api(
+        Method::GET,
+        &format!("workflows/{VICTIM_WORKFLOW}/logs"),
+        &scene.mallory,
+    );
+    let absent = scene.api(Method::GET, "workflows/no-such-flow/logs", &scene.mallory);
+    assert_eq!(theirs.status(), 404);
+    assert_eq!(absent.status(), 404);
+    let theirs: serde_json::Value = theirs.json().unwrap();
+    let absent: serde_json::Value = absent.json().unwrap();
+    assert_eq!(theirs["error"]["kind"], absent["error"]["kind"]);
+    let stderr = refused(&scene.faas(&scene.mallory, &["logs", VICTIM_WORKFLOW]));
+    assert!(stderr.contains("404"), "{stderr}");
+    assert!(!stderr.contains("alice"), "no line leaks: {stderr}");
+    let followed = refused(&scene.faas(&scene.mallory, &["logs", VICTIM_WORKFLOW, "-f"]));
+    assert!(followed.contains("404"), "{followed}");
+
+    // The victim is still served, and still reads its own logs (so does the admin).
+    scene.assert_victim_served();
+    assert_eq!(scene.get("/shop?name=bob").status(), 200);
+    wait_for_line(
+        &scene.url,
+        &scene.victim,
+        &[VICTIM_WORKFLOW],
+        "greeting bob",
+    );
+    wait_for_line(&scene.url, TOKEN, &[VICTIM_WORKFLOW], "greeting bob");
+}
+
+#[test]
+fn a_functions_printed_lines_come_back_to_its_tenant_and_not_to_another() {
+    check_tenant_logs(&Scene::embedded());
+}
+
+/// Checks, on a platform serving `functions/wordcount` at `url`, that the merge step's
+/// `faas_sdk::log` line carries its step and run, and that `--run` and `--function`
+/// select lines.
+pub(crate) fn check_step_logs(url: &str, post: impl Fn() -> u16) {
+    assert_eq!(post(), 200);
+    assert_eq!(post(), 200);
+    let runs = faas_as(url, TOKEN, &["runs", "wordcount", "--output", "json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let run_ids: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(run_ids.len(), 2, "{runs}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let lines = log_lines(url, TOKEN, &["wordcount"]);
+        if lines.len() >= 2 || Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(lines.len(), 2, "one line per run's merge: {lines:?}");
+    for line in &lines {
+        assert_eq!(line["step"], "merge");
+        assert_eq!(line["function"], "merge");
+        assert_eq!(line["level"], "info");
+        assert_eq!(line["source"], "log");
+        assert!(line["text"].as_str().unwrap().starts_with("merged "));
+        assert!(run_ids.contains(&line["run"].as_str().unwrap()), "{line}");
+    }
+    for run in &run_ids {
+        let one = log_lines(url, TOKEN, &["wordcount", "--run", run]);
+        assert_eq!(one.len(), 1, "--run {run}: {one:?}");
+        assert_eq!(one[0]["run"], *run);
+    }
+    assert_eq!(
+        log_lines(url, TOKEN, &["wordcount", "--function", "merge"]).len(),
+        2
+    );
+    assert!(log_lines(url, TOKEN, &["wordcount", "--function", "split"]).is_empty());
+    assert!(log_lines(url, TOKEN, &["wordcount", "--run", "no-such-run"]).is_empty());
+    // Lines older than `--since` are left out; these are all recent.
+    assert_eq!(
+        log_lines(url, TOKEN, &["wordcount", "--since", "10m"]).len(),
+        2
+    );
+}
+
+#[test]
+fn step_lines_carry_their_step_and_run_and_filters_select_them() {
+    let platform = Platform::start();
+    platform.deploy(&repo("functions/wordcount/workflow.toml"));
+    check_step_logs(&platform.url, || {
+        platform
+            .post("/wordcount", "one two two three three three")
+            .status()
+            .as_u16()
+    });
+}
+
+/// `faas logs -f` at `url`: its stdout lines as they come, and the process.
+pub(crate) fn follow(
+    url: &str,
+    token: &str,
+    workflow: &str,
+) -> (std::process::Child, Arc<Mutex<Vec<String>>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_faas"))
+        .args(["logs", workflow, "-f", "--output", "json"])
+        .env("FAAS_URL", url)
+        .env("FAAS_TOKEN", token)
+        .env("FAAS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting faas logs -f");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    (child, seen)
+}
+
+/// Checks that `faas logs -f` prints a line printed after it started, sending
+/// requests through `get` until it does.
+pub(crate) fn check_follow<P>(scene: &Scene<P>) {
+    let (mut child, seen) = follow(&scene.url, &scene.victim, VICTIM_WORKFLOW);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut sent = 0;
+    let found = loop {
+        // A fresh name each time: only a line printed after `-f` started can match it.
+        sent += 1;
+        assert_eq!(scene.get(&format!("/shop?name=later{sent}")).status(), 200);
+        std::thread::sleep(Duration::from_millis(200));
+        let lines = seen.lock().unwrap().clone();
+        if let Some(line) = lines.iter().find(|line| line.contains("greeting later")) {
+            break line.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "-f printed nothing new: {lines:?}"
+        );
+    };
+    let line: serde_json::Value = serde_json::from_str(&found).unwrap();
+    assert_eq!(line["workflow"], VICTIM_WORKFLOW);
+    assert_eq!(line["function"], "main");
+    assert!(child.try_wait().unwrap().is_none(), "-f keeps following");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn follow_prints_a_line_printed_after_it_started() {
+    check_follow(&Scene::embedded());
+}
+
+#[test]
+fn a_guest_flooding_its_logs_stays_within_the_budget_and_others_are_unaffected() {
+    const BUDGET: usize = 256 << 10;
+    let platform = Platform::start_with(&["--no-demo", "--log-budget-bytes", &BUDGET.to_string()]);
+    platform.deploy(&repo("functions/misbehave/workflow.toml"));
+    platform.deploy(&repo("functions/hello/workflow.toml"));
+    // 20 requests of 1000 lines each, cut to 4 KiB: 80 MB of log text.
+    for _ in 0..20 {
+        let response = platform.get("/misbehave/shout");
+        assert_eq!(response.status(), 200);
+        // Another tenant's requests are served meanwhile.
+        let hello = platform.get("/hello?name=neighbour");
+        assert_eq!(hello.status(), 200);
+        assert!(hello.text().unwrap().contains("neighbour"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let kept = loop {
+        let response = crate::support::client()
+            .get(platform.at("/admin/v1/workflows/misbehave/logs"))
+            .bearer_auth(TOKEN)
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let kept: serde_json::Value = response.json().unwrap();
+        let total =
+            kept["dropped"].as_u64().unwrap() + kept["lines"].as_array().unwrap().len() as u64;
+        if total >= 20_000 || Instant::now() > deadline {
+            break kept;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lines = kept["lines"].as_array().unwrap();
+    let dropped = kept["dropped"].as_u64().unwrap();
+    assert_eq!(dropped + lines.len() as u64, 20_000, "every line counted");
+    let text_bytes: usize = lines
+        .iter()
+        .map(|line| line["text"].as_str().unwrap().len())
+        .sum();
+    assert!(
+        text_bytes <= BUDGET,
+        "{text_bytes} bytes kept, over the budget"
+    );
+    assert!(!lines.is_empty(), "the newest lines are kept");
+    for line in lines {
+        let text = line["text"].as_str().unwrap();
+        assert!(text.len() <= 4096 + 16, "one line is cut: {}", text.len());
+    }
+    // The neighbour's lines are its own and all there.
+    let hello = wait_for_line(&platform.url, TOKEN, &["hello"], "greeting neighbour");
+    assert_eq!(hello.len(), 20);
+    assert!(hello.iter().all(|line| line["workflow"] == "hello"));
+    // Removing the workflow removes its logs.
+    assert!(platform.faas(&["rm", "misbehave"]).status.success());
+    platform.deploy(&repo("functions/misbehave/workflow.toml"));
+    assert!(log_lines(&platform.url, TOKEN, &["misbehave"]).is_empty());
+}
+
+#[test]
+fn services_mode_lines_reach_their_tenant_only_and_follow_shows_new_ones() {
+    let services = crate::services::Services::start(&["w1"]);
+    let scene = Scene::set_up(services.url.clone(), services);
+    check_tenant_logs(&scene);
+    check_follow(&scene);
+}
+
+#[test]
+fn services_mode_step_lines_carry_their_run_and_go_with_their_workflow() {
+    let services = crate::services::Services::start(&["w1"]);
+    crate::support::deploy_at(&services.url, &repo("functions/wordcount/workflow.toml"));
+    check_step_logs(&services.url, || {
+        crate::support::client()
+            .post(format!("{}/wordcount", services.url))
+            .body("one two two three three three")
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    // The lines are in the workflow's own platform stream, trimmed by length...
+    let mut redis = redis::Client::open(services.redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let len: usize = redis::cmd("XLEN")
+        .arg("faas:logs:wordcount")
+        .query(&mut redis)
+        .unwrap();
+    assert_eq!(len, 2);
+    // ...and removing the workflow removes them.
+    assert!(
+        faas_as(&services.url, TOKEN, &["rm", "wordcount"])
+            .status
+            .success()
+    );
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("faas:logs:wordcount")
+        .query(&mut redis)
+        .unwrap();
+    assert!(!exists, "the workflow's logs outlived it");
+}

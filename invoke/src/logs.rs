@@ -1,0 +1,111 @@
+//! A guest's log lines on their way from the worker that ran it to where a tenant
+//! reads them (`faas logs`): the [`LogLine`] both sides share and the [`LogSink`] a
+//! worker hands them to.
+
+use serde::{Deserialize, Serialize};
+
+/// The longest text one line keeps, in bytes; the rest is cut (and the line says so),
+/// so that a guest printing one huge line costs a bounded amount.
+pub const MAX_LOG_LINE_BYTES: usize = 4 * 1024;
+
+/// How severe a line is: the level a guest gave `faas_sdk::log`, or the stream it
+/// wrote to (stdout and stderr are `info`: they share one pipe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// `log::trace`.
+    Trace,
+    /// `log::debug`.
+    Debug,
+    /// `log::info` and stdout.
+    Info,
+    /// `log::warn`.
+    Warn,
+    /// `log::error` and stderr.
+    Error,
+}
+
+/// Where a line came from in the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogSource {
+    /// The guest's standard output and error (WASI), which share one pipe.
+    Output,
+    /// The `faas:platform/log` interface (`faas_sdk::log`).
+    Log,
+}
+
+/// One line a guest wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// When the worker took it, in milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    /// The workflow's tenant (used to scope who may read it, never shown to others).
+    pub tenant: String,
+    /// The workflow.
+    pub workflow: String,
+    /// The function (or step's function) that wrote it.
+    pub function: String,
+    /// The step, when it ran as a step of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The run, when it ran as a step of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// Its level.
+    pub level: LogLevel,
+    /// Where it came from.
+    pub source: LogSource,
+    /// The text, at most [`MAX_LOG_LINE_BYTES`] (cut on a character boundary).
+    pub text: String,
+}
+
+impl LogLine {
+    /// Cuts `text` to [`MAX_LOG_LINE_BYTES`], marking the cut; returns whether it cut.
+    pub fn cut_text(text: &mut String) -> bool {
+        if text.len() <= MAX_LOG_LINE_BYTES {
+            return false;
+        }
+        let mut end = MAX_LOG_LINE_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(" [cut]");
+        true
+    }
+
+    /// The bytes this line holds, as a log store counts them against its budget.
+    pub fn cost(&self) -> usize {
+        // The fixed part approximates the struct and its small strings.
+        128 + self.text.len()
+            + self.workflow.len()
+            + self.function.len()
+            + self.step.as_ref().map_or(0, String::len)
+            + self.run.as_ref().map_or(0, String::len)
+    }
+}
+
+/// Where a worker hands its guests' lines. Implementations must not block or wait:
+/// this is called on the guest's path, so a slow store drops (and counts) lines
+/// rather than slowing guests.
+pub trait LogSink: Send + Sync {
+    /// Takes one line.
+    fn push(&self, line: LogLine);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_text_is_cut_on_a_char_boundary() {
+        let mut text = "é".repeat(MAX_LOG_LINE_BYTES);
+        assert!(LogLine::cut_text(&mut text));
+        assert!(text.len() <= MAX_LOG_LINE_BYTES + " [cut]".len());
+        assert!(text.ends_with(" [cut]"));
+        let mut short = "hello".to_owned();
+        assert!(!LogLine::cut_text(&mut short));
+        assert_eq!(short, "hello");
+    }
+}

@@ -1,0 +1,76 @@
+//! W3C trace context (`traceparent`, `tracestate`) in HTTP headers, between the current
+//! `tracing` span and the wire.
+//!
+//! Both ends go through the process's global text-map propagator (W3C trace context,
+//! set where the process installs its subscriber) and the span's OpenTelemetry context.
+//! With no OpenTelemetry layer installed (export off) a span has no context: nothing is
+//! injected and a received parent is ignored, at the cost of a type check.
+
+use http::HeaderMap;
+use http::header::{HeaderName, HeaderValue};
+use opentelemetry::propagation::{Extractor, Injector};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+/// The W3C header naming the trace and the parent span.
+pub const TRACEPARENT: &str = "traceparent";
+
+struct Headers<'a>(&'a HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
+}
+
+struct HeadersMut<'a>(&'a mut HeaderMap);
+
+impl Injector for HeadersMut<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(key.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// Makes the trace context in `headers` (if any, and well formed) the parent of `span`.
+pub fn continue_from(span: &tracing::Span, headers: &HeaderMap) {
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&Headers(headers))
+    });
+    // A context with no remote span leaves the span a root (or the child it already is).
+    use opentelemetry::trace::TraceContextExt as _;
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
+    }
+}
+
+/// Writes `span`'s trace context into `headers`, replacing any there (a forwarded request's
+/// own `traceparent` must not pass for the platform's).
+pub fn inject(span: &tracing::Span, headers: &mut HeaderMap) {
+    let context = span.context();
+    use opentelemetry::trace::TraceContextExt as _;
+    if !context.span().span_context().is_valid() {
+        return;
+    }
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut HeadersMut(headers));
+    });
+}
+
+/// The trace id of `span` in W3C form (32 lowercase hex digits), or `None` when the span
+/// is not traced (export off).
+pub fn trace_id(span: &tracing::Span) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let context = span.context();
+    let span_context = context.span().span_context().clone();
+    span_context
+        .is_valid()
+        .then(|| span_context.trace_id().to_string())
+}

@@ -1,0 +1,244 @@
+//! Guests' log lines in Redis (services mode): one stream per workflow,
+//! `faas:logs:<workflow>` (a platform key: guests' names are all under `t:<tenant>:`,
+//! so no guest reaches it), trimmed by length (`XADD ... MAXLEN ~`).
+//!
+//! Workers write through [`RedisLogWriter`]: a guest's line goes into a bounded queue
+//! and a background task appends batches in one pipeline, so a slow or absent Redis
+//! never slows a guest; what does not fit is dropped and counted. Gateways read through
+//! [`RedisLogReader`].
+
+use faas_invoke::{LogLine, LogSink};
+use redis::aio::MultiplexedConnection;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The default number of lines each workflow's stream keeps (about).
+pub const DEFAULT_LOG_STREAM_LEN: usize = 10_000;
+
+/// Lines waiting for the writer task; more are dropped.
+const QUEUE_LINES: usize = 4096;
+
+/// Most lines appended in one pipeline.
+const BATCH_LINES: usize = 256;
+
+/// How long one batch may take before it is given up (and its lines counted dropped).
+const BATCH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most lines one read returns (the newest).
+pub const MAX_READ_LINES: usize = 10_000;
+
+/// The Redis key of `workflow`'s log stream.
+pub fn log_key(workflow: &str) -> String {
+    format!("faas:logs:{workflow}")
+}
+
+/// Why the log store could not start or answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LogStoreError {
+    /// Redis could not be reached at start.
+    #[error("connecting to Redis for logs: {0}")]
+    Connect(String),
+    /// A read failed.
+    #[error("reading logs from Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// A worker's log sink: queues lines for a background task that appends them.
+pub struct RedisLogWriter {
+    queue: mpsc::Sender<LogLine>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl RedisLogWriter {
+    /// Connects to `url` and starts the writer task; each stream keeps about
+    /// `max_len` lines.
+    ///
+    /// # Errors
+    /// When Redis cannot be reached.
+    pub async fn connect(url: &str, max_len: usize) -> Result<Self, LogStoreError> {
+        let client = checked_client(url).await?;
+        let (queue, lines) = mpsc::channel(QUEUE_LINES);
+        let dropped = Arc::new(AtomicU64::new(0));
+        tokio::spawn(write_batches(client, lines, max_len, dropped.clone()));
+        Ok(Self { queue, dropped })
+    }
+
+    /// How many lines were dropped (queue full or Redis too slow) since start.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl LogSink for RedisLogWriter {
+    fn push(&self, line: LogLine) {
+        if self.queue.try_send(line).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A client for `url` whose server answered `PING`.
+async fn checked_client(url: &str) -> Result<redis::Client, LogStoreError> {
+    let connect_error = |err: redis::RedisError| LogStoreError::Connect(err.to_string());
+    let client = redis::Client::open(url).map_err(connect_error)?;
+    let mut connection = open(&client).await.map_err(connect_error)?;
+    redis::cmd("PING")
+        .query_async::<()>(&mut connection)
+        .await
+        .map_err(connect_error)?;
+    Ok(client)
+}
+
+/// A connection, bounded in time both ways.
+async fn open(client: &redis::Client) -> redis::RedisResult<MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(BATCH_TIMEOUT))
+        .set_response_timeout(Some(BATCH_TIMEOUT));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// Appends queued lines in batches until every writer is gone. It connects only when
+/// it has lines to write and forgets a connection that failed, so an idle worker
+/// holds no reconnecting connection and a Redis that came back is found again.
+async fn write_batches(
+    client: redis::Client,
+    mut lines: mpsc::Receiver<LogLine>,
+    max_len: usize,
+    dropped: Arc<AtomicU64>,
+) {
+    let mut batch = Vec::with_capacity(BATCH_LINES);
+    let mut connection: Option<MultiplexedConnection> = None;
+    while lines.recv_many(&mut batch, BATCH_LINES).await > 0 {
+        let mut pipe = redis::pipe();
+        for line in &batch {
+            let Ok(json) = serde_json::to_string(line) else {
+                continue;
+            };
+            let command = pipe.cmd("XADD").arg(log_key(&line.workflow));
+            if max_len > 0 {
+                command.arg("MAXLEN").arg("~").arg(max_len);
+            }
+            command.arg("*").arg("line").arg(json).ignore();
+        }
+        let sent = tokio::time::timeout(BATCH_TIMEOUT, async {
+            let live = match connection.take() {
+                Some(live) => live,
+                None => open(&client).await?,
+            };
+            let mut live = connection.insert(live).clone();
+            pipe.query_async::<()>(&mut live).await
+        });
+        if !matches!(sent.await, Ok(Ok(()))) {
+            connection = None;
+            dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            tracing::debug!(
+                lines = batch.len(),
+                "log lines dropped: Redis too slow or down"
+            );
+        }
+        batch.clear();
+    }
+}
+
+/// A gateway's reader of the log streams. It opens a connection per read (reads are
+/// rare and small), so an idle gateway holds no extra connection to Redis.
+#[derive(Clone)]
+pub struct RedisLogReader {
+    client: redis::Client,
+}
+
+/// Lines read from a stream, with the id to read after next time.
+pub struct LogBatch {
+    /// The lines, oldest first.
+    pub lines: Vec<LogLine>,
+    /// The last entry id read (or the one given, when none was new).
+    pub last_id: String,
+}
+
+impl RedisLogReader {
+    /// Connects to `url`.
+    ///
+    /// # Errors
+    /// When Redis cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self, LogStoreError> {
+        let client = checked_client(url).await?;
+        Ok(Self { client })
+    }
+
+    /// The newest lines of `workflow` (at most [`MAX_READ_LINES`]), oldest first.
+    ///
+    /// # Errors
+    /// When Redis fails.
+    pub async fn recent(&self, workflow: &str) -> Result<LogBatch, LogStoreError> {
+        let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+            .arg(log_key(workflow))
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(MAX_READ_LINES)
+            .query_async(&mut open(&self.client).await?)
+            .await?;
+        let last_id = entries
+            .first()
+            .map_or_else(|| "0-0".to_owned(), |(id, _)| id.clone());
+        Ok(LogBatch {
+            lines: decode(entries.into_iter().rev()),
+            last_id,
+        })
+    }
+
+    /// The lines of `workflow` appended after entry `after` (at most `count`), oldest
+    /// first.
+    ///
+    /// # Errors
+    /// When Redis fails.
+    pub async fn after(
+        &self,
+        workflow: &str,
+        after: &str,
+        count: usize,
+    ) -> Result<LogBatch, LogStoreError> {
+        let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+            .arg(log_key(workflow))
+            .arg(format!("({after}"))
+            .arg("+")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut open(&self.client).await?)
+            .await?;
+        let last_id = entries
+            .last()
+            .map_or_else(|| after.to_owned(), |(id, _)| id.clone());
+        Ok(LogBatch {
+            lines: decode(entries.into_iter()),
+            last_id,
+        })
+    }
+
+    /// Removes `workflow`'s lines (it was removed).
+    ///
+    /// # Errors
+    /// When Redis fails.
+    pub async fn remove(&self, workflow: &str) -> Result<(), LogStoreError> {
+        redis::cmd("DEL")
+            .arg(log_key(workflow))
+            .query_async::<()>(&mut open(&self.client).await?)
+            .await?;
+        Ok(())
+    }
+}
+
+/// The lines of stream entries; an entry that is not a line (none is written so) is
+/// skipped.
+fn decode(entries: impl Iterator<Item = (String, Vec<(String, String)>)>) -> Vec<LogLine> {
+    entries
+        .filter_map(|(_, fields)| {
+            let (_, json) = fields.into_iter().find(|(name, _)| name == "line")?;
+            serde_json::from_str(&json).ok()
+        })
+        .collect()
+}
