@@ -46,3 +46,19 @@ pub fn serve_file(body: Vec<u8>) -> String {
     });
     url
 }
+
+/// A URL whose server accepts connections and never answers, as a hostile tenant's
+/// component URL may: a fetch from it lasts until the operator's fetch timeout.
+pub fn stalling_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!(
+        "http://{}/component.wasm",
+        listener.local_addr().expect("its address")
+    );
+    std::thread::spawn(move || {
+        // Held open, unanswered, for as long as the test runs.
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    url
+}

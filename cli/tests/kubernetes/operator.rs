@@ -423,6 +423,17 @@ fn a_workflow_is_deployed_placed_and_ready_moves_when_its_pod_goes_and_is_remove
 fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
     let cluster = Cluster::start(1, &[]);
     let (bytes, sha) = hello();
+    // Another tenant's component URL never answers: its fetch lasts the operator's
+    // whole fetch timeout (120 s), far beyond this test's patience, and must hold up
+    // no other Workflow meanwhile.
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "stalled",
+        "/stalled",
+        &"1".repeat(64),
+        Some(&crate::stalling_url()),
+        "",
+    ));
     let url = crate::serve_file(bytes);
     cluster.apply(&hello_workflow(
         &cluster.tenant,
@@ -507,6 +518,13 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
     assert_eq!(deployments.keys().collect::<Vec<_>>(), ["fetched"]);
     let fetched = cluster.workflow("fetched").unwrap();
     assert_eq!(condition(&fetched, "Ready").unwrap()["status"], "True");
+    // All of that happened while the stalled fetch was still going on.
+    let stalled = cluster.workflow("stalled").unwrap();
+    assert!(
+        condition(&stalled, "Degraded").is_none_or(|c| c["status"] != "True"),
+        "the stalled fetch is still under way: {:#}",
+        stalled["status"]
+    );
 }
 
 #[test]

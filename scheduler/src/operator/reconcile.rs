@@ -155,11 +155,7 @@ async fn apply(
     workflow: &Workflow,
     context: &Context,
 ) -> Result<Action, ReconcileError> {
-    let deployed = {
-        // One deploy at a time: names and routes are checked against the others.
-        let _guard = context.deploy_lock.lock().await;
-        deploy(workflow, context).await?
-    };
+    let deployed = deploy(workflow, context).await?;
     let status = observe::status(context, workflow, &deployed).await?;
     let load_failed = status
         .condition(faas_kube::status::DEGRADED)
@@ -206,19 +202,94 @@ async fn clear_demand(context: &Context, name: &str) -> Result<(), SharedStateEr
 
 /// Checks `workflow` as the gateway checks a deploy, fetches its components and writes
 /// its deployment record when its digest changed.
+///
+/// Components are fetched outside the deploy lock: a slow or large download named by
+/// one tenant's Workflow must not hold up every other tenant's deploys. So the checks
+/// run twice: first to refuse a spec before fetching anything, then under the lock
+/// against the deployments as they are by then (another deploy may have taken the name,
+/// a route or the last place in the quota meanwhile).
 async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, ReconcileError> {
+    let valid = match check(workflow, context).await? {
+        Checked::Settled(deployed) => return Ok(deployed),
+        Checked::Changed { valid, .. } => valid,
+    };
+    for (function, source) in &valid.components {
+        if let Err(refusal) = components::ensure(context, function, source).await? {
+            let ours = ours(&context.shared.deployments().await?, workflow);
+            return Ok(Deployed {
+                record: ours,
+                refusal: Some(refusal),
+            });
+        }
+    }
+    let _guard = context.deploy_lock.lock().await;
+    let (valid, digest) = match check(workflow, context).await? {
+        Checked::Settled(deployed) => return Ok(deployed),
+        Checked::Changed { valid, digest } => (valid, digest),
+    };
+    let name = workflow.name_any();
+    let tenant = workflow.namespace().unwrap_or_default();
+    let record = DeploymentRecord {
+        workflow: valid.workflow,
+        digest,
+        revision: context.shared.next_revision().await?,
+        deployed_at: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs()),
+        components: valid
+            .components
+            .iter()
+            .map(|(function, source)| (function.clone(), source.sha256.clone()))
+            .collect(),
+    };
+    context.shared.put_deployment(&record).await?;
+    // A new revision wants a worker to load it, as a held event does: with the
+    // workers scaled to zero they come back, so the deploy is seen Ready (or failing
+    // to load) before they go idle again.
+    context.shared.signal_demand(&name).await?;
+    context.place_now.notify_one();
+    tracing::info!(workflow = %name, tenant = %tenant, revision = record.revision, "deployed");
+    Ok(Deployed {
+        record: Some(record),
+        refusal: None,
+    })
+}
+
+/// What the checks of a deploy found.
+enum Checked {
+    /// Nothing to write: the spec is refused, or deployed as it stands.
+    Settled(Deployed),
+    /// A valid spec whose digest differs from what is deployed.
+    Changed {
+        valid: faas_kube::ValidWorkflow,
+        digest: String,
+    },
+}
+
+/// The deployment record of `workflow` (its name, in its tenant), if any.
+fn ours(
+    deployments: &std::collections::BTreeMap<String, DeploymentRecord>,
+    workflow: &Workflow,
+) -> Option<DeploymentRecord> {
+    let tenant = workflow.namespace().unwrap_or_default();
+    deployments
+        .get(&workflow.name_any())
+        .filter(|record| record.workflow.tenant == tenant)
+        .cloned()
+}
+
+/// The checks the gateway makes on a deploy (spec, tenant, name, quota, routes),
+/// against the deployments in Redis now, and whether the digest changed.
+async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, ReconcileError> {
     let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
     let deployments = context.shared.deployments().await?;
-    let ours = deployments
-        .get(&name)
-        .filter(|record| record.workflow.tenant == tenant)
-        .cloned();
+    let ours = ours(&deployments, workflow);
     let refuse = |reason, message| {
-        Ok(Deployed {
+        Ok(Checked::Settled(Deployed {
             record: ours.clone(),
             refusal: Some(Refusal::new(reason, message)),
-        })
+        }))
     };
     let valid = match faas_kube::validate(workflow) {
         Ok(valid) => valid,
@@ -275,40 +346,12 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
     }
     let digest = digest(workflow);
     if let Some(record) = ours.as_ref().filter(|record| record.digest == digest) {
-        return Ok(Deployed {
+        return Ok(Checked::Settled(Deployed {
             record: Some(record.clone()),
             refusal: None,
-        });
+        }));
     }
-    for (function, source) in &valid.components {
-        if let Err(refusal) = components::ensure(context, function, source).await? {
-            return refuse(refusal.reason, refusal.message);
-        }
-    }
-    let record = DeploymentRecord {
-        workflow: valid.workflow,
-        digest,
-        revision: context.shared.next_revision().await?,
-        deployed_at: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_secs()),
-        components: valid
-            .components
-            .iter()
-            .map(|(function, source)| (function.clone(), source.sha256.clone()))
-            .collect(),
-    };
-    context.shared.put_deployment(&record).await?;
-    // A new revision wants a worker to load it, as a held event does: with the
-    // workers scaled to zero they come back, so the deploy is seen Ready (or failing
-    // to load) before they go idle again.
-    context.shared.signal_demand(&name).await?;
-    context.place_now.notify_one();
-    tracing::info!(workflow = %name, tenant = %tenant, revision = record.revision, "deployed");
-    Ok(Deployed {
-        record: Some(record),
-        refusal: None,
-    })
+    Ok(Checked::Changed { valid, digest })
 }
 
 /// SHA-256 over what a deployment is made of: tenant, name and spec, components by
