@@ -50,7 +50,9 @@ pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
         let slot = match admission.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(refused) => {
-                tracing::warn!("refused an internal connection: {refused}");
+                // Not a warning: a client flooding the port would choose how much the
+                // log grows (as at the gateway, which counts them in its metrics).
+                tracing::debug!("refused an internal connection: {refused}");
                 continue;
             }
         };
