@@ -57,10 +57,7 @@ const DIR_PREFIX: &str = "faas-k8s-";
 
 /// The Kubernetes version the tools are built at (`K8S_VERSION` in versions.env).
 pub fn kubernetes_version() -> &'static str {
-    VERSIONS_ENV
-        .lines()
-        .find_map(|line| line.strip_prefix("K8S_VERSION="))
-        .map(str::trim)
+    crate::env_file_value(VERSIONS_ENV, "K8S_VERSION")
         .expect("testing/k8s/versions.env names K8S_VERSION")
 }
 
@@ -71,13 +68,7 @@ pub fn tools_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("FAAS_K8S_TOOLS") {
         return PathBuf::from(dir);
     }
-    let base = std::env::var_os("FAAS_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").expect("HOME is set");
-            Path::new(&home).join(".cache/faas-tools")
-        });
-    base.join(format!("k8s-v{}", kubernetes_version()))
+    crate::tools_base_dir().join(format!("k8s-v{}", kubernetes_version()))
 }
 
 /// The path of an installed tool (`kubectl`, `helm`, `kubeconform`, `kwok`, ...).
@@ -107,10 +98,7 @@ pub fn kubeconform_schema_location() -> String {
 /// The Kubernetes version of those schemas (`K8S_SCHEMA_VERSION` in versions.env), for
 /// kubeconform's `-kubernetes-version`.
 pub fn schema_version() -> &'static str {
-    VERSIONS_ENV
-        .lines()
-        .find_map(|line| line.strip_prefix("K8S_SCHEMA_VERSION="))
-        .map(str::trim)
+    crate::env_file_value(VERSIONS_ENV, "K8S_SCHEMA_VERSION")
         .expect("testing/k8s/versions.env names K8S_SCHEMA_VERSION")
 }
 

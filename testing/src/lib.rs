@@ -2,6 +2,7 @@
 //! components of `functions/`, built for wasm32-wasip2 once per process.
 //! Also a throwaway `redis-server` ([`RedisServer`]) for the Redis-backed stores.
 //! And a real Kubernetes control plane ([`kube::ControlPlane`]) for the Kubernetes tests.
+//! And a real OpenTelemetry Collector ([`otel::Collector`]) for the trace tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,7 +64,27 @@ pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("creating a temporary directory")
 }
 
+/// Where the test tools are installed, each in its own versioned folder:
+/// `$FAAS_TOOLS_DIR`, else `$HOME/.cache/faas-tools` (as the install scripts under
+/// `testing/` resolve it).
+pub fn tools_base_dir() -> PathBuf {
+    std::env::var_os("FAAS_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").expect("HOME is set");
+            Path::new(&home).join(".cache/faas-tools")
+        })
+}
+
+/// The value of `key` in the text of a `versions.env` file (`KEY=value` lines).
+fn env_file_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+        .map(str::trim)
+}
+
 pub mod kube;
+pub mod otel;
 
 pub use redis_server::RedisServer;
 

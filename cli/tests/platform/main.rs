@@ -11,6 +11,7 @@ mod hostile;
 mod limits;
 mod logs;
 mod manifest;
+mod otel;
 mod persistence;
 mod placement;
 mod redis;

@@ -112,8 +112,14 @@ impl Platform {
 
     /// A platform started with extra `faas up` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// A platform started with extra `faas up` arguments and environment variables
+    /// (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let data = faas_testing::temp_dir();
-        let mut platform = Self::start_in(data.path(), extra);
+        let mut platform = Self::start_in_with_env(data.path(), extra, env);
         platform._data = Some(data);
         platform
     }
@@ -121,6 +127,15 @@ impl Platform {
     /// A platform keeping its state in `data_dir`, which the caller keeps (so that a
     /// later platform can start on it), started with extra `faas up` arguments.
     pub fn start_in(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_in_with_env(data_dir, extra, &[])
+    }
+
+    /// [`Platform::start_in`] with extra environment variables.
+    pub fn start_in_with_env(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Self {
         faas_testing::build_functions();
         let mut args: Vec<std::ffi::OsString> = ["up", "--listen", "127.0.0.1:0", "--token", TOKEN]
             .iter()
@@ -129,7 +144,7 @@ impl Platform {
         args.extend(["--data-dir".into(), data_dir.into()]);
         args.extend(["--cache-dir".into(), compile_cache().into()]);
         args.extend(extra.iter().map(Into::into));
-        let process = Process::spawn(&args, "faas is up at ");
+        let process = Process::spawn_with_env(&args, env, "faas is up at ");
         let platform = Self {
             url: process.announced.clone(),
             process,
