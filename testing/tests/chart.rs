@@ -238,6 +238,8 @@ async fn helm_install_waits_for_ready_pods_and_upgrades_keep_the_operators_worke
 async fn every_rendered_manifest_passes_a_server_side_dry_run() {
     let plane = ControlPlane::shared();
     let namespace = plane.namespace("dry-run").await;
+    // The dashboard ConfigMap may live in Grafana's namespace rather than the release's.
+    let grafana = plane.namespace("grafana").await;
     let chart = chart();
     let mut value_sets: Vec<PathBuf> = std::fs::read_dir(chart.join("ci"))
         .expect("reading charts/faas/ci")
@@ -247,6 +249,7 @@ async fn every_rendered_manifest_passes_a_server_side_dry_run() {
     value_sets.sort();
     assert!(value_sets.len() >= 3, "value sets: {value_sets:?}");
     let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut applied_to_grafana = 0;
     for values in &value_sets {
         let name = values.file_name().expect("a file name").to_string_lossy();
         let mut template = plane.command("helm");
@@ -256,23 +259,40 @@ async fn every_rendered_manifest_passes_a_server_side_dry_run() {
             // Without --validate, helm renders for its built-in version unless told.
             .args(["--kube-version", kubernetes_version()])
             .args(["-n", &namespace, "--include-crds", "-f"])
-            .arg(values);
-        let rendered = dir.path().join(name.as_ref());
-        std::fs::write(&rendered, run_ok(template)).expect("writing the rendered chart");
-        let output = plane.kubectl([
-            "apply",
-            "--dry-run=server",
-            "-n",
-            &namespace,
-            "-f",
-            rendered.to_str().expect("a UTF-8 path"),
-        ]);
-        assert!(
-            output.status.success(),
-            "the manifests rendered with {name} fail a server-side dry run: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+            .arg(values)
+            .args(["--set", &format!("grafana.dashboard.namespace={grafana}")]);
+        let rendered = run_ok(template);
+        // kubectl refuses an object naming another namespace than `-n`, so each
+        // namespace's objects are applied on their own.
+        let (elsewhere, here): (Vec<&str>, Vec<&str>) = rendered
+            .split("\n---")
+            .partition(|document| document.contains(&format!("namespace: {grafana}\n")));
+        applied_to_grafana += elsewhere.len();
+        for (target, documents) in [(&namespace, here), (&grafana, elsewhere)] {
+            if documents.is_empty() {
+                continue;
+            }
+            let path = dir.path().join(format!("{target}-{name}"));
+            std::fs::write(&path, documents.join("\n---")).expect("writing the rendered chart");
+            let output = plane.kubectl([
+                "apply",
+                "--dry-run=server",
+                "-n",
+                target,
+                "-f",
+                path.to_str().expect("a UTF-8 path"),
+            ]);
+            assert!(
+                output.status.success(),
+                "the manifests rendered with {name} fail a server-side dry run in {target}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
     }
+    assert!(
+        applied_to_grafana > 0,
+        "no value set put the dashboard in Grafana's namespace"
+    );
     // The example Workflow, in a tenant's namespace, against the real CRD.
     plane.kubectl_ok([
         "apply",
