@@ -14,7 +14,7 @@ use faas_gateway::{DeployOutcome, Gateway, Registry};
 use faas_invoke::LocalWorker;
 use faas_scheduler::{EmbeddedPlacement, WorkerId, WorkerSpec};
 use faas_store::{Database, DeploymentStore, TenantStore};
-use faas_worker::{KeyValueStore, Worker};
+use faas_worker::{GuestMetrics, KeyValueStore, Worker};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -86,12 +86,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     // The workers write guests' lines straight into the buffers the gateway reads.
     let logs = Arc::new(faas_gateway::logs::MemoryLogs::new(args.log_budget_bytes));
+    // The workers' series (instance starts, compiles, regions), served by the gateway.
+    let guest_metrics = GuestMetrics::default();
     let mut workers = Vec::new();
     for index in 0..args.workers.max(1) {
         let id = WorkerId(format!("local-{index}"));
         let mut worker = Worker::new(worker_config.clone())?
             .with_key_value(key_value.clone())
-            .with_logs(logs.clone());
+            .with_logs(logs.clone())
+            .with_metrics(guest_metrics.clone());
         if let Some(broker) = &broker {
             worker = worker.with_publisher(Arc::new(broker.clone()));
         }
@@ -119,7 +122,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .context("reading the tenants' quotas")?;
 
     let mut gateway = Gateway::new(args.gateway.config(&token), registry.clone())
-        .with_logs(faas_gateway::logs::LogStore::Memory(logs));
+        .with_logs(faas_gateway::logs::LogStore::Memory(logs))
+        .with_metrics(guest_metrics.collector());
     if let Some(broker) = broker {
         gateway = gateway.with_broker(broker);
     }
@@ -137,13 +141,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     // What was deployed before the last stop is served again first, with its revision,
     // so the demo below finds it (an identical demo is `unchanged`). The registry logs
-    // each saved workflow it cannot serve again, with why.
+    // each saved workflow it cannot serve again, with why. Not kept past printing: a
+    // restored workflow removed later must not stay loaded.
     let restored = registry
         .restore_saved()
         .await
         .context("reading the saved deployments")?;
-    for deployment in &restored.served {
-        print_routes("restored", &url, deployment);
+    for deployment in restored.served {
+        print_routes("restored", &url, &deployment);
     }
 
     let manifests = if args.no_demo {

@@ -12,6 +12,7 @@
 //! request path; [`flush_activity`] writes them to `faas:activity` in one batch a
 //! second, so no event waits on Redis for it.
 
+use crate::metrics::WorkflowMetrics;
 use crate::registry::Deployment;
 use crate::response::{self, Body};
 use crate::server::App;
@@ -154,6 +155,8 @@ struct Slot<'a> {
     activator: &'a Activator,
     app: &'a App,
     workflow: &'a str,
+    /// The workflow's series, whose held-events gauge counts this one.
+    metrics: Arc<WorkflowMetrics>,
     outcome: &'static str,
 }
 
@@ -173,7 +176,7 @@ impl Drop for Slot<'_> {
             }
         }
         drop(waiting);
-        self.app.metrics.activator_held(-1);
+        self.metrics.held(-1);
         self.app.metrics.activator_outcome(self.outcome);
     }
 }
@@ -289,11 +292,18 @@ impl Activator {
         }
         entry.held += 1;
         drop(waiting);
-        app.metrics.activator_held(1);
+        let tenant = app
+            .registry
+            .get(workflow)
+            .map(|deployment| deployment.workflow.tenant.clone())
+            .unwrap_or_default();
+        let metrics = app.metrics.workflow(&tenant, workflow);
+        metrics.held(1);
         Ok(Slot {
             activator: self,
             app,
             workflow,
+            metrics,
             outcome: "cancelled",
         })
     }

@@ -65,7 +65,8 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
     .await;
     span.record("http.response.status_code", response.status().as_u16());
     app.metrics
-        .observe_request(workflow, response.status().as_u16(), started.elapsed());
+        .of(&deployment)
+        .observe_request(response.status().as_u16(), started.elapsed());
     response
 }
 
@@ -160,13 +161,12 @@ enum Unreached {
 
 impl Outcome {
     fn response(self, app: &App, deployment: &Deployment) -> Response<Body> {
-        let workflow = deployment.workflow.name.as_str();
         match self {
             Outcome::Served(response) => response,
             Outcome::Unreached(Unreached::Function(function, failure)) => {
-                failure_response(app, workflow, Some(&function), failure)
+                failure_response(app, deployment, Some(&function), failure)
             }
-            Outcome::Unreached(Unreached::Run(run)) => run_response(app, workflow, run),
+            Outcome::Unreached(Unreached::Run(run)) => run_response(app, deployment, run),
         }
     }
 }
@@ -178,7 +178,6 @@ async fn attempt(
     target: &TriggerTarget,
     request: Request<Bytes>,
 ) -> Outcome {
-    let workflow = deployment.workflow.name.as_str();
     match target {
         TriggerTarget::Function(function) => {
             match deployment.call_function(function, request).await {
@@ -187,7 +186,7 @@ async fn attempt(
                     Outcome::Unreached(Unreached::Function(function.clone(), failure))
                 }
                 Err(failure) => {
-                    Outcome::Served(failure_response(app, workflow, Some(function), failure))
+                    Outcome::Served(failure_response(app, deployment, Some(function), failure))
                 }
             }
         }
@@ -197,7 +196,7 @@ async fn attempt(
                 Err(failure) if run.record.is_none() && failure.is_unavailable() => {
                     Outcome::Unreached(Unreached::Run(run))
                 }
-                _ => Outcome::Served(run_response(app, workflow, run)),
+                _ => Outcome::Served(run_response(app, deployment, run)),
             }
         }
     }
@@ -206,14 +205,15 @@ async fn attempt(
 /// A failed function call as a JSON error, logged and counted.
 fn failure_response(
     app: &App,
-    workflow: &str,
+    deployment: &Deployment,
     function: Option<&str>,
     failure: EventFailure,
 ) -> Response<Body> {
+    let workflow = deployment.workflow.name.as_str();
     let function = failure.function.as_deref().or(function).unwrap_or("");
     let kind = failure.kind.as_str();
     tracing::warn!(workflow, function, cause = kind, "{failure}");
-    app.metrics.observe_failure(workflow, function, kind);
+    app.metrics.of(deployment).observe_failure(function, kind);
     let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let details = FailureDetails { workflow, function };
     response::error_with(status, kind, failure.message, details)
@@ -222,15 +222,15 @@ fn failure_response(
 /// Keeps a finished run for `faas runs` and counts it; returns its result.
 fn settle(
     app: &App,
-    workflow: &str,
+    deployment: &Deployment,
     run: RunReply,
 ) -> (String, Result<Vec<OutputRegion>, EventFailure>) {
     let Some(record) = run.record else {
         return (String::new(), run.result);
     };
     let run_id = record.run_id.clone();
-    app.metrics.observe_run(&record);
-    app.registry.record_run(workflow, record);
+    app.metrics.of(deployment).observe_run(&record);
+    app.registry.record_run(&deployment.workflow.name, record);
     (run_id, run.result)
 }
 
@@ -296,19 +296,23 @@ pub(crate) async fn run_message(
         .record
         .as_ref()
         .is_none_or(|record| record.steps.iter().all(|step| !step.succeeded));
-    settle(app, workflow, run).1.map(|_| ()).map_err(|failure| {
-        let not_started = failure.is_unavailable()
-            || (failure.kind == FailureKind::Overloaded && no_step_succeeded);
-        MessageFailure {
-            failure,
-            not_started,
-        }
-    })
+    settle(app, &deployment, run)
+        .1
+        .map(|_| ())
+        .map_err(|failure| {
+            let not_started = failure.is_unavailable()
+                || (failure.kind == FailureKind::Overloaded && no_step_succeeded);
+            MessageFailure {
+                failure,
+                not_started,
+            }
+        })
 }
 
 /// The answer to a run of the workflow's steps started by a request.
-fn run_response(app: &App, workflow: &str, run: RunReply) -> Response<Body> {
-    let (run_id, result) = settle(app, workflow, run);
+fn run_response(app: &App, deployment: &Deployment, run: RunReply) -> Response<Body> {
+    let workflow = deployment.workflow.name.as_str();
+    let (run_id, result) = settle(app, deployment, run);
     match result {
         Ok(outputs) => {
             let content_type = outputs.last().map_or("application/octet-stream", |region| {

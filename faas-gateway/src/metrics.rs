@@ -1,50 +1,27 @@
-//! Prometheus metrics: requests and latency per workflow, failures per cause.
+//! Prometheus metrics: requests, runs, steps, failures, held events and stream
+//! triggers per tenant and workflow ([`WorkflowMetrics`]), and the gateway's own
+//! gauges. In embedded mode the in-process worker's series are served here too.
+//!
+//! A workflow's series go with it: each scrape first drops those of workflows the
+//! registry no longer has (see `faas_invoke::metrics` for the cardinality rules).
 
+use crate::registry::Deployment;
+use faas_invoke::metrics::{
+    Descriptor, PerWorkflow, STATUS_CLASSES, SeriesEncoder, WorkflowSeries, status_class,
+};
 use faas_invoke::{RunRecord, RunStatus};
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    workflow: String,
-    status: u16,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct WorkflowLabels {
-    workflow: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FailureLabels {
-    workflow: String,
-    function: String,
-    cause: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RunLabels {
-    workflow: String,
-    status: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StepLabels {
-    workflow: String,
-    step: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StepOutcomeLabels {
-    workflow: String,
-    step: String,
-    outcome: String,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActivatorLabels {
@@ -54,18 +31,10 @@ struct ActivatorLabels {
 /// The gateway's metrics and the registry that exposes them.
 pub(crate) struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
-    latency: Family<WorkflowLabels, Histogram>,
-    failures: Family<FailureLabels, Counter>,
-    workflows: Gauge,
+    workflows: Arc<PerWorkflow<WorkflowMetrics>>,
+    deployed: Gauge,
     instances: Gauge,
-    runs: Family<RunLabels, Counter>,
-    run_latency: Family<WorkflowLabels, Histogram>,
-    step_latency: Family<StepLabels, Histogram>,
-    steps: Family<StepOutcomeLabels, Counter>,
-    step_attempts: Family<StepLabels, Counter>,
     connections_refused: Counter,
-    activator_held: Gauge,
     activator_requests: Family<ActivatorLabels, Counter>,
 }
 
@@ -77,67 +46,19 @@ fn latency_histogram() -> Histogram {
 impl Metrics {
     pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("faas");
-        let requests = Family::<RequestLabels, Counter>::default();
-        let latency = Family::<WorkflowLabels, Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        let failures = Family::<FailureLabels, Counter>::default();
-        let workflows = Gauge::default();
-        let instances = Gauge::default();
-        registry.register(
-            "requests",
-            "Invocations by workflow and response status",
-            requests.clone(),
-        );
-        registry.register(
-            "request_duration_seconds",
-            "Time from request to response head, by workflow",
-            latency.clone(),
-        );
-        registry.register(
-            "function_failures",
-            "Invocations a function failed, by cause (trap, timeout, memory_limit, ...)",
-            failures.clone(),
-        );
+        let workflows = Arc::new(PerWorkflow::default());
+        registry.register_collector(Box::new(workflows.clone()));
+        let deployed = Gauge::default();
         registry.register(
             "deployed_workflows",
             "Workflows currently deployed",
-            workflows.clone(),
+            deployed.clone(),
         );
+        let instances = Gauge::default();
         registry.register(
             "instances_active",
             "Wasm instances alive now (0 when idle: scale-to-zero)",
             instances.clone(),
-        );
-        let runs = Family::<RunLabels, Counter>::default();
-        let run_latency = Family::<WorkflowLabels, Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        let step_latency = Family::<StepLabels, Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        let steps = Family::<StepOutcomeLabels, Counter>::default();
-        let step_attempts = Family::<StepLabels, Counter>::default();
-        registry.register("runs", "Workflow runs by outcome", runs.clone());
-        registry.register(
-            "run_duration_seconds",
-            "Duration of whole workflow runs",
-            run_latency.clone(),
-        );
-        registry.register(
-            "step_duration_seconds",
-            "Duration of one step in one branch, retries included",
-            step_latency.clone(),
-        );
-        registry.register(
-            "steps",
-            "Step invocations (per branch) by outcome",
-            steps.clone(),
-        );
-        registry.register(
-            "step_attempts",
-            "Step attempts, retries included",
-            step_attempts.clone(),
         );
         let connections_refused = Counter::default();
         registry.register(
@@ -145,12 +66,6 @@ impl Metrics {
             "Connections closed on accept because their client address, or the gateway, \
              held as many as it may",
             connections_refused.clone(),
-        );
-        let activator_held = Gauge::default();
-        registry.register(
-            "activator_held",
-            "Events held now because their workflow has no ready replica (services mode)",
-            activator_held.clone(),
         );
         let activator_requests = Family::<ActivatorLabels, Counter>::default();
         registry.register(
@@ -161,20 +76,27 @@ impl Metrics {
         );
         Self {
             registry,
-            requests,
-            latency,
-            failures,
             workflows,
+            deployed,
             instances,
-            runs,
-            run_latency,
-            step_latency,
-            steps,
-            step_attempts,
             connections_refused,
-            activator_held,
             activator_requests,
         }
+    }
+
+    /// Serves the in-process worker's series (embedded mode) with the gateway's.
+    pub(crate) fn add_worker(&mut self, collector: Box<dyn Collector>) {
+        self.registry.register_collector(collector);
+    }
+
+    /// The series of `workflow` of `tenant`.
+    pub(crate) fn workflow(&self, tenant: &str, workflow: &str) -> Arc<WorkflowMetrics> {
+        self.workflows.get(tenant, workflow)
+    }
+
+    /// The series of `deployment`'s workflow.
+    pub(crate) fn of(&self, deployment: &Deployment) -> Arc<WorkflowMetrics> {
+        self.workflow(&deployment.workflow.tenant, &deployment.workflow.name)
     }
 
     /// Counts one event the activator settled with `outcome`.
@@ -186,81 +108,6 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts an event starting (`+1`) or ending (`-1`) its wait in the activator.
-    pub(crate) fn activator_held(&self, delta: i64) {
-        self.activator_held.inc_by(delta);
-    }
-
-    /// Counts one invocation of `workflow` and its latency.
-    pub(crate) fn observe_request(&self, workflow: &str, status: u16, elapsed: Duration) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                workflow: workflow.to_owned(),
-                status,
-            })
-            .inc();
-        self.latency
-            .get_or_create(&WorkflowLabels {
-                workflow: workflow.to_owned(),
-            })
-            .observe(elapsed.as_secs_f64());
-    }
-
-    /// Counts one function failure.
-    pub(crate) fn observe_failure(&self, workflow: &str, function: &str, cause: &str) {
-        self.failures
-            .get_or_create(&FailureLabels {
-                workflow: workflow.to_owned(),
-                function: function.to_owned(),
-                cause: cause.to_owned(),
-            })
-            .inc();
-    }
-
-    /// Counts one workflow run and each of its steps.
-    pub(crate) fn observe_run(&self, run: &RunRecord) {
-        let workflow = run.workflow.clone();
-        let status = match run.status {
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
-        };
-        self.runs
-            .get_or_create(&RunLabels {
-                workflow: workflow.clone(),
-                status: status.to_owned(),
-            })
-            .inc();
-        self.run_latency
-            .get_or_create(&WorkflowLabels {
-                workflow: workflow.clone(),
-            })
-            .observe(run.duration_ms / 1e3);
-        for step in &run.steps {
-            let labels = StepLabels {
-                workflow: workflow.clone(),
-                step: step.step.clone(),
-            };
-            self.step_latency
-                .get_or_create(&labels)
-                .observe(step.duration_ms / 1e3);
-            self.step_attempts
-                .get_or_create(&labels)
-                .inc_by(u64::from(step.attempts));
-            self.steps
-                .get_or_create(&StepOutcomeLabels {
-                    workflow: workflow.clone(),
-                    step: step.step.clone(),
-                    outcome: if step.succeeded {
-                        "succeeded"
-                    } else {
-                        "failed"
-                    }
-                    .to_owned(),
-                })
-                .inc();
-        }
-    }
-
     /// Counts a connection refused by the connection limits.
     pub(crate) fn connection_refused(&self) {
         self.connections_refused.inc();
@@ -268,7 +115,7 @@ impl Metrics {
 
     /// Records how many workflows are deployed.
     pub(crate) fn set_workflows(&self, count: usize) {
-        self.workflows.set(count as i64);
+        self.deployed.set(count as i64);
     }
 
     /// Records how many instances are alive.
@@ -276,11 +123,303 @@ impl Metrics {
         self.instances.set(count as i64);
     }
 
-    /// The OpenMetrics text exposition.
-    pub(crate) fn encode(&self) -> String {
+    /// The OpenMetrics text exposition, without the series of workflows for which
+    /// `deployed(tenant, workflow)` no longer holds.
+    pub(crate) fn encode(&self, deployed: impl Fn(&str, &str) -> bool) -> String {
+        self.workflows.retain(deployed);
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+/// Outcomes of runs and steps, the label values of their counters.
+const OUTCOMES: [&str; 2] = ["succeeded", "failed"];
+
+/// One workflow's series on the gateway.
+#[derive(Debug)]
+pub(crate) struct WorkflowMetrics {
+    /// Invocations by status class ([`STATUS_CLASSES`]).
+    requests: [Counter; STATUS_CLASSES.len()],
+    latency: Histogram,
+    /// Function failures by function and cause (a `FailureKind`).
+    failures: Mutex<BTreeMap<(String, &'static str), Counter>>,
+    /// Runs by outcome ([`OUTCOMES`]).
+    runs: [Counter; OUTCOMES.len()],
+    run_latency: Histogram,
+    steps: Mutex<BTreeMap<String, StepMetrics>>,
+    held: Gauge,
+    /// Entries moved to a dead-letter stream, by the trigger's stream.
+    dead_letters: Mutex<BTreeMap<String, Counter>>,
+    /// Entries of a trigger's group not yet delivered or not yet acknowledged.
+    stream_lag: Mutex<BTreeMap<String, Gauge>>,
+}
+
+/// One step's series.
+#[derive(Debug, Clone)]
+struct StepMetrics {
+    duration: Histogram,
+    attempts: Counter,
+    /// By outcome ([`OUTCOMES`]).
+    outcomes: [Counter; OUTCOMES.len()],
+}
+
+impl WorkflowMetrics {
+    /// Counts one invocation and its latency.
+    pub(crate) fn observe_request(&self, status: u16, elapsed: Duration) {
+        self.requests[status_class(status)].inc();
+        self.latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one failure of `function` (empty when the failure names none).
+    pub(crate) fn observe_failure(&self, function: &str, cause: &'static str) {
+        lock(&self.failures)
+            .entry((function.to_owned(), cause))
+            .or_default()
+            .inc();
+    }
+
+    /// Counts one run and each of its steps.
+    pub(crate) fn observe_run(&self, run: &RunRecord) {
+        let outcome = usize::from(run.status != RunStatus::Succeeded);
+        self.runs[outcome].inc();
+        self.run_latency.observe(run.duration_ms / 1e3);
+        let mut steps = lock(&self.steps);
+        for step in &run.steps {
+            let series = steps
+                .entry(step.step.clone())
+                .or_insert_with(|| StepMetrics {
+                    duration: latency_histogram(),
+                    attempts: Counter::default(),
+                    outcomes: Default::default(),
+                });
+            series.duration.observe(step.duration_ms / 1e3);
+            series.attempts.inc_by(u64::from(step.attempts));
+            series.outcomes[usize::from(!step.succeeded)].inc();
+        }
+    }
+
+    /// Counts an event starting (`+1`) or ending (`-1`) its wait in the activator.
+    pub(crate) fn held(&self, delta: i64) {
+        self.held.inc_by(delta);
+    }
+
+    /// Counts one entry of `stream`'s trigger moved to its dead-letter stream.
+    pub(crate) fn dead_lettered(&self, stream: &str) {
+        lock(&self.dead_letters)
+            .entry(stream.to_owned())
+            .or_default()
+            .inc();
+    }
+
+    /// Records how many entries `stream`'s trigger has not run yet.
+    pub(crate) fn set_stream_lag(&self, stream: &str, entries: u64) {
+        lock(&self.stream_lag)
+            .entry(stream.to_owned())
+            .or_default()
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const fn metric(name: &'static str, help: &'static str, metric_type: MetricType) -> Descriptor {
+    Descriptor {
+        name,
+        help,
+        metric_type,
+    }
+}
+
+impl WorkflowSeries for WorkflowMetrics {
+    const METRICS: &'static [Descriptor] = &[
+        metric(
+            "requests",
+            "Invocations by response status class (2xx, 4xx, ...)",
+            MetricType::Counter,
+        ),
+        metric(
+            "request_duration_seconds",
+            "Time from request to response head",
+            MetricType::Histogram,
+        ),
+        metric(
+            "function_failures",
+            "Invocations a function failed, by cause (trap, timeout, memory_limit, ...)",
+            MetricType::Counter,
+        ),
+        metric("runs", "Workflow runs by outcome", MetricType::Counter),
+        metric(
+            "run_duration_seconds",
+            "Duration of whole workflow runs",
+            MetricType::Histogram,
+        ),
+        metric(
+            "step_duration_seconds",
+            "Duration of one step in one branch, retries included",
+            MetricType::Histogram,
+        ),
+        metric(
+            "steps",
+            "Step invocations (per branch) by outcome",
+            MetricType::Counter,
+        ),
+        metric(
+            "step_attempts",
+            "Step attempts, retries included",
+            MetricType::Counter,
+        ),
+        metric(
+            "activator_held",
+            "Events held now because their workflow has no ready replica (services mode)",
+            MetricType::Gauge,
+        ),
+        metric(
+            "dead_letters",
+            "Stream entries moved to the trigger's dead-letter stream",
+            MetricType::Counter,
+        ),
+        metric(
+            "stream_lag_entries",
+            "Entries of a stream trigger's group not yet delivered or not yet \
+             acknowledged, sampled about once a second while consuming",
+            MetricType::Gauge,
+        ),
+    ];
+
+    fn new() -> Self {
+        Self {
+            requests: Default::default(),
+            latency: latency_histogram(),
+            failures: Mutex::default(),
+            runs: Default::default(),
+            run_latency: latency_histogram(),
+            steps: Mutex::default(),
+            held: Gauge::default(),
+            dead_letters: Mutex::default(),
+            stream_lag: Mutex::default(),
+        }
+    }
+
+    fn encode(&self, metric: &str, out: &mut SeriesEncoder<'_, '_>) -> fmt::Result {
+        let steps = || lock(&self.steps).clone();
+        match metric {
+            "requests" => {
+                for (counter, class) in self.requests.iter().zip(STATUS_CLASSES) {
+                    if counter.get() > 0 {
+                        out.series(counter, &[("status", class)])?;
+                    }
+                }
+            }
+            "request_duration_seconds" => out.series(&self.latency, &[])?,
+            "function_failures" => {
+                for ((function, cause), counter) in lock(&self.failures).iter() {
+                    out.series(counter, &[("function", function), ("cause", cause)])?;
+                }
+            }
+            "runs" => {
+                for (counter, outcome) in self.runs.iter().zip(OUTCOMES) {
+                    if counter.get() > 0 {
+                        out.series(counter, &[("status", outcome)])?;
+                    }
+                }
+            }
+            "run_duration_seconds" => out.series(&self.run_latency, &[])?,
+            "step_duration_seconds" => {
+                for (step, series) in steps() {
+                    out.series(&series.duration, &[("step", &step)])?;
+                }
+            }
+            "steps" => {
+                for (step, series) in steps() {
+                    for (counter, outcome) in series.outcomes.iter().zip(OUTCOMES) {
+                        if counter.get() > 0 {
+                            out.series(counter, &[("step", &step), ("outcome", outcome)])?;
+                        }
+                    }
+                }
+            }
+            "step_attempts" => {
+                for (step, series) in steps() {
+                    out.series(&series.attempts, &[("step", &step)])?;
+                }
+            }
+            "activator_held" => out.series(&self.held, &[])?,
+            "dead_letters" => {
+                for (stream, counter) in lock(&self.dead_letters).iter() {
+                    out.series(counter, &[("stream", stream)])?;
+                }
+            }
+            "stream_lag_entries" => {
+                for (stream, gauge) in lock(&self.stream_lag).iter() {
+                    out.series(gauge, &[("stream", stream)])?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faas_invoke::StepRecord;
+
+    #[test]
+    fn every_workflow_metric_is_written_with_its_tenant_and_workflow() {
+        let metrics = Metrics::new();
+        let series = metrics.workflow("acme", "shop");
+        series.observe_request(204, Duration::from_millis(3));
+        series.observe_request(777, Duration::from_millis(3));
+        series.observe_failure("pay", "trap");
+        series.observe_run(&RunRecord {
+            run_id: "r1".into(),
+            workflow: "shop".into(),
+            started_at_ms: 0,
+            duration_ms: 12.0,
+            status: RunStatus::Failed,
+            error: None,
+            steps: vec![StepRecord {
+                step: "pay".into(),
+                branch: 0,
+                attempts: 3,
+                duration_ms: 10.0,
+                succeeded: false,
+                error: None,
+                worker: None,
+                handoff: None,
+            }],
+        });
+        series.held(1);
+        series.dead_lettered("orders");
+        series.set_stream_lag("orders", 7);
+        let text = metrics.encode(|_, _| true);
+        for metric in WorkflowMetrics::METRICS {
+            let sample = format!("faas_{}", metric.name);
+            assert!(
+                text.lines().any(|line| line.starts_with(&sample)
+                    && line.contains(r#"tenant="acme",workflow="shop""#)),
+                "no {sample} series in {text}"
+            );
+        }
+        for line in [
+            r#"faas_requests_total{tenant="acme",workflow="shop",status="2xx"} 1"#,
+            r#"faas_requests_total{tenant="acme",workflow="shop",status="other"} 1"#,
+            r#"faas_function_failures_total{tenant="acme",workflow="shop",function="pay",cause="trap"} 1"#,
+            r#"faas_runs_total{tenant="acme",workflow="shop",status="failed"} 1"#,
+            r#"faas_steps_total{tenant="acme",workflow="shop",step="pay",outcome="failed"} 1"#,
+            r#"faas_step_attempts_total{tenant="acme",workflow="shop",step="pay"} 3"#,
+            r#"faas_activator_held{tenant="acme",workflow="shop"} 1"#,
+            r#"faas_dead_letters_total{tenant="acme",workflow="shop",stream="orders"} 1"#,
+            r#"faas_stream_lag_entries{tenant="acme",workflow="shop",stream="orders"} 7"#,
+        ] {
+            assert!(text.contains(line), "no `{line}` in {text}");
+        }
+        // Gone from the registry, gone from the scrape.
+        assert!(!metrics.encode(|_, _| false).contains("shop"));
     }
 }

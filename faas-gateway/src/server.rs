@@ -83,6 +83,22 @@ impl Gateway {
         self
     }
 
+    /// Serves `collector`'s series on `/metrics` too: the in-process workers' (embedded
+    /// mode), which the gateway cannot count itself.
+    ///
+    /// # Panics
+    /// If called after the gateway was shared (it never is before `start`).
+    pub fn with_metrics(
+        mut self,
+        collector: Box<dyn prometheus_client::collector::Collector>,
+    ) -> Self {
+        Arc::get_mut(&mut self.app)
+            .expect("the gateway's state is not shared before it starts")
+            .metrics
+            .add_worker(collector);
+        self
+    }
+
     /// Binds the listening socket and starts serving in the background.
     ///
     /// # Errors
@@ -239,7 +255,10 @@ fn metrics_response(app: &App) -> Response<Body> {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )
-        .body(response::full(app.metrics.encode()))
+        .body(response::full(
+            app.metrics
+                .encode(|_, workflow| app.registry.get(workflow).is_some()),
+        ))
         .expect("static response parts are valid")
 }
 

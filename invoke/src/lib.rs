@@ -11,6 +11,8 @@
 //! - [`wire`]: the internal API's headers and frames, and [`client`], the gateway's
 //!   HTTP/2 client to it.
 //! - [`Publisher`]: where functions' outbound messages go.
+//! - [`metrics`]: Prometheus series per workflow ([`metrics::PerWorkflow`]), which
+//!   the gateway and the workers both keep, dropped with their workflow.
 //! - [`logs`]: guests' log lines ([`LogLine`]) and the [`LogSink`] workers hand them to.
 //!
 //! Invariant: this crate links neither Wasmtime nor Redis, so the gateway, which
@@ -21,6 +23,7 @@ mod failure;
 mod load;
 pub mod logs;
 mod message;
+pub mod metrics;
 mod record;
 mod replica;
 pub mod trace;

@@ -31,6 +31,8 @@ pub struct LoadedFunction {
     pub(crate) config: Arc<BTreeMap<String, String>>,
     /// Its `allowed_outbound_hosts` (see `outbound.rs`).
     pub(crate) allowed_outbound_hosts: Arc<faas_workflow::AllowedOutboundHosts>,
+    /// Its instance starts, compiles and region bytes.
+    pub(crate) metrics: Arc<crate::metrics::FunctionCounters>,
 }
 
 impl LoadedFunction {
@@ -75,6 +77,8 @@ pub struct LoadedWorkflow {
     pub(crate) tenant: Arc<str>,
     pub(crate) name: Arc<str>,
     pub(crate) functions: HashMap<String, Arc<LoadedFunction>>,
+    /// Its series, held (never read) so that they are served while it is loaded.
+    pub(crate) _metrics: Arc<crate::metrics::WorkflowCounters>,
 }
 
 impl LoadedWorkflow {

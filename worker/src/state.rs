@@ -29,6 +29,8 @@ pub(crate) struct EventContext {
     pub logs: Option<Arc<dyn LogSink>>,
     /// The run and step this event is, for a step: its log lines name them.
     pub run: Option<RunLabel>,
+    /// The function's counters (region bytes handed to it).
+    pub metrics: Arc<crate::metrics::FunctionCounters>,
     /// Where its outbound HTTP may go: the store's `wasi:http` hooks.
     pub outbound: crate::outbound::Outbound,
 }

@@ -10,6 +10,7 @@ use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
 use crate::limits::FileBudget;
+use crate::metrics::{FunctionCounters, GuestMetrics};
 use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
 use faas_invoke::LoadError;
@@ -70,6 +71,8 @@ pub struct Worker {
     /// Where guests' log lines and output go (`faas logs`); nowhere but the
     /// platform's own log when unset.
     logs: Option<Arc<dyn faas_invoke::LogSink>>,
+    /// What it counts per workflow and function (instance starts, compiles, regions).
+    metrics: GuestMetrics,
     /// One permit per instance slot: an event holds one for as long as its store lives.
     instance_slots: Arc<Semaphore>,
     /// Each tenant's share of the instance slots (`max_instances_per_tenant`, or the
@@ -159,6 +162,7 @@ impl Worker {
             kv: Arc::new(KeyValueStore::memory()),
             publisher: None,
             logs: None,
+            metrics: GuestMetrics::default(),
             instance_slots,
             tenant_slots: std::sync::Mutex::default(),
             quota_tenants: std::sync::Mutex::default(),
@@ -184,6 +188,18 @@ impl Worker {
     pub fn with_logs(mut self, logs: Arc<dyn faas_invoke::LogSink>) -> Self {
         self.logs = Some(logs);
         self
+    }
+
+    /// Counts into `metrics` (shared with the process's other workers, and registered
+    /// where `/metrics` is served) instead of series nobody reads.
+    pub fn with_metrics(mut self, metrics: GuestMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// What this worker counts per workflow and function.
+    pub fn metrics(&self) -> &GuestMetrics {
+        &self.metrics
     }
 
     /// How many instances exist right now (each holds an instance slot until its store
@@ -345,6 +361,8 @@ impl Worker {
         workflow: &Workflow,
         mut components: BTreeMap<String, Vec<u8>>,
     ) -> Result<LoadedWorkflow, LoadError> {
+        // Held from here, so a scrape during the load keeps the series.
+        let metrics = self.metrics.workflow(&workflow.tenant, &workflow.name);
         let mut functions = HashMap::new();
         for (name, spec) in &workflow.functions {
             let bytes = components
@@ -352,7 +370,9 @@ impl Worker {
                 .ok_or_else(|| LoadError::MissingComponent {
                     function: name.clone(),
                 })?;
-            let function = self.load_function(name, spec, bytes).await?;
+            let function = self
+                .load_function(name, spec, bytes, metrics.function(name))
+                .await?;
             functions.insert(name.clone(), Arc::new(function));
         }
         Ok(LoadedWorkflow {
@@ -365,6 +385,7 @@ impl Worker {
             tenant: workflow.tenant.as_str().into(),
             name: workflow.name.as_str().into(),
             functions,
+            _metrics: metrics,
         })
     }
 
@@ -373,6 +394,7 @@ impl Worker {
         name: &str,
         spec: &Function,
         bytes: Vec<u8>,
+        metrics: Arc<FunctionCounters>,
     ) -> Result<LoadedFunction, LoadError> {
         let limits = self.limits_for(name, spec)?;
         faas_workflow::check_component_header(&bytes).map_err(|reason| {
@@ -408,6 +430,7 @@ impl Worker {
             cached = outcome == CacheOutcome::Hit,
             "component loaded"
         );
+        metrics.loaded(outcome == CacheOutcome::Hit);
         let link_error = |message: String| LoadError::Link {
             function: name.to_owned(),
             message,
@@ -436,6 +459,7 @@ impl Worker {
             engine: runtime.engine.clone(),
             config: Arc::new(spec.config.clone()),
             allowed_outbound_hosts: Arc::new(spec.allowed_outbound_hosts.clone()),
+            metrics,
         })
     }
 
@@ -516,6 +540,7 @@ impl Worker {
         .expect("the slot semaphore is never closed");
         // The store about to be made needs ticks for its deadline and fair turns.
         self.clock.wake();
+        function.metrics.instance_started();
         let output = MemoryOutputPipe::new(GUEST_OUTPUT_BYTES);
         let event = EventContext {
             tenant: workflow.tenant.clone(),
@@ -526,6 +551,7 @@ impl Worker {
             publisher: self.publisher.clone(),
             logs: self.logs.clone(),
             run: None,
+            metrics: function.metrics.clone(),
             outbound: crate::outbound::Outbound::new(
                 function.allowed_outbound_hosts.clone(),
                 function.name.clone(),

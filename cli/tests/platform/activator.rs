@@ -116,17 +116,23 @@ fn wait_routed(services: &Services, name: &str) {
     });
 }
 
-/// The value of the metric sample whose name and labels are `sample` (0 if absent).
-fn metric(services: &Services, sample: &str) -> f64 {
-    let text = client()
+fn metrics_text(services: &Services) -> String {
+    client()
         .get(format!("{}/metrics", services.url))
         .send()
         .unwrap()
         .text()
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
+        .unwrap()
+}
+
+/// The value of the metric sample whose name and labels are `sample` (0 if absent).
+fn metric(services: &Services, sample: &str) -> f64 {
+    crate::support::sample_value(&metrics_text(services), sample)
+}
+
+/// Events held now, over every workflow.
+fn held_events(services: &Services) -> f64 {
+    crate::support::sample_sum(&metrics_text(services), "faas_activator_held")
 }
 
 fn outcomes(services: &Services, outcome: &str) -> f64 {
@@ -139,7 +145,7 @@ fn outcomes(services: &Services, outcome: &str) -> f64 {
 /// Waits until the gateway holds `count` events.
 fn wait_held(services: &Services, count: f64) {
     wait_until(&format!("{count} events held"), || {
-        metric(services, "faas_activator_held") == count
+        held_events(services) == count
     });
 }
 
@@ -187,6 +193,14 @@ fn events_for_a_workflow_with_no_worker_are_held_until_one_loads_it() {
         demand.contains_key("hello") && demand.contains_key("wordcount")
     });
     wait_held(&services, 2.0);
+    // Held events are counted per workflow.
+    let held_for = |workflow: &str| {
+        metric(
+            &services,
+            &format!(r#"faas_activator_held{{tenant="demo",workflow="{workflow}"}}"#),
+        )
+    };
+    assert_eq!((held_for("hello"), held_for("wordcount")), (1.0, 1.0));
     std::thread::sleep(Duration::from_secs(1));
     assert!(!greeting.is_finished(), "the request is held, not failed");
     assert!(!run.is_finished(), "the run is held, not failed");
@@ -201,7 +215,7 @@ fn events_for_a_workflow_with_no_worker_are_held_until_one_loads_it() {
     assert_eq!(counted["counts"]["and"], 2);
 
     assert_eq!(outcomes(&services, "forwarded"), 2.0);
-    assert_eq!(metric(&services, "faas_activator_held"), 0.0);
+    assert_eq!(held_events(&services), 0.0);
     // Served now, without waiting.
     let again = services.get("/hello?name=warm");
     assert_eq!(again.text().unwrap().trim(), "Hello, warm!");
@@ -280,7 +294,7 @@ fn a_full_queue_gets_503_at_once_while_other_tenants_are_served_or_held() {
     let (status, body) = drowsy.join().unwrap();
     assert_eq!((status, body.trim()), (200, "Hello, own-queue!"));
     assert_eq!(outcomes(&services, "forwarded"), 3.0);
-    assert_eq!(metric(&services, "faas_activator_held"), 0.0);
+    assert_eq!(held_events(&services), 0.0);
 }
 
 #[test]
@@ -303,7 +317,7 @@ fn a_held_event_times_out_with_503_and_a_client_that_hangs_up_stops_waiting() {
     wait_until("the hung-up event counted as cancelled", || {
         outcomes(&services, "cancelled") == 1.0
     });
-    assert_eq!(metric(&services, "faas_activator_held"), 0.0);
+    assert_eq!(held_events(&services), 0.0);
 
     let started = Instant::now();
     let message = assert_retry_later(services.get("/hello?name=late"));
@@ -314,7 +328,7 @@ fn a_held_event_times_out_with_503_and_a_client_that_hangs_up_stops_waiting() {
     );
     assert!(message.contains("within 3000 ms"), "{message}");
     assert_eq!(outcomes(&services, "timeout"), 1.0);
-    assert_eq!(metric(&services, "faas_activator_held"), 0.0);
+    assert_eq!(held_events(&services), 0.0);
     assert_eq!(outcomes(&services, "forwarded"), 0.0);
 }
 
@@ -340,6 +354,12 @@ fn a_stream_entry_for_a_workflow_with_no_worker_signals_demand_and_runs_once_one
             .contains_key(&relay)
     });
     assert_eq!(pending(&services.redis, &ns("orders"), &relay), 0);
+    // The waiting entry shows as the trigger's lag (sampled about once a second).
+    let lag =
+        format!(r#"faas_stream_lag_entries{{tenant="t",workflow="{relay}",stream="orders"}}"#);
+    wait_until("the entry counted as lag", || {
+        metric(&services, &lag) == 1.0
+    });
 
     services.start_worker_with("w1", &[]);
     // Run once, on its first delivery.
@@ -347,5 +367,8 @@ fn a_stream_entry_for_a_workflow_with_no_worker_signals_demand_and_runs_once_one
     assert_eq!(out, [format!("orders|{id}|1|first")]);
     wait_until("the entry acknowledged", || {
         pending(&services.redis, &ns("orders"), &relay) == 0
+    });
+    wait_until("no lag left", || {
+        metrics_text(&services).contains(&format!("{lag} 0\n"))
     });
 }

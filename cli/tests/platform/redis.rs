@@ -207,6 +207,8 @@ fn a_message_that_keeps_failing_ends_in_the_dead_letter_stream() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    let dead_letters = r#"faas_dead_letters_total{tenant="t",workflow="tasks",stream="tasks"}"#;
+    assert_eq!(platform.metric(dead_letters), 1.0);
 }
 
 #[test]

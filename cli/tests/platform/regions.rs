@@ -80,6 +80,18 @@ fn every_byte_arrives_whether_mapped_or_copied() {
             assert_eq!(report["type"], "blob.km:Blob");
         }
     }
+    // What the consumer was handed, by mode: the 24 MiB value mapped on one platform,
+    // every value copied on the other.
+    let bytes = |platform: &Platform, mode: &str| {
+        platform.metric(&format!(
+            r#"faas_region_bytes_total{{tenant="demo",workflow="regions",function="consume",mode="{mode}"}}"#
+        ))
+    };
+    let all = (1_000 + 4 * 65_536 + 1 + (24 << 20)) as f64;
+    assert!(bytes(&mapped, "mapped") >= (24 << 20) as f64);
+    assert!(bytes(&mapped, "copied") < (1 << 20) as f64);
+    assert_eq!(bytes(&copied, "mapped"), 0.0);
+    assert!(bytes(&copied, "copied") >= all);
 }
 
 #[test]

@@ -565,6 +565,14 @@ fn a_worker_reports_its_gauges_and_holds_no_instance_when_idle() {
         "no instance outlives its event"
     );
     assert_eq!(gauge("faas_worker_draining"), 0);
+    // The worker counts its guests per tenant, workflow and function.
+    let starts = r#"faas_instance_starts_total{tenant="demo",workflow="hello",function="hello"}"#;
+    assert_eq!(gauge(starts), 5);
+    // Unloaded, the workflow's series go with it.
+    assert!(faas_at(&services.url, &["rm", "hello"]).status.success());
+    services.wait_for("hello unloaded", |_| gauge("faas_workflows_loaded") == 0);
+    let text = client().get(&metrics).send().unwrap().text().unwrap();
+    assert!(!text.contains(r#"workflow="hello""#), "{text}");
 }
 
 #[test]

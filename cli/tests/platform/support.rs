@@ -142,7 +142,10 @@ impl Platform {
             .map(Into::into)
             .collect();
         args.extend(["--data-dir".into(), data_dir.into()]);
-        args.extend(["--cache-dir".into(), compile_cache().into()]);
+        // Tests share compiled code, unless one asks for a cache of its own.
+        if !extra.contains(&"--cache-dir") {
+            args.extend(["--cache-dir".into(), compile_cache().into()]);
+        }
         args.extend(extra.iter().map(Into::into));
         let process = Process::spawn_with_env(&args, env, "faas is up at ");
         let platform = Self {
@@ -171,6 +174,12 @@ impl Platform {
             .body(body)
             .send()
             .expect("POST failed")
+    }
+
+    /// The value of the `/metrics` sample whose name and labels are `sample`
+    /// (`faas_runs_total{tenant="demo",workflow="w",status="failed"}`), 0 if absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        sample_value(&self.get("/metrics").text().expect("the metrics"), sample)
     }
 
     /// Runs the `faas` CLI against this platform.
@@ -382,4 +391,26 @@ pub fn closed_within(stream: &mut impl std::io::Read, limit: Duration) -> Option
         }
     }
     None
+}
+
+/// The value of the sample whose name and labels are `sample` in the metrics `text`,
+/// 0 if it has none.
+pub fn sample_value(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a sample value"))
+}
+
+/// The sum of every sample of metric `name` (all its label sets) in the metrics `text`.
+pub fn sample_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once("} ")?.1,
+                None => rest.strip_prefix(' ')?,
+            };
+            Some(value.trim().parse::<f64>().expect("a sample value"))
+        })
+        .sum()
 }

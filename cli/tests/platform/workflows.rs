@@ -72,11 +72,15 @@ fn runs_are_listed_with_per_step_durations_and_counted_in_metrics() {
     let metrics = platform.get("/metrics").text().unwrap();
     assert!(
         metrics.contains(
-            r#"faas_steps_total{workflow="wordcount",step="count",outcome="succeeded"} 4"#
+            r#"faas_steps_total{tenant="demo",workflow="wordcount",step="count",outcome="succeeded"} 4"#
         ),
         "{metrics}"
     );
-    assert!(metrics.contains(r#"faas_runs_total{workflow="wordcount",status="succeeded"} 1"#));
+    assert!(
+        metrics.contains(
+            r#"faas_runs_total{tenant="demo",workflow="wordcount",status="succeeded"} 1"#
+        )
+    );
 }
 
 /// A 300x200 RGB gradient as PNG.

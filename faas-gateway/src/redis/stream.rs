@@ -22,6 +22,7 @@
 
 use super::{RedisBroker, namespaced};
 use crate::invoke::{MessageFailure, run_message};
+use crate::metrics::WorkflowMetrics;
 use crate::server::App;
 use faas_invoke::TriggerMessage;
 use faas_invoke::{EventFailure, FailureKind};
@@ -33,7 +34,7 @@ use redis::streams::{
     StreamInfoGroupsReply, StreamPendingCountReply, StreamReadOptions, StreamReadReply,
 };
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 /// How long one XREADGROUP waits for new entries before checking for reclaimable ones.
@@ -43,6 +44,8 @@ const BLOCK: Duration = Duration::from_millis(500);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How soon an entry whose run never started is tried again.
 const NOT_STARTED_RETRY: Duration = Duration::from_secs(1);
+/// How often a consumer samples its group's lag for `faas_stream_lag_entries`.
+const LAG_EVERY: Duration = Duration::from_secs(1);
 
 /// One stream trigger of a workflow, with its Redis keys.
 struct Consumer {
@@ -54,6 +57,8 @@ struct Consumer {
     stream: String,
     /// `trigger.dead_letter` in the tenant's namespace.
     dead_letter: String,
+    /// The workflow's series: dead letters and lag, labelled with `trigger.stream`.
+    metrics: Arc<WorkflowMetrics>,
 }
 
 /// Consumes the `index`-th stream trigger of `workflow` until aborted, riding out
@@ -65,6 +70,7 @@ pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String
         Some(Consumer {
             stream: namespaced(tenant, &trigger.stream),
             dead_letter: namespaced(tenant, &trigger.dead_letter),
+            metrics: app.metrics.workflow(tenant, &workflow),
             tenant: tenant.clone(),
             workflow: workflow.clone(),
             trigger,
@@ -76,6 +82,7 @@ pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String
     let mut connection = None;
     let mut backoff = Duration::from_millis(100);
     let mut group_ready = false;
+    let mut lag_due = Instant::now();
     loop {
         let result = async {
             let connection = match &mut connection {
@@ -91,6 +98,14 @@ pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String
                     group = consumer.trigger.group,
                     "consuming"
                 );
+            }
+            if Instant::now() >= lag_due {
+                lag_due = Instant::now() + LAG_EVERY;
+                let (pending, unread) = backlog(connection, &consumer).await?;
+                let lag = pending.saturating_add(unread.unwrap_or(0));
+                consumer
+                    .metrics
+                    .set_stream_lag(&consumer.trigger.stream, lag as u64);
             }
             round(&app, &broker, connection, &consumer).await
         }
@@ -135,18 +150,28 @@ async fn create_group(
     }
 }
 
-/// Whether the trigger's group has entries to run: not yet delivered, or delivered
-/// and not acknowledged. A lag Redis cannot tell counts as a backlog.
-async fn has_backlog(
+/// The trigger's group's entries still to run: delivered and not acknowledged, and
+/// not yet delivered (`None` when Redis cannot tell, as after entries were deleted).
+async fn backlog(
     connection: &mut ConnectionManager,
     consumer: &Consumer,
-) -> redis::RedisResult<bool> {
+) -> redis::RedisResult<(usize, Option<usize>)> {
     let groups: StreamInfoGroupsReply = connection.xinfo_groups(&consumer.stream).await?;
     Ok(groups
         .groups
         .iter()
         .find(|group| group.name == consumer.trigger.group)
-        .is_some_and(|group| group.pending > 0 || group.lag.is_none_or(|lag| lag > 0)))
+        .map_or((0, Some(0)), |group| (group.pending, group.lag)))
+}
+
+/// Whether the trigger's group has entries to run. A lag Redis cannot tell counts as a
+/// backlog.
+async fn has_backlog(
+    connection: &mut ConnectionManager,
+    consumer: &Consumer,
+) -> redis::RedisResult<bool> {
+    let (pending, unread) = backlog(connection, consumer).await?;
+    Ok(pending > 0 || unread.is_none_or(|unread| unread > 0))
 }
 
 /// One batch: reclaimed idle entries first, else new ones; processed concurrently.
@@ -329,6 +354,7 @@ async fn process(
     let _: i64 = connection
         .xack(&consumer.stream, &trigger.group, &[&entry.id])
         .await?;
+    consumer.metrics.dead_lettered(&trigger.stream);
     Ok(Settled::Done)
 }
 

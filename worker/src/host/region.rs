@@ -6,7 +6,7 @@
 //! the guest's memory, and shadow the generated ones.
 
 use super::platform::region::{Host, HostRegion};
-use crate::region::{PageRange, Region, RegionError};
+use crate::region::{Handoff, PageRange, Region, RegionError};
 use crate::state::{InstanceState, MemoryLimitExceeded};
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, WasmList};
@@ -79,7 +79,11 @@ impl HostRegion for InstanceState {
 
     async fn bytes(&mut self, region: Resource<Region>) -> wasmtime::Result<Vec<u8>> {
         let region = self.table.get(&region)?;
-        Ok(region.bytes()?.into_owned())
+        let bytes = region.bytes()?.into_owned();
+        self.event
+            .metrics
+            .region_placed(Handoff::Copied, bytes.len());
+        Ok(bytes)
     }
 
     async fn drop(&mut self, region: Resource<Region>) -> wasmtime::Result<()> {
@@ -129,13 +133,22 @@ pub(crate) fn add_page_functions(linker: &mut Linker<InstanceState>) -> wasmtime
             let pages = PageRange::of_guest(pages.as_le_slice(&store));
             let state = store.data_mut();
             let region = state.table.get_mut(&handle)?;
-            let placed: Result<(), RegionError> = pages.and_then(|pages| {
+            // A span of the step's trace: how the value crossed, and how long it took.
+            let span = tracing::info_span!(
+                "region handoff",
+                faas.region.bytes = region.len(),
+                faas.region.handoff = tracing::field::Empty,
+            )
+            .entered();
+            let placed: Result<Handoff, RegionError> = pages.and_then(|pages| {
                 // SAFETY: as for `create-in`.
                 unsafe { region.read_into(&state.regions.scope, &mut state.regions.mapped, pages) }
             });
-            if placed.is_ok() {
+            let placed = placed.map(|handoff| {
+                span.record("faas.region.handoff", handoff.as_str());
+                state.event.metrics.region_placed(handoff, region.len());
                 region.release_producer();
-            }
+            });
             Ok((placed.map_err(|err| err.to_string()),))
         },
     )?;

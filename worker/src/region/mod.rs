@@ -22,6 +22,25 @@ use std::fmt;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
+/// How a region's value reached a consumer's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handoff {
+    /// Its memory file mapped copy-on-write: no byte copied.
+    Mapped,
+    /// Copied into the consumer's memory.
+    Copied,
+}
+
+impl Handoff {
+    /// `mapped` or `copied`: its name in metrics and traces.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Mapped => "mapped",
+            Self::Copied => "copied",
+        }
+    }
+}
+
 /// Who a region belongs to: one run of one tenant's workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionOwner {
@@ -566,7 +585,7 @@ impl Region {
 
     /// Places the value at the start of `pages` of the calling guest's memory: maps
     /// the file copy-on-write when the value is at least `scope.map_threshold` bytes,
-    /// copies it otherwise; read-only if the step's interface says so.
+    /// copies it otherwise; read-only if the step's interface says so. Says which.
     ///
     /// # Safety
     /// `pages` must be unborrowed pages of the calling store's live guest memory.
@@ -575,7 +594,7 @@ impl Region {
         scope: &RegionScope,
         mapped: &mut MappedPages,
         pages: PageRange,
-    ) -> Result<(), RegionError> {
+    ) -> Result<Handoff, RegionError> {
         let len = self.len();
         scope.input.check("input region", len)?;
         let needed = pages::round_to_pages(len);
@@ -586,7 +605,7 @@ impl Region {
             });
         }
         if needed == 0 {
-            return Ok(());
+            return Ok(Handoff::Copied);
         }
         let target = pages.prefix(needed);
         // Pages the host already mapped may be read-only, and would orphan what is
@@ -613,7 +632,7 @@ impl Region {
                 unsafe {
                     target.map_file(file.as_fd(), ProtFlags::READ | ProtFlags::WRITE, false)
                 }?;
-                return Ok(());
+                return Ok(Handoff::Mapped);
             }
             Body::Sealed { file, .. } => {
                 // SAFETY: forwarded from the caller; the guest is suspended in this call.
@@ -629,6 +648,6 @@ impl Region {
         if read_only {
             record(mapped);
         }
-        Ok(())
+        Ok(Handoff::Copied)
     }
 }

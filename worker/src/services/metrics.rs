@@ -1,4 +1,5 @@
-//! The worker process's Prometheus metrics (services mode): what it runs right now.
+//! The worker process's Prometheus metrics (services mode): what it runs right now,
+//! and its guests' series per workflow (`crate::metrics`).
 //! Served on `GET /metrics` of its own HTTP/1.1 listener, for scrapers that do not
 //! speak the internal HTTP/2 API.
 
@@ -14,7 +15,7 @@ use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// The gauges, read from the node at every scrape.
+/// The gauges, read from the node at every scrape, and the guests' series.
 struct Gauges {
     registry: Registry,
     instances: Gauge,
@@ -23,8 +24,9 @@ struct Gauges {
 }
 
 impl Gauges {
-    fn new() -> Self {
+    fn new(node: &Node) -> Self {
         let mut registry = Registry::with_prefix("faas");
+        registry.register_collector(node.worker().metrics().collector());
         let (instances, workflows, draining) =
             (Gauge::default(), Gauge::default(), Gauge::default());
         registry.register(
@@ -63,7 +65,7 @@ impl Gauges {
 
 /// Serves `/metrics` on `listener` until the task is dropped.
 pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
-    let gauges = Arc::new(Gauges::new());
+    let gauges = Arc::new(Gauges::new(&node));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;

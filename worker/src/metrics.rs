@@ -1,0 +1,136 @@
+//! What the worker counts about the guests it runs, per tenant, workflow and function:
+//! instance starts, compiles (cold: compiled now; warm: loaded from the component
+//! cache) and region bytes handed over (mapped or copied).
+//!
+//! A loaded workflow holds its series, and they are dropped at the first scrape after
+//! no loaded workflow does ([`PerWorkflow::dropping_unheld`]). The gateway serves them
+//! in embedded mode, the worker process's `/metrics` in services mode.
+
+use crate::region::Handoff;
+use faas_invoke::metrics::{Descriptor, PerWorkflow, SeriesEncoder, WorkflowSeries};
+use prometheus_client::collector::Collector;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// The series of every workflow loaded on one or more workers. Cloning shares them:
+/// give every worker of a process the same one, and register it once.
+#[derive(Debug, Clone)]
+pub struct GuestMetrics(Arc<PerWorkflow<WorkflowCounters>>);
+
+impl Default for GuestMetrics {
+    fn default() -> Self {
+        Self(Arc::new(PerWorkflow::dropping_unheld()))
+    }
+}
+
+impl GuestMetrics {
+    /// What a registry encodes these series with
+    /// (`Registry::register_collector`).
+    pub fn collector(&self) -> Box<dyn Collector> {
+        Box::new(self.0.clone())
+    }
+
+    /// The series of `workflow` of `tenant`, which its loaded copy holds.
+    pub(crate) fn workflow(&self, tenant: &str, workflow: &str) -> Arc<WorkflowCounters> {
+        self.0.get(tenant, workflow)
+    }
+}
+
+/// One workflow's series: its functions'.
+#[derive(Debug, Default)]
+pub(crate) struct WorkflowCounters {
+    functions: Mutex<BTreeMap<String, Arc<FunctionCounters>>>,
+}
+
+impl WorkflowCounters {
+    /// The series of `function`, which its loaded copy holds.
+    pub(crate) fn function(&self, function: &str) -> Arc<FunctionCounters> {
+        self.lock().entry(function.to_owned()).or_default().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<FunctionCounters>>> {
+        self.functions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One function's counters.
+#[derive(Debug, Default)]
+pub(crate) struct FunctionCounters {
+    instance_starts: Counter,
+    /// Compiled now (index 0) or loaded from the cache (index 1).
+    compiles: [Counter; 2],
+    /// Mapped (index 0) or copied (index 1).
+    region_bytes: [Counter; 2],
+}
+
+impl FunctionCounters {
+    /// Counts one instance made for an event.
+    pub(crate) fn instance_started(&self) {
+        self.instance_starts.inc();
+    }
+
+    /// Counts one load of the function's component: `warm` if the compiled code came
+    /// from the cache.
+    pub(crate) fn loaded(&self, warm: bool) {
+        self.compiles[usize::from(warm)].inc();
+    }
+
+    /// Counts `bytes` of a region handed to this function.
+    pub(crate) fn region_placed(&self, handoff: Handoff, bytes: usize) {
+        self.region_bytes[usize::from(handoff == Handoff::Copied)].inc_by(bytes as u64);
+    }
+}
+
+impl WorkflowSeries for WorkflowCounters {
+    const METRICS: &'static [Descriptor] = &[
+        Descriptor {
+            name: "instance_starts",
+            help: "Instances made for events (each event gets a fresh one)",
+            metric_type: MetricType::Counter,
+        },
+        Descriptor {
+            name: "component_compiles",
+            help: "Component loads by cache: cold (compiled now) or warm (compiled code \
+                   loaded from the worker's cache)",
+            metric_type: MetricType::Counter,
+        },
+        Descriptor {
+            name: "region_bytes",
+            help: "Bytes of regions handed to a function, by mode: mapped (memory file \
+                   mapped copy-on-write) or copied",
+            metric_type: MetricType::Counter,
+        },
+    ];
+
+    fn new() -> Self {
+        Self::default()
+    }
+
+    fn encode(&self, metric: &str, out: &mut SeriesEncoder<'_, '_>) -> fmt::Result {
+        let functions = self.lock().clone();
+        for (function, counters) in &functions {
+            let (pairs, label, values) = match metric {
+                "instance_starts" => {
+                    out.series(&counters.instance_starts, &[("function", function)])?;
+                    continue;
+                }
+                "component_compiles" => (&counters.compiles, "cache", ["cold", "warm"]),
+                "region_bytes" => (
+                    &counters.region_bytes,
+                    "mode",
+                    [Handoff::Mapped.as_str(), Handoff::Copied.as_str()],
+                ),
+                _ => continue,
+            };
+            for (counter, value) in pairs.iter().zip(values) {
+                if counter.get() > 0 {
+                    out.series(counter, &[("function", function), (label, value)])?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
