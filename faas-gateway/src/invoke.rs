@@ -246,12 +246,37 @@ pub(crate) struct MessageFailure {
     pub not_started: bool,
 }
 
-/// Runs the current version of `workflow` on a message from a Redis trigger.
+/// Runs the current version of `workflow` on a message from a Redis trigger, in a
+/// `message` span that continues `traceparent` (a stream entry's field: the trace of
+/// whoever appended it) when there is one.
 ///
 /// # Errors
 /// Why the run failed, and whether it started at all, for the trigger to settle the
 /// message by.
 pub(crate) async fn run_message(
+    app: &App,
+    workflow: &str,
+    payload: Vec<u8>,
+    message: TriggerMessage,
+    traceparent: Option<&str>,
+) -> Result<(), MessageFailure> {
+    let span = tracing::info_span!(
+        "message",
+        otel.kind = "consumer",
+        workflow,
+        messaging.system = "redis",
+        messaging.destination.name = message.source,
+        messaging.message.id = message.id,
+    );
+    if let Some(traceparent) = traceparent {
+        faas_invoke::trace::continue_from_traceparent(&span, traceparent);
+    }
+    run_message_in(app, workflow, payload, message)
+        .instrument(span)
+        .await
+}
+
+async fn run_message_in(
     app: &App,
     workflow: &str,
     payload: Vec<u8>,

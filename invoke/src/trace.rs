@@ -9,6 +9,7 @@
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector};
+use std::collections::HashMap;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The W3C header naming the trace and the parent span.
@@ -41,14 +42,39 @@ impl Injector for HeadersMut<'_> {
 
 /// Makes the trace context in `headers` (if any, and well formed) the parent of `span`.
 pub fn continue_from(span: &tracing::Span, headers: &HeaderMap) {
-    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.extract(&Headers(headers))
-    });
+    adopt(span, &Headers(headers));
+}
+
+/// Makes the trace context a message carried as its `traceparent` field (if well
+/// formed) the parent of `span`.
+pub fn continue_from_traceparent(span: &tracing::Span, traceparent: &str) {
+    let fields = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
+    adopt(span, &fields);
+}
+
+fn adopt(span: &tracing::Span, carrier: &dyn Extractor) {
+    let parent =
+        opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(carrier));
     // A context with no remote span leaves the span a root (or the child it already is).
     use opentelemetry::trace::TraceContextExt as _;
     if parent.span().span_context().is_valid() {
         let _ = span.set_parent(parent);
     }
+}
+
+/// `span`'s trace context as a `traceparent` value, for a message that has fields
+/// rather than headers (a stream entry); `None` when the span is not traced.
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    let context = span.context();
+    use opentelemetry::trace::TraceContextExt as _;
+    if !context.span().span_context().is_valid() {
+        return None;
+    }
+    let mut fields = HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut fields);
+    });
+    fields.remove(TRACEPARENT)
 }
 
 /// Writes `span`'s trace context into `headers`, replacing any there (a forwarded request's

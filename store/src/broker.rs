@@ -194,10 +194,16 @@ impl Publisher for RedisBroker {
     ) -> BoxFuture<'a, Result<String, PublishError>> {
         Box::pin(async move {
             let key = namespaced(tenant, stream);
+            // The entry carries the appender's trace, which its consumer continues.
+            let traceparent = faas_invoke::trace::traceparent(&tracing::Span::current());
+            let mut fields: Vec<(&str, &[u8])> = vec![("payload", payload)];
+            if let Some(traceparent) = &traceparent {
+                fields.push((faas_invoke::trace::TRACEPARENT, traceparent.as_bytes()));
+            }
             self.on_shared(|mut connection| {
-                let key = &key;
+                let (key, fields) = (&key, &fields);
                 async move {
-                    self.append_trimmed(&mut connection, tenant, key, &[("payload", payload)])
+                    self.append_trimmed(&mut connection, tenant, key, fields)
                         .await
                 }
             })

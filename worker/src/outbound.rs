@@ -59,6 +59,11 @@ pub(crate) struct Outbound {
 }
 
 impl Outbound {
+    /// The span of the event the store was made in.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
     /// The hooks of an event of `function` that must end within `timeout` from now.
     pub fn new(allowed: Arc<AllowedOutboundHosts>, function: Arc<str>, timeout: Duration) -> Self {
         Self {

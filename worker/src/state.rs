@@ -43,6 +43,12 @@ pub(crate) struct RunLabel {
 }
 
 impl EventContext {
+    /// The span of the event (a step attempt, an HTTP call): the parent of the spans of
+    /// its host calls, which run on a guest thread where it is not the current span.
+    pub fn span(&self) -> &tracing::Span {
+        self.outbound.span()
+    }
+
     /// Hands one line the guest wrote to the log sink, if there is one. Never waits:
     /// the sink drops what it cannot take.
     pub fn emit(&self, level: LogLevel, source: LogSource, mut text: String) {

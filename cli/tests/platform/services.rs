@@ -8,6 +8,7 @@ use crate::support::{Process, TOKEN, client, compile_cache, deploy_at, faas_at, 
 use faas_testing::RedisServer;
 use redis::Commands;
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::time::{Duration, Instant};
 
 /// How long a worker counts as alive after its last heartbeat, in these tests.
@@ -30,6 +31,17 @@ pub(crate) fn spawn_gateway_with(
     sync_ms: &str,
     extra: &[&str],
 ) -> Process {
+    spawn_gateway_with_env(redis, dir, sync_ms, extra, &[])
+}
+
+/// Like [`spawn_gateway_with`], with extra environment variables.
+fn spawn_gateway_with_env(
+    redis: &RedisServer,
+    dir: &std::path::Path,
+    sync_ms: &str,
+    extra: &[&str],
+    env: &[(&str, &OsStr)],
+) -> Process {
     let url = redis.url();
     let mut args = vec![
         "gateway",
@@ -47,7 +59,7 @@ pub(crate) fn spawn_gateway_with(
         dir.to_str().unwrap(),
     ];
     args.extend(extra);
-    Process::spawn(&args, "faas gateway is up at ")
+    Process::spawn_with_env(&args, env, "faas gateway is up at ")
 }
 
 /// Fields drop in order: the processes go before the Redis they use.
@@ -59,6 +71,9 @@ pub(crate) struct Services {
     _scheduler: Process,
     pub(crate) redis: RedisServer,
     pub(crate) data: tempfile::TempDir,
+    /// Environment variables the gateway and every worker get (e.g. where to export
+    /// traces).
+    env: Vec<(String, OsString)>,
 }
 
 impl Services {
@@ -79,15 +94,32 @@ impl Services {
         scheduler_extra: &[&str],
         gateway_extra: &[&str],
     ) -> Self {
+        Self::start_with_env(workers, scheduler_extra, gateway_extra, &[])
+    }
+
+    /// Like [`Services::start_full`], with environment variables for the gateway and
+    /// every worker.
+    pub(crate) fn start_with_env(
+        workers: &[&str],
+        scheduler_extra: &[&str],
+        gateway_extra: &[&str],
+        env: &[(&str, &OsStr)],
+    ) -> Self {
         faas_testing::build_functions();
         let redis = RedisServer::start();
         let data = faas_testing::temp_dir();
         let url = redis.url();
         let mut args = vec!["scheduler", "--redis", &url, "--sync-interval-ms", SYNC_MS];
         args.extend(scheduler_extra);
+        // The scheduler takes no part in an event, so it needs no exporter.
         let scheduler = Process::spawn(&args, "faas scheduler is up");
-        let gateway =
-            spawn_gateway_with(&redis, &data.path().join("gateway"), SYNC_MS, gateway_extra);
+        let gateway = spawn_gateway_with_env(
+            &redis,
+            &data.path().join("gateway"),
+            SYNC_MS,
+            gateway_extra,
+            env,
+        );
         let url = gateway.announced.clone();
         wait_ready(&url, Duration::from_secs(30));
         let mut services = Self {
@@ -97,6 +129,10 @@ impl Services {
             _scheduler: scheduler,
             redis,
             data,
+            env: env
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
         };
         for id in workers {
             services.start_worker(id);
@@ -131,7 +167,12 @@ impl Services {
             cache.to_str().unwrap(),
         ];
         args.extend(extra);
-        let worker = Process::spawn(&args, "faas worker ");
+        let env: Vec<(&str, &OsStr)> = self
+            .env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_os_str()))
+            .collect();
+        let worker = Process::spawn_with_env(&args, &env, "faas worker ");
         self.workers.insert(id.to_owned(), worker);
         self.wait_for(&format!("worker `{id}` registered"), |services| {
             services.workers_json().contains_key(id)

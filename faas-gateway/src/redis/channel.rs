@@ -144,7 +144,7 @@ async fn serve(
                         id: String::new(),
                         delivery_count: 1,
                     };
-                    if let Err(err) = run_message(&app, &workflow, payload, message).await {
+                    if let Err(err) = run_message(&app, &workflow, payload, message, None).await {
                         tracing::warn!(
                             workflow,
                             channel,

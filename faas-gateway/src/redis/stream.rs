@@ -291,7 +291,8 @@ async fn process(
                 id: entry.id.clone(),
                 delivery_count,
             };
-            run_message(app, workflow, payload, message).await
+            let traceparent: Option<String> = entry.get(faas_invoke::trace::TRACEPARENT);
+            run_message(app, workflow, payload, message, traceparent.as_deref()).await
         }
     };
     let error = match result {

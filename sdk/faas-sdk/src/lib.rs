@@ -32,7 +32,8 @@
 //! [`region::RegionExt::view`] reads an input where the host mapped it.
 //!
 //! The platform interfaces a function may use: [`key_value`] (tenant-scoped store),
-//! [`config`] (the function's `config` table in workflow.toml) and [`log`].
+//! [`config`] (the function's `config` table in workflow.toml), [`log`], [`messaging`]
+//! and [`trace`] (the event's trace id).
 
 pub mod config;
 pub mod http;
@@ -41,6 +42,7 @@ pub mod log;
 pub mod messaging;
 pub mod region;
 pub mod step;
+pub mod trace;
 
 /// Marks `fn(Request) -> impl IntoResponse` as the component's HTTP handler.
 ///

@@ -3,7 +3,8 @@
 
 use super::platform::key_value::{Error, Host};
 use crate::kv::KvError;
-use crate::state::InstanceState;
+use crate::state::{EventContext, InstanceState};
+use tracing::Instrument as _;
 
 impl From<KvError> for Error {
     fn from(err: KvError) -> Self {
@@ -16,35 +17,51 @@ impl From<KvError> for Error {
     }
 }
 
+/// The span of one call, a child of the event's (the key is not recorded: it may be
+/// anything the guest chose, and a trace is no place for its data).
+fn span(event: &EventContext, operation: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        parent: event.span(),
+        "key-value",
+        otel.name = operation,
+        otel.kind = "client",
+        db.system.name = "faas-kv"
+    )
+}
+
 impl Host for InstanceState {
     async fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
         let event = &self.event;
-        Ok(event.kv.get(&event.tenant, &key).await.map_err(Error::from))
+        let get = event.kv.get(&event.tenant, &key);
+        Ok(get
+            .instrument(span(event, "kv get"))
+            .await
+            .map_err(Error::from))
     }
 
     async fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<Result<(), Error>> {
         let event = &self.event;
-        Ok(event
-            .kv
-            .set(&event.tenant, &key, value)
+        let set = event.kv.set(&event.tenant, &key, value);
+        Ok(set
+            .instrument(span(event, "kv set"))
             .await
             .map_err(Error::from))
     }
 
     async fn delete(&mut self, key: String) -> wasmtime::Result<Result<(), Error>> {
         let event = &self.event;
-        Ok(event
-            .kv
-            .delete(&event.tenant, &key)
+        let delete = event.kv.delete(&event.tenant, &key);
+        Ok(delete
+            .instrument(span(event, "kv delete"))
             .await
             .map_err(Error::from))
     }
 
     async fn increment(&mut self, key: String, delta: i64) -> wasmtime::Result<Result<i64, Error>> {
         let event = &self.event;
-        Ok(event
-            .kv
-            .increment(&event.tenant, &key, delta)
+        let increment = event.kv.increment(&event.tenant, &key, delta);
+        Ok(increment
+            .instrument(span(event, "kv increment"))
             .await
             .map_err(Error::from))
     }

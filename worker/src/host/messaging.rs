@@ -3,8 +3,9 @@
 //! namespace.
 
 use super::platform::messaging::Host;
-use crate::state::InstanceState;
+use crate::state::{EventContext, InstanceState};
 use faas_invoke::{PublishError, Publisher};
+use tracing::Instrument as _;
 
 /// Largest message a function may send.
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -44,6 +45,20 @@ impl InstanceState {
     }
 }
 
+/// The span of one send to `destination` (a channel or stream the guest named, checked
+/// before the span is made), a child of the event's. An appended stream entry carries
+/// its trace context (`faas_store::broker`), so the run it triggers continues the trace.
+fn span(event: &EventContext, operation: &'static str, destination: &str) -> tracing::Span {
+    tracing::info_span!(
+        parent: event.span(),
+        "messaging",
+        otel.name = operation,
+        otel.kind = "producer",
+        messaging.system = "redis",
+        messaging.destination.name = destination,
+    )
+}
+
 impl Host for InstanceState {
     async fn publish(
         &mut self,
@@ -54,6 +69,7 @@ impl Host for InstanceState {
             Ok(publisher) => {
                 publisher
                     .publish(&self.event.tenant, &channel, &payload)
+                    .instrument(span(&self.event, "publish", &channel))
                     .await
             }
             Err(err) => Err(err),
@@ -70,6 +86,7 @@ impl Host for InstanceState {
             Ok(publisher) => {
                 publisher
                     .append(&self.event.tenant, &stream, &payload)
+                    .instrument(span(&self.event, "append", &stream))
                     .await
             }
             Err(err) => Err(err),

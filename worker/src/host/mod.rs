@@ -6,6 +6,7 @@ mod key_value;
 mod log;
 mod messaging;
 mod region;
+mod trace;
 
 use crate::state::InstanceState;
 use wasmtime::component::{HasSelf, Linker};

@@ -135,6 +135,7 @@ pub(crate) fn add_page_functions(linker: &mut Linker<InstanceState>) -> wasmtime
             let region = state.table.get_mut(&handle)?;
             // A span of the step's trace: how the value crossed, and how long it took.
             let span = tracing::info_span!(
+                parent: state.event.span(),
                 "region handoff",
                 faas.region.bytes = region.len(),
                 faas.region.handoff = tracing::field::Empty,

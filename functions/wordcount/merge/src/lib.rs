@@ -18,8 +18,14 @@ fn handle(_ctx: Context, inputs: Vec<Region>) -> Result<Vec<Region>, String> {
     let messages: Vec<Vec<u8>> = inputs.iter().map(Region::bytes).collect();
     let views = messages.iter().map(|m| wordcount::CountsView::root(m));
     let summary = merge(views)?;
-    // Shows up in `faas logs wordcount` with this run's id.
-    faas_sdk::log::info(&format!("merged {} words", summary.total));
+    // Shows up in `faas logs wordcount` with this run's id, and the trace's when the
+    // platform exports traces: the line and the run's spans find each other.
+    match faas_sdk::trace::trace_id() {
+        Some(trace) => {
+            faas_sdk::log::info(&format!("merged {} words (trace {trace})", summary.total))
+        }
+        None => faas_sdk::log::info(&format!("merged {} words", summary.total)),
+    }
     let json = serde_json::to_vec(&summary).map_err(|e| e.to_string())?;
     Ok(vec![Region::from_bytes("json", &json)])
 }
