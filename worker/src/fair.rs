@@ -24,6 +24,15 @@
 //! runtime thread busy with one cannot poll its sockets meanwhile. With separate
 //! threads the kernel's scheduler interleaves the two, and an idle tenant's request is
 //! read and answered while other tenants' guests spin.
+//!
+//! Turns decide which guests run; the kernel still decides when, and a busy loop on a
+//! guest thread competes for the cores with the threads that read the next request
+//! and write its answer, so every step of a short event would wait in the kernel's
+//! run queue behind it. Hence a guest that has run for [`DEMOTE_AFTER`] (an event that
+//! computes rather than answers) moves to background threads at the kernel's idle
+//! priority (`SCHED_IDLE`): they take whatever CPU nothing else wants, and yield to
+//! every other thread of the machine at once. Short events never get there; long
+//! ones still get all the CPU left over, shared by turns as before.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -39,6 +48,11 @@ const IDLE_CREDIT: u64 = 20_000_000;
 
 /// How long a tenant counts as active after its last guest asked for a turn.
 const ACTIVE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How much guest CPU time an event may use on the normal-priority guest threads
+/// before it moves to the idle-priority ones: one epoch tick (a hello uses about
+/// 20 µs, a busy loop reaches this at its first tick).
+pub(crate) const DEMOTE_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The turns to run guest code, shared by every event of a worker.
 pub(crate) struct CpuShares {
@@ -291,62 +305,167 @@ impl CpuShares {
             future,
             polled: false,
             done: false,
+            ran: std::time::Duration::ZERO,
         }
     }
 }
 
 /// The threads guests run on, and the turns that share them between tenants.
 pub(crate) struct GuestPool {
-    /// Taken (and shut down in the background) when the pool is dropped: a runtime
-    /// must not be dropped from inside another one.
+    /// Normal-priority threads, where every guest starts. Taken (and shut down in the
+    /// background) when the pool is dropped: a runtime must not be dropped from inside
+    /// another one.
     runtime: Option<tokio::runtime::Runtime>,
+    /// Idle-priority threads, where a guest goes once it has run for [`DEMOTE_AFTER`].
+    background: Option<tokio::runtime::Runtime>,
     shares: Arc<CpuShares>,
 }
 
 impl GuestPool {
-    /// `threads` threads (at least one) with as many turns; `preempt` as for
-    /// [`CpuShares::new`].
+    /// `threads` threads (at least one) with as many turns, and as many background
+    /// threads; `preempt` as for [`CpuShares::new`].
     pub(crate) fn new(
         threads: usize,
         preempt: impl Fn() + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
         let threads = threads.max(1);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            // A new guest waits in the shared queue, which a busy thread would check
-            // only every 61 polls of up to a tick each: check it every time.
-            .global_queue_interval(1)
-            .thread_name("faas-guest")
-            .enable_all()
+        let runtime = |name: &str| {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder
+                .worker_threads(threads)
+                // A new guest waits in the shared queue, which a busy thread would
+                // check only every 61 polls of up to a tick each: check it every time.
+                .global_queue_interval(1)
+                .thread_name(name)
+                .enable_all();
+            builder
+        };
+        let background = runtime("faas-guest-bg")
+            .on_thread_start(idle_priority)
             .build()?;
         Ok(Self {
-            runtime: Some(runtime),
+            runtime: Some(runtime("faas-guest").build()?),
+            background: Some(background),
             shares: CpuShares::new(threads, preempt),
         })
     }
 
-    /// `guest` (the future driving one instance of `tenant`'s) polled only while it
-    /// holds a fair turn.
-    pub(crate) fn fair<F: Future>(&self, tenant: Arc<str>, guest: F) -> Fair<F> {
-        self.shares.run(tenant, guest)
-    }
-
-    /// Runs `task` on the guest threads.
-    pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    /// Runs `guest`, the future driving one instance of `tenant`'s, polled only while
+    /// it holds a fair turn: on the normal guest threads, then on the background ones
+    /// once it has run for [`DEMOTE_AFTER`]. Past `gone_at` the future is dropped (with
+    /// its store), `on_deadline` having run just before, and the task gives `None`.
+    pub(crate) fn spawn<F>(
+        &self,
+        tenant: Arc<str>,
+        guest: F,
+        gone_at: tokio::time::Instant,
+        on_deadline: impl FnOnce() + Send + 'static,
+    ) -> tokio::task::JoinHandle<Option<F::Output>>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        let mut guest = Box::pin(self.shares.run(tenant, guest));
+        let background = self
+            .background
+            .as_ref()
+            .expect("the runtime is only taken on drop")
+            .handle()
+            .clone();
+        let ends = move |mut guest: Pin<Box<Fair<F>>>| async move {
+            match tokio::time::timeout_at(gone_at, guest.as_mut()).await {
+                Ok(output) => Some(output),
+                Err(_) => {
+                    on_deadline();
+                    drop(guest);
+                    None
+                }
+            }
+        };
         self.runtime
             .as_ref()
             .expect("the runtime is only taken on drop")
-            .spawn(task)
+            .spawn(async move {
+                let short = tokio::time::timeout_at(gone_at, UntilDemoted(&mut guest)).await;
+                match short {
+                    Ok(Some(output)) => return Some(output),
+                    // Past the deadline here: `ends` drops it at once, on this thread.
+                    Err(_) => {}
+                    Ok(None) => {
+                        let task = AbortOnDrop(background.spawn(ends(guest)));
+                        return match task.await {
+                            Ok(output) => output,
+                            Err(err) if err.is_panic() => {
+                                std::panic::resume_unwind(err.into_panic())
+                            }
+                            // The background runtime is shutting down with the worker.
+                            Err(_) => None,
+                        };
+                    }
+                }
+                ends(guest).await
+            })
     }
+}
+
+/// Polls a guest until it finishes (`Some`) or has run for [`DEMOTE_AFTER`] (`None`,
+/// leaving it to be polled on elsewhere).
+struct UntilDemoted<'a, F: Future>(&'a mut Pin<Box<Fair<F>>>);
+
+impl<F: Future> Future for UntilDemoted<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let guest = &mut *self.0;
+        match guest.as_mut().poll(cx) {
+            Poll::Ready(output) => Poll::Ready(Some(output)),
+            Poll::Pending if guest.ran >= DEMOTE_AFTER => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A task aborted when its handle is dropped: the guest's background part must end
+/// with the task that waits for it (an HTTP event aborts that one at its deadline).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Puts the calling thread at the kernel's idle priority: it runs only when no other
+/// thread wants the CPU. Falls back to the lowest `nice` where `SCHED_IDLE` is refused.
+fn idle_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid `sched_param`; pid 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
+        return;
+    }
+    let refused = std::io::Error::last_os_error();
+    // On Linux `nice` is per thread, and pid 0 names the calling one.
+    let niced = rustix::process::setpriority_process(None, 19);
+    tracing::warn!(
+        niced = niced.is_ok(),
+        "background guest thread: SCHED_IDLE refused ({refused}); using nice 19"
+    );
 }
 
 impl Drop for GuestPool {
     fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
+        for runtime in [self.runtime.take(), self.background.take()]
+            .into_iter()
+            .flatten()
+        {
             runtime.shutdown_background();
         }
     }
@@ -362,6 +481,8 @@ pin_project_lite::pin_project! {
         future: F,
         polled: bool,
         done: bool,
+        // Guest CPU time so far: the time its polls held a turn.
+        ran: std::time::Duration,
     }
 
     impl<F> PinnedDrop for Fair<F> {
@@ -386,13 +507,20 @@ impl<F: Future> Future for Fair<F> {
             return Poll::Pending;
         }
         // Gives the turn back even if the guest's poll panics.
-        struct Turn<'a>(&'a CpuShares, &'a Arc<str>, Instant);
+        struct Turn<'a>(
+            &'a CpuShares,
+            &'a Arc<str>,
+            Instant,
+            &'a mut std::time::Duration,
+        );
         impl Drop for Turn<'_> {
             fn drop(&mut self) {
-                self.0.leave(self.1, self.2.elapsed());
+                let ran = self.2.elapsed();
+                *self.3 += ran;
+                self.0.leave(self.1, ran);
             }
         }
-        let turn = Turn(this.shares, this.tenant, Instant::now());
+        let turn = Turn(this.shares, this.tenant, Instant::now(), this.ran);
         let polled = this.future.poll(cx);
         drop(turn);
         if polled.is_ready() {
@@ -510,5 +638,58 @@ mod tests {
         let (_, w) = waker();
         assert!((0..3).all(|ticket| shares.enter(&a, ticket, &w, false)));
         assert!(!shares.enter(&a, 3, &w, false));
+    }
+
+    /// A guest that spins `polls` times for `each`, yielding in between as a guest
+    /// does at an epoch tick, then says which thread it ended on and at what policy.
+    async fn spinner(polls: u32, each: std::time::Duration) -> (String, i32) {
+        for _ in 0..polls {
+            let until = Instant::now() + each;
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            tokio::task::yield_now().await;
+        }
+        let thread = std::thread::current().name().unwrap_or_default().to_owned();
+        // SAFETY: reads the calling thread's policy.
+        (thread, unsafe { libc::sched_getscheduler(0) })
+    }
+
+    fn block_on<T>(future: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn a_guest_that_computes_moves_to_idle_priority_threads_and_a_short_one_stays() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        let tenant: Arc<str> = "a".into();
+        let far = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let short = pool.spawn(tenant.clone(), spinner(1, DEMOTE_AFTER / 20), far, || ());
+        let long = pool.spawn(tenant, spinner(4, DEMOTE_AFTER), far, || ());
+        let (short, long) = block_on(async { (short.await.unwrap(), long.await.unwrap()) });
+        let (short_thread, short_policy) = short.expect("finished");
+        assert_eq!(short_thread, "faas-guest");
+        assert_eq!(short_policy, libc::SCHED_OTHER);
+        let (long_thread, long_policy) = long.expect("finished");
+        assert_eq!(long_thread, "faas-guest-bg");
+        assert_eq!(long_policy, libc::SCHED_IDLE);
+    }
+
+    #[test]
+    fn the_deadline_holds_on_the_background_threads() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        let gone_at = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = cut.clone();
+        let endless = spinner(u32::MAX, DEMOTE_AFTER);
+        let task = pool.spawn("a".into(), endless, gone_at, move || {
+            flag.store(true, Ordering::Release);
+        });
+        assert_eq!(block_on(task).unwrap(), None);
+        assert!(cut.load(Ordering::Acquire), "on_deadline ran");
     }
 }

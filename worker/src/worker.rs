@@ -226,18 +226,7 @@ impl Worker {
         F::Output: Send + 'static,
     {
         let gone_at = tokio::time::Instant::now() + function.limits.timeout + HOST_WAIT_GRACE;
-        let guest = self.guests.fair(tenant, guest);
-        self.guests.spawn(async move {
-            let mut guest = Box::pin(guest);
-            match tokio::time::timeout_at(gone_at, guest.as_mut()).await {
-                Ok(outcome) => Some(outcome),
-                Err(_) => {
-                    on_deadline();
-                    drop(guest);
-                    None
-                }
-            }
-        })
+        self.guests.spawn(tenant, guest, gone_at, on_deadline)
     }
 
     /// Keeps `store`, a finished producer, until its consumers placed its regions (or
