@@ -7,6 +7,7 @@ mod deploy;
 mod invoke;
 mod logs;
 mod manifest_schemas;
+mod new;
 mod operator;
 mod output;
 mod schema_tools;
@@ -45,6 +46,8 @@ enum Command {
     Operator(operator::OperatorArgs),
     /// Services mode: run a worker that registers in Redis and runs what is placed on it.
     Worker(worker::WorkerCmdArgs),
+    /// Create a function or workflow folder from a template (`faas new --list`).
+    New(new::NewArgs),
     /// Build the functions a workflow.toml names (their `build` commands).
     Build {
         /// The workflow manifest.
@@ -156,6 +159,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Scheduler(args) => services::scheduler(args).await,
         Command::Operator(args) => operator::run(args).await,
         Command::Worker(args) => worker::worker(args).await,
+        Command::New(args) => new::run(args),
         Command::Build { manifest } => build::build_manifest(&manifest).await.map(|_| ()),
         Command::Deploy(args) => deploy::run(args).await,
         Command::Invoke(args) => invoke::run(args).await,

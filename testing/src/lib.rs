@@ -84,6 +84,7 @@ fn env_file_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 }
 
 pub mod kube;
+pub mod languages;
 pub mod otel;
 
 pub use redis_server::RedisServer;

@@ -8,6 +8,7 @@ mod admin;
 mod deploy;
 mod deploy_crash;
 mod hostile;
+mod languages;
 mod limits;
 mod logs;
 mod manifest;

@@ -1,0 +1,237 @@
+//! Functions in Rust, Python and JavaScript. `faas new`: every template becomes a
+//! folder that `faas deploy` builds with its language's own tooling (cargo,
+//! componentize-py, componentize-js) and deploys, and whose route answers, exactly as a
+//! new user would do it. And a workflow mixing the three languages in one run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::support::{Platform, TOKEN, ensure_tenant_at};
+
+/// Runs `faas args...` in `dir` against `platform`, with the language toolchains on
+/// PATH, as a user's shell would after the README's set-up.
+fn faas_in(platform: &Platform, dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_faas"))
+        .args(args)
+        .current_dir(dir)
+        .env("FAAS_URL", &platform.url)
+        .env("FAAS_TOKEN", TOKEN)
+        .env("PATH", faas_testing::languages::path())
+        // A Rust template builds into its own target/, where its manifest looks.
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .expect("running faas")
+}
+
+fn ok(output: Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `faas new <template> <name>` in `dir`, then `faas deploy` in the new folder.
+fn new_and_deploy(platform: &Platform, dir: &Path, template: &str, name: &str) -> PathBuf {
+    ok(faas_in(platform, dir, &["new", template, name]), "faas new");
+    let folder = dir.join(name);
+    let deployed = ok(faas_in(platform, &folder, &["deploy"]), "faas deploy");
+    assert!(deployed.contains(&format!("/{name}")), "{deployed}");
+    folder
+}
+
+/// The HTTP template `template` greets whoever the query names.
+fn check_http(platform: &Platform, dir: &Path, template: &str) {
+    let name = format!("hi-{template}");
+    let folder = new_and_deploy(platform, dir, template, &name);
+    let answer = ok(
+        faas_in(platform, &folder, &["invoke", &format!("/{name}?name=you")]),
+        "faas invoke",
+    );
+    assert_eq!(answer, "Hello, you!\n", "{template}");
+}
+
+/// The step template `template` counts words, keeps a run count in the tenant's
+/// key-value store, reads its config and logs a line per run.
+fn check_step(platform: &Platform, dir: &Path, template: &str) {
+    let name = format!("count-{template}");
+    let folder = new_and_deploy(platform, dir, template, &name);
+    for runs in 1..=2 {
+        let answer = ok(
+            faas_in(
+                platform,
+                &folder,
+                &["invoke", &format!("/{name}"), "-d", "to be or not"],
+            ),
+            "faas invoke",
+        );
+        let answer: serde_json::Value = serde_json::from_str(&answer)
+            .unwrap_or_else(|err| panic!("{template}: {err}: {answer}"));
+        assert_eq!(answer["words"], 4, "{template}: {answer}");
+        assert_eq!(answer["runs"], runs, "{template}: {answer}");
+        assert_eq!(answer["label"], name.as_str(), "{template}: {answer}");
+    }
+    let logs = ok(
+        faas_in(platform, &folder, &["logs", &name, "--output", "json"]),
+        "faas logs",
+    );
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{template}: {logs}");
+    assert!(lines.iter().all(|line| {
+        line["step"] == name.as_str()
+            && line["text"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("of step {name}"))
+    }));
+}
+
+fn platform() -> Platform {
+    let platform = Platform::start();
+    ensure_tenant_at(&platform.url, "demo");
+    platform
+}
+
+#[test]
+fn faas_new_lists_the_templates_and_refuses_what_it_cannot_make() {
+    let platform = platform();
+    let dir = faas_testing::temp_dir();
+    let listed = ok(
+        faas_in(&platform, dir.path(), &["new", "--list"]),
+        "faas new --list",
+    );
+    for template in [
+        "http-rust",
+        "step-rust",
+        "http-python",
+        "step-python",
+        "http-js",
+        "step-js",
+        "workflow",
+    ] {
+        assert!(listed.contains(template), "{listed}");
+    }
+    let refused = faas_in(&platform, dir.path(), &["new", "http-cobol", "x"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("no template `http-cobol`") && stderr.contains("http-python"));
+    let refused = faas_in(&platform, dir.path(), &["new", "http-rust", "Bad_Name"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("`Bad_Name` is not a valid name"));
+    ok(
+        faas_in(&platform, dir.path(), &["new", "http-rust", "taken"]),
+        "faas new",
+    );
+    let again = faas_in(&platform, dir.path(), &["new", "step-js", "taken"]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists already"));
+}
+
+#[test]
+fn the_rust_templates_build_deploy_and_answer() {
+    let platform = platform();
+    let dir = faas_testing::temp_dir();
+    check_http(&platform, dir.path(), "http-rust");
+    check_step(&platform, dir.path(), "step-rust");
+    // The workflow template: one `count` branch per non-empty line, then the join.
+    let folder = new_and_deploy(&platform, dir.path(), "workflow", "lines");
+    let answer = ok(
+        faas_in(
+            &platform,
+            &folder,
+            &[
+                "invoke",
+                "/lines",
+                "-d",
+                "one two\nthree\n\nfour five six\n",
+            ],
+        ),
+        "faas invoke",
+    );
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer, serde_json::json!({ "lines": 3, "words": 6 }));
+    let runs = ok(
+        faas_in(&platform, &folder, &["runs", "lines", "--output", "json"]),
+        "faas runs",
+    );
+    let runs: serde_json::Value = serde_json::from_str(&runs).unwrap();
+    let counts = runs["runs"][0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|step| step["step"] == "count")
+        .count();
+    assert_eq!(counts, 3, "{runs}");
+}
+
+#[test]
+fn the_python_templates_build_deploy_and_answer() {
+    let platform = platform();
+    let dir = faas_testing::temp_dir();
+    check_http(&platform, dir.path(), "http-python");
+    check_step(&platform, dir.path(), "step-python");
+}
+
+#[test]
+fn the_javascript_templates_build_deploy_and_answer() {
+    let platform = platform();
+    let dir = faas_testing::temp_dir();
+    check_http(&platform, dir.path(), "http-js");
+    check_step(&platform, dir.path(), "step-js");
+}
+
+#[test]
+fn a_workflow_mixes_a_python_parser_rust_branches_and_a_javascript_formatter() {
+    let platform = platform();
+    let example = faas_testing::repo_root().join("functions/polyglot");
+    ok(
+        faas_in(&platform, &example, &["deploy", "workflow.toml"]),
+        "faas deploy",
+    );
+    let readings = "# sensor,value\nb,4\na,1\na,2.5\n\nc,-1\nb,6\na,3\n";
+    let table = ok(
+        faas_in(
+            &platform,
+            &example,
+            &["invoke", "/polyglot", "-d", readings],
+        ),
+        "faas invoke",
+    );
+    assert_eq!(
+        table,
+        "a        n=3 mean=2.17 min=1 max=3\n\
+         b        n=2 mean=5.00 min=4 max=6\n\
+         c        n=1 mean=-1.00 min=-1 max=-1\n"
+    );
+    // One Rust branch per sensor, between the Python step and the JavaScript one.
+    let runs = ok(
+        faas_in(
+            &platform,
+            &example,
+            &["runs", "polyglot", "--output", "json"],
+        ),
+        "faas runs",
+    );
+    let runs: serde_json::Value = serde_json::from_str(&runs).unwrap();
+    let steps: Vec<&str> = runs["runs"][0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|step| step["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps.iter().filter(|s| **s == "stats").count(), 3, "{runs}");
+    assert_eq!(steps.first(), Some(&"parse"));
+    assert_eq!(steps.last(), Some(&"format"));
+    // A Python exception fails the step with its text.
+    let bad = faas_in(
+        &platform,
+        &example,
+        &["invoke", "/polyglot", "-d", "a,1\na,x\n"],
+    );
+    let text =
+        String::from_utf8_lossy(&bad.stdout).into_owned() + &String::from_utf8_lossy(&bad.stderr);
+    assert!(text.contains("line 2: `x` is not a number"), "{text}");
+}
