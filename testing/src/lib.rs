@@ -83,6 +83,21 @@ fn env_file_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
+/// A loopback port nobody listens on right now (the OS picks it; it is released at once).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .expect("finding a free loopback port")
+        .port()
+}
+
+/// Kills a helper process (if still running) and reaps it, so no zombie or port is left.
+fn stop(child: &mut std::process::Child) {
+    // An error means it has already exited; wait() reaps it either way.
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 pub mod kube;
 pub mod languages;
 pub mod otel;
@@ -91,8 +106,9 @@ pub use redis_server::RedisServer;
 
 /// A throwaway `redis-server` for tests of the Redis-backed stores.
 mod redis_server {
+    use crate::{free_port, stop};
     use std::io::{ErrorKind, Read, Write};
-    use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+    use std::net::{Ipv4Addr, SocketAddr, TcpStream};
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
@@ -173,14 +189,6 @@ mod redis_server {
         }
     }
 
-    /// A port nobody listens on right now (the OS picks it; we release it at once).
-    fn free_port() -> u16 {
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|listener| listener.local_addr())
-            .expect("finding a free loopback port")
-            .port()
-    }
-
     /// Starts `redis-server` on `port` and waits for PING. `Err` (with the reason)
     /// when the server exits or stays silent, so the caller may try again.
     fn spawn_and_wait(port: u16) -> Result<Child, String> {
@@ -237,12 +245,5 @@ mod redis_server {
         let expected = b"+PONG\r\n";
         let mut reply = [0; 7];
         stream.read_exact(&mut reply).is_ok() && &reply == expected
-    }
-
-    /// Kills the server (if still running) and reaps it, so no zombie or port is left.
-    fn stop(child: &mut Child) {
-        // An error means it has already exited; wait() reaps it either way.
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }

@@ -8,12 +8,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::ErrorKind;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+use crate::{free_port, stop};
 
 /// The pinned versions, read by the install script too.
 const VERSIONS_ENV: &str = include_str!("../otel/versions.env");
@@ -167,14 +169,6 @@ impl Drop for Collector {
     }
 }
 
-/// A port nobody listens on right now (the OS picks it; we release it at once).
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .expect("finding a free loopback port")
-        .port()
-}
-
 /// The collector's configuration: OTLP over HTTP on `port` only, spans written to
 /// `spans` as JSON lines and flushed every 20 ms, and no listener of its own (its
 /// internal metrics would take port 8888, shared by every collector).
@@ -257,13 +251,6 @@ fn log_tail(dir: &Path) -> String {
     let text = std::fs::read_to_string(dir.join(LOG_FILE)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
-}
-
-/// Kills the collector (if still running) and reaps it.
-fn stop(child: &mut Child) {
-    // An error means it has already exited; wait() reaps it either way.
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// The spans of one line of the file exporter's output: an OTLP JSON
