@@ -16,6 +16,9 @@ const RUST_TOOLCHAIN: &str = include_str!("../../rust-toolchain.toml");
 const PYTHON_SDK: &str = include_str!("../../sdk/python/faas.py");
 const JS_SDK: &str = include_str!("../../sdk/js/faas.js");
 const JS_HTTP_SDK: &str = include_str!("../../sdk/js/faas-http.js");
+/// The JavaScript SDK's type declarations, for the TypeScript templates.
+const JS_SDK_TYPES: &str = include_str!("../../sdk/js/faas.d.ts");
+const JS_HTTP_SDK_TYPES: &str = include_str!("../../sdk/js/faas-http.d.ts");
 
 /// A template's language: what `faas new` adds to its files.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -23,6 +26,8 @@ enum Language {
     Rust,
     Python,
     JavaScript,
+    /// JavaScript's SDK and toolchain, with tsc first and type declarations.
+    TypeScript,
 }
 
 /// One template: its folder under `templates/`, language and what it makes.
@@ -32,7 +37,7 @@ struct Template {
     about: &'static str,
 }
 
-const ALL: [Template; 7] = [
+const ALL: [Template; 9] = [
     Template {
         name: "http-rust",
         language: Language::Rust,
@@ -62,6 +67,16 @@ const ALL: [Template; 7] = [
         name: "step-js",
         language: Language::JavaScript,
         about: "a workflow step in JavaScript: text in, JSON out, key-value, config, logs",
+    },
+    Template {
+        name: "http-ts",
+        language: Language::TypeScript,
+        about: "an HTTP function in TypeScript (tsc, then componentize-js)",
+    },
+    Template {
+        name: "step-ts",
+        language: Language::TypeScript,
+        about: "a workflow step in TypeScript: text in, JSON out, key-value, config, logs",
     },
     Template {
         name: "workflow",
@@ -139,6 +154,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             "(the build needs {} on PATH: see the README, \"Functions in Python and JavaScript\")",
             match template.language {
                 Language::Python => "componentize-py",
+                Language::TypeScript => "tsc and componentize-js",
                 _ => "componentize-js",
             }
         );
@@ -191,9 +207,13 @@ fn write_template(template: &Template, folder: &Path, values: &Values) -> anyhow
             write(folder, "faas.py", PYTHON_SDK)?;
             write_wit(folder)?;
         }
-        Language::JavaScript => {
+        Language::JavaScript | Language::TypeScript => {
             write(folder, "faas.js", JS_SDK)?;
             write(folder, "faas-http.js", JS_HTTP_SDK)?;
+            if template.language == Language::TypeScript {
+                write(folder, "faas.d.ts", JS_SDK_TYPES)?;
+                write(folder, "faas-http.d.ts", JS_HTTP_SDK_TYPES)?;
+            }
             write_wit(folder)?;
         }
     }

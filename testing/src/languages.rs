@@ -1,10 +1,10 @@
-//! The toolchains that build Python and JavaScript functions (componentize-py and
-//! componentize-js), installed by `testing/languages/install` (which `./test` runs).
+//! The toolchains that build Python, JavaScript and TypeScript functions
+//! (componentize-py, componentize-js and tsc), installed by `testing/languages/install` (which `./test` runs).
 
 use std::ffi::OsString;
 use std::process::Command;
 
-/// `PATH` with componentize-py and componentize-js in front, installing them first if
+/// `PATH` with componentize-py, componentize-js and tsc in front, installing them first if
 /// they are missing (the script is idempotent and takes milliseconds when they are
 /// there).
 ///

@@ -27,12 +27,18 @@
 //!
 //! Turns decide which guests run; the kernel still decides when, and a busy loop on a
 //! guest thread competes for the cores with the threads that read the next request
-//! and write its answer, so every step of a short event would wait in the kernel's
-//! run queue behind it. Hence a guest that has run for [`DEMOTE_AFTER`] (an event that
-//! computes rather than answers) moves to background threads at the kernel's idle
-//! priority (`SCHED_IDLE`): they take whatever CPU nothing else wants, and yield to
-//! every other thread of the machine at once. Short events never get there; long
-//! ones still get all the CPU left over, shared by turns as before.
+//! and write its answer, so every step of another tenant's short event would wait in
+//! the kernel's run queue behind it. Hence a guest that has run for [`DEMOTE_AFTER`]
+//! (an event that computes rather than answers) moves to background threads at the
+//! lowest priority, nice [`BACKGROUND_NICE`], while another tenant is active, and
+//! back once none is. Short events never get there. A tenant alone computes at normal
+//! priority, and a demoted guest keeps a small share of the CPU however busy the
+//! machine is: the kernel's idle policy (`SCHED_IDLE`), used before, let a computing
+//! guest get no CPU at all until its deadline on a machine kept busy by other work.
+//!
+//! Demoted guests still poll only with a turn, so tenants share the background
+//! threads as they share the normal ones: the priority puts computing guests behind
+//! short events, not behind each other.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -50,7 +56,7 @@ const IDLE_CREDIT: u64 = 20_000_000;
 const ACTIVE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How much guest CPU time an event may use on the normal-priority guest threads
-/// before it moves to the idle-priority ones: one epoch tick (a hello uses about
+/// before it may move to the background ones: one epoch tick (a hello uses about
 /// 20 µs, a busy loop reaches this at its first tick).
 pub(crate) const DEMOTE_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
 
@@ -280,6 +286,16 @@ impl CpuShares {
         }
     }
 
+    /// Whether a tenant other than `tenant` was active within [`ACTIVE_WINDOW`]: only
+    /// then is there a short event for a computing guest of `tenant` to make way for.
+    fn others_active(&self, tenant: &Arc<str>) -> bool {
+        let now = Instant::now();
+        self.lock()
+            .seen
+            .iter()
+            .any(|(other, seen)| other != tenant && now.duration_since(*seen) < ACTIVE_WINDOW)
+    }
+
     /// Whether any poll waits for a turn right now.
     #[cfg(test)]
     fn contended(&self) -> bool {
@@ -316,7 +332,7 @@ pub(crate) struct GuestPool {
     /// background) when the pool is dropped: a runtime must not be dropped from inside
     /// another one.
     runtime: Option<tokio::runtime::Runtime>,
-    /// Idle-priority threads, where a guest goes once it has run for [`DEMOTE_AFTER`].
+    /// Low-priority threads, where a guest computes while another tenant is active.
     background: Option<tokio::runtime::Runtime>,
     shares: Arc<CpuShares>,
 }
@@ -341,7 +357,7 @@ impl GuestPool {
             builder
         };
         let background = runtime("faas-guest-bg")
-            .on_thread_start(idle_priority)
+            .on_thread_start(background_priority)
             .build()?;
         Ok(Self {
             runtime: Some(runtime("faas-guest").build()?),
@@ -351,9 +367,11 @@ impl GuestPool {
     }
 
     /// Runs `guest`, the future driving one instance of `tenant`'s, polled only while
-    /// it holds a fair turn: on the normal guest threads, then on the background ones
-    /// once it has run for [`DEMOTE_AFTER`]. Past `gone_at` the future is dropped (with
-    /// its store), `on_deadline` having run just before, and the task gives `None`.
+    /// it holds a fair turn: on the normal guest threads, and on the background ones
+    /// while it computes (has run for [`DEMOTE_AFTER`]) and another tenant is active;
+    /// back on the normal threads once no other tenant is. Past `gone_at` the future
+    /// is dropped (with its store), `on_deadline` having run just before, and the
+    /// task gives `None`.
     pub(crate) fn spawn<F>(
         &self,
         tenant: Arc<str>,
@@ -372,54 +390,55 @@ impl GuestPool {
             .expect("the runtime is only taken on drop")
             .handle()
             .clone();
-        let ends = move |mut guest: Pin<Box<Fair<F>>>| async move {
-            match tokio::time::timeout_at(gone_at, guest.as_mut()).await {
-                Ok(output) => Some(output),
-                Err(_) => {
-                    on_deadline();
-                    drop(guest);
-                    None
-                }
-            }
-        };
         self.runtime
             .as_ref()
             .expect("the runtime is only taken on drop")
             .spawn(async move {
-                let short = tokio::time::timeout_at(gone_at, UntilDemoted(&mut guest)).await;
-                match short {
-                    Ok(Some(output)) => return Some(output),
-                    // Past the deadline here: `ends` drops it at once, on this thread.
-                    Err(_) => {}
-                    Ok(None) => {
-                        let task = AbortOnDrop(background.spawn(ends(guest)));
-                        return match task.await {
-                            Ok(output) => output,
-                            Err(err) if err.is_panic() => {
-                                std::panic::resume_unwind(err.into_panic())
-                            }
-                            // The background runtime is shutting down with the worker.
-                            Err(_) => None,
-                        };
+                loop {
+                    let demote =
+                        |guest: &Fair<F>| guest.ran >= DEMOTE_AFTER && guest.others_active();
+                    match tokio::time::timeout_at(gone_at, PollUntil(&mut guest, demote)).await {
+                        Ok(Some(output)) => return Some(output),
+                        Ok(None) => {}
+                        Err(_) => break,
+                    }
+                    let promote = |guest: &Fair<F>| !guest.others_active();
+                    let task = AbortOnDrop(background.spawn(async move {
+                        let polled =
+                            tokio::time::timeout_at(gone_at, PollUntil(&mut guest, promote)).await;
+                        (guest, polled)
+                    }));
+                    match task.await {
+                        Ok((_, Ok(Some(output)))) => return Some(output),
+                        Ok((back, Ok(None))) => guest = back,
+                        Ok((back, Err(_))) => {
+                            guest = back;
+                            break;
+                        }
+                        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+                        // The background runtime is shutting down with the worker.
+                        Err(_) => return None,
                     }
                 }
-                ends(guest).await
+                on_deadline();
+                drop(guest);
+                None
             })
     }
 }
 
-/// Polls a guest until it finishes (`Some`) or has run for [`DEMOTE_AFTER`] (`None`,
-/// leaving it to be polled on elsewhere).
-struct UntilDemoted<'a, F: Future>(&'a mut Pin<Box<Fair<F>>>);
+/// Polls a guest until it finishes (`Some`) or, after a poll, `done_here` says it is
+/// to be polled elsewhere (`None`).
+struct PollUntil<'a, F: Future, P>(&'a mut Pin<Box<Fair<F>>>, P);
 
-impl<F: Future> Future for UntilDemoted<'_, F> {
+impl<F: Future, P: Fn(&Fair<F>) -> bool + Unpin> Future for PollUntil<'_, F, P> {
     type Output = Option<F::Output>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let guest = &mut *self.0;
+        let Self(guest, done_here) = &mut *self;
         match guest.as_mut().poll(cx) {
             Poll::Ready(output) => Poll::Ready(Some(output)),
-            Poll::Pending if guest.ran >= DEMOTE_AFTER => Poll::Ready(None),
+            Poll::Pending if done_here(&**guest) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -443,21 +462,17 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Puts the calling thread at the kernel's idle priority: it runs only when no other
-/// thread wants the CPU. Falls back to the lowest `nice` where `SCHED_IDLE` is refused.
-fn idle_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid `sched_param`; pid 0 is the calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
-        return;
-    }
-    let refused = std::io::Error::last_os_error();
+/// The `nice` value of the background guest threads: the lowest priority that still
+/// has a share of the CPU (about 1/70 of a thread at nice 0), so a computing guest is
+/// slowed, never stopped, by whatever else runs.
+const BACKGROUND_NICE: i32 = 19;
+
+/// Lowers the calling thread to [`BACKGROUND_NICE`].
+fn background_priority() {
     // On Linux `nice` is per thread, and pid 0 names the calling one.
-    let niced = rustix::process::setpriority_process(None, 19);
-    tracing::warn!(
-        niced = niced.is_ok(),
-        "background guest thread: SCHED_IDLE refused ({refused}); using nice 19"
-    );
+    if let Err(err) = rustix::process::setpriority_process(None, BACKGROUND_NICE) {
+        tracing::warn!("background guest thread: nice {BACKGROUND_NICE} refused ({err})");
+    }
 }
 
 impl Drop for GuestPool {
@@ -491,6 +506,13 @@ pin_project_lite::pin_project! {
                 this.shares.cancel(&this.tenant, this.ticket, !this.polled);
             }
         }
+    }
+}
+
+impl<F> Fair<F> {
+    /// Whether another tenant than this guest's was active just now.
+    fn others_active(&self) -> bool {
+        self.shares.others_active(&self.tenant)
     }
 }
 
@@ -641,18 +663,23 @@ mod tests {
     }
 
     /// A guest that spins `polls` times for `each`, yielding in between as a guest
-    /// does at an epoch tick, then says which thread it ended on and at what policy.
-    async fn spinner(polls: u32, each: std::time::Duration) -> (String, i32) {
+    /// does at an epoch tick, then says which threads it ran on (in order, each once
+    /// per stay) and at what scheduling policy it ended.
+    async fn spinner(polls: u32, each: std::time::Duration) -> (Vec<String>, i32) {
+        let mut threads: Vec<String> = Vec::new();
         for _ in 0..polls {
+            let thread = std::thread::current().name().unwrap_or_default().to_owned();
+            if threads.last() != Some(&thread) {
+                threads.push(thread);
+            }
             let until = Instant::now() + each;
             while Instant::now() < until {
                 std::hint::spin_loop();
             }
             tokio::task::yield_now().await;
         }
-        let thread = std::thread::current().name().unwrap_or_default().to_owned();
         // SAFETY: reads the calling thread's policy.
-        (thread, unsafe { libc::sched_getscheduler(0) })
+        (threads, unsafe { libc::sched_getscheduler(0) })
     }
 
     fn block_on<T>(future: impl Future<Output = T>) -> T {
@@ -663,29 +690,67 @@ mod tests {
             .block_on(future)
     }
 
+    fn far() -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(30)
+    }
+
+    /// Marks `tenant` active now, as a guest of it arriving would.
+    fn active(pool: &GuestPool, tenant: &str) {
+        pool.shares.lock().see(&tenant.into(), Instant::now());
+    }
+
     #[test]
-    fn a_guest_that_computes_moves_to_idle_priority_threads_and_a_short_one_stays() {
+    fn a_guest_that_computes_while_another_tenant_is_active_moves_to_background_threads() {
         let pool = GuestPool::new(1, || ()).unwrap();
+        active(&pool, "b");
         let tenant: Arc<str> = "a".into();
-        let far = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        let short = pool.spawn(tenant.clone(), spinner(1, DEMOTE_AFTER / 20), far, || ());
-        let long = pool.spawn(tenant, spinner(4, DEMOTE_AFTER), far, || ());
+        let short = pool.spawn(tenant.clone(), spinner(1, DEMOTE_AFTER / 20), far(), || ());
+        let long = pool.spawn(tenant, spinner(4, DEMOTE_AFTER), far(), || ());
         let (short, long) = block_on(async { (short.await.unwrap(), long.await.unwrap()) });
-        let (short_thread, short_policy) = short.expect("finished");
-        assert_eq!(short_thread, "faas-guest");
+        let (short_threads, short_policy) = short.expect("finished");
+        assert_eq!(short_threads, ["faas-guest"]);
         assert_eq!(short_policy, libc::SCHED_OTHER);
-        let (long_thread, long_policy) = long.expect("finished");
-        assert_eq!(long_thread, "faas-guest-bg");
-        assert_eq!(long_policy, libc::SCHED_IDLE);
+        let (long_threads, _) = long.expect("finished");
+        assert_eq!(long_threads, ["faas-guest", "faas-guest-bg"]);
+        // SAFETY: reads the calling thread's nice value; errno is not needed, as 19
+        // cannot be mistaken for the -1 of an error.
+        let niced = pool.background.as_ref().unwrap().block_on(async {
+            tokio::task::spawn(async { unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) } })
+                .await
+                .unwrap()
+        });
+        assert_eq!(niced, BACKGROUND_NICE);
+    }
+
+    #[test]
+    fn a_tenant_alone_computes_on_the_normal_threads() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        let long = pool.spawn("a".into(), spinner(8, DEMOTE_AFTER), far(), || ());
+        let (threads, policy) = block_on(long).unwrap().expect("finished");
+        assert_eq!(threads, ["faas-guest"]);
+        assert_eq!(policy, libc::SCHED_OTHER);
+    }
+
+    #[test]
+    fn a_background_guest_comes_back_once_the_other_tenant_is_gone() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        active(&pool, "b");
+        // Long enough to outlive b's activity by several ticks.
+        let polls =
+            u32::try_from(3 * ACTIVE_WINDOW.as_millis() / DEMOTE_AFTER.as_millis()).unwrap();
+        let long = pool.spawn("a".into(), spinner(polls, DEMOTE_AFTER), far(), || ());
+        let (threads, _) = block_on(long).unwrap().expect("finished");
+        assert_eq!(threads, ["faas-guest", "faas-guest-bg", "faas-guest"]);
     }
 
     #[test]
     fn the_deadline_holds_on_the_background_threads() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let gone_at = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
+        let gone_at = tokio::time::Instant::now() + ACTIVE_WINDOW / 2;
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = cut.clone();
         let endless = spinner(u32::MAX, DEMOTE_AFTER);
+        active(&pool, "b");
         let task = pool.spawn("a".into(), endless, gone_at, move || {
             flag.store(true, Ordering::Release);
         });

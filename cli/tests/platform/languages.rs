@@ -1,8 +1,10 @@
 //! Functions in Rust, Python and JavaScript. `faas new`: every template becomes a
 //! folder that `faas deploy` builds with its language's own tooling (cargo,
 //! componentize-py, componentize-js) and deploys, and whose route answers, exactly as a
-//! new user would do it. And a workflow mixing the three languages in one run.
+//! new user would do it. A workflow mixing the three languages in one run, and Python
+//! and JavaScript steps using Redis messaging.
 
+use redis::Commands;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -112,6 +114,8 @@ fn faas_new_lists_the_templates_and_refuses_what_it_cannot_make() {
         "step-python",
         "http-js",
         "step-js",
+        "http-ts",
+        "step-ts",
         "workflow",
     ] {
         assert!(listed.contains(template), "{listed}");
@@ -184,6 +188,36 @@ fn the_javascript_templates_build_deploy_and_answer() {
 }
 
 #[test]
+fn the_typescript_templates_build_deploy_and_answer_and_a_type_error_stops_the_deploy() {
+    let platform = platform();
+    let dir = faas_testing::temp_dir();
+    check_http(&platform, dir.path(), "http-ts");
+    check_step(&platform, dir.path(), "step-ts");
+    // tsc checks the function against the SDK's types before componentize-js runs.
+    ok(
+        faas_in(&platform, dir.path(), &["new", "step-ts", "mistyped"]),
+        "faas new",
+    );
+    let folder = dir.path().join("mistyped");
+    let app = std::fs::read_to_string(folder.join("app.ts")).unwrap();
+    std::fs::write(
+        folder.join("app.ts"),
+        app.replace("inputs[0].text()", "inputs[0].text(42)"),
+    )
+    .unwrap();
+    let refused = faas_in(&platform, &folder, &["deploy"]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stdout).into_owned()
+        + &String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("app.ts(") && said.contains("TS2554"),
+        "{said}"
+    );
+    let invoked = faas_in(&platform, &folder, &["invoke", "/mistyped", "-d", "x"]);
+    assert!(!invoked.status.success(), "nothing was deployed");
+}
+
+#[test]
 fn a_workflow_mixes_a_python_parser_rust_branches_and_a_javascript_formatter() {
     let platform = platform();
     let example = faas_testing::repo_root().join("functions/polyglot");
@@ -234,4 +268,73 @@ fn a_workflow_mixes_a_python_parser_rust_branches_and_a_javascript_formatter() {
     let text =
         String::from_utf8_lossy(&bad.stdout).into_owned() + &String::from_utf8_lossy(&bad.stderr);
     assert!(text.contains("line 2: `x` is not a number"), "{text}");
+}
+
+/// A Python and a JavaScript step publish their input on the tenant's channel `news-<lang>`
+/// and append it to its stream `notes-<lang>`, on a platform with Redis: both land under
+/// the tenant's Redis names, and the entry id the guest got back is the one in Redis.
+#[test]
+fn python_and_javascript_steps_publish_and_append_through_redis() {
+    let redis = faas_testing::RedisServer::start();
+    let platform = Platform::start_with(&["--no-demo", "--redis", &redis.url()]);
+    ensure_tenant_at(&platform.url, "demo");
+    let dir = faas_testing::temp_dir();
+    let python = "import faas\nfrom faas import Handler  # noqa: F401\n\n\n\
+        @faas.step\ndef handle(ctx, inputs):\n    text = inputs[0].text()\n    \
+        faas.publish(\"news-py\", text)\n    \
+        return faas.json({\"entry\": faas.append(\"notes-py\", text)})\n";
+    let javascript = "import { append, json, publish, step } from \"./faas.js\";\n\n\
+        export const handler = step((ctx, inputs) => {\n  const text = inputs[0].text();\n  \
+        publish(\"news-js\", text);\n  return json({ entry: append(\"notes-js\", text) });\n});\n";
+    for (template, file, lang, source) in [
+        ("step-python", "app.py", "py", python),
+        ("step-js", "app.js", "js", javascript),
+    ] {
+        let name = format!("messenger-{lang}");
+        ok(
+            faas_in(&platform, dir.path(), &["new", template, &name]),
+            "faas new",
+        );
+        let folder = dir.path().join(&name);
+        std::fs::write(folder.join(file), source).unwrap();
+        ok(faas_in(&platform, &folder, &["deploy"]), "faas deploy");
+
+        let mut listener = redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut news = listener.as_pubsub();
+        news.subscribe(format!("t:demo:news-{lang}")).unwrap();
+        news.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let said = format!("hello from {lang}");
+        let answer = ok(
+            faas_in(
+                &platform,
+                &folder,
+                &["invoke", &format!("/{name}"), "-d", &said],
+            ),
+            "faas invoke",
+        );
+        let answer: serde_json::Value = serde_json::from_str(&answer)
+            .unwrap_or_else(|err| panic!("{template}: {err}: {answer}"));
+        let published: String = news.get_message().unwrap().get_payload().unwrap();
+        assert_eq!(published, said, "{template}");
+
+        let stream = format!("t:demo:notes-{lang}");
+        let entries: redis::streams::StreamRangeReply = redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+            .xrange_all(&stream)
+            .unwrap();
+        let [entry] = entries.ids.as_slice() else {
+            panic!("{stream}: {:?}", entries.ids);
+        };
+        assert_eq!(answer["entry"], entry.id.as_str(), "{template}");
+        assert_eq!(
+            entry.get::<String>("payload").as_deref(),
+            Some(said.as_str())
+        );
+    }
 }
