@@ -694,19 +694,33 @@ mod tests {
         tokio::time::Instant::now() + std::time::Duration::from_secs(30)
     }
 
-    /// Marks `tenant` active now, as a guest of it arriving would.
-    fn active(pool: &GuestPool, tenant: &str) {
-        pool.shares.lock().see(&tenant.into(), Instant::now());
+    /// Keeps `tenant` active, as guests of it arriving every few milliseconds would,
+    /// until `stop` is set.
+    fn keep_active(
+        pool: &GuestPool,
+        tenant: &str,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<()> {
+        let (shares, tenant): (_, Arc<str>) = (pool.shares.clone(), tenant.into());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                shares.lock().see(&tenant, Instant::now());
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        })
     }
 
     #[test]
     fn a_guest_that_computes_while_another_tenant_is_active_moves_to_background_threads() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        active(&pool, "b");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let b = keep_active(&pool, "b", stop.clone());
         let tenant: Arc<str> = "a".into();
         let short = pool.spawn(tenant.clone(), spinner(1, DEMOTE_AFTER / 20), far(), || ());
         let long = pool.spawn(tenant, spinner(4, DEMOTE_AFTER), far(), || ());
         let (short, long) = block_on(async { (short.await.unwrap(), long.await.unwrap()) });
+        stop.store(true, Ordering::Release);
+        b.join().unwrap();
         let (short_threads, short_policy) = short.expect("finished");
         assert_eq!(short_threads, ["faas-guest"]);
         assert_eq!(short_policy, libc::SCHED_OTHER);
@@ -734,27 +748,53 @@ mod tests {
     #[test]
     fn a_background_guest_comes_back_once_the_other_tenant_is_gone() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        active(&pool, "b");
-        // Long enough to outlive b's activity by several ticks.
-        let polls =
-            u32::try_from(3 * ACTIVE_WINDOW.as_millis() / DEMOTE_AFTER.as_millis()).unwrap();
-        let long = pool.spawn("a".into(), spinner(polls, DEMOTE_AFTER), far(), || ());
-        let (threads, _) = block_on(long).unwrap().expect("finished");
+        // b stays active until a's guest is seen on a background thread.
+        let demoted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let b = keep_active(&pool, "b", demoted.clone());
+        let seen = demoted.clone();
+        let guest = async move {
+            let mut threads: Vec<String> = Vec::new();
+            // At most 20 s of ticks; it comes back about ACTIVE_WINDOW after b's end.
+            for _ in 0..10_000 {
+                let thread = std::thread::current().name().unwrap_or_default().to_owned();
+                seen.fetch_or(thread == "faas-guest-bg", Ordering::AcqRel);
+                if threads.last() != Some(&thread) {
+                    threads.push(thread);
+                }
+                if threads.len() == 3 {
+                    break;
+                }
+                let until = Instant::now() + DEMOTE_AFTER;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+                tokio::task::yield_now().await;
+            }
+            threads
+        };
+        let threads = block_on(pool.spawn("a".into(), guest, far(), || ()))
+            .unwrap()
+            .expect("finished");
+        demoted.store(true, Ordering::Release);
+        b.join().unwrap();
         assert_eq!(threads, ["faas-guest", "faas-guest-bg", "faas-guest"]);
     }
 
     #[test]
     fn the_deadline_holds_on_the_background_threads() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let gone_at = tokio::time::Instant::now() + ACTIVE_WINDOW / 2;
+        let gone_at = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = cut.clone();
         let endless = spinner(u32::MAX, DEMOTE_AFTER);
-        active(&pool, "b");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let b = keep_active(&pool, "b", stop.clone());
         let task = pool.spawn("a".into(), endless, gone_at, move || {
             flag.store(true, Ordering::Release);
         });
         assert_eq!(block_on(task).unwrap(), None);
+        stop.store(true, Ordering::Release);
+        b.join().unwrap();
         assert!(cut.load(Ordering::Acquire), "on_deadline ran");
     }
 }
