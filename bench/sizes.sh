@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Hello worlds of three sizes through the platform, each against `wasmtime serve` on the
+# Components of four sizes through the platform, each against `wasmtime serve` on the
 # same component, and a native hyper hello world, measured in turns in one run:
-#   Rust        functions/wasi-hello (wstd), about 0.1 MB
+#   Rust        functions/wasi-hello (wstd), about 0.2 MB
+#   Rust table  functions/wasi-table (wstd), about 4.4 MB: 4 MiB of read-only data that
+#               each instance starts with (a dictionary, a model, an address table)
 #   JavaScript  bench/sizes/hello.js, componentize-js, about 13 MB
 #   Python      bench/sizes/hello.py, componentize-py, about 18 MB
-# All three are plain wasi:http components (no platform imports), so `wasmtime serve`
+# All four are plain wasi:http components (no platform imports), so `wasmtime serve`
 # runs them as they are. Prints req/s and p99 per round, the ranges, the ratios to
 # `wasmtime serve` and to native, and what one instance of each takes on the platform
 # (the growth of the process's peak RSS at CONNECTIONS concurrent requests, divided by
@@ -24,7 +26,7 @@ THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 WASMTIME_VERSION=48.0.8
 TOOLS=target/tools
-PORT_FAAS=3521 PORT_NATIVE=3522 PORT_RUST=3523 PORT_JS=3524 PORT_PY=3525
+PORT_FAAS=3521 PORT_NATIVE=3522 PORT_RUST=3523 PORT_JS=3524 PORT_PY=3525 PORT_TABLE=3526
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk; then apt-get update -qq && apt-get install -y -qq wrk; fi
@@ -35,13 +37,14 @@ if ! "$WASMTIME" --version 2>/dev/null | grep -q "$WASMTIME_VERSION"; then
 fi
 PATH="$(testing/languages/install):$PATH"
 
-echo "building faas, the native peer and the three components (release)"
+echo "building faas, the native peer and the four components (release)"
 cargo build --release -q -p faas-cli --bin faas
 cargo build --release -q -p faas-gateway --example native_hello
-(cd functions && cargo build --release -q -p wasi-hello)
+(cd functions && cargo build --release -q -p wasi-hello -p wasi-table)
 OUT=target/bench-sizes
 mkdir -p "$OUT"
 cp target/wasm32-wasip2/release/wasi-hello.wasm "$OUT/hello-rust.wasm"
+cp target/wasm32-wasip2/release/wasi-table.wasm "$OUT/hello-table.wasm"
 componentize-py -d wit -w wasi:http/proxy@0.2.12 componentize hello -p bench/sizes \
     -o "$OUT/hello-python.wasm" >/dev/null
 componentize-js bench/sizes/hello.js --wit wit --world-name wasi:http/proxy@0.2.12 \
@@ -49,7 +52,7 @@ componentize-js bench/sizes/hello.js --wit wit --world-name wasi:http/proxy@0.2.
 
 source bench/lib.sh
 deploys=()
-for lang in rust js python; do
+for lang in rust table js python; do
     cat >"$BENCH_DATA/$lang.toml" <<EOF
 name = "hello-$lang"
 tenant = "demo"
@@ -66,6 +69,8 @@ done
 start_faas "$PORT_FAAS" "${deploys[@]}"
 "$WASMTIME" serve -O pooling-allocator -S cli --addr 127.0.0.1:$PORT_RUST "$OUT/hello-rust.wasm" 2>/dev/null &
 bench_pids+=($!)
+"$WASMTIME" serve -O pooling-allocator -S cli --addr 127.0.0.1:$PORT_TABLE "$OUT/hello-table.wasm" 2>/dev/null &
+bench_pids+=($!)
 "$WASMTIME" serve -O pooling-allocator -S cli --addr 127.0.0.1:$PORT_JS "$OUT/hello-js.wasm" 2>/dev/null &
 bench_pids+=($!)
 "$WASMTIME" serve -O pooling-allocator -S cli --addr 127.0.0.1:$PORT_PY "$OUT/hello-python.wasm" 2>/dev/null &
@@ -73,7 +78,7 @@ bench_pids+=($!)
 target/release/examples/native_hello 127.0.0.1:$PORT_NATIVE >/dev/null &
 bench_pids+=($!)
 # wasmtime serve compiles each component at start: about 10 s for the large ones.
-for port in $PORT_RUST $PORT_JS $PORT_PY $PORT_NATIVE; do
+for port in $PORT_RUST $PORT_TABLE $PORT_JS $PORT_PY $PORT_NATIVE; do
     for _ in $(seq 1 1200); do curl -sf -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
     curl -sf -o /dev/null "http://127.0.0.1:$port/" || { echo "port $port did not come up" >&2; exit 1; }
 done
@@ -88,8 +93,9 @@ measure() {
 }
 kib() { awk -v k="$1" '$1 == k ":" { print $2 }' "/proc/$FAAS_PID/status"; }
 
-names=(faas-rust wasmtime-rust faas-js wasmtime-js faas-python wasmtime-python native)
+names=(faas-rust wasmtime-rust faas-table wasmtime-table faas-js wasmtime-js faas-python wasmtime-python native)
 urls=("http://127.0.0.1:$PORT_FAAS/hello-rust" "http://127.0.0.1:$PORT_RUST/"
+    "http://127.0.0.1:$PORT_FAAS/hello-table" "http://127.0.0.1:$PORT_TABLE/"
     "http://127.0.0.1:$PORT_FAAS/hello-js" "http://127.0.0.1:$PORT_JS/"
     "http://127.0.0.1:$PORT_FAAS/hello-python" "http://127.0.0.1:$PORT_PY/"
     "http://127.0.0.1:$PORT_NATIVE/")
@@ -98,7 +104,7 @@ echo "warming up"
 for url in "${urls[@]}"; do wrk -t1 -c2 -d2s "$url" >/dev/null; done
 
 echo "memory per instance on the platform (peak RSS growth at $CONNECTIONS concurrent requests / $CONNECTIONS)"
-for lang in rust js python; do
+for lang in rust table js python; do
     before=$(kib VmRSS)
     echo 5 >"/proc/$FAAS_PID/clear_refs"   # resets the peak (VmHWM) to the current RSS
     wrk -t"$THREADS" -c"$CONNECTIONS" -d3s "http://127.0.0.1:$PORT_FAAS/hello-$lang" >/dev/null
@@ -132,8 +138,8 @@ awk '
     }
     END {
         printf "\n%-12s %16s %16s %16s %16s\n", "component", "faas req/s", "wasmtime req/s", "faas / wasmtime", "faas / native"
-        split("rust js python", langs, " ")
-        for (i = 1; i <= 3; i++) {
+        split("rust table js python", langs, " ")
+        for (i = 1; i <= 4; i++) {
             l = langs[i]
             printf "%-12s %16s %16s %16s %16s\n", l, range("faas-" l), range("wasmtime-" l), ratio("faas-" l, "wasmtime-" l), ratio("faas-" l, "native")
         }

@@ -64,10 +64,12 @@ pub(crate) fn build_engine(config: &WorkerConfig, fuel: bool) -> wasmtime::Resul
             // slots stay warm, so idle workflows do not hold resident memory.
             .max_unused_warm_slots(MAX_WARM_SLOTS);
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        // Copy data segments into resident pages instead of mapping a copy-on-write
-        // image: with kept-resident slots, instantiation then needs no page-table
-        // changes at all, so no cross-core TLB shootdowns.
-        wasm.memory_init_cow(false);
+        // Map each component's initial data copy-on-write (pages are copied when
+        // written, so an instance pays for what it touches: a Python component's 13 MB
+        // image is not copied per event), where the region code can see image pages
+        // and keep regions off them (`region/mappings.rs`, Linux 6.11+). Elsewhere
+        // data segments are copied into each instance.
+        wasm.memory_init_cow(crate::region::images_can_be_told_apart());
     }
     Engine::new(&wasm)
 }

@@ -35,11 +35,16 @@ fn ok(output: Output, what: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// `faas new <template> <name>` in `dir`, then `faas deploy` in the new folder.
+/// `faas new <template> <name> && faas deploy <name>/workflow.toml` in `dir`, as the
+/// README has a new user do it.
 fn new_and_deploy(platform: &Platform, dir: &Path, template: &str, name: &str) -> PathBuf {
     ok(faas_in(platform, dir, &["new", template, name]), "faas new");
     let folder = dir.join(name);
-    let deployed = ok(faas_in(platform, &folder, &["deploy"]), "faas deploy");
+    let manifest = format!("{name}/workflow.toml");
+    let deployed = ok(
+        faas_in(platform, dir, &["deploy", &manifest]),
+        "faas deploy",
+    );
     assert!(deployed.contains(&format!("/{name}")), "{deployed}");
     folder
 }

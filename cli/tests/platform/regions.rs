@@ -4,7 +4,7 @@
 use crate::support::{Platform, copy_manifest, error_of};
 use std::path::Path;
 
-const EXAMPLE: &str = "functions/regions/workflow.toml";
+pub(crate) const EXAMPLE: &str = "functions/regions/workflow.toml";
 /// The example under a Karmem interface: its consumer implements `transfer.consume` of
 /// `blob.km`, which lets it only read its blob.
 pub(crate) const MEMORIES: &str = "functions/regions/memories.toml";

@@ -9,8 +9,11 @@
 //! Every region carries its owner (tenant, workflow, run), and a store only accepts
 //! regions of its own run.
 
+mod mappings;
 mod pages;
 mod payload;
+
+pub(crate) use mappings::answered as images_can_be_told_apart;
 
 pub(crate) use pages::{MappedPages, PageRange};
 
@@ -123,6 +126,10 @@ pub enum RegionError {
     /// Pages passed for a region already hold one (or an input placed there).
     #[error("region pages overlap pages that already hold a region; use fresh pages")]
     PagesInUse,
+    /// Pages passed for a new region hold the component's initial data (its memory
+    /// image), which must stay mapped as it is (see `mappings.rs`).
+    #[error("region pages overlap the component's initial data; use pages the guest allocated")]
+    InitialData,
     /// The kernel refused a memory operation.
     #[error("region memory operation failed: {0}")]
     Map(#[source] std::io::Error),
@@ -510,6 +517,11 @@ impl Region {
         if mapped.overlaps(pages) {
             return Ok(Err(RegionError::PagesInUse));
         }
+        match pages.in_image() {
+            Ok(false) => {}
+            Ok(true) => return Ok(Err(RegionError::InitialData)),
+            Err(err) => return Ok(Err(err)),
+        }
         let ticket = scope
             .limits
             .files
@@ -613,20 +625,21 @@ impl Region {
         if mapped.overlaps(target) {
             return Err(RegionError::PagesInUse);
         }
+        // Over the component's initial data the value is copied, never mapped, and
+        // the pages are only protected in place (see `mappings.rs`).
+        let in_image = target.in_image()?;
         // A read-only value is placed writable and becomes read-only when this host
         // call returns (see `MappedPages::on_call`): Wasmtime still writes this call's
         // result into guest memory, wherever the guest asks.
         let read_only = scope.input.read_only;
-        let record = |mapped: &mut MappedPages| {
-            if read_only {
-                mapped.record_read_only(target);
-            } else {
-                mapped.record(target);
-            }
+        let record = |mapped: &mut MappedPages| match (read_only, in_image) {
+            (true, false) => mapped.record_read_only(target),
+            (true, true) => mapped.record_read_only_in_image(target),
+            (false, _) => mapped.record(target),
         };
         match &self.body {
             Body::Writing { .. } => return Err(RegionError::NotSealed),
-            Body::Sealed { file, .. } if len >= scope.map_threshold => {
+            Body::Sealed { file, .. } if len >= scope.map_threshold && !in_image => {
                 record(mapped);
                 // SAFETY: forwarded from the caller; recorded for restoring.
                 unsafe {

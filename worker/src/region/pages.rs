@@ -5,7 +5,9 @@
 //! allocator reuses memory slots, so three rules keep one guest's data out of another:
 //! every range is checked (whole host pages, inside the memory as it is now); every
 //! range the host changed is recorded; and every recorded range gets fresh anonymous
-//! pages back before the store (and so the slot) is released.
+//! pages back before the store (and so the slot) is released, but for ranges over the
+//! component's memory image, which are only ever protected, never replaced, and get
+//! their protection lifted (see `mappings.rs`).
 
 use super::RegionError;
 use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
@@ -132,6 +134,12 @@ impl PageRange {
         Ok(())
     }
 
+    /// Whether any of its pages belong to the component's memory image (its initial
+    /// data, mapped copy-on-write), which must not be replaced (see `mappings.rs`).
+    pub(crate) fn in_image(self) -> Result<bool, RegionError> {
+        super::mappings::file_backed(self.addr, self.len).map_err(RegionError::Map)
+    }
+
     /// The range as a byte slice, to copy a value into.
     ///
     /// # Safety
@@ -158,6 +166,10 @@ impl PageRange {
 pub(crate) struct MappedPages {
     ranges: Vec<PageRange>,
     read_only: Vec<PageRange>,
+    /// Read-only ranges over the component's memory image, where a value was copied:
+    /// made writable again, not replaced, before the memory is reused (Wasmtime then
+    /// resets their contents to the image's).
+    in_image: Vec<PageRange>,
     /// Host calls under way (a host call may call back into the guest, e.g. its
     /// allocator, which may call the host again).
     host_depth: u32,
@@ -176,11 +188,21 @@ impl MappedPages {
         self.read_only.push(range);
     }
 
+    /// Like [`Self::record_read_only`], for a range over the component's memory image:
+    /// its protection is lifted, and its pages kept, at the end.
+    pub(crate) fn record_read_only_in_image(&mut self, range: PageRange) {
+        self.in_image.push(range);
+        self.read_only.push(range);
+    }
+
     /// Whether the host already mapped or protected any page of `range`. Placing a
     /// region over such pages is refused: it would orphan the memory file mapped there
     /// (uncounted memory) or write over pages that may be read-only.
     pub(crate) fn overlaps(&self, range: PageRange) -> bool {
-        self.ranges.iter().any(|recorded| recorded.overlaps(range))
+        self.ranges
+            .iter()
+            .chain(&self.in_image)
+            .any(|recorded| recorded.overlaps(range))
     }
 
     /// Follows the guest's calls into the host (a Wasmtime call hook): read-only ranges
@@ -220,10 +242,19 @@ impl MappedPages {
 
 impl Drop for MappedPages {
     fn drop(&mut self) {
-        for range in self.ranges.drain(..) {
+        let replaced = self.ranges.drain(..).map(|range| (range, true));
+        let kept = self.in_image.drain(..).map(|range| (range, false));
+        for (range, replace) in replaced.chain(kept) {
             // SAFETY: recorded ranges are pages of this store's guest memories, which
             // are still allocated (the store drops its data first) and no longer run.
-            if let Err(err) = unsafe { range.restore() } {
+            let restored = unsafe {
+                if replace {
+                    range.restore()
+                } else {
+                    range.protect(false)
+                }
+            };
+            if let Err(err) = restored {
                 // Returning the slot with a payload still mapped would show it to the
                 // next tenant; stopping the process is the only safe way out.
                 eprintln!("faas-worker: cannot restore region pages ({err}); aborting");

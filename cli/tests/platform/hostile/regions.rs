@@ -116,3 +116,51 @@ fn a_flood_of_regions_stops_at_the_instance_limit_then_at_the_worker_file_limit(
         expected_sum(1000)
     );
 }
+
+#[test]
+fn a_region_never_replaces_a_components_initial_data() {
+    // The probe offers its own initial data (a data segment, mapped copy-on-write from
+    // the component's image) as region pages. Replaced by a mapping and then by the
+    // zero pages put back after every event, that data would read as zeros in the
+    // component's next instance in the same slot (one slot here, so it is the same).
+    let dir = faas_testing::temp_dir();
+    // 100 kB values would be mapped anywhere else.
+    let platform = start(&["--region-map-threshold", "4096", "--max-instances", "1"]);
+    deploy_bystander(&platform, dir.path());
+    let watch = Watch::start(&platform);
+    let probe = probe_as("consume", "initial-data");
+    for (manifest, route) in [
+        (crate::regions::EXAMPLE, "/regions"),
+        (MEMORIES, "/regions-memories"),
+    ] {
+        deploy_manifest(&platform, dir.path(), manifest, &pairs(&probe));
+        for run in 0..3 {
+            let report = transfer(&platform, route, 100_000);
+            assert_eq!(report["intact"], true, "{route}, run {run}: {report}");
+            // The value is copied there (and protected in place if read-only).
+            assert_eq!(report["placed"], "placed", "{route}, run {run}: {report}");
+            // No region is made there; before Linux 6.11 the worker maps no images
+            // (it could not tell their pages apart), so there is nothing to protect.
+            let created = report["created"].as_str().unwrap();
+            assert!(
+                created.contains("initial data")
+                    || created.contains("already hold a region")
+                    || (!kernel_maps_images() && created == "created"),
+                "{route}, run {run}: {report}"
+            );
+        }
+    }
+    watch.finish();
+    assert_bystander_served(&platform);
+}
+
+/// Whether this kernel answers `PROCMAP_QUERY` (Linux 6.11+), so that the worker maps
+/// components' initial data copy-on-write.
+fn kernel_maps_images() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release
+        .split(['.', '-'])
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    (major, minor) >= (6, 11)
+}

@@ -21,6 +21,10 @@
 //!   memory file the size of the pages, invisible to its memory limit).
 //! - `flood`: creates one-page regions on fresh pages until the host stops it.
 //! - `huge-error`: fails with a 32 MiB error text, which the platform must not keep.
+//! - `initial-data`: reports whether its initial data (a data segment of sevens) is
+//!   intact, then offers those pages to the host, to place its input in and to make a
+//!   region of, and reports what each answered. Under copy-on-write images, replacing
+//!   such pages would leave the next instance zeros where its initial data should be.
 
 use faas_sdk::region::{PAGE_SIZE, RegionExt, RegionWriter};
 use faas_sdk::step::{Context, Region, StepResult};
@@ -125,10 +129,27 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
             }
         }
         "huge-error" => return Err("E".repeat(32 << 20)),
+        "initial-data" => {
+            let intact = SEVENS.0.iter().all(|&byte| byte == 7);
+            let input = inputs.first().ok_or("needs an input")?;
+            let pages = &SEVENS.0[..];
+            let placed = input.read_into(pages).map(|()| "placed".to_owned());
+            let created = Region::create_in("bytes", pages).map(|_| "created".to_owned());
+            format!(
+                "{{\"intact\":{intact},\"placed\":{:?},\"created\":{:?}}}",
+                placed.unwrap_or_else(|err| err),
+                created.unwrap_or_else(|err| err)
+            )
+        }
         other => return Err(format!("unknown probe `{other}`")),
     };
     Ok(vec![Region::from_bytes("json", report.as_bytes())])
 }
+
+/// Initial data on whole pages: two pages of sevens, a data segment of the component.
+#[repr(C, align(65536))]
+struct Sevens([u8; 2 * PAGE_SIZE]);
+static SEVENS: Sevens = Sevens([7; 2 * PAGE_SIZE]);
 
 #[link(wasm_import_module = "faas:platform/config@0.1.0")]
 unsafe extern "C" {
