@@ -625,13 +625,14 @@ impl Region {
         if mapped.overlaps(target) {
             return Err(RegionError::PagesInUse);
         }
-        // Over the component's initial data the value is copied, never mapped, and
-        // the pages are only protected in place (see `mappings.rs`).
-        let in_image = target.in_image()?;
         // A read-only value is placed writable and becomes read-only when this host
         // call returns (see `MappedPages::on_call`): Wasmtime still writes this call's
         // result into guest memory, wherever the guest asks.
         let read_only = scope.input.read_only;
+        // Over the component's initial data the value is copied, never mapped, and
+        // the pages are only protected in place (see `mappings.rs`). A writable value
+        // below the map threshold is copied anyway: no need to ask the kernel then.
+        let in_image = (read_only || len >= scope.map_threshold) && target.in_image()?;
         let record = |mapped: &mut MappedPages| match (read_only, in_image) {
             (true, false) => mapped.record_read_only(target),
             (true, true) => mapped.record_read_only_in_image(target),
