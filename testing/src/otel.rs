@@ -68,6 +68,23 @@ pub struct Span {
     pub attributes: BTreeMap<String, String>,
 }
 
+/// Whether every span of `trace_id` has its parent among `spans`, but for those whose
+/// parent is `root_parent` (the caller's span, or `""` for a trace the platform began).
+///
+/// A process exports its spans in the order they end, and a parent ends after its
+/// children, so waiting for this (beside the span a test awaits) means the awaited span's
+/// ancestry has arrived too, even when it came in a later export batch.
+pub fn parents_arrived(spans: &[Span], trace_id: &str, root_parent: &str) -> bool {
+    spans
+        .iter()
+        .filter(|span| span.trace_id == trace_id && span.parent_span_id != root_parent)
+        .all(|child| {
+            spans
+                .iter()
+                .any(|span| span.span_id == child.parent_span_id)
+        })
+}
+
 /// A running collector, killed on drop (its temporary directory removed with it).
 #[derive(Debug)]
 pub struct Collector {
@@ -385,6 +402,30 @@ mod tests {
         assert_eq!(spans[1].parent_span_id, "00f067aa0ba902b7");
         assert_eq!(spans[1].kind, "unspecified");
         assert_eq!(spans[1].service, "faas");
+    }
+
+    #[test]
+    fn parents_arrived_only_once_every_ancestor_of_the_trace_has() {
+        let span = |id: &str, parent: &str| Span {
+            trace_id: "t".into(),
+            span_id: id.into(),
+            parent_span_id: parent.into(),
+            name: String::new(),
+            service: String::new(),
+            kind: String::new(),
+            attributes: BTreeMap::new(),
+        };
+        let leaf = span("c", "b");
+        let middle = span("b", "a");
+        let root = span("a", "caller");
+        assert!(!parents_arrived(std::slice::from_ref(&leaf), "t", "caller"));
+        assert!(!parents_arrived(
+            &[leaf.clone(), middle.clone()],
+            "t",
+            "caller"
+        ));
+        assert!(parents_arrived(&[leaf, middle, root], "t", "caller"));
+        assert!(parents_arrived(&[], "t", "caller"));
     }
 
     #[test]

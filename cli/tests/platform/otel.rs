@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::time::Duration;
 
-use faas_testing::otel::{Collector, Span};
+use faas_testing::otel::{Collector, Span, parents_arrived};
 
 use crate::redis::{connect, ns, payloads, relay_manifest};
 use crate::services::Services;
@@ -142,7 +142,9 @@ fn a_fan_out_run_is_one_trace_across_the_gateway_to_worker_hop() {
         })
     };
     let spans = collector.wait_for_spans(EXPORT_TIMEOUT, |spans| {
-        merged(spans) && !requests_in(spans, TRACE_ID).is_empty()
+        merged(spans)
+            && !requests_in(spans, TRACE_ID).is_empty()
+            && parents_arrived(spans, TRACE_ID, CALLER_SPAN_ID)
     });
     let trace: Vec<Span> = spans
         .into_iter()
@@ -236,6 +238,7 @@ fn a_stream_entry_carries_its_trace_into_the_run_and_on_to_what_the_run_appends(
         spans
             .iter()
             .any(|span| span.trace_id == TRACE_ID && span.name == "append")
+            && parents_arrived(spans, TRACE_ID, CALLER_SPAN_ID)
     });
     let trace: Vec<&Span> = spans.iter().filter(|s| s.trace_id == TRACE_ID).collect();
     let message = trace
@@ -284,7 +287,9 @@ fn a_region_handoff_is_a_span_of_the_consuming_step_saying_how_it_crossed() {
     crate::regions::transfer(&platform, "/regions", len);
 
     let spans = collector.wait_for_spans(EXPORT_TIMEOUT, |spans| {
-        spans.iter().any(|span| span.name == "region handoff")
+        spans.iter().any(|handoff| {
+            handoff.name == "region handoff" && parents_arrived(spans, &handoff.trace_id, "")
+        })
     });
     let handoff = spans
         .iter()
