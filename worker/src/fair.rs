@@ -367,15 +367,49 @@ impl GuestPool {
     }
 
     /// Runs `guest`, the future driving one instance of `tenant`'s, polled only while
-    /// it holds a fair turn: on the normal guest threads, and on the background ones
-    /// while it computes (has run for [`DEMOTE_AFTER`]) and another tenant is active;
-    /// back on the normal threads once no other tenant is. Past `gone_at` the future
-    /// is dropped (with its store), `on_deadline` having run just before, and the
-    /// task gives `None`.
+    /// it holds a fair turn: first on the calling thread if no other tenant is active
+    /// (see below), then on the normal guest threads, and on the background ones while
+    /// it computes (has run for [`DEMOTE_AFTER`]) and another tenant is active; back
+    /// on the normal threads once no other tenant is. Past `gone_at` the future is
+    /// dropped (with its store), `on_deadline` having run just before, and the task
+    /// gives `None`.
+    ///
+    /// The first poll on the calling thread is what makes a short event cheap: a hello
+    /// instantiates, answers and ends in it, with no hand-off to a guest thread and
+    /// back (the wake-ups and switches cost about as much as the instance itself). It
+    /// lasts at most an epoch tick, like any poll, and only a tenant alone gets it: the
+    /// thread it holds is one that reads other requests, and once another tenant is
+    /// active, every guest starts on the guest threads, as before.
     pub(crate) fn spawn<F>(
         &self,
         tenant: Arc<str>,
         guest: F,
+        gone_at: tokio::time::Instant,
+        on_deadline: impl FnOnce() + Send + 'static,
+    ) -> GuestTask<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let inline = !self.shares.others_active(&tenant);
+        let mut guest = Box::pin(self.shares.run(tenant, guest));
+        if inline {
+            // A poll left pending registered this no-op waker at most; the guest
+            // threads poll the task once as soon as it is spawned, which registers
+            // theirs, so no wake-up is lost in the move.
+            let mut cx = Context::from_waker(Waker::noop());
+            if let Poll::Ready(output) = guest.as_mut().poll(&mut cx) {
+                return GuestTask::Finished(Some(output));
+            }
+        }
+        GuestTask::Spawned(self.spawn_polled(guest, gone_at, on_deadline))
+    }
+
+    /// Polls `guest` on the guest threads (see [`Self::spawn`]) until it finishes or
+    /// `gone_at` passes.
+    fn spawn_polled<F>(
+        &self,
+        mut guest: Pin<Box<Fair<F>>>,
         gone_at: tokio::time::Instant,
         on_deadline: impl FnOnce() + Send + 'static,
     ) -> tokio::task::JoinHandle<Option<F::Output>>
@@ -383,7 +417,6 @@ impl GuestPool {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let mut guest = Box::pin(self.shares.run(tenant, guest));
         let background = self
             .background
             .as_ref()
@@ -424,6 +457,39 @@ impl GuestPool {
                 drop(guest);
                 None
             })
+    }
+}
+
+/// A guest's event as [`GuestPool::spawn`] started it: awaited for its output (`None`
+/// past its deadline), like the task it usually is.
+pub(crate) enum GuestTask<T> {
+    /// Finished in its first poll, on the calling thread.
+    Finished(Option<T>),
+    /// Running on the guest threads.
+    Spawned(tokio::task::JoinHandle<Option<T>>),
+}
+
+impl<T> GuestTask<T> {
+    /// What drops the guest at once, if it is still running.
+    pub(crate) fn abort_handle(&self) -> Option<tokio::task::AbortHandle> {
+        match self {
+            Self::Finished(_) => None,
+            Self::Spawned(task) => Some(task.abort_handle()),
+        }
+    }
+}
+
+// The output is only ever moved out whole, never pinned.
+impl<T> Unpin for GuestTask<T> {}
+
+impl<T> Future for GuestTask<T> {
+    type Output = Result<Option<T>, tokio::task::JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Self::Finished(output) => Poll::Ready(Ok(output.take())),
+            Self::Spawned(task) => Pin::new(task).poll(cx),
+        }
     }
 }
 
@@ -702,6 +768,8 @@ mod tests {
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> std::thread::JoinHandle<()> {
         let (shares, tenant): (_, Arc<str>) = (pool.shares.clone(), tenant.into());
+        // Active before this returns: a guest spawned next must see it.
+        shares.lock().see(&tenant, Instant::now());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Acquire) {
                 shares.lock().see(&tenant, Instant::now());
@@ -741,8 +809,39 @@ mod tests {
         let pool = GuestPool::new(1, || ()).unwrap();
         let long = pool.spawn("a".into(), spinner(8, DEMOTE_AFTER), far(), || ());
         let (threads, policy) = block_on(long).unwrap().expect("finished");
-        assert_eq!(threads, ["faas-guest"]);
+        assert_eq!(threads, [caller(), "faas-guest".to_owned()]);
         assert_eq!(policy, libc::SCHED_OTHER);
+    }
+
+    /// The name of the test's own thread.
+    fn caller() -> String {
+        std::thread::current().name().unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_lone_tenants_short_guest_finishes_on_the_calling_thread() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        let task = pool.spawn(
+            "a".into(),
+            async { std::thread::current().id() },
+            far(),
+            || (),
+        );
+        assert!(task.abort_handle().is_none(), "finished in the first poll");
+        assert_eq!(block_on(task).unwrap(), Some(std::thread::current().id()));
+    }
+
+    #[test]
+    fn while_another_tenant_is_active_every_guest_starts_on_the_guest_threads() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let b = keep_active(&pool, "b", stop.clone());
+        let task = pool.spawn("a".into(), spinner(1, DEMOTE_AFTER / 20), far(), || ());
+        assert!(task.abort_handle().is_some(), "spawned, not polled here");
+        let (threads, _) = block_on(task).unwrap().expect("finished");
+        stop.store(true, Ordering::Release);
+        b.join().unwrap();
+        assert_eq!(threads, ["faas-guest"]);
     }
 
     #[test]

@@ -109,7 +109,9 @@ impl Worker {
         })
         .await;
         outcome.unwrap_or_else(|_| {
-            abort.abort();
+            if let Some(abort) = abort {
+                abort.abort();
+            }
             Err(InvokeError::Timeout {
                 function: loaded.name.to_string(),
                 timeout: loaded.limits.timeout,

@@ -5,7 +5,7 @@ use crate::cache::{CacheOutcome, ComponentCache};
 use crate::config::{Limits, WorkerConfig};
 use crate::engine::{EpochClock, build_engine};
 use crate::error::{InvokeError, StartError};
-use crate::fair::GuestPool;
+use crate::fair::{GuestPool, GuestTask};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
@@ -209,10 +209,11 @@ impl Worker {
     }
 
     /// Runs `guest`, the future that drives one instance of `function` for `tenant`,
-    /// on the guest threads, polled only while it holds a fair turn on the cores (see
-    /// [`crate::fair`]). The event's deadline covers all of it: past the function's
-    /// timeout (plus [`HOST_WAIT_GRACE`]) the future is dropped with its store, even if
-    /// it waits on the host where no epoch tick can interrupt it, and the task gives
+    /// on the guest threads (its first poll on this one while its tenant is alone),
+    /// polled only while it holds a fair turn on the cores (see [`crate::fair`]). The
+    /// event's deadline covers all of it: past the function's timeout (plus
+    /// [`HOST_WAIT_GRACE`]) the future is dropped with its store, even if it waits on
+    /// the host where no epoch tick can interrupt it, and the task gives
     /// `None`. `on_deadline` runs just before that drop.
     pub(crate) fn spawn_guest<F>(
         &self,
@@ -220,7 +221,7 @@ impl Worker {
         function: &LoadedFunction,
         guest: F,
         on_deadline: impl FnOnce() + Send + 'static,
-    ) -> tokio::task::JoinHandle<Option<F::Output>>
+    ) -> GuestTask<F::Output>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,

@@ -668,8 +668,13 @@ fn a_replicated_workflow_loses_no_request_when_one_worker_dies() {
         )],
     );
     deploy_at(&services.url, &manifest);
-    assert_eq!(services.workers_json()["w1"], ["hello"]);
-    assert_eq!(services.workers_json()["w2"], ["hello"]);
+    // The gateway learns of each replica's load as it happens; the deploy may return
+    // once the first one serves.
+    services.wait_for("both replicas loaded", |services| {
+        let workers = services.workers_json();
+        let hello = vec!["hello".to_owned()];
+        workers.get("w1") == Some(&hello) && workers.get("w2") == Some(&hello)
+    });
     services.kill_worker("w1");
     // Until w1's heartbeat expires the gateway still counts it as a replica: every
     // other event goes to it first, finds nobody, and is passed to w2.
