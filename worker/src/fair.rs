@@ -19,11 +19,13 @@
 //! tick: its arrival ends the current epoch tick at once (`preempt`), so the running
 //! guests yield within microseconds. The queue costs one uncontended lock per poll.
 //!
-//! Guests are polled on threads of their own ([`GuestPool`]), never on the threads
-//! that accept connections and move bytes: a guest poll lasts up to a tick, and a
-//! runtime thread busy with one cannot poll its sockets meanwhile. With separate
-//! threads the kernel's scheduler interleaves the two, and an idle tenant's request is
-//! read and answered while other tenants' guests spin.
+//! Guests are polled on threads of their own ([`GuestPool`]), not on the threads that
+//! accept connections and move bytes: a guest poll lasts up to a tick, and a runtime
+//! thread busy with one cannot poll its sockets meanwhile. With separate threads the
+//! kernel's scheduler interleaves the two, and an idle tenant's request is read and
+//! answered while other tenants' guests spin. The one exception is the first poll of an
+//! HTTP function whose tenant is alone: it runs on the thread that received the
+//! request, so a short event needs no hand-off (see [`GuestPool::spawn`]).
 //!
 //! Turns decide which guests run; the kernel still decides when, and a busy loop on a
 //! guest thread competes for the cores with the threads that read the next request
@@ -328,9 +330,9 @@ impl CpuShares {
 
 /// The threads guests run on, and the turns that share them between tenants.
 pub(crate) struct GuestPool {
-    /// Normal-priority threads, where every guest starts. Taken (and shut down in the
-    /// background) when the pool is dropped: a runtime must not be dropped from inside
-    /// another one.
+    /// Normal-priority threads, where guests start (but see [`FirstPoll`]). Taken (and
+    /// shut down in the background) when the pool is dropped: a runtime must not be
+    /// dropped from inside another one.
     runtime: Option<tokio::runtime::Runtime>,
     /// Low-priority threads, where a guest computes while another tenant is active.
     background: Option<tokio::runtime::Runtime>,
@@ -367,8 +369,8 @@ impl GuestPool {
     }
 
     /// Runs `guest`, the future driving one instance of `tenant`'s, polled only while
-    /// it holds a fair turn: first on the calling thread if no other tenant is active
-    /// (see below), then on the normal guest threads, and on the background ones while
+    /// it holds a fair turn: first on the calling thread if `first_poll` says so and no
+    /// other tenant is active (see below), then on the normal guest threads, and on the background ones while
     /// it computes (has run for [`DEMOTE_AFTER`]) and another tenant is active; back
     /// on the normal threads once no other tenant is. Past `gone_at` the future is
     /// dropped (with its store), `on_deadline` having run just before, and the task
@@ -379,10 +381,11 @@ impl GuestPool {
     /// back (the wake-ups and switches cost about as much as the instance itself). It
     /// lasts at most an epoch tick, like any poll, and only a tenant alone gets it: the
     /// thread it holds is one that reads other requests, and once another tenant is
-    /// active, every guest starts on the guest threads, as before.
+    /// active, every guest starts on the guest threads.
     pub(crate) fn spawn<F>(
         &self,
         tenant: Arc<str>,
+        first_poll: FirstPoll,
         guest: F,
         gone_at: tokio::time::Instant,
         on_deadline: impl FnOnce() + Send + 'static,
@@ -391,7 +394,7 @@ impl GuestPool {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let inline = !self.shares.others_active(&tenant);
+        let inline = first_poll == FirstPoll::HereIfAlone && !self.shares.others_active(&tenant);
         let mut guest = Box::pin(self.shares.run(tenant, guest));
         if inline {
             // A poll left pending registered this no-op waker at most; the guest
@@ -458,6 +461,19 @@ impl GuestPool {
                 None
             })
     }
+}
+
+/// Where [`GuestPool::spawn`] polls a guest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FirstPoll {
+    /// On the calling thread if no other tenant is active: for an HTTP event, which
+    /// mostly answers within that poll. Workflow steps do not: they mostly wait on the
+    /// host (key-value, Redis) soon after they start, and under a backlog their first
+    /// polls held the threads that move those replies (the sensor pipeline at 16x fell
+    /// from 5,300 to 1,600-2,100 matches/s).
+    HereIfAlone,
+    /// On the guest threads.
+    OnGuestThreads,
 }
 
 /// A guest's event as [`GuestPool::spawn`] started it: awaited for its output (`None`
@@ -784,8 +800,20 @@ mod tests {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let b = keep_active(&pool, "b", stop.clone());
         let tenant: Arc<str> = "a".into();
-        let short = pool.spawn(tenant.clone(), spinner(1, DEMOTE_AFTER / 20), far(), || ());
-        let long = pool.spawn(tenant, spinner(4, DEMOTE_AFTER), far(), || ());
+        let short = pool.spawn(
+            tenant.clone(),
+            FirstPoll::HereIfAlone,
+            spinner(1, DEMOTE_AFTER / 20),
+            far(),
+            || (),
+        );
+        let long = pool.spawn(
+            tenant,
+            FirstPoll::HereIfAlone,
+            spinner(4, DEMOTE_AFTER),
+            far(),
+            || (),
+        );
         let (short, long) = block_on(async { (short.await.unwrap(), long.await.unwrap()) });
         stop.store(true, Ordering::Release);
         b.join().unwrap();
@@ -807,7 +835,13 @@ mod tests {
     #[test]
     fn a_tenant_alone_computes_on_the_normal_threads() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let long = pool.spawn("a".into(), spinner(8, DEMOTE_AFTER), far(), || ());
+        let long = pool.spawn(
+            "a".into(),
+            FirstPoll::HereIfAlone,
+            spinner(8, DEMOTE_AFTER),
+            far(),
+            || (),
+        );
         let (threads, policy) = block_on(long).unwrap().expect("finished");
         assert_eq!(threads, [caller(), "faas-guest".to_owned()]);
         assert_eq!(policy, libc::SCHED_OTHER);
@@ -823,6 +857,7 @@ mod tests {
         let pool = GuestPool::new(1, || ()).unwrap();
         let task = pool.spawn(
             "a".into(),
+            FirstPoll::HereIfAlone,
             async { std::thread::current().id() },
             far(),
             || (),
@@ -832,11 +867,32 @@ mod tests {
     }
 
     #[test]
+    fn a_guest_told_to_start_on_the_guest_threads_does_even_when_alone() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        let first_poll = FirstPoll::OnGuestThreads;
+        let task = pool.spawn(
+            "a".into(),
+            first_poll,
+            async { std::thread::current().id() },
+            far(),
+            || (),
+        );
+        assert!(task.abort_handle().is_some(), "spawned, not polled here");
+        assert_ne!(block_on(task).unwrap(), Some(std::thread::current().id()));
+    }
+
+    #[test]
     fn while_another_tenant_is_active_every_guest_starts_on_the_guest_threads() {
         let pool = GuestPool::new(1, || ()).unwrap();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let b = keep_active(&pool, "b", stop.clone());
-        let task = pool.spawn("a".into(), spinner(1, DEMOTE_AFTER / 20), far(), || ());
+        let task = pool.spawn(
+            "a".into(),
+            FirstPoll::HereIfAlone,
+            spinner(1, DEMOTE_AFTER / 20),
+            far(),
+            || (),
+        );
         assert!(task.abort_handle().is_some(), "spawned, not polled here");
         let (threads, _) = block_on(task).unwrap().expect("finished");
         stop.store(true, Ordering::Release);
@@ -871,7 +927,7 @@ mod tests {
             }
             threads
         };
-        let threads = block_on(pool.spawn("a".into(), guest, far(), || ()))
+        let threads = block_on(pool.spawn("a".into(), FirstPoll::HereIfAlone, guest, far(), || ()))
             .unwrap()
             .expect("finished");
         demoted.store(true, Ordering::Release);
@@ -888,9 +944,15 @@ mod tests {
         let endless = spinner(u32::MAX, DEMOTE_AFTER);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let b = keep_active(&pool, "b", stop.clone());
-        let task = pool.spawn("a".into(), endless, gone_at, move || {
-            flag.store(true, Ordering::Release);
-        });
+        let task = pool.spawn(
+            "a".into(),
+            FirstPoll::HereIfAlone,
+            endless,
+            gone_at,
+            move || {
+                flag.store(true, Ordering::Release);
+            },
+        );
         assert_eq!(block_on(task).unwrap(), None);
         stop.store(true, Ordering::Release);
         b.join().unwrap();

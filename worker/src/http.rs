@@ -2,6 +2,7 @@
 
 use crate::error::InvokeError;
 use crate::failure::{Failure, classify};
+use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::worker::Worker;
 use bytes::Bytes;
@@ -72,11 +73,18 @@ impl Worker {
                 .await
                 .map_err(Failure::Run)
         };
-        let task = self.spawn_guest(workflow.tenant.clone(), loaded, guest, move || {
-            // Flagged before the store (and with it the body's sender) goes, so the
-            // body sees the flag when it sees its end.
-            cut_by_task.store(true, Ordering::Release);
-        });
+        let first_poll = FirstPoll::HereIfAlone;
+        let task = self.spawn_guest(
+            workflow.tenant.clone(),
+            loaded,
+            first_poll,
+            guest,
+            move || {
+                // Flagged before the store (and with it the body's sender) goes, so the
+                // body sees the flag when it sees its end.
+                cut_by_task.store(true, Ordering::Release);
+            },
+        );
 
         // On timeout the instance must go at once, freeing its slot.
         let abort = task.abort_handle();

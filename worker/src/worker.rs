@@ -5,7 +5,7 @@ use crate::cache::{CacheOutcome, ComponentCache};
 use crate::config::{Limits, WorkerConfig};
 use crate::engine::{EpochClock, build_engine};
 use crate::error::{InvokeError, StartError};
-use crate::fair::{GuestPool, GuestTask};
+use crate::fair::{FirstPoll, GuestPool, GuestTask};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
@@ -209,7 +209,7 @@ impl Worker {
     }
 
     /// Runs `guest`, the future that drives one instance of `function` for `tenant`,
-    /// on the guest threads (its first poll on this one while its tenant is alone),
+    /// on the guest threads (its first poll, per `first_poll`, on this one),
     /// polled only while it holds a fair turn on the cores (see [`crate::fair`]). The
     /// event's deadline covers all of it: past the function's timeout (plus
     /// [`HOST_WAIT_GRACE`]) the future is dropped with its store, even if it waits on
@@ -219,6 +219,7 @@ impl Worker {
         &self,
         tenant: Arc<str>,
         function: &LoadedFunction,
+        first_poll: FirstPoll,
         guest: F,
         on_deadline: impl FnOnce() + Send + 'static,
     ) -> GuestTask<F::Output>
@@ -227,7 +228,8 @@ impl Worker {
         F::Output: Send + 'static,
     {
         let gone_at = tokio::time::Instant::now() + function.limits.timeout + HOST_WAIT_GRACE;
-        self.guests.spawn(tenant, guest, gone_at, on_deadline)
+        self.guests
+            .spawn(tenant, first_poll, guest, gone_at, on_deadline)
     }
 
     /// Keeps `store`, a finished producer, until its consumers placed its regions (or

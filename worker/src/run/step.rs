@@ -3,6 +3,7 @@
 
 use super::{RunError, StepFailure};
 use crate::failure::{Failure, classify, cut_guest_text};
+use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction};
 use crate::host::{MessageInfo, StepContext};
 use crate::region::{Region, RegionScope};
@@ -175,9 +176,13 @@ async fn attempt_once(
         .await;
         (store, called)
     };
-    let task = run
-        .worker
-        .spawn_guest(run.workflow.tenant.clone(), function, guest, || ());
+    let task = run.worker.spawn_guest(
+        run.workflow.tenant.clone(),
+        function,
+        FirstPoll::OnGuestThreads,
+        guest,
+        || (),
+    );
     let timed_out = || {
         invoke(crate::InvokeError::Timeout {
             function: function.name().to_owned(),
