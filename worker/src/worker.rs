@@ -574,13 +574,17 @@ impl Worker {
         // A list argument can be at most the guest's whole memory, which the memory
         // limit already bounds; region pages are passed as lists without being copied.
         store.set_hostcall_fuel(max_memory.max(128 << 20));
-        // At every epoch tick the guest yields to the runtime, so that a busy guest
-        // neither holds a thread nor its fair turn on the cores for longer than a
-        // tick; the deadline is checked at the same time.
+        // At the end of its poll's slice (a tick, or a few while its tenant is alone:
+        // `fair::slice_over`) the guest yields to the runtime, so that a busy guest
+        // holds neither a thread nor its fair turn on the cores for longer; the
+        // deadline is checked at every tick.
         let deadline = std::time::Instant::now() + function.limits.timeout;
         store.epoch_deadline_callback(move |_| {
             if std::time::Instant::now() >= deadline {
                 return Err(wasmtime::Trap::Interrupt.into());
+            }
+            if !crate::fair::slice_over() {
+                return Ok(UpdateDeadline::Continue(1));
             }
             Ok(UpdateDeadline::YieldCustom(
                 1,
