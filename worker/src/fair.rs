@@ -29,8 +29,9 @@
 //! thread busy with one cannot poll its sockets meanwhile. With separate threads the
 //! kernel's scheduler interleaves the two, and an idle tenant's request is read and
 //! answered while other tenants' guests spin. The one exception is the first poll of an
-//! HTTP function whose tenant is alone: it runs on the thread that received the
-//! request, so a short event needs no hand-off (see [`GuestPool::spawn`]).
+//! HTTP function, whose tenant is alone or has kept its first polls short: it runs on
+//! the thread that received the request, so a short event needs no hand-off (see
+//! [`GuestPool::spawn`]).
 //!
 //! Turns decide which guests run; the kernel still decides when, and a busy loop on a
 //! guest thread competes for the cores with the threads that read the next request
@@ -62,6 +63,15 @@ const IDLE_CREDIT: u64 = 20_000_000;
 
 /// How long a tenant counts as active after its last guest asked for a turn.
 const ACTIVE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How much CPU time a first poll on a receiving thread may use (a hello uses about 30 µs)
+/// before its tenant's next guests start on the guest threads while another tenant is
+/// active, for [`SLOW_HERE_FOR`]: see [`GuestPool::spawn`].
+const QUICK_HERE: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// How long a tenant whose first poll on a receiving thread outlasted [`QUICK_HERE`]
+/// starts its guests on the guest threads while another tenant is active.
+const SLOW_HERE_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How much guest CPU time an event may use on the normal-priority guest threads
 /// before it may move to the background ones: one epoch tick (a hello uses about
@@ -140,6 +150,9 @@ struct State {
     /// When each tenant last had a guest arrive or ask for a turn: the tenants seen
     /// within [`ACTIVE_WINDOW`] split the turns between them.
     seen: HashMap<Arc<str>, Instant>,
+    /// When a first poll of each tenant on a receiving thread last outlasted
+    /// [`QUICK_HERE`].
+    slow_here: HashMap<Arc<str>, Instant>,
 }
 
 impl State {
@@ -152,6 +165,13 @@ impl State {
     /// Notes that `tenant` is active now.
     fn see(&mut self, tenant: &Arc<str>, now: Instant) {
         self.seen.insert(tenant.clone(), now);
+    }
+
+    /// Whether a tenant other than `tenant` was active within [`ACTIVE_WINDOW`].
+    fn others_active(&self, tenant: &Arc<str>, now: Instant) -> bool {
+        self.seen
+            .iter()
+            .any(|(other, seen)| other != tenant && now.duration_since(*seen) < ACTIVE_WINDOW)
     }
 
     /// The most turns one tenant may hold: an equal share of them between the tenants
@@ -352,11 +372,31 @@ impl CpuShares {
     /// Whether a tenant other than `tenant` was active within [`ACTIVE_WINDOW`]: only
     /// then is there a short event for a computing guest of `tenant` to make way for.
     fn others_active(&self, tenant: &Arc<str>) -> bool {
+        State::others_active(&self.lock(), tenant, Instant::now())
+    }
+
+    /// Whether a guest of `tenant` may get its first poll on the thread that received
+    /// its event: if no other tenant is active, or none of `tenant`'s first polls
+    /// there outlasted [`QUICK_HERE`] within [`SLOW_HERE_FOR`].
+    fn may_poll_here(&self, tenant: &Arc<str>) -> bool {
         let now = Instant::now();
-        self.lock()
-            .seen
-            .iter()
-            .any(|(other, seen)| other != tenant && now.duration_since(*seen) < ACTIVE_WINDOW)
+        let state = self.lock();
+        !State::others_active(&state, tenant, now)
+            || state
+                .slow_here
+                .get(tenant)
+                .is_none_or(|slow| now.duration_since(*slow) >= SLOW_HERE_FOR)
+    }
+
+    /// Notes that a first poll of `tenant` on a receiving thread outlasted
+    /// [`QUICK_HERE`].
+    fn polled_slowly_here(&self, tenant: &Arc<str>) {
+        let mut state = self.lock();
+        let now = Instant::now();
+        state
+            .slow_here
+            .retain(|_, slow| now.duration_since(*slow) < SLOW_HERE_FOR);
+        state.slow_here.insert(tenant.clone(), now);
     }
 
     /// Whether any poll waits for a turn right now.
@@ -430,19 +470,23 @@ impl GuestPool {
     }
 
     /// Runs `guest`, the future driving one instance of `tenant`'s, polled only while
-    /// it holds a fair turn: first on the calling thread if `first_poll` says so and no
-    /// other tenant is active (see below), then on the normal guest threads, and on the background ones while
-    /// it computes (has run for [`DEMOTE_AFTER`]) and another tenant is active; back
-    /// on the normal threads once no other tenant is. Past `gone_at` the future is
-    /// dropped (with its store), `on_deadline` having run just before, and the task
-    /// gives `None`.
+    /// it holds a fair turn: first on the calling thread if `first_poll` says so and
+    /// the tenant may (see below), then on the normal guest threads, and on the
+    /// background ones while it computes (has run for [`DEMOTE_AFTER`]) and another
+    /// tenant is active; back on the normal threads once no other tenant is. Past
+    /// `gone_at` the future is dropped (with its store), `on_deadline` having run just
+    /// before, and the task gives `None`.
     ///
     /// The first poll on the calling thread is what makes a short event cheap: a hello
     /// instantiates, answers and ends in it, with no hand-off to a guest thread and
     /// back (the wake-ups and switches cost about as much as the instance itself). It
-    /// lasts at most an epoch tick, like any poll, and only a tenant alone gets it: the
-    /// thread it holds is one that reads other requests, and once another tenant is
-    /// active, every guest starts on the guest threads. It does not wait for a turn:
+    /// lasts at most an epoch tick, like any poll, but the thread it holds is one that
+    /// reads other requests. So while another tenant is active, only a tenant whose
+    /// first polls there have been quick gets it: one that outlasted [`QUICK_HERE`]
+    /// (a busy loop, a large instance) sends the tenant's guests to the guest threads
+    /// for [`SLOW_HERE_FOR`]. A hostile tenant holds a receiving thread for at most a
+    /// tick per [`SLOW_HERE_FOR`] that way, and the short events of another tenant
+    /// under attack keep their cheap path. A tenant alone always gets it. It does not wait for a turn:
     /// with every turn held (by the tenant's own guests on the guest threads) it takes
     /// one over the count, as the receiving threads already bound how many such polls
     /// run at once. Queued there instead, 7% of hellos under wrk went the slow way
@@ -459,7 +503,7 @@ impl GuestPool {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let inline = first_poll == FirstPoll::HereIfAlone && !self.shares.others_active(&tenant);
+        let inline = first_poll == FirstPoll::Here && self.shares.may_poll_here(&tenant);
         let mut guest = Box::pin(self.shares.run(tenant, guest));
         if inline {
             // A poll left pending registered this no-op waker at most; the guest
@@ -531,12 +575,13 @@ impl GuestPool {
 /// Where [`GuestPool::spawn`] polls a guest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FirstPoll {
-    /// On the calling thread if no other tenant is active: for an HTTP event, which
+    /// On the calling thread if no other tenant is active, or if the tenant's first
+    /// polls there have been quick (see [`GuestPool::spawn`]): for an HTTP event, which
     /// mostly answers within that poll. Workflow steps do not: they mostly wait on the
     /// host (key-value, Redis) soon after they start, and under a backlog their first
     /// polls held the threads that move those replies (the sensor pipeline at 16x fell
     /// to 1,600-2,100 matches/s, against 4,300-5,700 without).
-    HereIfAlone,
+    Here,
     /// On the guest threads.
     OnGuestThreads,
 }
@@ -614,6 +659,15 @@ impl<T> Drop for AbortOnDrop<T> {
 /// slowed, never stopped, by whatever else runs.
 const BACKGROUND_NICE: i32 = 19;
 
+/// The CPU time the calling thread has used.
+fn thread_cpu_time() -> std::time::Duration {
+    let time = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    std::time::Duration::new(
+        u64::try_from(time.tv_sec).unwrap_or(0),
+        u32::try_from(time.tv_nsec).unwrap_or(0),
+    )
+}
+
 /// Lowers the calling thread to [`BACKGROUND_NICE`].
 fn background_priority() {
     // On Linux `nice` is per thread, and pid 0 names the calling one.
@@ -669,7 +723,7 @@ impl<F: Future> Future for Fair<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let first = !self.polled;
-        let this = self.project();
+        let mut this = self.project();
         *this.polled = true;
         let Some(ticks) = this
             .shares
@@ -677,7 +731,7 @@ impl<F: Future> Future for Fair<F> {
         else {
             return Poll::Pending;
         };
-        Self::poll_holding_turn(this, cx, ticks)
+        Self::poll_holding_turn(&mut this, cx, ticks)
     }
 }
 
@@ -687,17 +741,24 @@ impl<F: Future> Fair<F> {
     /// the event, which must run now or be handed on, not queue there.
     fn poll_here(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         debug_assert!(!self.polled, "only the first poll runs here");
-        let this = self.project();
+        let mut this = self.project();
         *this.polled = true;
         this.shares.enter_here(this.tenant);
+        // The thread's CPU time, not the poll's length: under load the kernel may
+        // preempt even a hello's poll for longer than QUICK_HERE.
+        let cpu_before = thread_cpu_time();
         // The thread is one that receives events: the guest leaves it at the first tick.
-        Self::poll_holding_turn(this, cx, 1)
+        let polled = Self::poll_holding_turn(&mut this, cx, 1);
+        if *this.ran >= QUICK_HERE && thread_cpu_time().saturating_sub(cpu_before) >= QUICK_HERE {
+            this.shares.polled_slowly_here(this.tenant);
+        }
+        polled
     }
 
     /// Polls the guest while holding the turn just taken, for at most `ticks` epoch
     /// ticks, and gives the turn back after.
     fn poll_holding_turn(
-        this: FairProj<'_, F>,
+        this: &mut FairProj<'_, F>,
         cx: &mut Context<'_>,
         ticks: u32,
     ) -> Poll<F::Output> {
@@ -723,7 +784,7 @@ impl<F: Future> Fair<F> {
             preemptions,
         }));
         let turn = Turn(this.shares, this.tenant, Instant::now(), this.ran);
-        let polled = this.future.poll(cx);
+        let polled = this.future.as_mut().poll(cx);
         drop(turn);
         if polled.is_ready() {
             *this.done = true;
@@ -900,14 +961,14 @@ mod tests {
         let tenant: Arc<str> = "a".into();
         let short = pool.spawn(
             tenant.clone(),
-            FirstPoll::HereIfAlone,
+            FirstPoll::OnGuestThreads,
             spinner(1, DEMOTE_AFTER / 20),
             far(),
             || (),
         );
         let long = pool.spawn(
             tenant,
-            FirstPoll::HereIfAlone,
+            FirstPoll::OnGuestThreads,
             spinner(4, DEMOTE_AFTER),
             far(),
             || (),
@@ -935,7 +996,7 @@ mod tests {
         let pool = GuestPool::new(1, || ()).unwrap();
         let long = pool.spawn(
             "a".into(),
-            FirstPoll::HereIfAlone,
+            FirstPoll::Here,
             spinner(8, DEMOTE_AFTER),
             far(),
             || (),
@@ -955,7 +1016,7 @@ mod tests {
         let pool = GuestPool::new(1, || ()).unwrap();
         let task = pool.spawn(
             "a".into(),
-            FirstPoll::HereIfAlone,
+            FirstPoll::Here,
             async { std::thread::current().id() },
             far(),
             || (),
@@ -973,7 +1034,7 @@ mod tests {
         assert!(pool.shares.enter(&a, u64::MAX, &w, false).is_some());
         let task = pool.spawn(
             a.clone(),
-            FirstPoll::HereIfAlone,
+            FirstPoll::Here,
             async { std::thread::current().id() },
             far(),
             || (),
@@ -1002,22 +1063,69 @@ mod tests {
     }
 
     #[test]
-    fn while_another_tenant_is_active_every_guest_starts_on_the_guest_threads() {
+    fn while_another_tenant_is_active_a_quick_tenants_guest_still_starts_here() {
         let pool = GuestPool::new(1, || ()).unwrap();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let b = keep_active(&pool, "b", stop.clone());
         let task = pool.spawn(
             "a".into(),
-            FirstPoll::HereIfAlone,
-            spinner(1, DEMOTE_AFTER / 20),
+            FirstPoll::Here,
+            async { std::thread::current().id() },
             far(),
             || (),
         );
-        assert!(task.abort_handle().is_some(), "spawned, not polled here");
-        let (threads, _) = block_on(task).unwrap().expect("finished");
         stop.store(true, Ordering::Release);
         b.join().unwrap();
+        assert!(task.abort_handle().is_none(), "finished in the first poll");
+        assert_eq!(block_on(task).unwrap(), Some(std::thread::current().id()));
+    }
+
+    #[test]
+    fn a_first_poll_here_that_long_had_no_cpu_does_not_count_as_slow() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let b = keep_active(&pool, "b", stop.clone());
+        // As a poll the kernel preempted for a while: long, but little CPU time.
+        let descheduled = async { std::thread::sleep(QUICK_HERE * 4) };
+        let first = pool.spawn("a".into(), FirstPoll::Here, descheduled, far(), || ());
+        assert!(first.abort_handle().is_none(), "finished in the first poll");
+        let next = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
+        stop.store(true, Ordering::Release);
+        b.join().unwrap();
+        assert!(next.abort_handle().is_none(), "still polled here");
+    }
+
+    #[test]
+    fn a_tenant_whose_first_poll_here_ran_slow_starts_on_the_guest_threads_while_another_is_active()
+    {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let b = keep_active(&pool, "b", stop.clone());
+        let slow = pool.spawn(
+            "a".into(),
+            FirstPoll::Here,
+            spinner(1, QUICK_HERE * 2),
+            far(),
+            || (),
+        );
+        let (threads, _) = block_on(slow).unwrap().expect("finished");
+        assert_eq!(threads, [caller()], "its first poll was here");
+        let short = pool.spawn(
+            "a".into(),
+            FirstPoll::Here,
+            spinner(1, std::time::Duration::ZERO),
+            far(),
+            || (),
+        );
+        assert!(short.abort_handle().is_some(), "spawned, not polled here");
+        let (threads, _) = block_on(short).unwrap().expect("finished");
+        // Alone again, it gets its first polls here again.
+        stop.store(true, Ordering::Release);
+        b.join().unwrap();
+        std::thread::sleep(ACTIVE_WINDOW);
+        let alone = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
         assert_eq!(threads, ["faas-guest"]);
+        assert!(alone.abort_handle().is_none(), "alone, it was polled here");
     }
 
     /// How many epoch ticks the slice of the poll it runs in lasts, counted as the
@@ -1037,7 +1145,7 @@ mod tests {
     #[test]
     fn a_first_poll_on_the_receiving_thread_lasts_one_tick() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let first_poll = FirstPoll::HereIfAlone;
+        let first_poll = FirstPoll::Here;
         let task = pool.spawn("a".into(), first_poll, ticks_in_slice(), far(), || ());
         assert!(task.abort_handle().is_none(), "finished in the first poll");
         assert_eq!(block_on(task).unwrap(), Some(Some(1)));
@@ -1097,9 +1205,10 @@ mod tests {
             }
             threads
         };
-        let threads = block_on(pool.spawn("a".into(), FirstPoll::HereIfAlone, guest, far(), || ()))
-            .unwrap()
-            .expect("finished");
+        let threads =
+            block_on(pool.spawn("a".into(), FirstPoll::OnGuestThreads, guest, far(), || ()))
+                .unwrap()
+                .expect("finished");
         demoted.store(true, Ordering::Release);
         b.join().unwrap();
         assert_eq!(threads, ["faas-guest", "faas-guest-bg", "faas-guest"]);
@@ -1114,15 +1223,9 @@ mod tests {
         let endless = spinner(u32::MAX, DEMOTE_AFTER);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let b = keep_active(&pool, "b", stop.clone());
-        let task = pool.spawn(
-            "a".into(),
-            FirstPoll::HereIfAlone,
-            endless,
-            gone_at,
-            move || {
-                flag.store(true, Ordering::Release);
-            },
-        );
+        let task = pool.spawn("a".into(), FirstPoll::Here, endless, gone_at, move || {
+            flag.store(true, Ordering::Release);
+        });
         assert_eq!(block_on(task).unwrap(), None);
         stop.store(true, Ordering::Release);
         b.join().unwrap();

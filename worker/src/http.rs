@@ -73,7 +73,7 @@ impl Worker {
                 .await
                 .map_err(Failure::Run)
         };
-        let first_poll = FirstPoll::HereIfAlone;
+        let first_poll = FirstPoll::Here;
         let task = self.spawn_guest(
             workflow.tenant.clone(),
             loaded,
