@@ -27,7 +27,7 @@ empty=$(rss_kib)
 export FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench
 # Tenants are created explicitly before anything is deployed for them.
 for t in $(seq 0 9); do
-    target/release/faas tenant create "tenant-$t" >/dev/null
+    "$FAAS_BIN" tenant create "tenant-$t" >/dev/null
 done
 for i in $(seq 1 "$WORKFLOWS"); do
     cat > "$DATA/idle-$i.toml" <<TOML
@@ -41,7 +41,7 @@ component = "$COMPONENT"
 route = "/idle-$i"
 function = "hello"
 TOML
-    target/release/faas deploy --no-build "$DATA/idle-$i.toml" >/dev/null
+    "$FAAS_BIN" deploy --no-build "$DATA/idle-$i.toml" >/dev/null
 done
 deployed=$(rss_kib)
 for i in $(seq 1 "$WORKFLOWS"); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/idle-$i"; done

@@ -17,13 +17,17 @@ wait_up() {
     exit 1
 }
 
-# start_faas PORT [faas up args...]: starts the release `faas up` on 127.0.0.1:PORT with
+# The platform binary the scripts run: the release build unless FAAS_BIN names another
+# (say, a copy of an earlier build, to compare two builds with the same script).
+FAAS_BIN=${FAAS_BIN:-target/release/faas}
+
+# start_faas PORT [faas up args...]: starts $FAAS_BIN's `faas up` on 127.0.0.1:PORT with
 # admin token `bench`, logs to $BENCH_DATA/faas-PORT.log, sets FAAS_PID and waits until
 # it is ready.
 start_faas() {
     local port=$1
     shift
-    FAAS_LOG=warn target/release/faas up --listen "127.0.0.1:$port" --token bench \
+    FAAS_LOG=warn "$FAAS_BIN" up --listen "127.0.0.1:$port" --token bench \
         --data-dir "$BENCH_DATA/faas-$port" "$@" >"$BENCH_DATA/faas-$port.log" 2>&1 &
     FAAS_PID=$!
     bench_pids+=("$FAAS_PID")

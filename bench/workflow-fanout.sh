@@ -15,5 +15,5 @@ cargo build --release -q -p faas-bench --bin workflow-fanout
 source bench/lib.sh
 start_faas "$PORT" --no-demo
 
-FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=target/release/faas \
+FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=$FAAS_BIN \
     target/release/workflow-fanout
