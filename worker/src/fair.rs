@@ -935,29 +935,53 @@ mod tests {
         tokio::time::Instant::now() + std::time::Duration::from_secs(30)
     }
 
+    /// A tenant kept active (see [`keep_active`]) until this is dropped.
+    struct KeptActive {
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Drop for KeptActive {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Release);
+            if let Some(thread) = self.thread.take() {
+                thread.join().unwrap();
+            }
+        }
+    }
+
     /// Keeps `tenant` active, as guests of it arriving every few milliseconds would,
-    /// until `stop` is set.
-    fn keep_active(
+    /// until the result is dropped.
+    fn keep_active(pool: &GuestPool, tenant: &str) -> KeptActive {
+        keep_active_until(pool, tenant, Arc::default())
+    }
+
+    /// Keeps `tenant` active until `stop` is set or the result is dropped.
+    fn keep_active_until(
         pool: &GuestPool,
         tenant: &str,
         stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> std::thread::JoinHandle<()> {
+    ) -> KeptActive {
         let (shares, tenant): (_, Arc<str>) = (pool.shares.clone(), tenant.into());
         // Active before this returns: a guest spawned next must see it.
         shares.lock().see(&tenant, Instant::now());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Acquire) {
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Acquire) {
                 shares.lock().see(&tenant, Instant::now());
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
-        })
+        });
+        KeptActive {
+            stop,
+            thread: Some(thread),
+        }
     }
 
     #[test]
     fn a_guest_that_computes_while_another_tenant_is_active_moves_to_background_threads() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = keep_active(&pool, "b", stop.clone());
+        let b = keep_active(&pool, "b");
         let tenant: Arc<str> = "a".into();
         let short = pool.spawn(
             tenant.clone(),
@@ -974,8 +998,7 @@ mod tests {
             || (),
         );
         let (short, long) = block_on(async { (short.await.unwrap(), long.await.unwrap()) });
-        stop.store(true, Ordering::Release);
-        b.join().unwrap();
+        drop(b);
         let (short_threads, short_policy) = short.expect("finished");
         assert_eq!(short_threads, ["faas-guest"]);
         assert_eq!(short_policy, libc::SCHED_OTHER);
@@ -1065,8 +1088,7 @@ mod tests {
     #[test]
     fn while_another_tenant_is_active_a_quick_tenants_guest_still_starts_here() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = keep_active(&pool, "b", stop.clone());
+        let b = keep_active(&pool, "b");
         let task = pool.spawn(
             "a".into(),
             FirstPoll::Here,
@@ -1074,8 +1096,7 @@ mod tests {
             far(),
             || (),
         );
-        stop.store(true, Ordering::Release);
-        b.join().unwrap();
+        drop(b);
         assert!(task.abort_handle().is_none(), "finished in the first poll");
         assert_eq!(block_on(task).unwrap(), Some(std::thread::current().id()));
     }
@@ -1083,15 +1104,13 @@ mod tests {
     #[test]
     fn a_first_poll_here_that_long_had_no_cpu_does_not_count_as_slow() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = keep_active(&pool, "b", stop.clone());
+        let b = keep_active(&pool, "b");
         // As a poll the kernel preempted for a while: long, but little CPU time.
         let descheduled = async { std::thread::sleep(QUICK_HERE * 4) };
         let first = pool.spawn("a".into(), FirstPoll::Here, descheduled, far(), || ());
         assert!(first.abort_handle().is_none(), "finished in the first poll");
         let next = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
-        stop.store(true, Ordering::Release);
-        b.join().unwrap();
+        drop(b);
         assert!(next.abort_handle().is_none(), "still polled here");
     }
 
@@ -1099,8 +1118,7 @@ mod tests {
     fn a_tenant_whose_first_poll_here_ran_slow_starts_on_the_guest_threads_while_another_is_active()
     {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = keep_active(&pool, "b", stop.clone());
+        let b = keep_active(&pool, "b");
         let slow = pool.spawn(
             "a".into(),
             FirstPoll::Here,
@@ -1120,8 +1138,7 @@ mod tests {
         assert!(short.abort_handle().is_some(), "spawned, not polled here");
         let (threads, _) = block_on(short).unwrap().expect("finished");
         // Alone again, it gets its first polls here again.
-        stop.store(true, Ordering::Release);
-        b.join().unwrap();
+        drop(b);
         std::thread::sleep(ACTIVE_WINDOW);
         let alone = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
         assert_eq!(threads, ["faas-guest"]);
@@ -1155,13 +1172,11 @@ mod tests {
     #[test]
     fn while_another_tenant_is_active_a_slice_is_one_tick() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = keep_active(&pool, "b", stop.clone());
+        let b = keep_active(&pool, "b");
         let first_poll = FirstPoll::OnGuestThreads;
         let task = pool.spawn("a".into(), first_poll, ticks_in_slice(), far(), || ());
         let ticks = block_on(task).unwrap();
-        stop.store(true, Ordering::Release);
-        b.join().unwrap();
+        drop(b);
         assert_eq!(ticks, Some(Some(1)));
     }
 
@@ -1183,7 +1198,7 @@ mod tests {
         let pool = GuestPool::new(1, || ()).unwrap();
         // b stays active until a's guest is seen on a background thread.
         let demoted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = keep_active(&pool, "b", demoted.clone());
+        let b = keep_active_until(&pool, "b", demoted.clone());
         let seen = demoted.clone();
         let guest = async move {
             let mut threads: Vec<String> = Vec::new();
@@ -1209,8 +1224,7 @@ mod tests {
             block_on(pool.spawn("a".into(), FirstPoll::OnGuestThreads, guest, far(), || ()))
                 .unwrap()
                 .expect("finished");
-        demoted.store(true, Ordering::Release);
-        b.join().unwrap();
+        drop(b);
         assert_eq!(threads, ["faas-guest", "faas-guest-bg", "faas-guest"]);
     }
 
@@ -1221,14 +1235,12 @@ mod tests {
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = cut.clone();
         let endless = spinner(u32::MAX, DEMOTE_AFTER);
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let b = keep_active(&pool, "b", stop.clone());
+        let b = keep_active(&pool, "b");
         let task = pool.spawn("a".into(), FirstPoll::Here, endless, gone_at, move || {
             flag.store(true, Ordering::Release);
         });
         assert_eq!(block_on(task).unwrap(), None);
-        stop.store(true, Ordering::Release);
-        b.join().unwrap();
+        drop(b);
         assert!(cut.load(Ordering::Acquire), "on_deadline ran");
     }
 }
