@@ -185,6 +185,20 @@ impl State {
         turns.div_ceil(self.seen.len().max(1))
     }
 
+    /// Whether `tenant` may take a free turn now (and notes it active): it holds fewer
+    /// than its share, one is free, and no waiter or arriving guest goes first (a
+    /// tenant holding fewer turns, or as few and queued earlier).
+    fn may_take(&mut self, tenant: &Arc<str>, turns: usize, now: Instant) -> bool {
+        self.catch_up(tenant);
+        self.see(tenant, now);
+        let cap = self.cap(turns, now);
+        let own = self.priority(tenant);
+        own.0 < cap
+            && self.free(turns)
+            && self.waiting.iter().all(|w| self.priority(&w.tenant) > own)
+            && !self.arriving.keys().any(|t| self.priority(t) < own)
+    }
+
     /// Who goes first: the tenant holding fewer turns, then the one that used less.
     fn priority(&self, tenant: &Arc<str>) -> (usize, u64) {
         (
@@ -275,20 +289,7 @@ impl CpuShares {
                 state.granted.swap_remove(index);
                 true
             }
-            None => {
-                state.catch_up(tenant);
-                let now = Instant::now();
-                state.see(tenant, now);
-                let cap = state.cap(self.turns, now);
-                let own = state.priority(tenant);
-                own.0 < cap
-                    && state.free(self.turns)
-                    && state
-                        .waiting
-                        .iter()
-                        .all(|w| state.priority(&w.tenant) > own)
-                    && !state.arriving.keys().any(|t| state.priority(t) < own)
-            }
+            None => state.may_take(tenant, self.turns, Instant::now()),
         };
         if may_take {
             state.held += 1;
@@ -312,15 +313,31 @@ impl CpuShares {
         None
     }
 
-    /// Takes a turn for `tenant`'s first poll on the thread that received its event,
-    /// even if every turn is held (see [`GuestPool::spawn`]): that poll runs at once or
-    /// not there at all, and the receiving threads bound how many run so.
-    fn enter_here(&self, tenant: &Arc<str>) {
+    /// Takes a turn for `tenant`'s first poll on the thread that received its event
+    /// if it may run there (see [`GuestPool::spawn`]), and says whether it did; that
+    /// poll runs at once or not there at all, it never queues. A tenant alone takes
+    /// one even if every turn is held: the receiving threads bound how many such polls
+    /// run at once. While another tenant is active, the tenant must not have had a
+    /// slow first poll there within [`SLOW_HERE_FOR`], and must be owed a turn as any
+    /// poll is, or a tenant of events just short of [`QUICK_HERE`] would take more
+    /// than its share there.
+    fn enter_here(&self, tenant: &Arc<str>) -> bool {
         let mut state = self.lock();
+        let now = Instant::now();
+        if state.others_active(tenant, now) {
+            let slow = state
+                .slow_here
+                .get(tenant)
+                .is_some_and(|slow| now.duration_since(*slow) < SLOW_HERE_FOR);
+            if slow || !state.may_take(tenant, self.turns, now) {
+                return false;
+            }
+        }
         State::count_down(&mut state.arriving, tenant);
-        state.see(tenant, Instant::now());
+        state.see(tenant, now);
         state.held += 1;
         *state.per_tenant.entry(tenant.clone()).or_default() += 1;
+        true
     }
 
     /// Gives `tenant`'s turn back, held for `ran`, and hands free turns to the
@@ -373,19 +390,6 @@ impl CpuShares {
     /// then is there a short event for a computing guest of `tenant` to make way for.
     fn others_active(&self, tenant: &Arc<str>) -> bool {
         State::others_active(&self.lock(), tenant, Instant::now())
-    }
-
-    /// Whether a guest of `tenant` may get its first poll on the thread that received
-    /// its event: if no other tenant is active, or none of `tenant`'s first polls
-    /// there outlasted [`QUICK_HERE`] within [`SLOW_HERE_FOR`].
-    fn may_poll_here(&self, tenant: &Arc<str>) -> bool {
-        let now = Instant::now();
-        let state = self.lock();
-        !State::others_active(&state, tenant, now)
-            || state
-                .slow_here
-                .get(tenant)
-                .is_none_or(|slow| now.duration_since(*slow) >= SLOW_HERE_FOR)
     }
 
     /// Notes that a first poll of `tenant` on a receiving thread outlasted
@@ -486,11 +490,13 @@ impl GuestPool {
     /// (a busy loop, a large instance) sends the tenant's guests to the guest threads
     /// for [`SLOW_HERE_FOR`]. A hostile tenant holds a receiving thread for at most a
     /// tick per [`SLOW_HERE_FOR`] that way, and the short events of another tenant
-    /// under attack keep their cheap path. A tenant alone always gets it. It does not wait for a turn:
-    /// with every turn held (by the tenant's own guests on the guest threads) it takes
-    /// one over the count, as the receiving threads already bound how many such polls
-    /// run at once. Queued there instead, 7% of hellos under wrk went the slow way
-    /// through the guest threads, and made the p99.
+    /// under attack keep their cheap path. Such a poll never queues for a turn: it runs
+    /// now or the guest is handed on. While another tenant is active it runs only if
+    /// its tenant is owed a turn, as any poll. A tenant alone always gets it, and takes
+    /// a turn over the count if its own guests on the guest threads hold every one:
+    /// the receiving threads bound how many such polls run at once. (Handed on
+    /// instead, 7% of hellos under wrk went the slow way through the guest threads,
+    /// and made the p99.)
     pub(crate) fn spawn<F>(
         &self,
         tenant: Arc<str>,
@@ -503,14 +509,13 @@ impl GuestPool {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let inline = first_poll == FirstPoll::Here && self.shares.may_poll_here(&tenant);
         let mut guest = Box::pin(self.shares.run(tenant, guest));
-        if inline {
+        if first_poll == FirstPoll::Here {
             // A poll left pending registered this no-op waker at most; the guest
             // threads poll the task once as soon as it is spawned, which registers
             // theirs, so no wake-up is lost in the move.
             let mut cx = Context::from_waker(Waker::noop());
-            if let Poll::Ready(output) = guest.as_mut().poll_here(&mut cx) {
+            if let Some(Poll::Ready(output)) = guest.as_mut().poll_here(&mut cx) {
                 return GuestTask::Finished(Some(output));
             }
         }
@@ -736,14 +741,17 @@ impl<F: Future> Future for Fair<F> {
 }
 
 impl<F: Future> Fair<F> {
-    /// Polls the guest for the first time without waiting for a turn (it takes one
-    /// over the count if none is free): the first poll on the thread that received
-    /// the event, which must run now or be handed on, not queue there.
-    fn poll_here(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    /// Polls the guest for the first time on the thread that received its event, if
+    /// it may run there now (see [`CpuShares::enter_here`]); `None` if not, and then
+    /// it was not polled. That poll never queues for a turn: it runs now or the guest
+    /// is handed on.
+    fn poll_here(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Option<Poll<F::Output>> {
         debug_assert!(!self.polled, "only the first poll runs here");
         let mut this = self.project();
+        if !this.shares.enter_here(this.tenant) {
+            return None;
+        }
         *this.polled = true;
-        this.shares.enter_here(this.tenant);
         // The thread's CPU time, not the poll's length: under load the kernel may
         // preempt even a hello's poll for longer than QUICK_HERE.
         let cpu_before = thread_cpu_time();
@@ -752,7 +760,7 @@ impl<F: Future> Fair<F> {
         if *this.ran >= QUICK_HERE && thread_cpu_time().saturating_sub(cpu_before) >= QUICK_HERE {
             this.shares.polled_slowly_here(this.tenant);
         }
-        polled
+        Some(polled)
     }
 
     /// Polls the guest while holding the turn just taken, for at most `ticks` epoch
@@ -1099,6 +1107,25 @@ mod tests {
         drop(b);
         assert!(task.abort_handle().is_none(), "finished in the first poll");
         assert_eq!(block_on(task).unwrap(), Some(std::thread::current().id()));
+    }
+
+    #[test]
+    fn while_another_tenant_is_active_a_first_poll_here_needs_a_turn_of_its_share() {
+        let pool = GuestPool::new(2, || ()).unwrap();
+        let b = keep_active(&pool, "b");
+        let a: Arc<str> = "a".into();
+        let (_, w) = waker();
+        // a holds its share, one of the two turns, with a guest on a guest thread.
+        assert!(pool.shares.enter(&a, u64::MAX, &w, false).is_some());
+        let task = pool.spawn(a.clone(), FirstPoll::Here, async {}, far(), || ());
+        assert!(task.abort_handle().is_some(), "spawned, not polled here");
+        // Once that turn is back, the spawned guest gets one and finishes.
+        pool.shares.leave(&a, std::time::Duration::from_micros(50));
+        assert_eq!(block_on(task).unwrap(), Some(()));
+        // With its share free again, a's next first poll runs here.
+        let next = pool.spawn(a, FirstPoll::Here, async {}, far(), || ());
+        drop(b);
+        assert!(next.abort_handle().is_none(), "polled here");
     }
 
     #[test]
