@@ -153,6 +153,8 @@ struct State {
     /// When a first poll of each tenant on a receiving thread last outlasted
     /// [`QUICK_HERE`].
     slow_here: HashMap<Arc<str>, Instant>,
+    /// First polls running on receiving threads right now, per tenant.
+    here: HashMap<Arc<str>, usize>,
 }
 
 impl State {
@@ -315,29 +317,48 @@ impl CpuShares {
 
     /// Takes a turn for `tenant`'s first poll on the thread that received its event
     /// if it may run there (see [`GuestPool::spawn`]), and says whether it did; that
-    /// poll runs at once or not there at all, it never queues. A tenant alone takes
-    /// one even if every turn is held: the receiving threads bound how many such polls
-    /// run at once. While another tenant is active, the tenant must not have had a
-    /// slow first poll there within [`SLOW_HERE_FOR`], and must be owed a turn as any
-    /// poll is, or a tenant of events just short of [`QUICK_HERE`] would take more
-    /// than its share there.
+    /// poll runs at once or not there at all, it never queues. It takes a turn even
+    /// if every turn is held: the receiving threads bound how many such polls run at
+    /// once. While another tenant is active, the tenant must not have had a slow first
+    /// poll there within [`SLOW_HERE_FOR`], and may have only its share of those
+    /// threads (as many polls as its share of the turns) running first polls, or a
+    /// tenant of events just short of [`QUICK_HERE`] could fill them. Turns its guests
+    /// hold on the guest threads do not count against it: they would send its next
+    /// first poll there too, and the next, as queueing for a turn did (see
+    /// [`GuestPool::spawn`]).
     fn enter_here(&self, tenant: &Arc<str>) -> bool {
         let mut state = self.lock();
         let now = Instant::now();
+        state.see(tenant, now);
         if state.others_active(tenant, now) {
             let slow = state
                 .slow_here
                 .get(tenant)
                 .is_some_and(|slow| now.duration_since(*slow) < SLOW_HERE_FOR);
-            if slow || !state.may_take(tenant, self.turns, now) {
+            let running = state.here.get(tenant).copied().unwrap_or(0);
+            if slow || running >= state.cap(self.turns, now) {
                 return false;
             }
         }
         State::count_down(&mut state.arriving, tenant);
-        state.see(tenant, now);
         state.held += 1;
         *state.per_tenant.entry(tenant.clone()).or_default() += 1;
+        *state.here.entry(tenant.clone()).or_default() += 1;
         true
+    }
+
+    /// Notes that a first poll of `tenant` on a receiving thread ended, after using
+    /// `cpu` of that thread's CPU time.
+    fn leave_here(&self, tenant: &Arc<str>, cpu: std::time::Duration) {
+        let mut state = self.lock();
+        State::count_down(&mut state.here, tenant);
+        if cpu >= QUICK_HERE {
+            let now = Instant::now();
+            state
+                .slow_here
+                .retain(|_, slow| now.duration_since(*slow) < SLOW_HERE_FOR);
+            state.slow_here.insert(tenant.clone(), now);
+        }
     }
 
     /// Gives `tenant`'s turn back, held for `ran`, and hands free turns to the
@@ -390,17 +411,6 @@ impl CpuShares {
     /// then is there a short event for a computing guest of `tenant` to make way for.
     fn others_active(&self, tenant: &Arc<str>) -> bool {
         State::others_active(&self.lock(), tenant, Instant::now())
-    }
-
-    /// Notes that a first poll of `tenant` on a receiving thread outlasted
-    /// [`QUICK_HERE`].
-    fn polled_slowly_here(&self, tenant: &Arc<str>) {
-        let mut state = self.lock();
-        let now = Instant::now();
-        state
-            .slow_here
-            .retain(|_, slow| now.duration_since(*slow) < SLOW_HERE_FOR);
-        state.slow_here.insert(tenant.clone(), now);
     }
 
     /// Whether any poll waits for a turn right now.
@@ -752,14 +762,20 @@ impl<F: Future> Fair<F> {
             return None;
         }
         *this.polled = true;
-        // The thread's CPU time, not the poll's length: under load the kernel may
-        // preempt even a hello's poll for longer than QUICK_HERE.
-        let cpu_before = thread_cpu_time();
+        // Ends the first poll there even if the guest's poll panics.
+        struct Here(Arc<CpuShares>, Arc<str>, std::time::Duration);
+        impl Drop for Here {
+            fn drop(&mut self) {
+                // The thread's CPU time, not the poll's length: under load the kernel
+                // may preempt even a hello's poll for longer than QUICK_HERE.
+                self.0
+                    .leave_here(&self.1, thread_cpu_time().saturating_sub(self.2));
+            }
+        }
+        let here = Here(this.shares.clone(), this.tenant.clone(), thread_cpu_time());
         // The thread is one that receives events: the guest leaves it at the first tick.
         let polled = Self::poll_holding_turn(&mut this, cx, 1);
-        if *this.ran >= QUICK_HERE && thread_cpu_time().saturating_sub(cpu_before) >= QUICK_HERE {
-            this.shares.polled_slowly_here(this.tenant);
-        }
+        drop(here);
         Some(polled)
     }
 
@@ -1110,19 +1126,24 @@ mod tests {
     }
 
     #[test]
-    fn while_another_tenant_is_active_a_first_poll_here_needs_a_turn_of_its_share() {
+    fn while_another_tenant_is_active_a_tenant_has_its_share_of_first_polls_here() {
         let pool = GuestPool::new(2, || ()).unwrap();
         let b = keep_active(&pool, "b");
         let a: Arc<str> = "a".into();
         let (_, w) = waker();
-        // a holds its share, one of the two turns, with a guest on a guest thread.
+        // Turns a holds on the guest threads do not count against it.
         assert!(pool.shares.enter(&a, u64::MAX, &w, false).is_some());
+        let quick = pool.spawn(a.clone(), FirstPoll::Here, async {}, far(), || ());
+        assert!(quick.abort_handle().is_none(), "polled here");
+        // A first poll of a's runs on the other receiving thread: its share, one of two.
+        assert!(pool.shares.enter_here(&a));
         let task = pool.spawn(a.clone(), FirstPoll::Here, async {}, far(), || ());
         assert!(task.abort_handle().is_some(), "spawned, not polled here");
-        // Once that turn is back, the spawned guest gets one and finishes.
+        pool.shares.leave_here(&a, std::time::Duration::ZERO);
+        pool.shares.leave(&a, std::time::Duration::from_micros(50));
         pool.shares.leave(&a, std::time::Duration::from_micros(50));
         assert_eq!(block_on(task).unwrap(), Some(()));
-        // With its share free again, a's next first poll runs here.
+        // With that poll over, a's next first poll runs here again.
         let next = pool.spawn(a, FirstPoll::Here, async {}, far(), || ());
         drop(b);
         assert!(next.abort_handle().is_none(), "polled here");
