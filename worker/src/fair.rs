@@ -500,13 +500,13 @@ impl GuestPool {
     /// (a busy loop, a large instance) sends the tenant's guests to the guest threads
     /// for [`SLOW_HERE_FOR`]. A hostile tenant holds a receiving thread for at most a
     /// tick per [`SLOW_HERE_FOR`] that way, and the short events of another tenant
-    /// under attack keep their cheap path. Such a poll never queues for a turn: it runs
-    /// now or the guest is handed on. While another tenant is active it runs only if
-    /// its tenant is owed a turn, as any poll. A tenant alone always gets it, and takes
-    /// a turn over the count if its own guests on the guest threads hold every one:
-    /// the receiving threads bound how many such polls run at once. (Handed on
-    /// instead, 7% of hellos under wrk went the slow way through the guest threads,
-    /// and made the p99.)
+    /// under attack keep their cheap path. While another tenant is active, a tenant
+    /// also runs at most its share of such polls at once ([`CpuShares::enter_here`]).
+    /// Such a poll never queues for a turn: it runs now or the guest is handed on, and
+    /// it takes a turn over the count if the tenant's own guests on the guest threads
+    /// hold every one, as the receiving threads bound how many such polls run at once.
+    /// (Queued instead, 7% of hellos under wrk went the slow way through the guest
+    /// threads, and made the p99.)
     pub(crate) fn spawn<F>(
         &self,
         tenant: Arc<str>,
