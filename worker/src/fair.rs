@@ -7,8 +7,8 @@
 //! `Pending`. A slice is one epoch tick, or [`SLICE_ALONE`] ticks while the guest's
 //! tenant is alone on the worker and the guest is on a guest thread: its events then
 //! only share the cores with each other, and running each a while longer keeps its
-//! memory in the caches (the Python hello, whose instance uses 7 MB, had a p99 of
-//! 41-43 ms with one-tick slices and 24-25 ms with five). So the unit of CPU is
+//! memory in the caches (the Python hello, whose instance uses 7 MB, had about half
+//! the p99 with five-tick slices as with one). So the unit of CPU is
 //! one poll of a guest's future, and [`Fair`] wraps that future: before each poll it
 //! takes one of [`CpuShares`]' turns (as many as the worker has cores for guests), and
 //! gives it back when the poll returns. When every turn is taken, polls queue; a freed
