@@ -33,6 +33,21 @@ pub enum PublishError {
         /// The largest accepted.
         limit: usize,
     },
+    /// A batch of messages is larger than a function may send in one call.
+    #[error(
+        "{count} messages of {bytes} bytes in all exceed the limit of one call \
+         ({max_count} messages, {max_bytes} bytes)"
+    )]
+    BatchTooLarge {
+        /// How many messages it has.
+        count: usize,
+        /// Their total size.
+        bytes: usize,
+        /// The most messages accepted in one call.
+        max_count: usize,
+        /// The largest total size accepted in one call.
+        max_bytes: usize,
+    },
     /// The platform runs without a broker.
     #[error("no message broker is configured (run the platform with --redis)")]
     NoBroker,
@@ -59,6 +74,19 @@ pub trait Publisher: Send + Sync {
         tenant: &'a str,
         channel: &'a str,
         payload: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), PublishError>>;
+
+    /// Publishes every one of `payloads` on pub/sub `channel` of `tenant`, in order, in
+    /// one round trip to the broker.
+    ///
+    /// # Errors
+    /// [`PublishError::Broker`] when the broker refuses or is unreachable; any of the
+    /// payloads may have been published then.
+    fn publish_all<'a>(
+        &'a self,
+        tenant: &'a str,
+        channel: &'a str,
+        payloads: &'a [Vec<u8>],
     ) -> BoxFuture<'a, Result<(), PublishError>>;
 
     /// Appends `payload` to `stream` of `tenant` and returns the entry id.

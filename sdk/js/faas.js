@@ -47,6 +47,14 @@ export function publish(channel, payload) {
   messaging.publish(channel, asBytes(payload));
 }
 
+/**
+ * Publishes every one of `payloads` on the tenant's pub/sub `channel`, in order, in one
+ * round trip to the broker (at most 1,024 messages and 16 MiB per call).
+ */
+export function publishAll(channel, payloads) {
+  messaging.publishAll(channel, payloads.map(asBytes));
+}
+
 /** Appends `payload` to the tenant's `stream`; returns the entry id. */
 export function append(stream, payload) {
   return messaging.append(stream, asBytes(payload));

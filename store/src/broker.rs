@@ -186,6 +186,32 @@ impl Publisher for RedisBroker {
         })
     }
 
+    fn publish_all<'a>(
+        &'a self,
+        tenant: &'a str,
+        channel: &'a str,
+        payloads: &'a [Vec<u8>],
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            let key = namespaced(tenant, channel);
+            // One pipeline: every PUBLISH is written before the first reply is read.
+            let mut pipeline = redis::pipe();
+            for payload in payloads {
+                pipeline.publish(&key, payload.as_slice()).ignore();
+            }
+            self.on_shared(|mut connection| {
+                let pipeline = &pipeline;
+                async move { pipeline.query_async::<()>(&mut connection).await }
+            })
+            .await
+            .map_err(|err| PublishError::Broker {
+                operation: "publishing to",
+                name: channel.to_owned(),
+                reason: err.to_string(),
+            })
+        })
+    }
+
     fn append<'a>(
         &'a self,
         tenant: &'a str,

@@ -276,8 +276,9 @@ fn a_workflow_mixes_a_python_parser_rust_branches_and_a_javascript_formatter() {
 }
 
 /// A Python and a JavaScript step publish their input on the tenant's channel `news-<lang>`
-/// and append it to its stream `notes-<lang>`, on a platform with Redis: both land under
-/// the tenant's Redis names, and the entry id the guest got back is the one in Redis.
+/// (alone, then two numbered copies in one batch) and append it to its stream
+/// `notes-<lang>`, on a platform with Redis: all land under the tenant's Redis names, in
+/// order, and the entry id the guest got back is the one in Redis.
 #[test]
 fn python_and_javascript_steps_publish_and_append_through_redis() {
     let redis = faas_testing::RedisServer::start();
@@ -287,10 +288,11 @@ fn python_and_javascript_steps_publish_and_append_through_redis() {
     let python = "import faas\nfrom faas import Handler  # noqa: F401\n\n\n\
         @faas.step\ndef handle(ctx, inputs):\n    text = inputs[0].text()\n    \
         faas.publish(\"news-py\", text)\n    \
+        faas.publish_all(\"news-py\", [text + \" (1)\", text + \" (2)\"])\n    \
         return faas.json({\"entry\": faas.append(\"notes-py\", text)})\n";
-    let javascript = "import { append, json, publish, step } from \"./faas.js\";\n\n\
+    let javascript = "import { append, json, publish, publishAll, step } from \"./faas.js\";\n\n\
         export const handler = step((ctx, inputs) => {\n  const text = inputs[0].text();\n  \
-        publish(\"news-js\", text);\n  return json({ entry: append(\"notes-js\", text) });\n});\n";
+        publish(\"news-js\", text);\n  publishAll(\"news-js\", [text + \" (1)\", text + \" (2)\"]);\n  return json({ entry: append(\"notes-js\", text) });\n});\n";
     for (template, file, lang, source) in [
         ("step-python", "app.py", "py", python),
         ("step-js", "app.js", "js", javascript),
@@ -323,8 +325,14 @@ fn python_and_javascript_steps_publish_and_append_through_redis() {
         );
         let answer: serde_json::Value = serde_json::from_str(&answer)
             .unwrap_or_else(|err| panic!("{template}: {err}: {answer}"));
-        let published: String = news.get_message().unwrap().get_payload().unwrap();
-        assert_eq!(published, said, "{template}");
+        let published: Vec<String> = (0..3)
+            .map(|_| news.get_message().unwrap().get_payload().unwrap())
+            .collect();
+        assert_eq!(
+            published,
+            [said.clone(), format!("{said} (1)"), format!("{said} (2)")],
+            "{template}"
+        );
 
         let stream = format!("t:demo:notes-{lang}");
         let entries: redis::streams::StreamRangeReply = redis::Client::open(redis.url())

@@ -1,6 +1,6 @@
-//! `faas:platform/messaging`: outbound publish and append through the platform's
-//! [`faas_invoke::Publisher`], if it has one, always in the event's tenant's
-//! namespace.
+//! `faas:platform/messaging`: outbound publish (one message or a batch) and append
+//! through the platform's [`faas_invoke::Publisher`], if it has one, always in the
+//! event's tenant's namespace.
 
 use super::platform::messaging::Host;
 use crate::state::{EventContext, InstanceState};
@@ -10,20 +10,53 @@ use tracing::Instrument as _;
 /// Largest message a function may send.
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
+/// Most messages one `publish-all` may send.
+const MAX_BATCH_MESSAGES: usize = 1024;
+
+/// Largest total size of the messages one `publish-all` may send.
+const MAX_BATCH_BYTES: usize = 16 << 20;
+
 /// How much of a refused name is quoted back to the guest.
 const QUOTED_NAME_BYTES: usize = 300;
 
 /// Refuses what no broker should see: an invalid name or an oversized payload.
 fn check(name: &str, payload: &[u8]) -> Result<(), PublishError> {
-    if !faas_workflow::is_valid_redis_name(name) {
-        let mut end = name.len().min(QUOTED_NAME_BYTES);
-        while !name.is_char_boundary(end) {
-            end -= 1;
-        }
-        return Err(PublishError::InvalidName {
-            name: name[..end].to_owned(),
+    check_name(name)?;
+    check_size(payload)
+}
+
+/// Refuses a batch no broker should see: an invalid name, an oversized message, or
+/// more messages or bytes than one call may send.
+fn check_batch(name: &str, payloads: &[Vec<u8>]) -> Result<(), PublishError> {
+    check_name(name)?;
+    let bytes = payloads.iter().map(Vec::len).sum();
+    if payloads.len() > MAX_BATCH_MESSAGES || bytes > MAX_BATCH_BYTES {
+        return Err(PublishError::BatchTooLarge {
+            count: payloads.len(),
+            bytes,
+            max_count: MAX_BATCH_MESSAGES,
+            max_bytes: MAX_BATCH_BYTES,
         });
     }
+    payloads.iter().try_for_each(|payload| check_size(payload))
+}
+
+/// Refuses a name no trigger could name either, quoting a few hundred bytes of it.
+fn check_name(name: &str) -> Result<(), PublishError> {
+    if faas_workflow::is_valid_redis_name(name) {
+        return Ok(());
+    }
+    let mut end = name.len().min(QUOTED_NAME_BYTES);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    Err(PublishError::InvalidName {
+        name: name[..end].to_owned(),
+    })
+}
+
+/// Refuses a message larger than a function may send.
+fn check_size(payload: &[u8]) -> Result<(), PublishError> {
     if payload.len() > MAX_MESSAGE_BYTES {
         return Err(PublishError::TooLarge {
             len: payload.len(),
@@ -34,13 +67,12 @@ fn check(name: &str, payload: &[u8]) -> Result<(), PublishError> {
 }
 
 impl InstanceState {
-    /// The publisher to send `payload` to `name` through, once both are acceptable.
-    fn publisher_for(
+    /// The publisher to send through, once what is sent passed `checked`.
+    fn publisher(
         &self,
-        name: &str,
-        payload: &[u8],
+        checked: Result<(), PublishError>,
     ) -> Result<std::sync::Arc<dyn Publisher>, PublishError> {
-        check(name, payload)?;
+        checked?;
         self.event.publisher.clone().ok_or(PublishError::NoBroker)
     }
 }
@@ -65,10 +97,27 @@ impl Host for InstanceState {
         channel: String,
         payload: Vec<u8>,
     ) -> wasmtime::Result<Result<(), String>> {
-        let result = match self.publisher_for(&channel, &payload) {
+        let result = match self.publisher(check(&channel, &payload)) {
             Ok(publisher) => {
                 publisher
                     .publish(&self.event.tenant, &channel, &payload)
+                    .instrument(span(&self.event, "publish", &channel))
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        Ok(result.map_err(|err| err.to_string()))
+    }
+
+    async fn publish_all(
+        &mut self,
+        channel: String,
+        payloads: Vec<Vec<u8>>,
+    ) -> wasmtime::Result<Result<(), String>> {
+        let result = match self.publisher(check_batch(&channel, &payloads)) {
+            Ok(publisher) => {
+                publisher
+                    .publish_all(&self.event.tenant, &channel, &payloads)
                     .instrument(span(&self.event, "publish", &channel))
                     .await
             }
@@ -82,7 +131,7 @@ impl Host for InstanceState {
         stream: String,
         payload: Vec<u8>,
     ) -> wasmtime::Result<Result<String, String>> {
-        let result = match self.publisher_for(&stream, &payload) {
+        let result = match self.publisher(check(&stream, &payload)) {
             Ok(publisher) => {
                 publisher
                     .append(&self.event.tenant, &stream, &payload)
@@ -114,6 +163,37 @@ mod tests {
             other => panic!("{other}"),
         }
         let refused = check("orders", &vec![0; MAX_MESSAGE_BYTES + 1]).unwrap_err();
+        assert!(
+            matches!(refused, PublishError::TooLarge { .. }),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_batch_is_bounded_in_messages_and_bytes_and_each_message_checked() {
+        let small = vec![b"x".to_vec(); MAX_BATCH_MESSAGES];
+        assert!(check_batch("orders", &small).is_ok());
+        assert!(check_batch("orders", &[]).is_ok());
+        let refused = check_batch("two words", &small).unwrap_err();
+        assert!(
+            matches!(refused, PublishError::InvalidName { .. }),
+            "{refused}"
+        );
+        let too_many = vec![Vec::new(); MAX_BATCH_MESSAGES + 1];
+        let refused = check_batch("orders", &too_many).unwrap_err().to_string();
+        assert!(
+            refused.contains("1025 messages") && refused.contains("1024 messages"),
+            "{refused}"
+        );
+        // Each message within its own limit, but more bytes in all than one call may send.
+        let heavy = vec![vec![0; MAX_MESSAGE_BYTES]; MAX_BATCH_BYTES / MAX_MESSAGE_BYTES + 1];
+        let refused = check_batch("orders", &heavy).unwrap_err();
+        assert!(
+            matches!(refused, PublishError::BatchTooLarge { bytes, .. } if bytes > MAX_BATCH_BYTES),
+            "{refused}"
+        );
+        let one_too_large = vec![b"x".to_vec(), vec![0; MAX_MESSAGE_BYTES + 1]];
+        let refused = check_batch("orders", &one_too_large).unwrap_err();
         assert!(
             matches!(refused, PublishError::TooLarge { .. }),
             "{refused}"

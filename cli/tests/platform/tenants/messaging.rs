@@ -190,7 +190,8 @@ fn services_mode_a_guest_publishing_on_a_channel_of_the_same_name_does_not_start
     in_mode(true, channel_forgery);
 }
 
-/// Mallory's guest publishes on victim's channel name (and on its full key); none of it
+/// Mallory's guest publishes on victim's channel name (and on its full key), one message
+/// at a time and in batches; none of it
 /// starts victim's runs, while victim's own producer is still heard.
 fn channel_forgery(url: &str, redis: &RedisServer) {
     let dir = faas_testing::temp_dir();
@@ -214,8 +215,10 @@ fn channel_forgery(url: &str, redis: &RedisServer) {
     }
     // The channel's name as victim writes it, and its full key.
     for name in ["orders", channel.as_str()] {
-        let (status, answer) = send(url, "publish", name, 5, "forged");
-        assert_eq!(status, 200, "{name}: {answer}");
+        for op in ["publish", "publish-all"] {
+            let (status, answer) = send(url, op, name, 5, "forged");
+            assert_eq!(status, 200, "{op} {name}: {answer}");
+        }
     }
     std::thread::sleep(Duration::from_secs(1));
     let out = key("victim", "victim-news:out");
@@ -310,6 +313,44 @@ fn another_tenants_load_does_not_dead_letter_stream_entries_that_never_ran() {
             .is_some_and(|error| error.contains("instance slots")),
         "{refusal}"
     );
+}
+
+/// A batch published in one call lands on the guest's own tenant's channel, in order;
+/// one over the per-call limit is refused, naming it, and none of it is published,
+/// while victim is still served.
+#[test]
+fn a_guests_batch_lands_in_order_in_its_namespace_and_an_oversized_one_is_refused() {
+    let redis = RedisServer::start();
+    let platform = platform(&redis, &[]);
+    let dir = faas_testing::temp_dir();
+    deploy_messenger(&platform.url, dir.path());
+    let victim = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
+    platform.deploy(&victim);
+    let mut listener = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut news = listener.as_pubsub();
+    news.subscribe(key("mallory", "news")).unwrap();
+    news.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+
+    let (status, answer) = send(&platform.url, "publish-all", "news", 1025, "flood");
+    assert_eq!(status, 502, "{answer}");
+    assert!(
+        answer.contains("1025 messages") && answer.contains("1024 messages"),
+        "{answer}"
+    );
+    let (status, answer) = send(&platform.url, "publish-all", "news", 20, "batch");
+    assert_eq!(status, 200, "{answer}");
+    let received: Vec<String> = (0..20)
+        .map(|_| news.get_message().unwrap().get_payload().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("batch#{i}")).collect();
+    // The first message is the second batch's: nothing of the refused one went out.
+    assert_eq!(received, expected);
+    let hello = platform.get("/shop?name=victim");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
 }
 
 #[test]

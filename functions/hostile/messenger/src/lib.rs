@@ -4,7 +4,8 @@
 //!
 //! `POST <route>?op=publish|append&name=<channel or stream>[&count=N]` publishes or
 //! appends the request body N times (1 by default) and answers `200` with the last
-//! entry id (or `published`), or `502` with the platform's refusal.
+//! entry id (or `published`), or `502` with the platform's refusal. `op=publish-all`
+//! publishes N messages in one call instead, the body followed by `#<i>` for i from 0.
 
 use faas_sdk::http::{Request, Response};
 use faas_sdk::messaging;
@@ -15,13 +16,26 @@ const MAX_COUNT: u32 = 10_000;
 #[faas_sdk::http]
 fn handle(req: Request) -> Response {
     let (Some(op), Some(name)) = (req.query_param("op"), req.query_param("name")) else {
-        return Response::text(400, "usage: ?op=publish|append&name=<name>[&count=N]\n");
+        return Response::text(
+            400,
+            "usage: ?op=publish|publish-all|append&name=<name>[&count=N]\n",
+        );
     };
     let count = req
         .query_param("count")
         .and_then(|count| count.parse().ok())
         .unwrap_or(1u32)
         .min(MAX_COUNT);
+    if op == "publish-all" {
+        let body = String::from_utf8_lossy(req.body());
+        let batch: Vec<Vec<u8>> = (0..count)
+            .map(|i| format!("{body}#{i}").into_bytes())
+            .collect();
+        return match messaging::publish_all(name, &batch) {
+            Ok(()) => Response::text(200, "published\n"),
+            Err(err) => Response::text(502, format!("{err}\n")),
+        };
+    }
     let mut last = String::new();
     for _ in 0..count {
         let sent = match op {

@@ -53,14 +53,14 @@ pub fn forward_channel() -> Option<String> {
     faas_sdk::config::get("forward").filter(|channel| !channel.is_empty())
 }
 
-/// Publishes each of `messages` on `channel`.
+/// Publishes every one of `messages` on `channel`, in order, a batch per call (one round
+/// trip to the broker for up to [`faas_sdk::messaging::MAX_PUBLISH_ALL`] messages).
 ///
 /// # Errors
 /// The broker's explanation, naming the channel.
 pub fn forward_all(channel: &str, messages: &[Vec<u8>]) -> Result<(), String> {
-    for message in messages {
-        faas_sdk::messaging::publish(channel, message)
-            .map_err(|err| format!("forwarding to channel `{channel}`: {err}"))?;
-    }
-    Ok(())
+    messages
+        .chunks(faas_sdk::messaging::MAX_PUBLISH_ALL)
+        .try_for_each(|batch| faas_sdk::messaging::publish_all(channel, batch))
+        .map_err(|err| format!("forwarding to channel `{channel}`: {err}"))
 }
