@@ -66,7 +66,7 @@ perf report -i "$BENCH_DATA/perf.data" --no-children --sort sym --stdio -g none 
                 stage = "kernel: other (syscall entry, timers)"
         }
         else if (symbol ~ /wasm\[/) stage = "guest code"
-        else if (symbol ~ /malloc|free|_int_|unlink_chunk|realloc|calloc|memalign/) stage = "allocator (malloc, free)"
+        else if (symbol ~ /malloc|free|_int_|unlink_chunk|realloc|calloc|memalign|^_?mi_/) stage = "allocator (malloc, free)"
         else if (symbol ~ /memmove|memcpy|memset/) stage = "memcpy, memset"
         else if (symbol ~ /wasmtime_wasi|wasi/) stage = "WASI and wasi:http host"
         else if (symbol ~ /wasmtime|cranelift|InstancePre|component/) stage = "wasmtime: instantiate, calls, teardown"
