@@ -193,6 +193,10 @@ impl Publisher for RedisBroker {
         payloads: &'a [Vec<u8>],
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async move {
+            if payloads.is_empty() {
+                // An empty pipeline would wait for no reply from Redis; nothing to send.
+                return Ok(());
+            }
             let key = namespaced(tenant, channel);
             // One pipeline: every PUBLISH is written before the first reply is read.
             let mut pipeline = redis::pipe();

@@ -316,8 +316,8 @@ fn another_tenants_load_does_not_dead_letter_stream_entries_that_never_ran() {
 }
 
 /// A batch published in one call lands on the guest's own tenant's channel, in order;
-/// one over the per-call limit is refused, naming it, and none of it is published,
-/// while victim is still served.
+/// one over the per-call limit is refused, naming it, and none of it is published; an
+/// empty one publishes nothing; victim is still served.
 #[test]
 fn a_guests_batch_lands_in_order_in_its_namespace_and_an_oversized_one_is_refused() {
     let redis = RedisServer::start();
@@ -341,13 +341,15 @@ fn a_guests_batch_lands_in_order_in_its_namespace_and_an_oversized_one_is_refuse
         answer.contains("1025 messages") && answer.contains("1024 messages"),
         "{answer}"
     );
+    let (status, answer) = send(&platform.url, "publish-all", "news", 0, "nothing");
+    assert_eq!(status, 200, "an empty batch: {answer}");
     let (status, answer) = send(&platform.url, "publish-all", "news", 20, "batch");
     assert_eq!(status, 200, "{answer}");
     let received: Vec<String> = (0..20)
         .map(|_| news.get_message().unwrap().get_payload().unwrap())
         .collect();
     let expected: Vec<String> = (0..20).map(|i| format!("batch#{i}")).collect();
-    // The first message is the second batch's: nothing of the refused one went out.
+    // The first message is the 20-message batch's: the refused and the empty ones sent none.
     assert_eq!(received, expected);
     let hello = platform.get("/shop?name=victim");
     assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
