@@ -348,7 +348,8 @@ impl CpuShares {
     }
 
     /// Notes that a first poll of `tenant` on a receiving thread ended, after using
-    /// `cpu` of that thread's CPU time.
+    /// `cpu` of that thread's CPU time (zero for a poll too short to reach
+    /// [`QUICK_HERE`]).
     fn leave_here(&self, tenant: &Arc<str>, cpu: std::time::Duration) {
         let mut state = self.lock();
         State::count_down(&mut state.here, tenant);
@@ -763,16 +764,27 @@ impl<F: Future> Fair<F> {
         }
         *this.polled = true;
         // Ends the first poll there even if the guest's poll panics.
-        struct Here(Arc<CpuShares>, Arc<str>, std::time::Duration);
+        struct Here(Arc<CpuShares>, Arc<str>, Instant, std::time::Duration);
         impl Drop for Here {
             fn drop(&mut self) {
                 // The thread's CPU time, not the poll's length: under load the kernel
-                // may preempt even a hello's poll for longer than QUICK_HERE.
-                self.0
-                    .leave_here(&self.1, thread_cpu_time().saturating_sub(self.2));
+                // may preempt even a hello's poll for longer than QUICK_HERE. A poll
+                // shorter than that used less CPU than that, so only a long one pays
+                // for a second read of the thread's CPU clock (a system call).
+                let cpu = if self.2.elapsed() < QUICK_HERE {
+                    std::time::Duration::ZERO
+                } else {
+                    thread_cpu_time().saturating_sub(self.3)
+                };
+                self.0.leave_here(&self.1, cpu);
             }
         }
-        let here = Here(this.shares.clone(), this.tenant.clone(), thread_cpu_time());
+        let here = Here(
+            this.shares.clone(),
+            this.tenant.clone(),
+            Instant::now(),
+            thread_cpu_time(),
+        );
         // The thread is one that receives events: the guest leaves it at the first tick.
         let polled = Self::poll_holding_turn(&mut this, cx, 1);
         drop(here);
