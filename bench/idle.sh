@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Scale-to-zero at rest: deploys 100 workflows, sends each one request, then leaves the
-# platform idle and samples its memory. Prints the resident memory of the same process
-# empty, with 100 workflows warm, and after IDLE_SECONDS without traffic, plus the live
-# instance count (0 expected).
+# Scale-to-zero at rest: deploys 100 workflows of the same component, sends each one
+# request, then leaves the platform idle and samples its memory. Prints the resident
+# memory of the same process empty, with 100 workflows warm, and after IDLE_SECONDS
+# without traffic, plus the live instance count (0 expected). Then deploys DISTINCT more
+# workflows, each with a component of its own (the same hello, told apart by a custom
+# section, so each is compiled, mapped and linked on its own), and prints what each
+# of those added.
 #
-#   bench/idle.sh            # IDLE_SECONDS=30 by default
+#   bench/idle.sh            # IDLE_SECONDS=30, DISTINCT=20 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${PORT:-3521}
 WORKFLOWS=${WORKFLOWS:-100}
 IDLE_SECONDS=${IDLE_SECONDS:-30}
+DISTINCT=${DISTINCT:-20}
 
 echo "building (release)"
 cargo build --release -q -p faas-cli --bin faas
@@ -29,19 +33,23 @@ export FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench
 for t in $(seq 0 9); do
     "$FAAS_BIN" tenant create "tenant-$t" >/dev/null
 done
-for i in $(seq 1 "$WORKFLOWS"); do
-    cat > "$DATA/idle-$i.toml" <<TOML
-name = "idle-$i"
-tenant = "tenant-$(( i % 10 ))"
+# deploy_hello NAME COMPONENT TENANT: deploys a workflow NAME serving COMPONENT on /NAME.
+deploy_hello() {
+    cat > "$DATA/$1.toml" <<TOML
+name = "$1"
+tenant = "$3"
 
 [functions.hello]
-component = "$COMPONENT"
+component = "$2"
 
 [[triggers.http]]
-route = "/idle-$i"
+route = "/$1"
 function = "hello"
 TOML
-    "$FAAS_BIN" deploy --no-build "$DATA/idle-$i.toml" >/dev/null
+    "$FAAS_BIN" deploy --no-build "$DATA/$1.toml" >/dev/null
+}
+for i in $(seq 1 "$WORKFLOWS"); do
+    deploy_hello "idle-$i" "$COMPONENT" "tenant-$(( i % 10 ))"
 done
 deployed=$(rss_kib)
 for i in $(seq 1 "$WORKFLOWS"); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/idle-$i"; done
@@ -57,7 +65,16 @@ for _ in $(seq 1 "$IDLE_SECONDS"); do
 done
 idle=$(rss_kib)
 
+# A custom section (id 0, 7 bytes: the name "own" and three digits) at the end of the
+# component changes its digest and nothing else.
+for i in $(seq 1 "$DISTINCT"); do
+    { cat "$COMPONENT"; printf '\x00\x07\x03own%03d' "$i"; } > "$DATA/own-$i.wasm"
+    deploy_hello "own-$i" "$DATA/own-$i.wasm" "tenant-$(( i % 10 ))"
+done
+own=$(rss_kib)
+
 awk -v empty="$empty" -v deployed="$deployed" -v warm="$warm" -v idle="$idle" -v min="$min" -v max="$max" \
+    -v own="$own" -v distinct="$DISTINCT" \
     -v n="$WORKFLOWS" -v secs="$IDLE_SECONDS" -v live="$(instances)" -v live_warm="$warm_instances" 'BEGIN {
     printf "\n%-48s %10s\n", "faas up, resident memory", "MiB"
     printf "%-48s %10.1f\n", "empty (no workflow)", empty / 1024
@@ -67,4 +84,6 @@ awk -v empty="$empty" -v deployed="$deployed" -v warm="$warm" -v idle="$idle" -v
     printf "%-48s %10.1f\n", "range while idle (max - min)", (max - min) / 1024
     printf "\nper deployed workflow: %.1f KiB (%.1f KiB after one request each); idle drift: %+.2f%%; live instances: %s (right after the requests: %s)\n",
         (deployed - empty) / n, (warm - empty) / n, (idle - warm) * 100 / warm, live, live_warm
+    if (distinct > 0)
+        printf "per deployed workflow with a component of its own: %.1f KiB (%d more workflows)\n", (own - idle) / distinct, distinct
 }'

@@ -24,7 +24,9 @@ pub(crate) enum Entry {
 pub struct LoadedFunction {
     pub(crate) name: Arc<str>,
     pub(crate) digest: String,
-    pub(crate) entry: Entry,
+    /// Shared with every other function of this engine that runs the same bytes
+    /// (see `linked.rs`).
+    pub(crate) entry: Arc<Entry>,
     pub(crate) limits: Limits,
     /// The engine it was compiled for: the fuel-metered one only if it has a fuel limit.
     pub(crate) engine: Engine,
@@ -48,7 +50,7 @@ impl LoadedFunction {
 
     /// What kind of function this is.
     pub fn kind(&self) -> FunctionKind {
-        match self.entry {
+        match *self.entry {
             Entry::Http(_) => FunctionKind::Http,
             Entry::Step(_) => FunctionKind::Step,
         }

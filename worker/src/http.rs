@@ -43,7 +43,7 @@ impl Worker {
             .ok_or_else(|| InvokeError::UnknownFunction {
                 function: function.to_owned(),
             })?;
-        let Entry::Http(pre) = &loaded.entry else {
+        let Entry::Http(pre) = &*loaded.entry else {
             return Err(bad_response(
                 loaded,
                 "it is a step function, not an HTTP function",

@@ -28,6 +28,7 @@ mod function;
 mod host;
 mod http;
 mod limits;
+mod linked;
 pub mod metrics;
 mod outbound;
 mod region;

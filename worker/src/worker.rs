@@ -10,6 +10,7 @@ use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
 use crate::limits::FileBudget;
+use crate::linked::SharedEntries;
 use crate::metrics::{FunctionCounters, GuestMetrics};
 use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
@@ -33,12 +34,14 @@ pub(crate) const HOST_WAIT_GRACE: Duration = Duration::from_millis(100);
 /// The name under which a step function exports its handler.
 const STEP_HANDLER_EXPORT: &str = "faas:platform/handler@0.1.0";
 
-/// One engine and what is bound to it: the host interfaces linked for it and its
-/// compiled-code cache (a directory per engine compatibility hash).
+/// One engine and what is bound to it: the host interfaces linked for it, its
+/// compiled-code cache (a directory per engine compatibility hash) and the components
+/// linked on it that loaded functions hold.
 struct Runtime {
     engine: Engine,
     linker: Linker<InstanceState>,
     cache: ComponentCache,
+    shared: SharedEntries,
 }
 
 impl Runtime {
@@ -54,6 +57,7 @@ impl Runtime {
             engine,
             linker,
             cache,
+            shared: SharedEntries::default(),
         })
     }
 }
@@ -200,6 +204,13 @@ impl Worker {
     /// What this worker counts per workflow and function.
     pub fn metrics(&self) -> &GuestMetrics {
         &self.metrics
+    }
+
+    /// How many distinct components are loaded and linked right now, over both
+    /// engines: functions that run the same bytes on the same engine share one (see
+    /// `linked.rs`), and one no function holds any more is not counted.
+    pub fn linked_components(&self) -> usize {
+        self.unmetered.shared.len() + self.metered.get().map_or(0, |m| m.shared.len())
     }
 
     /// How many instances exist right now (each holds an instance slot until its store
@@ -403,46 +414,22 @@ impl Worker {
                 message: format!("{err:#}"),
             })?;
         let digest = ComponentCache::digest(&bytes);
-        let (engine, cache, owned_name) = (
-            runtime.engine.clone(),
-            runtime.cache.clone(),
-            name.to_owned(),
-        );
-        // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
-        let (component, outcome) =
-            tokio::task::spawn_blocking(move || cache.load(&engine, &owned_name, &bytes))
-                .await
-                .map_err(|err| LoadError::Compile {
-                    function: name.to_owned(),
-                    message: format!("compiler task failed: {err}"),
-                })??;
+        let shared = runtime.shared.get(spec.kind, &digest);
+        let (entry, outcome) = match shared.clone() {
+            Some(entry) => (entry, CacheOutcome::Hit),
+            None => {
+                let (entry, outcome) = link(runtime, name, spec.kind, bytes).await?;
+                (runtime.shared.share(spec.kind, &digest, entry), outcome)
+            }
+        };
         tracing::info!(
             function = name,
             digest = &digest[..12],
             cached = outcome == CacheOutcome::Hit,
+            shared = shared.is_some(),
             "component loaded"
         );
         metrics.loaded(outcome == CacheOutcome::Hit);
-        let link_error = |message: String| LoadError::Link {
-            function: name.to_owned(),
-            message,
-        };
-        let pre = runtime
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|err| link_error(format!("{err:#}")))?;
-        let entry = match spec.kind {
-            FunctionKind::Http => Entry::Http(ProxyPre::new(pre).map_err(|err| {
-                link_error(format!(
-                    "an HTTP function must export wasi:http/incoming-handler@0.2.x: {err:#}"
-                ))
-            })?),
-            FunctionKind::Step => Entry::Step(StepFunctionPre::new(pre).map_err(|err| {
-                link_error(format!(
-                    "a step function must export {STEP_HANDLER_EXPORT}: {err:#}"
-                ))
-            })?),
-        };
         Ok(LoadedFunction {
             name: name.into(),
             digest,
@@ -600,6 +587,50 @@ impl Worker {
         }
         Ok((store, output))
     }
+}
+
+/// Loads `bytes` (from the compiled-code cache, or compiling them off the async
+/// threads) and links them on `runtime` as a function of `kind`.
+async fn link(
+    runtime: &Runtime,
+    name: &str,
+    kind: FunctionKind,
+    bytes: Vec<u8>,
+) -> Result<(Entry, CacheOutcome), LoadError> {
+    let (engine, cache, owned_name) = (
+        runtime.engine.clone(),
+        runtime.cache.clone(),
+        name.to_owned(),
+    );
+    // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
+    let (component, outcome) =
+        tokio::task::spawn_blocking(move || cache.load(&engine, &owned_name, &bytes))
+            .await
+            .map_err(|err| LoadError::Compile {
+                function: name.to_owned(),
+                message: format!("compiler task failed: {err}"),
+            })??;
+    let link_error = |message: String| LoadError::Link {
+        function: name.to_owned(),
+        message,
+    };
+    let pre = runtime
+        .linker
+        .instantiate_pre(&component)
+        .map_err(|err| link_error(format!("{err:#}")))?;
+    let entry = match kind {
+        FunctionKind::Http => Entry::Http(ProxyPre::new(pre).map_err(|err| {
+            link_error(format!(
+                "an HTTP function must export wasi:http/incoming-handler@0.2.x: {err:#}"
+            ))
+        })?),
+        FunctionKind::Step => Entry::Step(StepFunctionPre::new(pre).map_err(|err| {
+            link_error(format!(
+                "a step function must export {STEP_HANDLER_EXPORT}: {err:#}"
+            ))
+        })?),
+    };
+    Ok((entry, outcome))
 }
 
 #[cfg(test)]

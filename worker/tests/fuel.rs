@@ -1,11 +1,12 @@
 //! Fuel is paid for only where it is asked for: a function without a fuel limit is
 //! compiled for the engine without fuel metering, one with a limit for the metered
-//! engine (built on first need), and that one still runs out of fuel.
+//! engine (built on first need), and that one still runs out of fuel. On each engine,
+//! functions that run the same bytes share one linked component, and nothing else.
 
 use bytes::Bytes;
 use faas_worker::{InvokeError, LoadedWorkflow, Worker, WorkerConfig};
 use faas_workflow::Workflow;
-use http_body_util::Empty;
+use http_body_util::{BodyExt, Empty};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -13,10 +14,15 @@ use std::sync::Arc;
 /// A workflow `name` serving `misbehave` (which acts on paths `/misbehave/...`), with
 /// `limits` in its function. The worker is used directly, so routes may repeat.
 fn manifest(name: &str, limits: &str) -> Workflow {
+    tenant_manifest("t", name, limits)
+}
+
+/// [`manifest`] for `tenant`.
+fn tenant_manifest(tenant: &str, name: &str, limits: &str) -> Workflow {
     let component = faas_testing::component_path("misbehave");
     let text = format!(
         r#"name = "{name}"
-tenant = "t"
+tenant = "{tenant}"
 
 [functions.misbehave]
 component = "{}"
@@ -44,6 +50,20 @@ async fn get(worker: &Worker, workflow: &LoadedWorkflow, path: &str) -> Result<u
         .unwrap();
     let response = worker.handle_http(workflow, "misbehave", request).await?;
     Ok(response.status().as_u16())
+}
+
+/// The status and body of a GET of `path`.
+async fn get_text(worker: &Worker, workflow: &LoadedWorkflow, path: &str) -> (u16, String) {
+    let request = hyper::Request::get(format!("http://localhost{path}"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = worker
+        .handle_http(workflow, "misbehave", request)
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// The engine directories of the compile cache (one per engine compatibility hash).
@@ -130,4 +150,67 @@ async fn an_operator_fuel_default_meters_every_function_and_the_deadline_still_t
         .await
         .unwrap_err();
     assert!(matches!(looped, InvokeError::Timeout { .. }), "{looped}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_running_the_same_bytes_share_the_linked_code_but_no_instance_config_or_limit() {
+    let dir = faas_testing::temp_dir();
+    let mut config = WorkerConfig::new(dir.path());
+    config.max_instances = 8;
+    let worker = Worker::new(config).unwrap();
+    let alpha = load(
+        &worker,
+        &tenant_manifest("alice", "alpha", "config = { label = \"alpha\" }"),
+    )
+    .await;
+    let beta = load(
+        &worker,
+        &tenant_manifest(
+            "bob",
+            "beta",
+            "config = { label = \"beta\" }\nmemory_mb = 16",
+        ),
+    )
+    .await;
+    assert_eq!(worker.linked_components(), 1, "one component, linked once");
+
+    // Each event still gets a fresh instance of its own, with its own function's config.
+    for workflow in [&alpha, &beta, &alpha] {
+        assert_eq!(
+            get_text(&worker, workflow, "/misbehave/count").await,
+            (200, "1\n".to_owned())
+        );
+    }
+    let (_, said) = get_text(&worker, &alpha, "/misbehave/slow?ms=1").await;
+    assert!(said.ends_with("as alpha\n"), "{said}");
+    let (_, said) = get_text(&worker, &beta, "/misbehave/slow?ms=1").await;
+    assert!(said.ends_with("as beta\n"), "{said}");
+    // And its own limits: bob's 16 MiB stops his hog, and alice keeps being served.
+    assert_eq!(beta.function("misbehave").unwrap().limits().memory_mb, 16);
+    assert_ne!(alpha.function("misbehave").unwrap().limits().memory_mb, 16);
+    assert!(get(&worker, &beta, "/misbehave/hog").await.is_err());
+    assert!(get(&worker, &alpha, "/misbehave/trap").await.is_err());
+    assert_eq!(get(&worker, &beta, "/misbehave/ok").await.unwrap(), 200);
+    assert_eq!(get(&worker, &alpha, "/misbehave/ok").await.unwrap(), 200);
+
+    // Another engine links its own.
+    let metered = load(
+        &worker,
+        &tenant_manifest("carol", "gamma", "fuel = 1000000"),
+    )
+    .await;
+    assert_eq!(worker.linked_components(), 2);
+    assert_eq!(get(&worker, &metered, "/misbehave/ok").await.unwrap(), 200);
+
+    // Held only while a loaded function holds it: removing the workflows frees the code.
+    drop((alpha, metered));
+    assert_eq!(worker.linked_components(), 1, "bob still runs it");
+    drop(beta);
+    assert_eq!(worker.linked_components(), 0);
+    let again = load(&worker, &manifest("again", "")).await;
+    assert_eq!(worker.linked_components(), 1);
+    assert_eq!(
+        get_text(&worker, &again, "/misbehave/count").await,
+        (200, "1\n".to_owned())
+    );
 }

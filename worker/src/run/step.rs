@@ -125,7 +125,7 @@ async fn attempt_once(
     expected_output: &str,
     memories: &faas_workflow::StepMemories,
 ) -> Result<Vec<Region>, StepFailure> {
-    let Entry::Step(pre) = &function.entry else {
+    let Entry::Step(pre) = &*function.entry else {
         return Err(StepFailure::Returned(format!(
             "function `{}` is not a step function",
             function.name()
