@@ -50,14 +50,8 @@ bench_pids+=($!)
 wait_up http://127.0.0.1:$PORT_WASMTIME/
 wait_up http://127.0.0.1:$PORT_NATIVE/
 
-# Prints "req/s p50_ms p99_ms" for one wrk run.
-measure() {
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "$1" | awk '
-        function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
-        /^ +50%/ { p50 = ms($2) } /^ +99%/ { p99 = ms($2) } /^Requests\/sec/ { rps = $2 }
-        /Non-2xx/ { bad = $NF }
-        END { if (bad) { print "non-2xx responses: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.3f %.3f\n", rps, p50, p99 }'
-}
+# Prints "req/s p50_ms p99_ms" for one wrk run (bench/lib.sh).
+measure() { wrk_measure "$THREADS" "$CONNECTIONS" "$DURATION" "$1"; }
 
 echo "warming up"
 for url in http://127.0.0.1:$PORT_FAAS/wasi-hello http://127.0.0.1:$PORT_WASMTIME/ http://127.0.0.1:$PORT_NATIVE/; do

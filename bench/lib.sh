@@ -33,3 +33,13 @@ start_faas() {
     bench_pids+=("$FAAS_PID")
     wait_up "http://127.0.0.1:$port/readyz"
 }
+
+# wrk_measure THREADS CONNECTIONS DURATION URL: one wrk run against URL; prints
+# "req/s p50_ms p99_ms", and fails (exit 1) if any response was not 2xx.
+wrk_measure() {
+    wrk -t"$1" -c"$2" -d"$3" --latency "$4" | awk '
+        function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
+        /^ +50%/ { p50 = ms($2) } /^ +99%/ { p99 = ms($2) } /^Requests\/sec/ { rps = $2 }
+        /Non-2xx/ { bad = $NF }
+        END { if (bad) { print "non-2xx responses: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.3f %.3f\n", rps, p50, p99 }'
+}

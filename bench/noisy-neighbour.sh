@@ -28,14 +28,8 @@ start_faas "$PORT" --deploy functions/hello/workflow.toml \
     --deploy functions/misbehave/workflow.toml
 URL=http://127.0.0.1:$PORT
 
-# Prints "req/s p99_ms" of tenant B's hello for one wrk run.
-measure() {
-    wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency "$URL/hello" | awk '
-        function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
-        /^ +99%/ { p99 = ms($2) } /^Requests\/sec/ { rps = $2 }
-        /Non-2xx/ { bad = $NF }
-        END { if (bad) { print "non-2xx responses: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.2f\n", rps, p99 }'
-}
+# Prints "req/s p50_ms p99_ms" of tenant B's hello for one wrk run (bench/lib.sh).
+measure() { wrk_measure 1 "$CONNECTIONS" "$DURATION" "$URL/hello"; }
 
 echo "warming up"
 wrk -t1 -c2 -d2s "$URL/hello" >/dev/null
@@ -43,13 +37,13 @@ wrk -t1 -c2 -d2s "$URL/hello" >/dev/null
 printf '\n%-6s %-28s %10s %9s\n' "round" "tenant B's /hello" "req/s" "p99 ms"
 ratios=()
 for round in $(seq 1 "$ROUNDS"); do
-    read -r alone_rps alone_p99 < <(measure)
+    read -r alone_rps _ alone_p99 < <(measure)
     # The attack runs a little longer than the measurement, which starts once the
     # loops are running.
     wrk -t1 -c"$ATTACKERS" -d"$(( ${DURATION%s} + 3 ))s" --timeout 5s "$URL/misbehave/loop" >/dev/null 2>&1 &
     attack=$!
     sleep 1.5
-    read -r attacked_rps attacked_p99 < <(measure)
+    read -r attacked_rps _ attacked_p99 < <(measure)
     wait "$attack" || true
     printf '%-6s %-28s %10s %9s\n' "$round" "alone" "$alone_rps" "$alone_p99"
     printf '%-6s %-28s %10s %9s\n' "$round" "with $ATTACKERS busy loops of A" "$attacked_rps" "$attacked_p99"

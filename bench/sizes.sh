@@ -83,14 +83,8 @@ for port in $PORT_RUST $PORT_TABLE $PORT_JS $PORT_PY $PORT_NATIVE; do
     curl -sf -o /dev/null "http://127.0.0.1:$port/" || { echo "port $port did not come up" >&2; exit 1; }
 done
 
-# Prints "req/s p99_ms" for one wrk run.
-measure() {
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "$1" | awk '
-        function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
-        /^ +99%/ { p99 = ms($2) } /^Requests\/sec/ { rps = $2 }
-        /Non-2xx/ { bad = $NF }
-        END { if (bad) { print "non-2xx responses: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.2f\n", rps, p99 }'
-}
+# Prints "req/s p50_ms p99_ms" for one wrk run (bench/lib.sh).
+measure() { wrk_measure "$THREADS" "$CONNECTIONS" "$DURATION" "$1"; }
 kib() { awk -v k="$1" '$1 == k ":" { print $2 }' "/proc/$FAAS_PID/status"; }
 
 names=(faas-rust wasmtime-rust faas-table wasmtime-table faas-js wasmtime-js faas-python wasmtime-python native)
@@ -118,7 +112,7 @@ printf '\n%-6s %-18s %10s %9s\n' "round" "server" "req/s" "p99 ms"
 : >"$BENCH_DATA/results"
 for round in $(seq 1 "$ROUNDS"); do
     for i in "${!names[@]}"; do
-        read -r rps p99 < <(measure "${urls[$i]}")
+        read -r rps _ p99 < <(measure "${urls[$i]}")
         printf '%-6s %-18s %10s %9s\n' "$round" "${names[$i]}" "$rps" "$p99"
         echo "$round ${names[$i]} $rps $p99" >>"$BENCH_DATA/results"
     done

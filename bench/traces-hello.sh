@@ -59,14 +59,8 @@ start_faas "$PORT_OFF" --deploy functions/hello/workflow.toml
 OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$PORT_COLLECTOR \
     start_faas "$PORT_ON" --deploy functions/hello/workflow.toml
 
-# Prints "req/s p99_ms" for one wrk run.
-measure() {
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "$1" | awk '
-        function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }
-        /^ +99%/ { p99 = ms($2) } /^Requests\/sec/ { rps = $2 }
-        /Non-2xx/ { bad = $NF }
-        END { if (bad) { print "non-2xx responses: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.3f\n", rps, p99 }'
-}
+# Prints "req/s p50_ms p99_ms" for one wrk run (bench/lib.sh).
+measure() { wrk_measure "$THREADS" "$CONNECTIONS" "$DURATION" "$1"; }
 
 echo "warming up"
 for port in $PORT_OFF $PORT_ON; do wrk -t1 -c2 -d2s "http://127.0.0.1:$port/hello" >/dev/null; done
@@ -75,8 +69,8 @@ echo "measuring: wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $(nproc) cores, $R
 printf '\n%-6s %-34s %10s %9s\n' "round" "hello (SDK)" "req/s" "p99 ms"
 off_all=() on_all=()
 for round in $(seq 1 "$ROUNDS"); do
-    read -r off_rps off_p99 < <(measure "http://127.0.0.1:$PORT_OFF/hello")
-    read -r on_rps on_p99 < <(measure "http://127.0.0.1:$PORT_ON/hello")
+    read -r off_rps _ off_p99 < <(measure "http://127.0.0.1:$PORT_OFF/hello")
+    read -r on_rps _ on_p99 < <(measure "http://127.0.0.1:$PORT_ON/hello")
     printf '%-6s %-34s %10s %9s\n' "$round" "export off" "$off_rps" "$off_p99"
     printf '%-6s %-34s %10s %9s\n' "$round" "export on (OTLP/HTTP, collector)" "$on_rps" "$on_p99"
     off_all+=("$off_rps") on_all+=("$on_rps")
