@@ -28,27 +28,9 @@ cargo build --release -q -p faas-cli --bin faas
 (cd functions && cargo build --release -q -p hello)
 
 source bench/lib.sh
-cat >"$BENCH_DATA/collector.yaml" <<EOF
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: "127.0.0.1:$PORT_COLLECTOR"
-exporters:
-  file:
-    path: /dev/null
-service:
-  telemetry:
-    logs:
-      level: warn
-    metrics:
-      level: none
-  pipelines:
-    traces:
-      receivers: [otlp]
-      exporters: [file]
-EOF
-"$COLLECTOR" --config "$BENCH_DATA/collector.yaml" >"$BENCH_DATA/collector.log" 2>&1 &
+# The trace tests' collector configuration, with the spans thrown away.
+FAAS_OTELCOL_PORT=$PORT_COLLECTOR FAAS_OTELCOL_SPANS=/dev/null \
+    "$COLLECTOR" --config testing/otel/collector.yaml >"$BENCH_DATA/collector.log" 2>&1 &
 bench_pids+=($!)
 for _ in $(seq 1 300); do
     (exec 3<>"/dev/tcp/127.0.0.1/$PORT_COLLECTOR") 2>/dev/null && break

@@ -28,6 +28,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 const PORT_ATTEMPTS: usize = 5;
 /// The file exporter's output, in the collector's temporary directory.
 const SPANS_FILE: &str = "spans.jsonl";
+/// The collector's configuration, under this crate (shared with bench/traces-hello.sh):
+/// it reads the port and the spans file from the environment.
+const CONFIG: &str = "otel/collector.yaml";
 /// The collector's own log (stdout and stderr), in its temporary directory.
 const LOG_FILE: &str = "otelcol.log";
 /// Lines of that log shown when the collector fails.
@@ -186,43 +189,10 @@ impl Drop for Collector {
     }
 }
 
-/// The collector's configuration: OTLP over HTTP on `port` only, spans written to
-/// `spans` as JSON lines and flushed every 20 ms, and no listener of its own (its
-/// internal metrics would take port 8888, shared by every collector).
-fn config(port: u16, spans: &Path) -> String {
-    let spans = serde_json::to_string(&spans.display().to_string()).expect("a JSON string");
-    format!(
-        r#"receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: "127.0.0.1:{port}"
-exporters:
-  file:
-    path: {spans}
-    format: json
-    flush_interval: 20ms
-service:
-  telemetry:
-    logs:
-      level: warn
-    metrics:
-      level: none
-  pipelines:
-    traces:
-      receivers: [otlp]
-      exporters: [file]
-"#
-    )
-}
-
 /// Starts the collector on `port` and waits until it accepts connections there. `Err`
 /// (with the reason and its log) when it exits or stays silent, so the caller may try
 /// another port.
 fn spawn_and_wait(binary: &Path, dir: &Path, port: u16) -> Result<Child, String> {
-    let config_path = dir.join("config.yaml");
-    std::fs::write(&config_path, config(port, &dir.join(SPANS_FILE)))
-        .unwrap_or_else(|err| panic!("writing {}: {err}", config_path.display()));
     let log_path = dir.join(LOG_FILE);
     let log = std::fs::File::create(&log_path)
         .unwrap_or_else(|err| panic!("creating {}: {err}", log_path.display()));
@@ -231,7 +201,9 @@ fn spawn_and_wait(binary: &Path, dir: &Path, port: u16) -> Result<Child, String>
         .unwrap_or_else(|err| panic!("duplicating {}: {err}", log_path.display()));
     let mut child = Command::new(binary)
         .arg("--config")
-        .arg(&config_path)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(CONFIG))
+        .env("FAAS_OTELCOL_PORT", port.to_string())
+        .env("FAAS_OTELCOL_SPANS", dir.join(SPANS_FILE))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_copy)
