@@ -139,8 +139,23 @@ impl ComponentCache {
 
     /// Where the artifact of the component `bytes` is (or would be) stored.
     pub fn artifact_path(&self, bytes: &[u8]) -> PathBuf {
-        self.dir
-            .join(format!("{}.{ARTIFACT_EXTENSION}", Self::digest(bytes)))
+        self.path_of(&Self::digest(bytes))
+    }
+
+    /// Where the artifact of the component with this [`ComponentCache::digest`] is.
+    fn path_of(&self, digest: &str) -> PathBuf {
+        self.dir.join(format!("{digest}.{ARTIFACT_EXTENSION}"))
+    }
+
+    /// Marks the artifact of the component with this [`ComponentCache::digest`] as used
+    /// now, as a load does, when its code needed no load: it is shared in memory by a
+    /// function already loaded (the worker's `linked.rs`). Otherwise an artifact that
+    /// many workflows run would look as old as its first load to pruning.
+    pub fn mark_used(&self, digest: &str) {
+        let path = self.path_of(digest);
+        if path.exists() {
+            touch(&path);
+        }
     }
 
     /// The content hash that names a component's artifact.

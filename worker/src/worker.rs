@@ -416,7 +416,10 @@ impl Worker {
         let digest = ComponentCache::digest(&bytes);
         let shared = runtime.shared.get(spec.kind, &digest);
         let (entry, outcome) = match shared.clone() {
-            Some(entry) => (entry, CacheOutcome::Hit),
+            Some(entry) => {
+                runtime.cache.mark_used(&digest);
+                (entry, CacheOutcome::Hit)
+            }
             None => {
                 let (entry, outcome) = link(runtime, name, spec.kind, bytes).await?;
                 (runtime.shared.share(spec.kind, &digest, entry), outcome)

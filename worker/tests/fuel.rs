@@ -66,6 +66,23 @@ async fn get_text(worker: &Worker, workflow: &LoadedWorkflow, path: &str) -> (u1
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// The compiled artifacts under the cache root `cache`, in every engine's directory.
+fn artifacts(cache: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|engine| {
+            std::fs::read_dir(engine.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "cwasm"))
+        .collect()
+}
+
 /// The engine directories of the compile cache (one per engine compatibility hash).
 fn engine_dirs(cache: &Path) -> usize {
     std::fs::read_dir(cache)
@@ -163,6 +180,13 @@ async fn tenants_running_the_same_bytes_share_the_linked_code_but_no_instance_co
         &tenant_manifest("alice", "alpha", "config = { label = \"alpha\" }"),
     )
     .await;
+    // As if alice's load were long ago: bob's deploy, which loads nothing, must still
+    // count as a use of the artifact, or pruning would take it first.
+    let artifact = artifacts(dir.path()).pop().expect("alice's artifact");
+    let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::open(&artifact)
+        .and_then(|file| file.set_modified(long_ago))
+        .unwrap();
     let beta = load(
         &worker,
         &tenant_manifest(
@@ -173,6 +197,11 @@ async fn tenants_running_the_same_bytes_share_the_linked_code_but_no_instance_co
     )
     .await;
     assert_eq!(worker.linked_components(), 1, "one component, linked once");
+    let used = std::fs::metadata(&artifact).unwrap().modified().unwrap();
+    assert!(
+        used > long_ago,
+        "the shared load marked the artifact as used"
+    );
 
     // Each event still gets a fresh instance of its own, with its own function's config.
     for workflow in [&alpha, &beta, &alpha] {
