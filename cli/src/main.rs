@@ -41,7 +41,9 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// freed the memory allocates again, so what a compile freed on a blocking thread
 /// that then sat idle stayed resident: about 400 KiB more per deployed component than
 /// glibc (README, "Idle"). Alternating benchmarks showed no cost to the hello or the
-/// sensor pipeline. `MIMALLOC_PURGE_DELAY` in the environment still wins.
+/// sensor pipeline, but 10-20% more CPU in a fan-out of 10 MiB regions, whose host
+/// buffers are now faulted in again by each branch (README, "Regions").
+/// `MIMALLOC_PURGE_DELAY` in the environment still wins.
 fn purge_freed_memory_at_once() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mimalloc's options are not synchronised, and this runs first thing in
