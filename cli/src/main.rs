@@ -1,5 +1,6 @@
 //! `faas`: run the platform, build, deploy and invoke workflows.
 
+mod allocator;
 mod args;
 mod build;
 mod client;
@@ -24,33 +25,6 @@ mod worker;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-
-// mimalloc rather than glibc's malloc: a profile of the sensor pipeline at 16x put a
-// fifth of the CPU in malloc and free, and with mimalloc it sustains about a quarter
-// more matches/s (README, "Sensor pipeline"). Built without its transparent-huge-page
-// advice (`no_thp`), which put about 45 MiB more at rest under 100 idle workflows.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// `mi_option_purge_delay`: its place in mimalloc.h's `mi_option_t` (the same in
-/// mimalloc 2 and 3), for which libmimalloc-sys names no constant.
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// Makes mimalloc give freed memory back to the system at once rather than after its
-/// purge delay (1 s in mimalloc 3). A delayed purge runs only when the thread that
-/// freed the memory allocates again, so what a compile freed on a blocking thread
-/// that then sat idle stayed resident: about 400 KiB more per deployed component than
-/// glibc (README, "Idle"). Alternating benchmarks showed no cost to the hello or the
-/// sensor pipeline, but 10-20% more CPU in a fan-out of 10 MiB regions, whose host
-/// buffers are now faulted in again by each branch (README, "Regions").
-/// `MIMALLOC_PURGE_DELAY` in the environment still wins.
-fn purge_freed_memory_at_once() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: mimalloc's options are not synchronised, and this runs first thing in
-        // `main`, before any other thread exists.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
-    }
-}
 
 /// A WebAssembly-native function platform with scale-to-zero.
 #[derive(Debug, Parser)]
@@ -145,7 +119,6 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    purge_freed_memory_at_once();
     // Before the flags are parsed: the default region-file budget is a share of it.
     worker::raise_descriptor_limit();
     let cli = Cli::parse();

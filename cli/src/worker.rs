@@ -119,6 +119,7 @@ impl WorkerArgs {
         if let Some(files) = self.max_region_files {
             config.max_region_files = files;
         }
+        config.after_load = crate::allocator::release_freed_memory;
         config
     }
 }

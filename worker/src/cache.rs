@@ -152,10 +152,7 @@ impl ComponentCache {
     /// function already loaded (the worker's `linked.rs`). Otherwise an artifact that
     /// many workflows run would look as old as its first load to pruning.
     pub fn mark_used(&self, digest: &str) {
-        let path = self.path_of(digest);
-        if path.exists() {
-            touch(&path);
-        }
+        touch(&self.path_of(digest));
     }
 
     /// The content hash that names a component's artifact.

@@ -66,6 +66,12 @@ pub struct WorkerConfig {
     /// How many region memory files may be open in this worker at once: each is a file
     /// descriptor, so this keeps guests far from the process's descriptor limit.
     pub max_region_files: usize,
+    /// Called on the blocking thread that loaded (and perhaps compiled) a component,
+    /// right after the load. A compile allocates and frees tens of MiB, and an
+    /// allocator that returns freed memory lazily, from the thread that freed it, keeps
+    /// that garbage resident while the thread sits idle; the embedder, which chose the
+    /// process's allocator, can release it here. Does nothing by default.
+    pub after_load: fn(),
 }
 
 /// The default [`WorkerConfig::max_regions_per_instance`]: far more than a fan-out
@@ -112,6 +118,7 @@ impl WorkerConfig {
             max_instances_per_tenant: 500,
             max_regions_per_instance: DEFAULT_MAX_REGIONS_PER_INSTANCE,
             max_region_files: default_max_region_files(),
+            after_load: || {},
         }
     }
 }

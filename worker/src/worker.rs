@@ -42,6 +42,8 @@ struct Runtime {
     linker: Linker<InstanceState>,
     cache: ComponentCache,
     shared: SharedEntries,
+    /// [`WorkerConfig::after_load`].
+    after_load: fn(),
 }
 
 impl Runtime {
@@ -58,6 +60,7 @@ impl Runtime {
             linker,
             cache,
             shared: SharedEntries::default(),
+            after_load: config.after_load,
         })
     }
 }
@@ -415,7 +418,8 @@ impl Worker {
             })?;
         let digest = ComponentCache::digest(&bytes);
         let shared = runtime.shared.get(spec.kind, &digest);
-        let (entry, outcome) = match shared.clone() {
+        let was_shared = shared.is_some();
+        let (entry, outcome) = match shared {
             Some(entry) => {
                 runtime.cache.mark_used(&digest);
                 (entry, CacheOutcome::Hit)
@@ -429,7 +433,7 @@ impl Worker {
             function = name,
             digest = &digest[..12],
             cached = outcome == CacheOutcome::Hit,
-            shared = shared.is_some(),
+            shared = was_shared,
             "component loaded"
         );
         metrics.loaded(outcome == CacheOutcome::Hit);
@@ -600,19 +604,23 @@ async fn link(
     kind: FunctionKind,
     bytes: Vec<u8>,
 ) -> Result<(Entry, CacheOutcome), LoadError> {
-    let (engine, cache, owned_name) = (
+    let (engine, cache, owned_name, after_load) = (
         runtime.engine.clone(),
         runtime.cache.clone(),
         name.to_owned(),
+        runtime.after_load,
     );
     // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
-    let (component, outcome) =
-        tokio::task::spawn_blocking(move || cache.load(&engine, &owned_name, &bytes))
-            .await
-            .map_err(|err| LoadError::Compile {
-                function: name.to_owned(),
-                message: format!("compiler task failed: {err}"),
-            })??;
+    let (component, outcome) = tokio::task::spawn_blocking(move || {
+        let loaded = cache.load(&engine, &owned_name, &bytes);
+        after_load();
+        loaded
+    })
+    .await
+    .map_err(|err| LoadError::Compile {
+        function: name.to_owned(),
+        message: format!("compiler task failed: {err}"),
+    })??;
     let link_error = |message: String| LoadError::Link {
         function: name.to_owned(),
         message,

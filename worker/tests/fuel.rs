@@ -1,7 +1,8 @@
 //! Fuel is paid for only where it is asked for: a function without a fuel limit is
 //! compiled for the engine without fuel metering, one with a limit for the metered
 //! engine (built on first need), and that one still runs out of fuel. On each engine,
-//! functions that run the same bytes share one linked component, and nothing else.
+//! functions that run the same bytes share one linked component, and nothing else; only
+//! a load that was not shared calls the embedder's `after_load` hook.
 
 use bytes::Bytes;
 use faas_worker::{InvokeError, LoadedWorkflow, Worker, WorkerConfig};
@@ -10,6 +11,7 @@ use http_body_util::{BodyExt, Empty};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A workflow `name` serving `misbehave` (which acts on paths `/misbehave/...`), with
 /// `limits` in its function. The worker is used directly, so routes may repeat.
@@ -169,11 +171,20 @@ async fn an_operator_fuel_default_meters_every_function_and_the_deadline_still_t
     assert!(matches!(looped, InvokeError::Timeout { .. }), "{looped}");
 }
 
+/// Loads seen by [`count_load`], the `after_load` hook of the sharing test's worker
+/// (no other test sets one).
+static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+fn count_load() {
+    LOADS.fetch_add(1, Ordering::SeqCst);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_running_the_same_bytes_share_the_linked_code_but_no_instance_config_or_limit() {
     let dir = faas_testing::temp_dir();
     let mut config = WorkerConfig::new(dir.path());
     config.max_instances = 8;
+    config.after_load = count_load;
     let worker = Worker::new(config).unwrap();
     let alpha = load(
         &worker,
@@ -197,6 +208,11 @@ async fn tenants_running_the_same_bytes_share_the_linked_code_but_no_instance_co
     )
     .await;
     assert_eq!(worker.linked_components(), 1, "one component, linked once");
+    assert_eq!(
+        LOADS.load(Ordering::SeqCst),
+        1,
+        "the embedder's hook ran once"
+    );
     let used = std::fs::metadata(&artifact).unwrap().modified().unwrap();
     assert!(
         used > long_ago,
@@ -229,6 +245,7 @@ async fn tenants_running_the_same_bytes_share_the_linked_code_but_no_instance_co
     )
     .await;
     assert_eq!(worker.linked_components(), 2);
+    assert_eq!(LOADS.load(Ordering::SeqCst), 2);
     assert_eq!(get(&worker, &metered, "/misbehave/ok").await.unwrap(), 200);
 
     // Held only while a loaded function holds it: removing the workflows frees the code.
@@ -238,6 +255,7 @@ async fn tenants_running_the_same_bytes_share_the_linked_code_but_no_instance_co
     assert_eq!(worker.linked_components(), 0);
     let again = load(&worker, &manifest("again", "")).await;
     assert_eq!(worker.linked_components(), 1);
+    assert_eq!(LOADS.load(Ordering::SeqCst), 3);
     assert_eq!(
         get_text(&worker, &again, "/misbehave/count").await,
         (200, "1\n".to_owned())
