@@ -12,9 +12,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// purge runs only when a thread allocates again, so what a compile freed on a blocking
 /// thread that then sat idle stayed resident: about 400 KiB per deployed component more
 /// than glibc's malloc (README, "Idle"). Purging there, and only there, keeps the
-/// delay everywhere else: a purge delay of 0 for the whole process cost a fan-out of
-/// 10 MiB regions 10-20% more CPU, its host buffers faulted in again by each branch
-/// (README, "Regions").
+/// delay everywhere else, where it lets freed buffers be reused without being faulted
+/// in again (a process-wide delay of 0 was once measured costing a fan-out of 10 MiB
+/// regions CPU, and not the next time: README, "Regions").
 ///
 /// The worker calls it after each load ([`faas_worker::WorkerConfig::after_load`]).
 #[cfg(feature = "worker")]
