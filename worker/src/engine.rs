@@ -13,7 +13,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 
 /// How much of each pooled memory and table slot stays resident between instances.
-const KEEP_RESIDENT_BYTES: usize = 2 << 20;
+pub(crate) const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 
 /// How many unused slots stay warm (resident, ready for the component that last used
 /// them). Enough for the busy functions of a worker; beyond it, idle slots are released.

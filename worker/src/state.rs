@@ -106,12 +106,25 @@ impl InstanceState {
             wasi,
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { max_memory_bytes },
+            limiter: MemoryLimiter {
+                max_memory_bytes,
+                memory_bytes: 0,
+            },
             event,
             regions: StoreRegions::new(regions),
             output,
             _slots: slots,
         }
+    }
+}
+
+impl InstanceState {
+    /// Whether tearing this store down is quick: its memories fit in the part of a
+    /// pool slot kept resident, which Wasmtime resets by zeroing the pages written
+    /// (no page-table change), and the host mapped or protected none of its pages.
+    pub(crate) fn quick_to_tear_down(&self) -> bool {
+        self.limiter.memory_bytes <= crate::engine::KEEP_RESIDENT_BYTES
+            && self.regions.mapped.is_empty()
     }
 }
 
@@ -160,12 +173,14 @@ pub(crate) struct MemoryLimitExceeded {
 /// Caps the linear memory of one instance.
 pub(crate) struct MemoryLimiter {
     pub max_memory_bytes: usize,
+    /// The bytes the instance's linear memories have, all together.
+    pub memory_bytes: usize,
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -176,6 +191,10 @@ impl ResourceLimiter for MemoryLimiter {
             }
             .into());
         }
+        // Called for each memory as it is created too (from 0), so this is the total.
+        self.memory_bytes = self
+            .memory_bytes
+            .saturating_add(desired.saturating_sub(current));
         Ok(true)
     }
 
@@ -187,5 +206,44 @@ impl ResourceLimiter for MemoryLimiter {
     ) -> wasmtime::Result<bool> {
         // Tables hold function references; a million is far beyond any real program.
         Ok(desired <= 1_000_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MemoryLimiter;
+
+    /// `(module (memory 3) (func (export "grow") (result i32) (memory.grow (i32.const 2))))`
+    const GROWS_BY_TWO_PAGES: &[u8] = &[
+        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+        0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7f, // type: () -> i32
+        0x03, 0x02, 0x01, 0x00, // function 0 has type 0
+        0x05, 0x03, 0x01, 0x00, 0x03, // memory: 3 pages at first
+        0x07, 0x08, 0x01, 0x04, b'g', b'r', b'o', b'w', 0x00, 0x00, // export "grow"
+        0x0a, 0x08, 0x01, 0x06, 0x00, 0x41, 0x02, 0x40, 0x00, 0x0b, // grow by 2
+    ];
+
+    const PAGE: usize = 64 << 10;
+
+    #[test]
+    fn the_limiter_counts_memory_from_its_creation_and_refuses_past_the_limit() {
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, GROWS_BY_TWO_PAGES).unwrap();
+        for (limit, after_grow) in [(8 * PAGE, 5 * PAGE), (4 * PAGE, 3 * PAGE)] {
+            let limiter = MemoryLimiter {
+                max_memory_bytes: limit,
+                memory_bytes: 0,
+            };
+            let mut store = wasmtime::Store::new(&engine, limiter);
+            store.limiter(|limiter| limiter);
+            let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+            assert_eq!(store.data().memory_bytes, 3 * PAGE, "created");
+            let grow = instance
+                .get_typed_func::<(), i32>(&mut store, "grow")
+                .unwrap();
+            let grown = grow.call(&mut store, ());
+            assert_eq!(grown.is_ok(), after_grow > 3 * PAGE, "limit {limit}");
+            assert_eq!(store.data().memory_bytes, after_grow, "limit {limit}");
+        }
     }
 }

@@ -8,35 +8,42 @@ use std::sync::Arc;
 
 /// A one-step workflow of `tenant` whose step passes its (large) blob on unchanged.
 fn manifest(tenant: &str) -> String {
+    one_step(tenant, "produce", "text", "blob.km:Blob")
+}
+
+/// A one-step workflow of `tenant`: the regions example in role `role`.
+fn one_step(tenant: &str, role: &str, input: &str, output: &str) -> String {
     let component = faas_testing::component_path("region-transfer");
     format!(
-        r#"name = "produce"
+        r#"name = "{role}"
 tenant = "{tenant}"
 
-[functions.produce]
+[functions.{role}]
 component = "{}"
 kind = "step"
-config = {{ role = "produce" }}
+config = {{ role = "{role}" }}
 
-[steps.produce]
-function = "produce"
-input = "text"
-output = "blob.km:Blob"
+[steps.{role}]
+function = "{role}"
+input = "{input}"
+output = "{output}"
 
 [[triggers.http]]
-route = "/produce-{tenant}"
-step = "produce"
+route = "/{role}-{tenant}"
+step = "{role}"
 "#,
         component.display()
     )
 }
 
 async fn load(worker: &Worker, tenant: &str) -> Arc<faas_worker::LoadedWorkflow> {
-    let workflow = Workflow::parse("workflow.toml", &manifest(tenant)).unwrap();
-    let components = BTreeMap::from([(
-        "produce".to_owned(),
-        faas_testing::component("region-transfer"),
-    )]);
+    load_manifest(worker, &manifest(tenant)).await
+}
+
+async fn load_manifest(worker: &Worker, manifest: &str) -> Arc<faas_worker::LoadedWorkflow> {
+    let workflow = Workflow::parse("workflow.toml", manifest).unwrap();
+    let function = workflow.functions.keys().next().unwrap().clone();
+    let components = BTreeMap::from([(function, faas_testing::component("region-transfer"))]);
     Arc::new(worker.load_workflow(&workflow, components).await.unwrap())
 }
 
@@ -74,5 +81,45 @@ async fn a_region_of_one_run_is_refused_by_every_other_run() {
             }
             other => panic!("{who}: the region was accepted: {other:?}"),
         }
+    }
+}
+
+/// A step whose values were copied out of it and whose memory is small is torn down
+/// before its run returns; one whose pages back its value is kept until the value is
+/// dropped (its consumers have placed it), then torn down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_instance_outlives_its_run_only_while_its_pages_back_a_value() {
+    let dir = faas_testing::temp_dir();
+    let worker = Arc::new(Worker::new(WorkerConfig::new(dir.path())).unwrap());
+    let gather = load_manifest(&worker, &one_step("alice", "gather", "json", "json")).await;
+    let produce = load(&worker, "alice").await;
+
+    let outcome = worker
+        .run_workflow(&gather, Region::new("json", b"{}".to_vec()))
+        .await;
+    assert_eq!(
+        outcome.result.unwrap()[0].bytes().unwrap().as_ref(),
+        b"[{}]"
+    );
+    assert_eq!(worker.active_instances(), 0, "the gather step's instance");
+
+    let outcome = worker
+        .run_workflow(&produce, Region::new("text", b"1048576".to_vec()))
+        .await;
+    let produced = outcome.result.unwrap();
+    assert!(produced[0].is_mappable());
+    assert_eq!(
+        worker.active_instances(),
+        1,
+        "the producer, backing its value"
+    );
+    drop(produced);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while worker.active_instances() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the producer outlived its value"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }

@@ -195,6 +195,11 @@ impl MappedPages {
         self.read_only.push(range);
     }
 
+    /// Whether the host mapped or protected no page at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty() && self.read_only.is_empty() && self.in_image.is_empty()
+    }
+
     /// Whether the host already mapped or protected any page of `range`. Placing a
     /// region over such pages is refused: it would orphan the memory file mapped there
     /// (uncounted memory) or write over pages that may be read-only.

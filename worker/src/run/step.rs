@@ -161,6 +161,7 @@ async fn attempt_once(
         handles.push(handle);
     }
     let pre = pre.clone();
+    let expected = expected_output.to_owned();
     let guest = async move {
         let called = async {
             let instance = pre
@@ -174,7 +175,22 @@ async fn attempt_once(
                 .map_err(Failure::Run)
         }
         .await;
-        (store, called)
+        let outputs = match called {
+            Err(failure) => Err(Ended::Failed(failure)),
+            Ok(Err(message)) => Err(Ended::Step(StepFailure::Returned(cut_guest_text(message)))),
+            Ok(Ok(returned)) => {
+                take_outputs(&mut store, returned, &expected, &output_rule).map_err(Ended::Step)
+            }
+        };
+        // A small instance none of whose pages back a value is torn down here, in its
+        // own task, as an HTTP function's is: putting that off to a blocking thread
+        // cost a thread wake-up per step (bench/sensor-replay.sh). Others are put off
+        // (below).
+        let backs_a_value = outputs
+            .as_ref()
+            .is_ok_and(|outputs| outputs.iter().any(Region::is_mappable));
+        let put_off = backs_a_value || !store.data().quick_to_tear_down();
+        (put_off.then_some(store), outputs)
     };
     let task = run.worker.spawn_guest(
         run.workflow.tenant.clone(),
@@ -189,7 +205,7 @@ async fn attempt_once(
             timeout: function.limits.timeout,
         })
     };
-    let (mut store, returned) = match task.await {
+    let (put_off, outputs) = match task.await {
         Ok(Some(finished)) => finished,
         Ok(None) => return Err(timed_out()),
         Err(join) => {
@@ -198,11 +214,42 @@ async fn attempt_once(
             )));
         }
     };
-    let returned = match returned {
-        Err(failure) => return Err(invoke(classify(function, failure, &output))),
-        Ok(Err(message)) => return Err(StepFailure::Returned(cut_guest_text(message))),
-        Ok(Ok(handles)) => handles,
-    };
+    // Tearing an instance down (unmapping its region pages, resetting its slot) takes
+    // time that grows with its memory; the next step need not wait for it, and should
+    // map or copy what it takes before the teardown competes with it for the
+    // memory-map lock and the cores. `bench/regions.sh --sweep` measured that putting
+    // the teardown off for copied values too is what makes copying the faster handoff
+    // below the map threshold.
+    let producer = put_off.map(|store| run.worker.retire(store));
+    let mut outputs = outputs.map_err(|ended| match ended {
+        Ended::Failed(failure) => invoke(classify(function, failure, &output)),
+        Ended::Step(failure) => failure,
+    })?;
+    for region in outputs.iter_mut().filter(|region| region.is_mappable()) {
+        let producer = producer
+            .as_ref()
+            .expect("a store backing a value is put off");
+        region.retain_producer(producer.clone());
+    }
+    Ok(outputs)
+}
+
+/// How a step's guest task ended, when not with its outputs.
+enum Ended {
+    /// The instance failed (trap, limit); classified with its output afterwards.
+    Failed(Failure),
+    /// The guest returned an error or regions the step may not hand on.
+    Step(StepFailure),
+}
+
+/// Takes the regions a step returned out of its store, checks each against the step's
+/// declared output type and size, and fixes it for its consumers.
+fn take_outputs(
+    store: &mut wasmtime::Store<crate::state::InstanceState>,
+    returned: Vec<wasmtime::component::Resource<Region>>,
+    expected_output: &str,
+    output_rule: &crate::region::MemoryRule,
+) -> Result<Vec<Region>, StepFailure> {
     let mut outputs = Vec::with_capacity(returned.len());
     for handle in returned {
         let region = store.data_mut().table.delete(handle).map_err(|err| {
@@ -222,18 +269,6 @@ async fn attempt_once(
             return Err(StepFailure::Region(Arc::new(err)));
         }
         outputs.push(region);
-    }
-    // Tearing an instance down (unmapping its region pages, resetting its slot) takes
-    // time that grows with its memory; the next step need not wait for it, and should
-    // map or copy what it takes before the teardown competes with it for the
-    // memory-map lock and the cores. `bench/regions.sh --sweep` measured that putting
-    // the teardown off for copied values too is what makes copying the faster handoff
-    // below the map threshold.
-    let producer = run.worker.retire(store);
-    for region in &mut outputs {
-        if region.is_mappable() {
-            region.retain_producer(producer.clone());
-        }
     }
     Ok(outputs)
 }
