@@ -103,6 +103,36 @@ pub struct Tidied {
     pub artifacts: usize,
 }
 
+/// A component's bytes with their SHA-256, computed once: the digest names the
+/// component's cached artifact and the key under which loaded functions share its
+/// linked code (the worker's `linked.rs`).
+#[derive(Debug, Clone)]
+pub struct ComponentBytes {
+    bytes: Vec<u8>,
+    digest: String,
+}
+
+impl ComponentBytes {
+    /// Hashes `bytes`.
+    pub fn new(bytes: Vec<u8>) -> Self {
+        let digest = hex::encode(Sha256::digest(&bytes));
+        Self { bytes, digest }
+    }
+
+    /// The SHA-256 of the bytes, in hex.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+}
+
+impl std::ops::Deref for ComponentBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// The on-disk cache of precompiled components for one engine.
 #[derive(Debug, Clone)]
 pub struct ComponentCache {
@@ -137,17 +167,17 @@ impl ComponentCache {
         &self.dir
     }
 
-    /// Where the artifact of the component `bytes` is (or would be) stored.
-    pub fn artifact_path(&self, bytes: &[u8]) -> PathBuf {
-        self.path_of(&Self::digest(bytes))
+    /// Where the artifact of `component` is (or would be) stored.
+    pub fn artifact_path(&self, component: &ComponentBytes) -> PathBuf {
+        self.path_of(component.digest())
     }
 
-    /// Where the artifact of the component with this [`ComponentCache::digest`] is.
+    /// Where the artifact of the component with this [`ComponentBytes::digest`] is.
     fn path_of(&self, digest: &str) -> PathBuf {
         self.dir.join(format!("{digest}.{ARTIFACT_EXTENSION}"))
     }
 
-    /// Marks the artifact of the component with this [`ComponentCache::digest`] as used
+    /// Marks the artifact of the component with this [`ComponentBytes::digest`] as used
     /// now, as a load does, when its code needed no load: it is shared in memory by a
     /// function already loaded (the worker's `linked.rs`). Otherwise an artifact that
     /// many workflows run would look as old as its first load to pruning.
@@ -155,12 +185,7 @@ impl ComponentCache {
         touch(&self.path_of(digest));
     }
 
-    /// The content hash that names a component's artifact.
-    pub fn digest(bytes: &[u8]) -> String {
-        hex::encode(Sha256::digest(bytes))
-    }
-
-    /// Loads `bytes` as a component, compiling it only if no artifact is cached.
+    /// Loads `component`, compiling it only if no artifact is cached.
     ///
     /// This compiles on the calling thread: call it from a blocking context.
     ///
@@ -171,9 +196,9 @@ impl ComponentCache {
         &self,
         engine: &Engine,
         function: &str,
-        bytes: &[u8],
+        component: &ComponentBytes,
     ) -> Result<(Component, CacheOutcome), LoadError> {
-        let path = self.artifact_path(bytes);
+        let path = self.artifact_path(component);
         // From here until this function returns, pruning in this process leaves the
         // artifact alone.
         let _loading = Loading::new(&path);
@@ -191,12 +216,13 @@ impl ComponentCache {
                 }
             }
         }
-        let compiled = engine
-            .precompile_component(bytes)
-            .map_err(|err| LoadError::Compile {
-                function: function.to_owned(),
-                message: format!("{err:#}"),
-            })?;
+        let compiled =
+            engine
+                .precompile_component(component)
+                .map_err(|err| LoadError::Compile {
+                    function: function.to_owned(),
+                    message: format!("{err:#}"),
+                })?;
         self.store(&path, &compiled)?;
         // SAFETY: as above; the file was written by us a moment ago.
         let component = unsafe { Component::deserialize_file(engine, &path) }.map_err(|err| {

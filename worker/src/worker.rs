@@ -1,7 +1,7 @@
 //! The [`Worker`]: owns the engines, their linkers and the compiled-code cache, loads
 //! workflows and creates one store per event.
 
-use crate::cache::{CacheOutcome, ComponentCache};
+use crate::cache::{CacheOutcome, ComponentBytes, ComponentCache};
 use crate::config::{Limits, WorkerConfig};
 use crate::engine::{EpochClock, build_engine};
 use crate::error::{InvokeError, StartError};
@@ -416,7 +416,8 @@ impl Worker {
                 function: name.to_owned(),
                 message: format!("{err:#}"),
             })?;
-        let digest = ComponentCache::digest(&bytes);
+        let component = ComponentBytes::new(bytes);
+        let digest = component.digest().to_owned();
         let shared = runtime.shared.get(spec.kind, &digest);
         let was_shared = shared.is_some();
         let (entry, outcome) = match shared {
@@ -425,7 +426,7 @@ impl Worker {
                 (entry, CacheOutcome::Hit)
             }
             None => {
-                let (entry, outcome) = link(runtime, name, spec.kind, bytes).await?;
+                let (entry, outcome) = link(runtime, name, spec.kind, component).await?;
                 (runtime.shared.share(spec.kind, &digest, entry), outcome)
             }
         };
@@ -602,7 +603,7 @@ async fn link(
     runtime: &Runtime,
     name: &str,
     kind: FunctionKind,
-    bytes: Vec<u8>,
+    bytes: ComponentBytes,
 ) -> Result<(Entry, CacheOutcome), LoadError> {
     let (engine, cache, owned_name, after_load) = (
         runtime.engine.clone(),
