@@ -185,7 +185,7 @@ impl ComponentCache {
         touch(&self.path_of(digest));
     }
 
-    /// Loads `component`, compiling it only if no artifact is cached.
+    /// Loads the component `bytes`, compiling it only if no artifact is cached.
     ///
     /// This compiles on the calling thread: call it from a blocking context.
     ///
@@ -196,9 +196,9 @@ impl ComponentCache {
         &self,
         engine: &Engine,
         function: &str,
-        component: &ComponentBytes,
+        bytes: &ComponentBytes,
     ) -> Result<(Component, CacheOutcome), LoadError> {
-        let path = self.artifact_path(component);
+        let path = self.artifact_path(bytes);
         // From here until this function returns, pruning in this process leaves the
         // artifact alone.
         let _loading = Loading::new(&path);
@@ -216,13 +216,12 @@ impl ComponentCache {
                 }
             }
         }
-        let compiled =
-            engine
-                .precompile_component(component)
-                .map_err(|err| LoadError::Compile {
-                    function: function.to_owned(),
-                    message: format!("{err:#}"),
-                })?;
+        let compiled = engine
+            .precompile_component(bytes)
+            .map_err(|err| LoadError::Compile {
+                function: function.to_owned(),
+                message: format!("{err:#}"),
+            })?;
         self.store(&path, &compiled)?;
         // SAFETY: as above; the file was written by us a moment ago.
         let component = unsafe { Component::deserialize_file(engine, &path) }.map_err(|err| {

@@ -116,9 +116,7 @@ impl InstanceState {
             _slots: slots,
         }
     }
-}
 
-impl InstanceState {
     /// Whether tearing this store down is quick: its memories fit in the part of a
     /// pool slot kept resident, which Wasmtime resets by zeroing the pages written
     /// (no page-table change), and the host mapped or protected none of its pages.
