@@ -7,7 +7,7 @@
 use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs};
 use crate::deploy::prepare;
 use crate::services::wait_for_signal;
-use crate::worker::WorkerArgs;
+use crate::worker::{WorkerArgs, connect_guests_to_redis};
 use anyhow::Context;
 use faas_gateway::registry::Deployment;
 use faas_gateway::{DeployOutcome, Gateway, Registry};
@@ -70,14 +70,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // Everything kept at rest is in this one database (opened once: clones share its
     // connection), so a restart finds what was committed before it.
     let database = Database::open(&args.identity.data_dir)?;
-    // State belongs to the platform, not to a worker: every worker sees the same store.
-    let key_value = Arc::new(
-        match &args.redis {
-            Some(url) => KeyValueStore::redis(url).await?,
-            None => KeyValueStore::sqlite(database.clone()),
-        }
-        .with_quota(args.worker.kv_quota()),
-    );
+    // State belongs to the platform, not to a worker: every worker sees the same store,
+    // this one, or Redis (to which each worker connects for its guests, below).
+    let key_value =
+        Arc::new(KeyValueStore::sqlite(database.clone()).with_quota(args.worker.kv_quota()));
     // With Redis, functions can publish and append, and the gateway consumes the
     // workflows' channel and stream triggers.
     let broker = match &args.redis {
@@ -92,12 +88,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     for index in 0..args.workers.max(1) {
         let id = WorkerId(format!("local-{index}"));
         let mut worker = Worker::new(worker_config.clone())?
-            .with_key_value(key_value.clone())
             .with_logs(logs.clone())
             .with_metrics(guest_metrics.clone());
-        if let Some(broker) = &broker {
-            worker = worker.with_publisher(Arc::new(broker.clone()));
-        }
+        worker = match (&args.redis, &broker) {
+            (Some(url), Some(broker)) => {
+                connect_guests_to_redis(worker, url, args.worker.kv_quota(), broker).await?
+            }
+            _ => worker.with_key_value(key_value.clone()),
+        };
         // The gateway knows the worker only as a `LocalWorker` (it links no Wasmtime).
         workers.push((id, Arc::new(worker) as Arc<dyn LocalWorker>));
     }

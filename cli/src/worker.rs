@@ -7,6 +7,7 @@
 use crate::args::{BrokerArgs, IdentityArgs};
 use crate::services::{InternalTokenArgs, RedisArgs, wait_for_signal};
 use anyhow::Context;
+use faas_store::broker::RedisBroker;
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
 use faas_worker::config::{DEFAULT_MAX_REGIONS_PER_INSTANCE, DEFAULT_REGION_MAP_THRESHOLD};
 use faas_worker::kv::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, KvQuota};
@@ -204,23 +205,41 @@ pub struct WorkerCmdArgs {
     internal_max_connections: usize,
 }
 
+/// Gives `worker`'s guests their Redis at `url`: the key-value store (with `quota`)
+/// and `broker` for their messages and stream appends, both over connections made on
+/// the guest threads ([`Worker::on_guest_threads`]) so that Redis's replies wake
+/// guests there. The broker's copy shares its settings and tenants' quotas.
+pub(crate) async fn connect_guests_to_redis(
+    worker: Worker,
+    url: &str,
+    quota: KvQuota,
+    broker: &RedisBroker,
+) -> anyhow::Result<Worker> {
+    let (url, broker) = (url.to_owned(), broker.clone());
+    let (key_value, publisher) = worker
+        .on_guest_threads(async move {
+            let key_value = KeyValueStore::redis(&url).await?.with_quota(quota);
+            anyhow::Ok((key_value, broker.with_own_connection().await?))
+        })
+        .await
+        .context("connecting guests to Redis")??;
+    Ok(worker
+        .with_key_value(Arc::new(key_value))
+        .with_publisher(Arc::new(publisher)))
+}
+
 /// Runs a worker until Ctrl-C or SIGTERM.
 pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     let token = args.internal_token.resolve(&args.identity.data_dir)?;
     let shared = args.redis.shared().await?;
     let broker = args.broker.connect(&args.redis.redis).await?;
-    let key_value = Arc::new(
-        KeyValueStore::redis(&args.redis.redis)
-            .await?
-            .with_quota(args.worker.kv_quota()),
-    );
     let logs = faas_store::logs::RedisLogWriter::connect(&args.redis.redis, args.log_stream_len)
         .await
         .context("connecting to Redis for function logs")?;
-    let worker = Worker::new(args.worker.config(&args.identity.data_dir))?
-        .with_key_value(key_value)
-        .with_publisher(Arc::new(broker.clone()))
-        .with_logs(Arc::new(logs));
+    let worker =
+        Worker::new(args.worker.config(&args.identity.data_dir))?.with_logs(Arc::new(logs));
+    let worker =
+        connect_guests_to_redis(worker, &args.redis.redis, args.worker.kv_quota(), &broker).await?;
     let worker = Arc::new(worker);
     follow_quotas(
         &args.redis.redis,

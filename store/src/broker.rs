@@ -28,10 +28,18 @@ pub fn namespaced(tenant: &str, name: &str) -> String {
     format!("t:{tenant}:{name}")
 }
 
+/// A connection manager for `client`, checked with `PING`.
+async fn open(client: &redis::Client) -> redis::RedisResult<ConnectionManager> {
+    let mut connection = client.get_connection_manager().await?;
+    let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+    Ok(connection)
+}
+
 /// Why the broker could not be reached.
 #[derive(Debug, thiserror::Error)]
 #[error("Redis at {url}: {source}")]
 pub struct BrokerError {
+    /// Where, without the credentials a Redis URL may carry.
     url: String,
     source: redis::RedisError,
 }
@@ -58,21 +66,35 @@ impl RedisBroker {
     /// [`BrokerError`] naming the URL.
     pub async fn connect(url: &str) -> Result<Self, BrokerError> {
         let error = |source| BrokerError {
-            url: url.to_owned(),
+            url: crate::redis_connection::redact_url(url),
             source,
         };
         let client = redis::Client::open(url).map_err(error)?;
-        let mut connection = client.get_connection_manager().await.map_err(error)?;
-        let _: String = redis::cmd("PING")
-            .query_async(&mut connection)
-            .await
-            .map_err(error)?;
+        let connection = open(&client).await.map_err(error)?;
         Ok(Self {
             client,
             connection,
             consumer: format!("faas-{}-{:08x}", std::process::id(), rand::random::<u32>()),
             stream_max_len: DEFAULT_STREAM_MAX_LEN,
             tenant_stream_max_len: Arc::default(),
+        })
+    }
+
+    /// This broker over a connection of its own: the same settings, consumer name and
+    /// tenants' quotas (shared with this one as with any clone), but a socket driven
+    /// by a task of the runtime this is called on, which a reconnection keeps. A
+    /// worker connects its guests' publisher this way on its guest threads.
+    ///
+    /// # Errors
+    /// [`BrokerError`] naming the server when it cannot be reached.
+    pub async fn with_own_connection(&self) -> Result<Self, BrokerError> {
+        let connection = open(&self.client).await.map_err(|source| BrokerError {
+            url: self.client.get_connection_info().addr().to_string(),
+            source,
+        })?;
+        Ok(Self {
+            connection,
+            ..self.clone()
         })
     }
 
@@ -244,5 +266,52 @@ impl Publisher for RedisBroker {
                 reason: err.to_string(),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenants::Quotas;
+    use faas_testing::RedisServer;
+
+    #[tokio::test]
+    async fn an_unreachable_broker_is_named_without_its_credentials() {
+        let err = RedisBroker::connect("redis://faas:hunter2@127.0.0.1:1/0")
+            .await
+            .err()
+            .expect("nothing listens on port 1");
+        let message = err.to_string();
+        assert!(message.contains("127.0.0.1:1"), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+
+    // A worker's guests publish through their own connection; the tenants' quotas the
+    // process applies to its broker must hold there too.
+    #[tokio::test]
+    async fn a_broker_on_its_own_connection_keeps_the_tenants_quotas() {
+        let server = RedisServer::start();
+        let broker = RedisBroker::connect(&server.url()).await.unwrap();
+        let own = broker.with_own_connection().await.unwrap();
+        let quotas = Quotas {
+            stream_max_len: Some(100),
+            ..Quotas::default()
+        };
+        broker.apply_tenant_quotas(&[Tenant {
+            name: "small".to_owned(),
+            created_at: 0,
+            quotas,
+        }]);
+        for tenant in ["small", "other"] {
+            for _ in 0..1_000 {
+                own.append(tenant, "s", b"x").await.unwrap();
+            }
+        }
+        let mut connection = broker.connection();
+        let small: usize = connection.xlen("t:small:s").await.unwrap();
+        let other: usize = connection.xlen("t:other:s").await.unwrap();
+        // `MAXLEN ~` trims whole nodes (100 entries by default).
+        assert!((100..=200).contains(&small), "kept {small}");
+        assert_eq!(other, 1_000);
     }
 }

@@ -37,3 +37,45 @@ pub(crate) async fn connect(url: &str) -> Result<ConnectionManager, ConnectError
         .map_err(ConnectError::Unreachable)?;
     Ok(manager)
 }
+
+/// `url` for messages: user information and query (where Redis URLs carry
+/// passwords) are replaced by `***`, so connection errors can be logged safely.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // Not a URL we could parse for credentials; show nothing rather than a secret.
+        return "<unparseable Redis URL>".to_owned();
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, _)) => (rest, "?***"),
+        None => (rest, ""),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let host = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("***@{host}"),
+        None => authority.to_owned(),
+    };
+    format!("{scheme}://{host}{path}{query}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redis_urls_are_shown_without_credentials() {
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("redis://user:secret@db.example:6380/2"),
+            "redis://***@db.example:6380/2"
+        );
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?pass=secret"),
+            "redis+unix:///run/redis.sock?***"
+        );
+        assert!(!redact_url("secret").contains("secret"));
+    }
+}

@@ -533,6 +533,15 @@ impl GuestPool {
         GuestTask::Spawned(self.spawn_polled(guest, gone_at, on_deadline))
     }
 
+    /// The runtime of the normal guest threads, for tasks that serve guests there
+    /// ([`crate::Worker::on_guest_threads`]).
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the runtime is only taken on drop")
+            .handle()
+    }
+
     /// Polls `guest` on the guest threads (see [`Self::spawn`]) until it finishes or
     /// `gone_at` passes.
     fn spawn_polled<F>(
@@ -551,40 +560,36 @@ impl GuestPool {
             .expect("the runtime is only taken on drop")
             .handle()
             .clone();
-        self.runtime
-            .as_ref()
-            .expect("the runtime is only taken on drop")
-            .spawn(async move {
-                loop {
-                    let demote =
-                        |guest: &Fair<F>| guest.ran >= DEMOTE_AFTER && guest.others_active();
-                    match tokio::time::timeout_at(gone_at, PollUntil(&mut guest, demote)).await {
-                        Ok(Some(output)) => return Some(output),
-                        Ok(None) => {}
-                        Err(_) => break,
-                    }
-                    let promote = |guest: &Fair<F>| !guest.others_active();
-                    let task = AbortOnDrop(background.spawn(async move {
-                        let polled =
-                            tokio::time::timeout_at(gone_at, PollUntil(&mut guest, promote)).await;
-                        (guest, polled)
-                    }));
-                    match task.await {
-                        Ok((_, Ok(Some(output)))) => return Some(output),
-                        Ok((back, Ok(None))) => guest = back,
-                        Ok((back, Err(_))) => {
-                            guest = back;
-                            break;
-                        }
-                        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-                        // The background runtime is shutting down with the worker.
-                        Err(_) => return None,
-                    }
+        self.handle().spawn(async move {
+            loop {
+                let demote = |guest: &Fair<F>| guest.ran >= DEMOTE_AFTER && guest.others_active();
+                match tokio::time::timeout_at(gone_at, PollUntil(&mut guest, demote)).await {
+                    Ok(Some(output)) => return Some(output),
+                    Ok(None) => {}
+                    Err(_) => break,
                 }
-                on_deadline();
-                drop(guest);
-                None
-            })
+                let promote = |guest: &Fair<F>| !guest.others_active();
+                let task = AbortOnDrop(background.spawn(async move {
+                    let polled =
+                        tokio::time::timeout_at(gone_at, PollUntil(&mut guest, promote)).await;
+                    (guest, polled)
+                }));
+                match task.await {
+                    Ok((_, Ok(Some(output)))) => return Some(output),
+                    Ok((back, Ok(None))) => guest = back,
+                    Ok((back, Err(_))) => {
+                        guest = back;
+                        break;
+                    }
+                    Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+                    // The background runtime is shutting down with the worker.
+                    Err(_) => return None,
+                }
+            }
+            on_deadline();
+            drop(guest);
+            None
+        })
     }
 }
 

@@ -191,6 +191,25 @@ impl Worker {
         self
     }
 
+    /// Runs `future` on the threads this worker's guests run on, and gives its output.
+    ///
+    /// For connecting the clients that guests' host calls go through (key-value,
+    /// messaging): a Redis connection drives its socket from a task spawned where it
+    /// connects (and reconnects, which a guest's call starts), so connected from here
+    /// its replies wake the waiting guest on the guest threads themselves rather than
+    /// on a thread of the process's main runtime that hands each reply over (README,
+    /// "Sensor pipeline").
+    ///
+    /// # Errors
+    /// When `future` panicked.
+    pub async fn on_guest_threads<F>(&self, future: F) -> Result<F::Output, tokio::task::JoinError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.guests.handle().spawn(future).await
+    }
+
     /// Hands guests' log lines and stdout/stderr to `logs` (`faas logs`).
     pub fn with_logs(mut self, logs: Arc<dyn faas_invoke::LogSink>) -> Self {
         self.logs = Some(logs);
@@ -647,7 +666,33 @@ async fn link(
 
 #[cfg(test)]
 mod tests {
-    use super::TenantSlots;
+    use super::{TenantSlots, Worker};
+    use crate::WorkerConfig;
+
+    fn thread_name() -> String {
+        std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_owned()
+    }
+
+    // What a client connected there spawns (a Redis connection's socket task) stays on
+    // the guest threads too: that is what makes its replies wake guests where they run.
+    #[tokio::test]
+    async fn what_runs_on_guest_threads_spawns_its_tasks_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let worker = Worker::new(WorkerConfig::new(dir.path())).unwrap();
+        let (ran_on, spawned_on) = worker
+            .on_guest_threads(async {
+                let spawned = tokio::spawn(async { thread_name() });
+                (thread_name(), spawned.await.unwrap())
+            })
+            .await
+            .unwrap();
+        assert_eq!(ran_on, "faas-guest");
+        assert_eq!(spawned_on, "faas-guest");
+        assert_ne!(thread_name(), "faas-guest");
+    }
 
     #[test]
     fn tenant_slots_grow_at_once_and_shrink_as_held_slots_come_back() {

@@ -45,7 +45,12 @@ pub(crate) struct Watch {
 impl Watch {
     /// Starts watching the bystander of `platform`.
     pub(crate) fn start(platform: &Platform) -> Self {
-        let url = platform.at(&format!("{BYSTANDER_ROUTE}?name=bystander"));
+        Self::start_at(platform, &format!("{BYSTANDER_ROUTE}?name=bystander"))
+    }
+
+    /// Starts watching another tenant's function at `path` (GET, answering 200).
+    pub(crate) fn start_at(platform: &Platform, path: &str) -> Self {
+        let url = platform.at(path);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::spawn(move || {
