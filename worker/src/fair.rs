@@ -599,9 +599,13 @@ pub(crate) enum FirstPoll {
     /// On the calling thread if no other tenant is active, or if the tenant's first
     /// polls there have been quick (see [`GuestPool::spawn`]): for an HTTP event, which
     /// mostly answers within that poll. Workflow steps do not: they mostly wait on the
-    /// host (key-value, Redis) soon after they start, and under a backlog their first
-    /// polls held the threads that move those replies (the sensor pipeline at 16x fell
-    /// to 1,600-2,100 matches/s, against 4,300-5,700 without).
+    /// host (key-value, Redis) soon after they start, so their first poll only moves
+    /// the instance's start to another thread than the one that continues it. Measured
+    /// three times on the sensor pipeline at 16x, it was much worse each time:
+    /// 1,600-2,100 against 4,300-5,700 matches/s, then 4,066 against 5,250 (while the
+    /// receiving threads also moved the guests' Redis replies), and with those replies
+    /// on the guest threads 2,700-3,700 against 5,000-5,700, for about 60% more CPU per
+    /// match.
     Here,
     /// On the guest threads.
     OnGuestThreads,
