@@ -82,8 +82,9 @@ impl RedisBroker {
 
     /// This broker over a connection of its own: the same settings, consumer name and
     /// tenants' quotas (shared with this one as with any clone), but a socket driven
-    /// by a task of the runtime this is called on, which a reconnection keeps. A
-    /// worker connects its guests' publisher this way on its guest threads.
+    /// by a task of the runtime this is called on (a reconnection, by one of the
+    /// runtime of the call that found the connection lost). A worker connects its
+    /// guests' publisher this way on its guest threads.
     ///
     /// # Errors
     /// [`BrokerError`] naming the server when it cannot be reached.
