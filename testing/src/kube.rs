@@ -54,6 +54,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(200);
 const LOG_TAIL_LINES: usize = 40;
 /// Prefix of the temporary directories (followed by the owning process id).
 const DIR_PREFIX: &str = "faas-k8s-";
+/// Starts tried, with new ports each, while a component finds its port taken.
+const START_ATTEMPTS: usize = 3;
 
 /// The Kubernetes version the tools are built at (`K8S_VERSION` in versions.env).
 pub fn kubernetes_version() -> &'static str {
@@ -118,6 +120,17 @@ struct Component {
     name: &'static str,
     child: Child,
     log: PathBuf,
+}
+
+/// Only an attempt that failed to start is dropped (the shared plane lives as long as
+/// the test binary): its components are stopped, so the next attempt runs alone.
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let components = self.components.get_mut().unwrap_or_else(|e| e.into_inner());
+        for component in components.iter_mut().rev() {
+            crate::stop(&mut component.child);
+        }
+    }
 }
 
 impl ControlPlane {
@@ -337,7 +350,7 @@ fn start_supervised() -> Result<ControlPlane, String> {
     std::thread::Builder::new()
         .name("k8s-control-plane".into())
         .spawn(move || {
-            let _ = sender.send(start());
+            let _ = sender.send(start_with_free_ports());
             loop {
                 std::thread::park();
             }
@@ -346,6 +359,27 @@ fn start_supervised() -> Result<ControlPlane, String> {
     receiver
         .recv()
         .map_err(|_| "the control plane's thread ended without an answer".to_owned())?
+}
+
+/// [`start`], again with new ports while a component could not bind its own: the ports
+/// are picked free and released before the components bind them, and meanwhile the
+/// kernel may give one out as the source port of a connection (the components open
+/// many to each other). The failed attempt's components are stopped when it is dropped.
+fn start_with_free_ports() -> Result<ControlPlane, String> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(failure)
+                if failure.contains("address already in use") && attempt < START_ATTEMPTS =>
+            {
+                eprintln!(
+                    "the control plane lost a port to another socket, starting again: {failure}"
+                );
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 fn start() -> Result<ControlPlane, String> {
@@ -386,7 +420,7 @@ fn start() -> Result<ControlPlane, String> {
     let scheduler_kubeconfig = dir.join("scheduler.kubeconfig");
     write_kubeconfig(&scheduler_kubeconfig, &pki.scheduler)?;
 
-    let plane = ControlPlane {
+    let mut plane = ControlPlane {
         dir: dir.clone(),
         server,
         kubeconfig,
@@ -516,7 +550,8 @@ fn start() -> Result<ControlPlane, String> {
         output.status.success() && output.stdout == b"True"
     })?;
     plane.check_running("kube-scheduler")?;
-    let startup = began.elapsed();
+    plane.startup = began.elapsed();
+    let startup = plane.startup;
     eprintln!(
         "faas_testing::kube: control plane up in {:.1} s (apiserver ready after {:.1} s) at {}, \
          files in {}",
@@ -525,7 +560,7 @@ fn start() -> Result<ControlPlane, String> {
         plane.server,
         dir.display()
     );
-    Ok(ControlPlane { startup, ..plane })
+    Ok(plane)
 }
 
 impl ControlPlane {
