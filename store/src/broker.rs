@@ -12,6 +12,7 @@
 //! publishes through it, does not link the gateway.
 
 use crate::Tenant;
+use crate::redis_connection::redact_url;
 use faas_invoke::{BoxFuture, PublishError, Publisher};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -66,7 +67,7 @@ impl RedisBroker {
     /// [`BrokerError`] naming the URL.
     pub async fn connect(url: &str) -> Result<Self, BrokerError> {
         let error = |source| BrokerError {
-            url: crate::redis_connection::redact_url(url),
+            url: redact_url(url),
             source,
         };
         let client = redis::Client::open(url).map_err(error)?;
@@ -82,9 +83,9 @@ impl RedisBroker {
 
     /// This broker over a connection of its own: the same settings, consumer name and
     /// tenants' quotas (shared with this one as with any clone), but a socket driven
-    /// by a task of the runtime this is called on (a reconnection, by one of the
-    /// runtime of the call that found the connection lost). A worker connects its
-    /// guests' publisher this way on its guest threads.
+    /// by a task of the runtime this is called on (after a reconnection, of the runtime
+    /// of the call that found the connection lost). A worker connects its guests'
+    /// publisher this way on its guest threads.
     ///
     /// # Errors
     /// [`BrokerError`] naming the server when it cannot be reached.

@@ -27,6 +27,7 @@ use redis::aio::ConnectionManager;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::Database;
+use crate::redis_connection::{self, redact_url};
 
 mod sqlite;
 
@@ -303,12 +304,9 @@ impl KeyValueStore {
     /// [`KvError::Store`] naming the URL (credentials hidden) when the URL is invalid
     /// or the server cannot be reached or does not answer.
     pub async fn redis(url: &str) -> Result<Self, KvError> {
-        let manager = crate::redis_connection::connect(url).await.map_err(|err| {
-            KvError::Store(format!(
-                "Redis at {}: {err}",
-                crate::redis_connection::redact_url(url)
-            ))
-        })?;
+        let manager = redis_connection::connect(url)
+            .await
+            .map_err(|err| KvError::Store(format!("Redis at {}: {err}", redact_url(url))))?;
         Ok(Self {
             backend: Backend::Redis(manager),
             quota: KvQuota::default(),
