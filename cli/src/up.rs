@@ -7,7 +7,7 @@
 use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs};
 use crate::deploy::prepare;
 use crate::services::wait_for_signal;
-use crate::worker::{WorkerArgs, connect_guests_to_redis};
+use crate::worker::{SWAP_TURNED_ON, WorkerArgs, connect_guests_to_redis};
 use anyhow::Context;
 use faas_gateway::registry::Deployment;
 use faas_gateway::{DeployOutcome, Gateway, Registry};
@@ -85,6 +85,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // The workers' series (instance starts, compiles, regions), served by the gateway.
     let guest_metrics = GuestMetrics::default();
     let mut workers = Vec::new();
+    let mut swap_watched = None;
     for index in 0..args.workers.max(1) {
         let id = WorkerId(format!("local-{index}"));
         let mut worker = Worker::new(worker_config.clone())?
@@ -96,8 +97,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             }
             _ => worker.with_key_value(key_value.clone()),
         };
+        let worker = Arc::new(worker);
+        if index == 0 {
+            // Swap is the machine's: every worker of this process sees it turned on.
+            swap_watched = Some(worker.clone());
+        }
         // The gateway knows the worker only as a `LocalWorker` (it links no Wasmtime).
-        workers.push((id, Arc::new(worker) as Arc<dyn LocalWorker>));
+        workers.push((id, worker as Arc<dyn LocalWorker>));
     }
     let placement = EmbeddedPlacement::new(workers.iter().map(|(id, _)| WorkerSpec {
         id: id.clone(),
@@ -173,9 +179,20 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     gateway.set_ready();
     println!("ready; press Ctrl-C to stop");
 
-    wait_for_signal().await?;
+    let swap_turned_on = tokio::select! {
+        result = wait_for_signal() => { result?; false }
+        () = async {
+            match &swap_watched {
+                Some(worker) => worker.until_swap_turned_on().await,
+                None => std::future::pending().await,
+            }
+        } => true,
+    };
     println!("shutting down");
     gateway.shutdown().await;
+    if swap_turned_on {
+        anyhow::bail!("{SWAP_TURNED_ON}");
+    }
     Ok(())
 }
 

@@ -291,16 +291,30 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
         internal: listener,
         metrics,
     };
-    let node =
-        Node::start(worker, shared, config, listeners).context("binding the worker socket")?;
+    let node = Node::start(worker.clone(), shared, config, listeners)
+        .context("binding the worker socket")?;
     println!("faas worker {id} is up at {bound}{metrics_at}");
     args.internal_token.print_source(&args.identity.data_dir);
-    wait_for_signal().await?;
+    let swap_turned_on = tokio::select! {
+        result = wait_for_signal() => { result?; false }
+        () = worker.until_swap_turned_on() => true,
+    };
     println!("draining");
     node.drain(Duration::from_millis(args.shutdown_grace_ms))
         .await;
+    if swap_turned_on {
+        anyhow::bail!("{SWAP_TURNED_ON}");
+    }
     Ok(())
 }
+
+/// Why a process that runs guests stopped by itself: its workers reset instance slots
+/// by scanning for the pages an event wrote, which misses pages swapped out, and refuse
+/// to start instances since ([`Worker::until_swap_turned_on`]). Started again, it
+/// resets slots in full.
+pub(crate) const SWAP_TURNED_ON: &str = "a swap area was turned on while this process \
+    ran guests; it stopped so that it can be started again with instance slots reset \
+    in full (or with swap off)";
 
 /// This boot of this machine, as the kernel names it.
 fn boot_id() -> anyhow::Result<String> {

@@ -20,14 +20,20 @@ pub(crate) const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 const MAX_WARM_SLOTS: u32 = 16;
 
 /// Builds an engine: pooling allocator and epoch interruption, and fuel metering if
-/// `fuel`.
+/// `fuel`. Its slots are reset by scanning for the pages an event wrote if
+/// `scan_written_pages`, which is safe only while nothing can be swapped out
+/// (`swap.rs`).
 ///
 /// Fuel is compiled into every function of an engine (a counter updated in every
 /// block), which costs compute-heavy guests time (4-27% in bench/cachesim.sh), while
 /// epochs already bound an event's time. So a worker compiles functions without a
 /// fuel limit for an engine without metering, and only those with one for a metered
 /// engine; both are built here, so their pooling and epoch settings cannot drift apart.
-pub(crate) fn build_engine(config: &WorkerConfig, fuel: bool) -> wasmtime::Result<Engine> {
+pub(crate) fn build_engine(
+    config: &WorkerConfig,
+    fuel: bool,
+    scan_written_pages: bool,
+) -> wasmtime::Result<Engine> {
     let mut wasm = Config::new();
     wasm.epoch_interruption(true);
     wasm.consume_fuel(fuel);
@@ -59,7 +65,11 @@ pub(crate) fn build_engine(config: &WorkerConfig, fuel: bool) -> wasmtime::Resul
             // Where the kernel has PAGEMAP_SCAN (Linux 6.7+), zero only the kept pages
             // an event wrote, not all of them: a hello touches a few pages of its
             // 2 MiB. Elsewhere Wasmtime falls back to zeroing them all.
-            .pagemap_scan(pagemap_scan())
+            .pagemap_scan(if scan_written_pages {
+                Enabled::Auto
+            } else {
+                Enabled::No
+            })
             // Each component keeps affinity to the slots it used; bound how many idle
             // slots stay warm, so idle workflows do not hold resident memory.
             .max_unused_warm_slots(MAX_WARM_SLOTS);
@@ -72,40 +82,6 @@ pub(crate) fn build_engine(config: &WorkerConfig, fuel: bool) -> wasmtime::Resul
         wasm.memory_init_cow(crate::region::images_can_be_told_apart());
     }
     Engine::new(&wasm)
-}
-
-/// Whether slots may be reset by scanning for the pages an event wrote (see
-/// [`pagemap_scan_for`]), from this machine's `/proc/swaps`.
-fn pagemap_scan() -> Enabled {
-    let swaps = std::fs::read_to_string("/proc/swaps");
-    let setting = pagemap_scan_for(swaps.as_deref().ok());
-    if setting == Enabled::No {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            tracing::warn!(
-                "swap is on (or /proc/swaps unreadable): instance slots are reset in full, \
-                 without scanning for the pages an event wrote, which is slower"
-            );
-        });
-    }
-    setting
-}
-
-/// Scanning for written pages only where no swap area is active (`proc_swaps` is the
-/// text of `/proc/swaps`, `None` if it could not be read). Wasmtime 48's scan looks
-/// for pages that are written *and present*: a written page the kernel swapped out is
-/// neither reset nor released, so the next instance in the slot, perhaps another
-/// tenant's, would read it (bytecodealliance/wasmtime#14357). A full reset touches
-/// every kept page, so swapped ones come back and are zeroed too. Swap turned on after
-/// the worker started is not seen.
-fn pagemap_scan_for(proc_swaps: Option<&str>) -> Enabled {
-    match proc_swaps {
-        // A header line, then one line per active swap area.
-        Some(text) if text.lines().skip(1).all(|line| line.trim().is_empty()) => Enabled::Auto,
-        // Without /proc there is no PAGEMAP_SCAN either; on Linux, assume swap.
-        None if !cfg!(target_os = "linux") => Enabled::Auto,
-        _ => Enabled::No,
-    }
 }
 
 /// How often an idle clock (no store exists) looks whether it was told to stop.
@@ -205,17 +181,6 @@ impl Drop for EpochClock {
 mod tests {
     use super::*;
     use tokio::sync::Semaphore;
-
-    #[test]
-    fn slots_are_scanned_for_written_pages_only_where_nothing_can_be_swapped_out() {
-        let header = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
-        assert_eq!(pagemap_scan_for(Some(header)), Enabled::Auto);
-        let zram = format!("{header}/dev/zram0  partition\t8388604\t\t0\t\t100\n");
-        assert_eq!(pagemap_scan_for(Some(&zram)), Enabled::No);
-        let file = format!("{header}/swapfile  file\t2097148\t\t512\t\t-2\n");
-        assert_eq!(pagemap_scan_for(Some(&file)), Enabled::No);
-        assert_eq!(pagemap_scan_for(None), Enabled::No, "unreadable on Linux");
-    }
 
     #[test]
     fn the_clock_stands_still_while_no_store_exists() {

@@ -61,6 +61,18 @@ pub enum InvokeError {
         /// Wasmtime's explanation.
         message: String,
     },
+    /// A swap area was turned on after the worker started resetting instance slots by
+    /// scanning for the pages an event wrote, which would miss swapped-out pages: no
+    /// instance starts until the worker is restarted (`swap.rs`).
+    #[error(
+        "function `{function}` could not start: a swap area was turned on after this \
+         worker started, so its instance slots can no longer be reset safely; the worker \
+         must be restarted"
+    )]
+    SwapTurnedOn {
+        /// The function that could not start.
+        function: String,
+    },
     /// The guest returned without producing a response, or produced an invalid one.
     #[error("function `{function}` returned no valid response: {message}")]
     BadResponse {
@@ -72,13 +84,14 @@ pub enum InvokeError {
 }
 
 impl InvokeError {
-    /// The HTTP status this failure maps to: 504 for a timeout, 503 when overloaded,
+    /// The HTTP status this failure maps to: 504 for a timeout, 503 when overloaded
+    /// (or the worker can no longer start instances),
     /// 404 for an unknown function, 500 otherwise.
     pub fn status(&self) -> u16 {
         match self {
             Self::UnknownFunction { .. } => 404,
             Self::Timeout { .. } => 504,
-            Self::Overloaded { .. } => 503,
+            Self::Overloaded { .. } | Self::SwapTurnedOn { .. } => 503,
             _ => 500,
         }
     }
@@ -93,6 +106,8 @@ impl InvokeError {
             Self::RegionLimit { .. } => FailureKind::RegionLimit,
             Self::OutOfFuel { .. } => FailureKind::OutOfFuel,
             Self::Overloaded { .. } => FailureKind::Overloaded,
+            // Nothing ran, and another worker may take the event.
+            Self::SwapTurnedOn { .. } => FailureKind::Unavailable,
             Self::BadResponse { .. } => FailureKind::BadResponse,
         }
     }
@@ -107,6 +122,7 @@ impl InvokeError {
             | Self::RegionLimit { function, .. }
             | Self::OutOfFuel { function, .. }
             | Self::Overloaded { function, .. }
+            | Self::SwapTurnedOn { function }
             | Self::BadResponse { function, .. } => function,
         }
     }

@@ -36,6 +36,7 @@ mod replica;
 mod run;
 pub mod services;
 mod state;
+mod swap;
 mod worker;
 
 pub use config::{Limits, WorkerConfig};

@@ -14,6 +14,7 @@ use crate::linked::SharedEntries;
 use crate::metrics::{FunctionCounters, GuestMetrics};
 use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
+use crate::swap::SwapWatch;
 use faas_invoke::LoadError;
 use faas_invoke::Publisher;
 use faas_store::{Quotas, Tenant};
@@ -44,11 +45,15 @@ struct Runtime {
     shared: SharedEntries,
     /// [`WorkerConfig::after_load`].
     after_load: fn(),
+    /// Whether the engine resets slots by scanning for the pages an event wrote, which
+    /// a swap area turned on later makes unsafe (`swap.rs`).
+    scans_written_pages: bool,
 }
 
 impl Runtime {
-    fn new(config: &WorkerConfig, fuel: bool) -> wasmtime::Result<Self> {
-        let engine = build_engine(config, fuel)?;
+    fn new(config: &WorkerConfig, fuel: bool, swap: &SwapWatch) -> wasmtime::Result<Self> {
+        let scans_written_pages = config.pooling && swap.scanning_is_safe();
+        let engine = build_engine(config, fuel, scans_written_pages)?;
         let mut linker = Linker::new(&engine);
         host::add_to_linker(&mut linker)?;
         let cache =
@@ -61,6 +66,7 @@ impl Runtime {
             cache,
             shared: SharedEntries::default(),
             after_load: config.after_load,
+            scans_written_pages,
         })
     }
 }
@@ -97,6 +103,9 @@ pub struct Worker {
     retired: std::sync::Mutex<Vec<std::sync::Weak<Retired>>>,
     config: WorkerConfig,
     clock: EpochClock,
+    /// The process's swap watch, while this worker's slots are reset by scanning for
+    /// written pages: once a swap area is turned on, no new instance starts.
+    swap: Option<Arc<SwapWatch>>,
 }
 
 /// One tenant's instance slots on a worker: a semaphore of `limit` permits, resized
@@ -151,8 +160,9 @@ impl Worker {
     /// If the engine cannot be created (e.g. the pooling allocator cannot reserve its
     /// address space).
     pub fn new(config: WorkerConfig) -> Result<Self, StartError> {
+        let swap = SwapWatch::process();
         let unmetered =
-            Runtime::new(&config, false).map_err(|err| StartError(format!("{err:#}")))?;
+            Runtime::new(&config, false, &swap).map_err(|err| StartError(format!("{err:#}")))?;
         let instance_slots = Arc::new(Semaphore::new(config.max_instances as usize));
         let clock = EpochClock::start(
             unmetered.engine.clone(),
@@ -163,7 +173,6 @@ impl Worker {
             guests: GuestPool::new(config.guest_turns, clock.preempter())
                 .map_err(|err| StartError(format!("starting the guest threads: {err}")))?,
             clock,
-            unmetered,
             metered: std::sync::OnceLock::new(),
             metered_init: std::sync::Mutex::new(()),
             kv: Arc::new(KeyValueStore::memory()),
@@ -175,6 +184,8 @@ impl Worker {
             quota_tenants: std::sync::Mutex::default(),
             region_files: FileBudget::new(config.max_region_files),
             retired: std::sync::Mutex::default(),
+            swap: unmetered.scans_written_pages.then_some(swap),
+            unmetered,
             config,
         })
     }
@@ -278,6 +289,31 @@ impl Worker {
         retired
     }
 
+    /// Returns once a swap area was turned on after this worker started resetting its
+    /// instance slots by scanning for the pages an event wrote (never, if it resets
+    /// them in full). From then on no instance starts on it ([`InvokeError::SwapTurnedOn`]),
+    /// so its process should stop, to be started again with slots reset in full.
+    pub async fn until_swap_turned_on(&self) {
+        match &self.swap {
+            Some(swap) => swap.until_turned_on().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Watches `swap` instead of the process's watch, as if this worker's slots were
+    /// reset by scanning for written pages.
+    #[cfg(test)]
+    fn with_swap_watch(mut self, swap: Arc<SwapWatch>) -> Self {
+        self.swap = Some(swap);
+        self
+    }
+
+    /// Whether this worker's slots can no longer be reset safely (see
+    /// [`Self::until_swap_turned_on`]).
+    fn swap_turned_on(&self) -> bool {
+        self.swap.as_ref().is_some_and(|swap| swap.turned_on())
+    }
+
     /// Tears every retired producer down now, freeing their slots.
     fn release_retired(&self) {
         let list = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|p| p.into_inner()));
@@ -299,7 +335,7 @@ impl Worker {
         if let Some(metered) = self.metered.get() {
             return Ok(metered);
         }
-        let metered = Runtime::new(&self.config, true)?;
+        let metered = Runtime::new(&self.config, true, &SwapWatch::process())?;
         self.clock.add(metered.engine.clone());
         tracing::info!("fuel-metered engine started");
         Ok(self.metered.get_or_init(|| metered))
@@ -500,13 +536,20 @@ impl Worker {
     /// but no longer than the function's deadline.
     ///
     /// # Errors
-    /// [`InvokeError::Overloaded`] when no slot frees up within the deadline.
+    /// [`InvokeError::Overloaded`] when no slot frees up within the deadline,
+    /// [`InvokeError::SwapTurnedOn`] once this worker's slots can no longer be reset
+    /// safely.
     pub(crate) async fn new_store(
         &self,
         workflow: &LoadedWorkflow,
         function: &LoadedFunction,
         regions: Option<RegionScope>,
     ) -> Result<(Store<InstanceState>, MemoryOutputPipe), InvokeError> {
+        if self.swap_turned_on() {
+            return Err(InvokeError::SwapTurnedOn {
+                function: function.name.to_string(),
+            });
+        }
         let overloaded = |message: String| InvokeError::Overloaded {
             function: function.name.to_string(),
             message,
@@ -670,7 +713,10 @@ async fn link(
 #[cfg(test)]
 mod tests {
     use super::{TenantSlots, Worker};
-    use crate::WorkerConfig;
+    use crate::swap::SwapWatch;
+    use crate::{InvokeError, WorkerConfig};
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     fn thread_name() -> String {
         std::thread::current()
@@ -695,6 +741,51 @@ mod tests {
         assert_eq!(ran_on, "faas-guest");
         assert_eq!(spawned_on, "faas-guest");
         assert_ne!(thread_name(), "faas-guest");
+    }
+
+    /// Once a swap area is turned on, a worker whose slots are scanned for written pages
+    /// starts no instance (one could read another's swapped-out page), and says so to
+    /// whoever waits to stop its process.
+    #[tokio::test]
+    async fn once_swap_is_turned_on_no_instance_starts_and_the_process_is_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let swap = Arc::new(SwapWatch::detached());
+        let worker = Arc::new(
+            Worker::new(WorkerConfig::new(dir.path()))
+                .unwrap()
+                .with_swap_watch(swap.clone()),
+        );
+        let text = format!(
+            "name = \"hello\"\ntenant = \"t\"\n[functions.hello]\ncomponent = \"{}\"\n\
+             [[triggers.http]]\nroute = \"/hello\"\nfunction = \"hello\"\n",
+            faas_testing::component_path("hello").display()
+        );
+        let manifest = faas_workflow::Workflow::parse("workflow.toml", &text).unwrap();
+        let components = BTreeMap::from([("hello".to_owned(), faas_testing::component("hello"))]);
+        let workflow = worker.load_workflow(&manifest, components).await.unwrap();
+        let get = || {
+            let request = hyper::Request::get("http://localhost/hello")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            worker.handle_http(&workflow, "hello", request)
+        };
+        assert_eq!(get().await.unwrap().status(), 200);
+        let told = tokio::spawn({
+            let worker = worker.clone();
+            async move { worker.until_swap_turned_on().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!told.is_finished(), "told before swap was turned on");
+
+        swap.turn_on("swap was turned on (/swapfile)");
+        let refused = get().await.unwrap_err();
+        assert!(
+            matches!(refused, InvokeError::SwapTurnedOn { .. }),
+            "{refused}"
+        );
+        assert_eq!(refused.status(), 503);
+        assert_eq!(refused.cause(), faas_invoke::FailureKind::Unavailable);
+        told.await.unwrap();
     }
 
     #[test]

@@ -73,13 +73,15 @@ pub enum RunError {
 impl RunError {
     /// The HTTP status this failure maps to.
     pub fn status(&self) -> u16 {
+        if let Some(err) = self.not_started() {
+            return err.status();
+        }
         match self {
             Self::Timeout(_) | Self::JoinTimeout { .. } => 504,
             Self::StepFailed {
                 cause: StepFailure::Invoke(err),
                 ..
             } if err.status() == 504 => 504,
-            _ if self.is_overloaded() => 503,
             Self::RemoteBranch { failure, .. } => failure.status,
             _ => 500,
         }
@@ -87,21 +89,33 @@ impl RunError {
 
     /// Whether a step failed only because it could not get an instance slot in time.
     pub fn is_overloaded(&self) -> bool {
-        matches!(
-            self,
+        matches!(self.not_started(), Some(InvokeError::Overloaded { .. }))
+    }
+
+    /// Why a step failed, if it failed because no instance of it could start (no slot
+    /// came free in time, or the worker can start no more instances).
+    fn not_started(&self) -> Option<&InvokeError> {
+        match self {
             Self::StepFailed {
                 cause: StepFailure::Invoke(err),
                 ..
-            } if matches!(**err, InvokeError::Overloaded { .. })
-        )
+            } if matches!(
+                **err,
+                InvokeError::Overloaded { .. } | InvokeError::SwapTurnedOn { .. }
+            ) =>
+            {
+                Some(err)
+            }
+            _ => None,
+        }
     }
 
     /// A one-word cause for error bodies.
     pub fn kind(&self) -> FailureKind {
-        if self.is_overloaded() {
+        if let Some(err) = self.not_started() {
             // Said apart from other step failures: no instance of the step ran, so a
             // stream trigger does not count the attempt as a delivery.
-            return FailureKind::Overloaded;
+            return err.cause();
         }
         match self {
             Self::NoSteps(_) => FailureKind::NoSteps,
@@ -190,5 +204,49 @@ impl Worker {
         peers: Peers,
     ) -> RunOutcome {
         chain::run(self.clone(), workflow.clone(), input, message, peers).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step no instance of which could start is said apart from one that ran and
+    /// failed: a stream trigger does not count it as a delivery, and another worker
+    /// may take it.
+    #[test]
+    fn a_step_that_could_not_start_is_said_apart_from_one_that_failed() {
+        let failed = |err| RunError::StepFailed {
+            step: "s".into(),
+            branch: 0,
+            attempts: 1,
+            cause: StepFailure::Invoke(Arc::new(err)),
+        };
+        let function = || "f".to_owned();
+        let overloaded = failed(InvokeError::Overloaded {
+            function: function(),
+            message: "busy".into(),
+        });
+        assert!(overloaded.is_overloaded());
+        assert_eq!(
+            (overloaded.kind(), overloaded.status()),
+            (FailureKind::Overloaded, 503)
+        );
+        let swapping = failed(InvokeError::SwapTurnedOn {
+            function: function(),
+        });
+        assert!(!swapping.is_overloaded());
+        assert_eq!(
+            (swapping.kind(), swapping.status()),
+            (FailureKind::Unavailable, 503)
+        );
+        let trapped = failed(InvokeError::Trap {
+            function: function(),
+            message: "unreachable".into(),
+        });
+        assert_eq!(
+            (trapped.kind(), trapped.status()),
+            (FailureKind::StepFailed, 500)
+        );
     }
 }
