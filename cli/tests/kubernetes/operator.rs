@@ -216,6 +216,47 @@ impl Cluster {
         }
     }
 
+    /// Waits until an Event of `type_` (`Normal`, `Warning`) and `reason` regarding the
+    /// `kind` object `name` is in `namespace`, and returns its note.
+    fn wait_event(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+        type_: &str,
+        reason: &str,
+    ) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let output = self.plane.kubectl_ok([
+                "get",
+                "events.v1.events.k8s.io",
+                "--namespace",
+                namespace,
+                "-o",
+                "json",
+            ]);
+            let events: Value = serde_json::from_str(&output).unwrap();
+            let found = events["items"].as_array().and_then(|items| {
+                items.iter().find(|event| {
+                    event["regarding"]["kind"] == kind
+                        && event["regarding"]["name"] == name
+                        && event["type"] == type_
+                        && event["reason"] == reason
+                })
+            });
+            if let Some(event) = found {
+                assert_eq!(event["reportingController"], "faas.dev/operator");
+                return event["note"].as_str().unwrap_or_default().to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {type_} Event {reason} on {kind} {name}; the Events in {namespace}: {events:#}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The replicas the worker Deployment asks for.
     fn worker_replicas(&self) -> String {
         self.plane
@@ -445,6 +486,13 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
     ));
     let ready = cluster.wait_condition("fetched", "Ready", "True", "Ready");
     assert_eq!(ready["status"]["replicas"], 1);
+    // What happened is told as Events too (`kubectl describe workflow fetched`).
+    let revision = ready["status"]["revision"].as_u64().unwrap();
+    let (tenant, workflow) = (cluster.tenant.as_str(), "Workflow");
+    let deployed = cluster.wait_event(tenant, workflow, "fetched", "Normal", "Deployed");
+    assert_eq!(deployed, format!("revision {revision} deployed"));
+    let serving = cluster.wait_event(tenant, workflow, "fetched", "Normal", "Ready");
+    assert!(serving.starts_with("1 of 1 replica(s)"), "{serving}");
     let shared = cluster.shared();
     let stored = cluster.runtime.block_on(shared.component(&sha)).unwrap();
     assert_eq!(
@@ -472,6 +520,8 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
         message.contains(&sha) && message.contains("spec.functions.hello.component"),
         "{message}"
     );
+    let warned = cluster.wait_event(tenant, workflow, "mismatch", "Warning", "DigestMismatch");
+    assert_eq!(warned, message);
     assert_eq!(condition(&degraded, "Ready").unwrap()["status"], "False");
     assert!(
         cluster.runtime.block_on(shared.component(&wrong)).is_err(),
@@ -643,6 +693,15 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
     });
     let idle = cluster.wait_condition("sleeper", "Placed", "False", "ScaledToZero");
     assert_eq!(condition(&idle, "Ready").unwrap()["status"], "False");
+    let system = cluster.system.clone();
+    let scaled = cluster.wait_event(
+        &system,
+        "Deployment",
+        "faas-worker",
+        "Normal",
+        "ScaledToZero",
+    );
+    assert_eq!(scaled, "scaled to zero: no event for 3s");
 
     // An event waits for a worker (as a gateway's activator signals it).
     cluster
@@ -654,6 +713,11 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
     });
     let ready = cluster.wait_condition("sleeper", "Ready", "True", "Ready");
     assert_eq!(ready["status"]["replicas"], 1);
+    let woken = cluster.wait_event(&system, "Deployment", "faas-worker", "Normal", "ScaledUp");
+    assert_eq!(
+        woken,
+        "scaled up to 1 replica(s): events wait for workflow(s) sleeper"
+    );
     // Served: the demand is cleared, so the workers may go idle again later.
     cluster.wait_for("the demand to be cleared", |c| {
         c.runtime.block_on(c.shared().demand()).unwrap().is_empty()

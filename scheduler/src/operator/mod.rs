@@ -9,11 +9,14 @@
 //! - [`pods`]: a deleted worker pod's worker is forgotten at once.
 //! - [`scale`]: the worker Deployment scaled to zero when idle and back on demand.
 //! - [`leader`]: only the holder of a Lease reconciles, places and scales.
+//! - [`events`]: Kubernetes Events for what changed (deployed, refused, Ready, placed,
+//!   scaled).
 //!
 //! Placement runs the same rounds as `faas scheduler` ([`crate::service`]), so tenant
 //! affinity, capacity and replicas follow the planner's rules in both modes.
 
 mod components;
+mod events;
 mod leader;
 mod observe;
 mod pods;
@@ -107,6 +110,8 @@ pub(crate) struct Context {
     pub(crate) place_now: Notify,
     /// Wakes every Workflow's reconcile (placements or load status changed).
     pub(crate) reconcile_all: Notify,
+    /// Where the operator's Kubernetes Events go.
+    pub(crate) events: events::Events,
     /// One deploy at a time, since each checks names and routes against the others.
     pub(crate) deploy_lock: tokio::sync::Mutex<()>,
     /// Failed reconciles in a row, by `namespace/name`, for the retry backoff.
@@ -142,6 +147,7 @@ pub async fn run(
         () = &mut shutdown => return Ok(()),
     };
     tracing::info!(identity = %config.identity, lease = %config.lease_name, "elected leader");
+    let events = events::Events::new(client.clone(), &config.identity);
     let context = Arc::new(Context {
         client,
         shared,
@@ -151,6 +157,7 @@ pub async fn run(
         scaled_to_zero: AtomicBool::new(false),
         place_now: Notify::new(),
         reconcile_all: Notify::new(),
+        events,
         deploy_lock: tokio::sync::Mutex::new(()),
         failures: Mutex::new(HashMap::new()),
     });

@@ -172,6 +172,11 @@ async fn apply(
         let params = PatchParams::apply(FIELD_MANAGER).force();
         api.patch_status(&workflow.name_any(), &params, &Patch::Apply(&patch))
             .await?;
+        // Once written: a write that failed is retried, and says it then.
+        context
+            .events
+            .status_changed(workflow, workflow.status.as_ref(), &status)
+            .await;
     }
     // Changes in Redis wake every Workflow anyway (see `operator::place`): the short
     // requeue only backs that up while something is on its way.

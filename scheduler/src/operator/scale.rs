@@ -67,7 +67,11 @@ impl Scaler {
             Err(err) => return Err(err.into()),
         };
         self.reported_missing = false;
-        let current = scale.spec.and_then(|spec| spec.replicas).unwrap_or(0);
+        let current = scale
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.replicas)
+            .unwrap_or(0);
         context
             .scaled_to_zero
             .store(current == 0, Ordering::Relaxed);
@@ -76,14 +80,25 @@ impl Scaler {
         if !demand.is_empty() {
             self.demand_seen = unix_millis();
         }
-        let target = if current == 0 && newest_demand.is_some_and(|at| at > self.scaled_up) {
+        let (target, why) = if current == 0 && newest_demand.is_some_and(|at| at > self.scaled_up) {
+            let waiting: Vec<&String> = demand.keys().collect();
             tracing::info!(deployment = %name, replicas = config.worker_replicas,
-                workflows = ?demand.keys().collect::<Vec<_>>(), "demand: scaling the workers up");
+                workflows = ?waiting, "demand: scaling the workers up");
             self.scaled_up = unix_millis();
-            config.worker_replicas
+            let why = format!(
+                "scaled up to {} replica(s): events wait for workflow(s) {}",
+                config.worker_replicas,
+                waiting
+                    .iter()
+                    .map(|name| name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            (config.worker_replicas, why)
         } else if current > 0 && demand.is_empty() && self.idle(context).await? {
             tracing::info!(deployment = %name, "no events: scaling the workers to zero");
-            0
+            let after = config.scale_to_zero_after.unwrap_or_default().as_secs();
+            (0, format!("scaled to zero: no event for {after}s"))
         } else {
             return Ok(());
         };
@@ -91,6 +106,7 @@ impl Scaler {
         api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         context.scaled_to_zero.store(target == 0, Ordering::Relaxed);
+        context.events.workers_scaled(&scale, target, why).await;
         Ok(())
     }
 
