@@ -12,7 +12,7 @@
 //! publishes through it, does not link the gateway.
 
 use crate::Tenant;
-use crate::redis_connection::redact_url;
+use crate::redis_connection::{manage, redact_url};
 use faas_invoke::{BoxFuture, PublishError, Publisher};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -27,13 +27,6 @@ pub const DEFAULT_STREAM_MAX_LEN: usize = 10_000;
 /// The Redis key of channel or stream `name` of `tenant`.
 pub fn namespaced(tenant: &str, name: &str) -> String {
     format!("t:{tenant}:{name}")
-}
-
-/// A connection manager for `client`, checked with `PING`.
-async fn open(client: &redis::Client) -> redis::RedisResult<ConnectionManager> {
-    let mut connection = client.get_connection_manager().await?;
-    let _: String = redis::cmd("PING").query_async(&mut connection).await?;
-    Ok(connection)
 }
 
 /// Why the broker could not be reached.
@@ -71,7 +64,7 @@ impl RedisBroker {
             source,
         };
         let client = redis::Client::open(url).map_err(error)?;
-        let connection = open(&client).await.map_err(error)?;
+        let connection = manage(client.clone()).await.map_err(error)?;
         Ok(Self {
             client,
             connection,
@@ -90,10 +83,12 @@ impl RedisBroker {
     /// # Errors
     /// [`BrokerError`] naming the server when it cannot be reached.
     pub async fn with_own_connection(&self) -> Result<Self, BrokerError> {
-        let connection = open(&self.client).await.map_err(|source| BrokerError {
-            url: self.client.get_connection_info().addr().to_string(),
-            source,
-        })?;
+        let connection = manage(self.client.clone())
+            .await
+            .map_err(|source| BrokerError {
+                url: self.client.get_connection_info().addr().to_string(),
+                source,
+            })?;
         Ok(Self {
             connection,
             ..self.clone()
@@ -286,6 +281,45 @@ mod tests {
         let message = err.to_string();
         assert!(message.contains("127.0.0.1:1"), "{message}");
         assert!(!message.contains("hunter2"), "{message}");
+    }
+
+    // A guest's message to a Redis that went away fails with an error it can act on,
+    // well within its event's deadline (the kv store's settings: a few quick
+    // reconnects), not after the crate's default rounds of backoff (about 6 s), and the
+    // next message after Redis is back goes through on the same broker.
+    #[tokio::test]
+    async fn a_message_to_a_redis_gone_away_fails_soon_and_goes_through_once_it_is_back() {
+        let mut server = RedisServer::start();
+        let broker = RedisBroker::connect(&server.url()).await.unwrap();
+        broker.publish("t", "c", b"before").await.unwrap();
+        // The server goes away (and stays away until restarted below).
+        let mut admin = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _ = redis::cmd("SHUTDOWN")
+            .arg("NOSAVE")
+            .query_async::<()>(&mut admin)
+            .await;
+        let started = std::time::Instant::now();
+        match broker.publish("t", "c", b"during").await {
+            Err(PublishError::Broker { name, .. }) => assert_eq!(name, "c"),
+            other => panic!("expected a broker error, got {other:?}"),
+        }
+        let waited = started.elapsed();
+        assert!(
+            waited < std::time::Duration::from_secs(3),
+            "failed after {waited:?}"
+        );
+        let server = tokio::task::spawn_blocking(move || {
+            server.restart();
+            server
+        })
+        .await
+        .unwrap();
+        broker.publish("t", "c", b"after").await.unwrap();
+        drop(server);
     }
 
     // A worker's guests publish through their own connection; the tenants' quotas the

@@ -15,26 +15,27 @@ pub(crate) enum ConnectError {
     Unreachable(RedisError),
 }
 
-/// A connection manager for `url`, checked with `PING`. It makes a few quick reconnect
-/// attempts, then fails the operation: a guest or an admin request waiting on a dead
-/// Redis gets an error well within its deadline rather than hanging, and the next
-/// operation starts a new round. Responses may take 5 s (values reach 1 MiB; the
-/// crate's default of 500 ms is tight for that over a real network).
+/// A connection manager for `url`, checked with `PING` (see [`manage`]).
 pub(crate) async fn connect(url: &str) -> Result<ConnectionManager, ConnectError> {
     let client = redis::Client::open(url).map_err(ConnectError::Url)?;
+    manage(client).await.map_err(ConnectError::Unreachable)
+}
+
+/// A connection manager for `client`, checked with `PING`. It makes a few quick
+/// reconnect attempts, then fails the operation: a guest (a key-value call, a
+/// message) or an admin request waiting on a dead Redis gets an error well within its
+/// deadline rather than hanging, and the next operation starts a new round. Responses
+/// may take 5 s (values reach 1 MiB; the crate's default of 500 ms is tight for that
+/// over a real network).
+pub(crate) async fn manage(client: redis::Client) -> Result<ConnectionManager, RedisError> {
     let config = ConnectionManagerConfig::new()
         .set_number_of_retries(3)
         .set_min_delay(Duration::from_millis(50))
         .set_max_delay(Duration::from_millis(500))
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(Duration::from_secs(5)));
-    let mut manager = ConnectionManager::new_with_config(client, config)
-        .await
-        .map_err(ConnectError::Unreachable)?;
-    redis::cmd("PING")
-        .query_async::<()>(&mut manager)
-        .await
-        .map_err(ConnectError::Unreachable)?;
+    let mut manager = ConnectionManager::new_with_config(client, config).await?;
+    redis::cmd("PING").query_async::<()>(&mut manager).await?;
     Ok(manager)
 }
 
