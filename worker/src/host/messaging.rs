@@ -169,6 +169,41 @@ mod tests {
         );
     }
 
+    /// The batch limits are the host's to enforce, but guests learn them from the WIT
+    /// (every language) and the Rust SDK (`MAX_PUBLISH_ALL`, checked before the call),
+    /// which live in other workspaces: this keeps the three saying the same thing.
+    #[test]
+    fn the_wit_and_the_sdk_state_the_host_batch_limits() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let read = |path: &str| std::fs::read_to_string(format!("{root}/{path}")).unwrap();
+        // Its doc comments as running text: words only, without the `///`s.
+        let wit = read("wit/platform.wit")
+            .split_whitespace()
+            .filter(|word| *word != "///")
+            .collect::<Vec<_>>()
+            .join(" ");
+        let messages = MAX_BATCH_MESSAGES
+            .to_string()
+            .as_bytes()
+            .rchunks(3)
+            .rev()
+            .map(|digits| std::str::from_utf8(digits).unwrap())
+            .collect::<Vec<_>>()
+            .join(",");
+        let stated = format!(
+            "At most {messages} messages and {} MiB in all",
+            MAX_BATCH_BYTES >> 20
+        );
+        assert!(wit.contains(&stated), "wit/platform.wit must say: {stated}");
+        let sdk = read("sdk/faas-sdk/src/messaging.rs");
+        let constant = format!("pub const MAX_PUBLISH_ALL: usize = {MAX_BATCH_MESSAGES};");
+        assert!(sdk.contains(&constant), "the SDK must say: {constant}");
+        assert!(
+            sdk.contains(&format!("{} MiB per call", MAX_BATCH_BYTES >> 20)),
+            "the SDK's docs must give the host's byte limit"
+        );
+    }
+
     #[test]
     fn a_batch_is_bounded_in_messages_and_bytes_and_each_message_checked() {
         let small = vec![b"x".to_vec(); MAX_BATCH_MESSAGES];
