@@ -545,11 +545,6 @@ impl Worker {
         function: &LoadedFunction,
         regions: Option<RegionScope>,
     ) -> Result<(Store<InstanceState>, MemoryOutputPipe), InvokeError> {
-        if self.swap_turned_on() {
-            return Err(InvokeError::SwapTurnedOn {
-                function: function.name.to_string(),
-            });
-        }
         let overloaded = |message: String| InvokeError::Overloaded {
             function: function.name.to_string(),
             message,
@@ -590,6 +585,13 @@ impl Worker {
             ))
         })?
         .expect("the slot semaphore is never closed");
+        // Checked once the slots are held, as late as can be: an event may have waited
+        // for them while swap was turned on.
+        if self.swap_turned_on() {
+            return Err(InvokeError::SwapTurnedOn {
+                function: function.name.to_string(),
+            });
+        }
         // The store about to be made needs ticks for its deadline and fair turns.
         self.clock.wake();
         function.metrics.instance_started();
