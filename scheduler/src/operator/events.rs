@@ -151,8 +151,22 @@ fn same(old: Option<&Condition>, new: &Condition, message: bool) -> bool {
     })
 }
 
-/// A Normal Event.
-fn normal(reason: &str, action: &str, note: String) -> Event {
+/// The longest note the API server accepts on an Event, in bytes.
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// A Normal Event. Its note is cut to what the API server accepts: a failed load's
+/// message carries the worker's error, which can be longer, and an Event refused for
+/// it would say nothing at all.
+fn normal(reason: &str, action: &str, mut note: String) -> Event {
+    if note.len() > MAX_NOTE_BYTES {
+        const CUT: &str = "...";
+        let mut end = MAX_NOTE_BYTES - CUT.len();
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str(CUT);
+    }
     Event {
         type_: EventType::Normal,
         reason: reason.to_owned(),
@@ -185,6 +199,16 @@ mod tests {
             .iter()
             .map(|e| (e.type_, e.reason.as_str()))
             .collect()
+    }
+
+    #[test]
+    fn a_note_longer_than_the_api_server_takes_is_cut_on_a_character() {
+        let long = "é".repeat(MAX_NOTE_BYTES);
+        let note = normal("LoadFailed", "Load", long).note.unwrap();
+        assert!(note.len() <= MAX_NOTE_BYTES, "{}", note.len());
+        assert!(note.ends_with("..."));
+        let short = normal("Ready", "Reconcile", "1 of 1".into()).note.unwrap();
+        assert_eq!(short, "1 of 1");
     }
 
     #[test]
