@@ -84,10 +84,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let logs = Arc::new(faas_gateway::logs::MemoryLogs::new(args.log_budget_bytes));
     // The workers' series (instance starts, compiles, regions), served by the gateway.
     let guest_metrics = GuestMetrics::default();
-    let mut workers = Vec::new();
-    let mut swap_watched = None;
-    for index in 0..args.workers.max(1) {
-        let id = WorkerId(format!("local-{index}"));
+    let mut locals = Vec::new();
+    for _ in 0..args.workers.max(1) {
         let mut worker = Worker::new(worker_config.clone())?
             .with_logs(logs.clone())
             .with_metrics(guest_metrics.clone());
@@ -97,14 +95,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             }
             _ => worker.with_key_value(key_value.clone()),
         };
-        let worker = Arc::new(worker);
-        if index == 0 {
-            // Swap is the machine's: every worker of this process sees it turned on.
-            swap_watched = Some(worker.clone());
-        }
-        // The gateway knows the worker only as a `LocalWorker` (it links no Wasmtime).
-        workers.push((id, worker as Arc<dyn LocalWorker>));
+        locals.push(Arc::new(worker));
     }
+    // The gateway knows the workers only as `LocalWorker`s (it links no Wasmtime).
+    let workers: Vec<(WorkerId, Arc<dyn LocalWorker>)> = locals
+        .iter()
+        .enumerate()
+        .map(|(index, worker)| {
+            let id = WorkerId(format!("local-{index}"));
+            (id, worker.clone() as Arc<dyn LocalWorker>)
+        })
+        .collect();
     let placement = EmbeddedPlacement::new(workers.iter().map(|(id, _)| WorkerSpec {
         id: id.clone(),
         capacity: args.worker.capacity,
@@ -181,12 +182,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 
     let swap_turned_on = tokio::select! {
         result = wait_for_signal() => { result?; false }
-        () = async {
-            match &swap_watched {
-                Some(worker) => worker.until_swap_turned_on().await,
-                None => std::future::pending().await,
-            }
-        } => true,
+        // Swap is the machine's: every worker of this process sees it turned on, so
+        // the first (there is at least one) speaks for all.
+        () = locals[0].until_swap_turned_on() => true,
     };
     println!("shutting down");
     gateway.shutdown().await;

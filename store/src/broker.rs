@@ -285,7 +285,7 @@ mod tests {
 
     // A guest's message to a Redis that went away fails with an error it can act on,
     // well within its event's deadline (the kv store's settings: a few quick
-    // reconnects), not after the crate's default rounds of backoff (about 6 s), and the
+    // reconnects), not after the crate's default rounds of backoff (about 11 s), and the
     // next message after Redis is back goes through on the same broker.
     #[tokio::test]
     async fn a_message_to_a_redis_gone_away_fails_soon_and_goes_through_once_it_is_back() {

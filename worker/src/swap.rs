@@ -72,21 +72,18 @@ impl SwapWatch {
     /// its own.
     #[cfg(target_os = "linux")]
     fn start() -> Self {
-        let watch = Self {
-            off_at_start: false,
-            turned_on: watch::Sender::new(false),
-        };
+        let turned_on = watch::Sender::new(false);
         // Opened before it is read: the kernel counts changes from the open on, so
         // one made between the read and the first poll still wakes it.
         let off = std::fs::File::open(PROC_SWAPS).and_then(|file| {
             if !no_swap_areas(&read_from_start(&file)?) {
                 return Ok(false);
             }
-            let watch = watch.turned_on.clone();
+            let turned_on = turned_on.clone();
             std::thread::Builder::new()
                 .name("faas-swap-watch".into())
                 .spawn(move || {
-                    mark_turned_on(&watch, &watch_until_turned_on(&file));
+                    mark_turned_on(&turned_on, &watch_until_turned_on(&file));
                 })?;
             Ok(true)
         });
@@ -99,7 +96,7 @@ impl SwapWatch {
         }
         Self {
             off_at_start,
-            ..watch
+            turned_on,
         }
     }
 

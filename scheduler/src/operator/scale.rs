@@ -81,18 +81,14 @@ impl Scaler {
             self.demand_seen = unix_millis();
         }
         let (target, why) = if current == 0 && newest_demand.is_some_and(|at| at > self.scaled_up) {
-            let waiting: Vec<&String> = demand.keys().collect();
+            let waiting: Vec<&str> = demand.keys().map(String::as_str).collect();
             tracing::info!(deployment = %name, replicas = config.worker_replicas,
                 workflows = ?waiting, "demand: scaling the workers up");
             self.scaled_up = unix_millis();
             let why = format!(
                 "scaled up to {} replica(s): events wait for workflow(s) {}",
                 config.worker_replicas,
-                waiting
-                    .iter()
-                    .map(|name| name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                waiting.join(", ")
             );
             (config.worker_replicas, why)
         } else if current > 0 && demand.is_empty() && self.idle(context).await? {
