@@ -451,6 +451,16 @@ fn check_spread_branches(services: &Services, handoff: &str) {
         ],
     );
     deploy_at(&services.url, &manifest);
+    // A replica that has not loaded yet would leave its branches to the first (they run
+    // there), and this test is about the ones it runs.
+    services.wait_for("both replicas loaded", |services| {
+        let status = faas_at(
+            &services.url,
+            &["status", "regions-fanout", "--output", "json"],
+        );
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["workers"].as_array().map_or(0, Vec::len) == 2
+    });
     let len = 4 << 20;
     let response = client()
         .post(format!("{}/regions-fanout", services.url))

@@ -281,16 +281,19 @@ async fn on_peer(
         revision: None,
     };
     let (steps, outputs) = match peer.run_branch(call, inputs, run.owner.clone()).await {
-        Ok(reply) => reply,
-        Err(unavailable) => {
-            tracing::warn!(
-                worker = peer.id(),
-                branch,
-                "running the branch here: {unavailable}"
-            );
-            return Err(None);
-        }
-    };
+        // The peer was reached but ran nothing: it has not loaded the run's revision yet
+        // (peers come from placement, which runs ahead of loading), or it is draining.
+        Ok((steps, Err(failure))) if steps.is_empty() && failure.is_unavailable() => Err(failure),
+        reply => reply,
+    }
+    .map_err(|unavailable| {
+        tracing::warn!(
+            worker = peer.id(),
+            branch,
+            "running the branch here: {unavailable}"
+        );
+        None
+    })?;
     for mut step in steps {
         step.worker = Some(peer.id().to_owned());
         step.handoff = Some(peer.handoff().to_owned());
@@ -348,4 +351,113 @@ pub(crate) fn owner_of(workflow: &LoadedWorkflow, run_id: &str) -> RegionOwner {
 /// A random 64-bit run id, hex-encoded.
 fn new_run_id() -> String {
     format!("{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::WorkerConfig;
+    use faas_invoke::{BoxFuture, EventFailure, FailureKind};
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A peer that takes every branch it is asked for and answers `reply`, running
+    /// nothing.
+    struct AnsweringPeer {
+        reply: EventFailure,
+        asked: AtomicUsize,
+    }
+
+    impl BranchPeer for AnsweringPeer {
+        fn id(&self) -> &str {
+            "w2"
+        }
+
+        fn handoff(&self) -> &'static str {
+            "fd"
+        }
+
+        fn run_branch(
+            &self,
+            _call: BranchCall,
+            _inputs: Vec<Region>,
+            _owner: RegionOwner,
+        ) -> BoxFuture<'_, Result<super::super::BranchReply, EventFailure>> {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            let reply = self.reply.clone();
+            Box::pin(async move { Ok((Vec::new(), Err(reply))) })
+        }
+    }
+
+    /// The word-count example (four branches) spreading its branches to `peer`, run
+    /// on four words.
+    async fn run_wordcount_with(peer: Arc<AnsweringPeer>) -> RunOutcome {
+        let dir = tempfile::tempdir().unwrap();
+        let worker = Arc::new(Worker::new(WorkerConfig::new(dir.path())).unwrap());
+        let path = faas_testing::repo_root().join("functions/wordcount/workflow.toml");
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("concurrency = 8", "concurrency = 8\nspread_branches = true");
+        let manifest = faas_workflow::Workflow::parse("workflow.toml", &text).unwrap();
+        let components = ["split", "count", "merge"].map(|name| {
+            (
+                name.to_owned(),
+                faas_testing::component(&format!("wc-{name}")),
+            )
+        });
+        let workflow = worker
+            .load_workflow(&manifest, BTreeMap::from(components))
+            .await
+            .unwrap();
+        let input = Region::new("text", b"one two three four".to_vec());
+        let peers: Peers = Arc::from([peer as Arc<dyn BranchPeer>]);
+        run(worker, Arc::new(workflow), input, None, peers).await
+    }
+
+    /// A peer placed with the workflow that has not loaded the run's revision yet
+    /// answers `unavailable` with no step run: its branches run here instead of failing
+    /// the run (placement runs ahead of loading, so this happens right after a deploy).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_branch_its_peer_could_not_run_runs_here() {
+        let peer = Arc::new(AnsweringPeer {
+            reply: EventFailure::unavailable("workflow `wordcount` is not loaded on worker `w2`"),
+            asked: AtomicUsize::new(0),
+        });
+        let outcome = run_wordcount_with(peer.clone()).await;
+        let outputs = outcome.result.expect("the run succeeds");
+        let counts: serde_json::Value =
+            serde_json::from_slice(&outputs[0].bytes().unwrap()).unwrap();
+        for word in ["one", "two", "three", "four"] {
+            assert_eq!(counts["counts"][word], 1, "{counts}");
+        }
+        assert_eq!(peer.asked.load(Ordering::SeqCst), 2, "branches 1 and 3");
+        let counted: Vec<&StepRecord> = outcome
+            .record
+            .steps
+            .iter()
+            .filter(|step| step.step == "count")
+            .collect();
+        assert_eq!(counted.len(), 4, "{counted:?}");
+        assert!(
+            counted
+                .iter()
+                .all(|step| step.succeeded && step.worker.is_none())
+        );
+    }
+
+    /// A branch that failed on its peer fails the run: only a branch that never ran
+    /// there is run again here.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_branch_that_failed_on_its_peer_fails_the_run() {
+        let peer = Arc::new(AnsweringPeer {
+            reply: EventFailure::new(FailureKind::StepFailed, 500, "count trapped"),
+            asked: AtomicUsize::new(0),
+        });
+        let outcome = run_wordcount_with(peer).await;
+        let err = outcome.result.expect_err("the run fails");
+        assert!(
+            matches!(&err, RunError::RemoteBranch { worker, .. } if worker == "w2"),
+            "{err}"
+        );
+    }
 }
