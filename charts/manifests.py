@@ -5,7 +5,8 @@ Usage:
         Fails (exit 1, naming the object and the rule) unless every pod runs non-root
         with the RuntimeDefault seccomp profile, every container has a read-only root
         filesystem, no privilege escalation, all capabilities dropped, requests and
-        limits, and (but for the operator, which serves no port) both probes; the
+        limits, a liveness probe, and (but for the operator, which serves no
+        traffic) a readiness probe; the
         workers mount no API token and are bound to no role; and no RBAC rule uses a
         wildcard or reaches Secrets.
     manifests.py crd-schema CRD.yaml OUT_DIR
@@ -87,10 +88,12 @@ def policy(paths):
             resources = container.get("resources", {})
             if not resources.get("requests") or not resources.get("limits"):
                 problems.append(f"{at}: no resource requests or limits")
+            probes = ["livenessProbe"]
             if component != "operator":
-                for probe in ("livenessProbe", "readinessProbe"):
-                    if probe not in container:
-                        problems.append(f"{at}: no {probe}")
+                probes.append("readinessProbe")
+            for probe in probes:
+                if probe not in container:
+                    problems.append(f"{at}: no {probe}")
     for account in sorted(worker_accounts & set(bound)):
         problems.append(f"the workers' ServiceAccount {account} is bound: {bound[account]}")
     for problem in problems:

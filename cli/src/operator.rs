@@ -2,10 +2,11 @@
 //! Redis, placement, worker scale to zero), and `faas operator crd`. Needs no Wasmtime,
 //! so it is in the build without the `worker` feature.
 
-use crate::services::{RedisArgs, wait_for_signal};
+use crate::services::{MetricsArgs, RedisArgs, wait_for_signal};
 use anyhow::Context;
-use faas_scheduler::operator::{self, OperatorConfig};
+use faas_scheduler::operator::{self, OperatorConfig, OperatorMetrics};
 use faas_store::TenantStore;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Arguments of `faas operator`.
@@ -18,6 +19,8 @@ pub struct OperatorArgs {
     redis: Option<RedisArgs>,
     #[command(flatten)]
     run: RunArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 /// What `faas operator` does besides running.
@@ -104,8 +107,18 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         tenant_max_workflows: run.tenant_max_workflows,
         component_ttl: Duration::from_secs(run.component_ttl_s),
     };
+    let metrics = Arc::new(OperatorMetrics::new());
+    let (listener, metrics_at) = args.metrics.bind().await?;
+    if let Some(listener) = listener {
+        // Before the election: a replica that waits for the Lease is scraped too.
+        let metrics = metrics.clone();
+        tokio::spawn(faas_metrics_endpoint::serve(
+            listener,
+            Arc::new(move || metrics.render()),
+        ));
+    }
     println!(
-        "faas operator is up (namespace {}, identity {})",
+        "faas operator is up (namespace {}, identity {}){metrics_at}",
         config.namespace, config.identity
     );
     let shutdown = async {
@@ -113,7 +126,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             tracing::warn!("{err:#}");
         }
     };
-    operator::run(client, shared, tenants, config, shutdown)
+    operator::run(client, shared, tenants, config, metrics, shutdown)
         .await
         .context("faas operator")
 }

@@ -13,9 +13,11 @@ use faas_gateway::{Gateway, Registry};
 use faas_invoke::wire::MAX_INTERNAL_TOKEN_BYTES;
 use faas_shared_state::SharedState;
 use faas_store::TenantStore;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::TcpListener;
 
 /// The Redis every process of one platform shares.
 #[derive(Debug, clap::Args)]
@@ -42,6 +44,29 @@ impl RedisArgs {
         SharedState::connect(&self.redis)
             .await
             .context("connecting to the shared state")
+    }
+}
+
+/// Where a process serves its Prometheus metrics (`faas worker`, `faas operator`).
+#[derive(Debug, clap::Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics (`GET /metrics`) on this address.
+    #[arg(long, env = "FAAS_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+}
+
+impl MetricsArgs {
+    /// Binds the metrics address, if one was given, with the words the process's "is
+    /// up" line ends with to say where scrapers find it.
+    pub(crate) async fn bind(&self) -> anyhow::Result<(Option<TcpListener>, String)> {
+        let Some(addr) = self.metrics_listen else {
+            return Ok((None, String::new()));
+        };
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the metrics address {addr}"))?;
+        let at = format!(", metrics at http://{}/metrics", listener.local_addr()?);
+        Ok((Some(listener), at))
     }
 }
 

@@ -5,7 +5,7 @@
 //! gateway and operator images carries no compiler.
 
 use crate::args::{BrokerArgs, IdentityArgs};
-use crate::services::{InternalTokenArgs, RedisArgs, wait_for_signal};
+use crate::services::{InternalTokenArgs, MetricsArgs, RedisArgs, wait_for_signal};
 use anyhow::Context;
 use faas_store::broker::RedisBroker;
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
@@ -188,9 +188,8 @@ pub struct WorkerCmdArgs {
     /// defaults to <data-dir>/worker.sock.
     #[arg(long, env = "FAAS_WORKER_SOCKET")]
     socket: Option<PathBuf>,
-    /// Serve Prometheus metrics (`GET /metrics`) on this address.
-    #[arg(long, env = "FAAS_METRICS_LISTEN")]
-    metrics_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    metrics: MetricsArgs,
     /// On SIGTERM, how long the worker may keep serving while its workflows are placed
     /// and loaded elsewhere and its events in flight finish, in milliseconds.
     #[arg(long, env = "FAAS_SHUTDOWN_GRACE_MS", default_value_t = 30_000)]
@@ -275,18 +274,7 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&args.identity.data_dir)
         .with_context(|| format!("creating data dir {}", args.identity.data_dir.display()))?;
-    let metrics = match args.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding {addr}"))?,
-        ),
-        None => None,
-    };
-    let metrics_at = match &metrics {
-        Some(listener) => format!(", metrics at http://{}/metrics", listener.local_addr()?),
-        None => String::new(),
-    };
+    let (metrics, metrics_at) = args.metrics.bind().await?;
     let listeners = NodeListeners {
         internal: listener,
         metrics,

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
 
 /// A server's connection limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +86,36 @@ impl Admission {
             admission: self.clone(),
             client,
         })
+    }
+
+    /// The next connection `listener` accepts that these limits admit, with its slot.
+    /// A connection refused is closed at once and passed to `refused` (to be counted;
+    /// not worth a warning, since a client flooding the port would choose how much the
+    /// log grows). An accept that fails (out of descriptors, most likely) is retried
+    /// shortly, never in a spin. Cancel-safe: a connection is only taken from the
+    /// listener in the poll that returns it.
+    pub async fn accept(
+        self: &Arc<Self>,
+        listener: &TcpListener,
+        refused: impl Fn(&Refused),
+    ) -> (TcpStream, Slot) {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    tracing::warn!("accept failed: {err}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            match self.admit(peer.ip()) {
+                Ok(slot) => return (stream, slot),
+                Err(refusal) => {
+                    tracing::debug!("refused a connection: {refusal}");
+                    refused(&refusal);
+                }
+            }
+        }
     }
 
     /// How many connections are open.

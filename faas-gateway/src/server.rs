@@ -190,27 +190,11 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Recei
     let mut connections = JoinSet::new();
     let mut stopping = stopped.clone();
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    // Usually out of file descriptors: back off instead of spinning.
-                    tracing::warn!("accept failed: {err}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (stream, slot) = tokio::select! {
+            accepted = admission.accept(&listener, |_| app.metrics.connection_refused()) => accepted,
             // Reap finished connections so the set holds only live ones.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = stopping.changed() => break,
-        };
-        let slot = match admission.admit(peer.ip()) {
-            Ok(slot) => slot,
-            Err(refused) => {
-                app.metrics.connection_refused();
-                tracing::debug!("refused a connection: {refused}");
-                continue;
-            }
         };
         let _ = stream.set_nodelay(true);
         let activity = Activity::new();

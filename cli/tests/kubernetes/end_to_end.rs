@@ -387,6 +387,20 @@ fn the_chart_runs_workflows_and_scales_workers_to_zero_and_back() {
     );
     assert_eq!(worker_replicas(plane, &namespace), 1);
     assert_eq!(kubelet.started("worker"), 2, "a second worker pod came up");
+    // The operator pod's metrics port (the chart's default) tells the same story.
+    let metrics = client()
+        .get(format!("http://{}:9090/metrics", kubelet.ip_of("operator")))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for sample in [
+        "faas_operator_leader 1",
+        r#"faas_operator_worker_scalings_total{direction="down"} 1"#,
+        r#"faas_operator_worker_scalings_total{direction="up"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|line| line == sample), "{metrics}");
+    }
 
     // Deleting a Workflow removes it from the platform (the operator's finalizer).
     plane.kubectl_ok([

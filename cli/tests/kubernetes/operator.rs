@@ -274,6 +274,23 @@ impl Cluster {
     }
 }
 
+/// The operator's flag that serves its metrics on a free port.
+const METRICS: [&str; 2] = ["--metrics-listen", "127.0.0.1:0"];
+
+/// The value of `series` (name and labels, as written) that `operator` serves on
+/// `/metrics` now, if it serves it.
+fn metric(operator: &Process, series: &str) -> Option<f64> {
+    let url = operator
+        .announced
+        .split("metrics at ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no metrics address in `{}`", operator.announced));
+    let text = crate::support::client().get(url).send().ok()?.text().ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+}
+
 fn condition<'a>(workflow: &'a Value, kind: &str) -> Option<&'a Value> {
     workflow["status"]["conditions"]
         .as_array()?
@@ -669,7 +686,14 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quota_are_refused() {
 
 #[test]
 fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
-    let cluster = Cluster::start(1, &["--scale-to-zero-after", "3"]);
+    let cluster = Cluster::start(1, &["--scale-to-zero-after", "3", METRICS[0], METRICS[1]]);
+    let operator = cluster.operator.as_ref().unwrap();
+    let scalings = |direction: &str| {
+        metric(
+            operator,
+            &format!("faas_operator_worker_scalings_total{{direction=\"{direction}\"}}"),
+        )
+    };
     let (bytes, sha) = hello();
     let shared = cluster.shared();
     cluster
@@ -702,6 +726,9 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
         "ScaledToZero",
     );
     assert_eq!(scaled, "scaled to zero: no event for 3s");
+    assert_eq!(scalings("down"), Some(1.0));
+    assert_eq!(scalings("up"), Some(0.0));
+    assert_eq!(metric(operator, "faas_operator_worker_replicas"), Some(0.0));
 
     // An event waits for a worker (as a gateway's activator signals it).
     cluster
@@ -718,6 +745,8 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
         woken,
         "scaled up to 1 replica(s): events wait for workflow(s) sleeper"
     );
+    assert_eq!(scalings("up"), Some(1.0));
+    assert_eq!(metric(operator, "faas_operator_worker_replicas"), Some(1.0));
     // Served: the demand is cleared, so the workers may go idle again later.
     cluster.wait_for("the demand to be cleared", |c| {
         c.runtime.block_on(c.shared().demand()).unwrap().is_empty()
@@ -726,7 +755,7 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
 
 #[test]
 fn only_the_lease_holder_operates_and_a_successor_takes_over() {
-    let mut cluster = Cluster::start(1, &[]);
+    let mut cluster = Cluster::start(1, &METRICS);
     let (bytes, sha) = hello();
     let shared = cluster.shared();
     cluster
@@ -734,7 +763,7 @@ fn only_the_lease_holder_operates_and_a_successor_takes_over() {
         .block_on(shared.put_component(&sha, &bytes))
         .unwrap();
     cluster.wait_for("operator-0 to lead", |c| c.leader() == "operator-0");
-    let standby = cluster.start_operator("operator-1", &[]);
+    let standby = cluster.start_operator("operator-1", &METRICS);
     cluster.apply(&hello_workflow(
         &cluster.tenant,
         "first",
@@ -749,6 +778,15 @@ fn only_the_lease_holder_operates_and_a_successor_takes_over() {
         "operator-0",
         "the standby did not take the Lease"
     );
+    // Each replica says whether it leads, and only the leader reconciles.
+    let ok = r#"faas_operator_reconciles_total{result="ok"}"#;
+    let ready = r#"faas_operator_workflows{state="ready"}"#;
+    let leader = cluster.operator.as_ref().unwrap();
+    assert_eq!(metric(leader, "faas_operator_leader"), Some(1.0));
+    assert!(metric(leader, ok).unwrap() >= 1.0);
+    assert_eq!(metric(leader, ready), Some(1.0));
+    assert_eq!(metric(&standby, "faas_operator_leader"), Some(0.0));
+    assert_eq!(metric(&standby, ok), Some(0.0));
 
     // The leader stops (and gives the Lease up): the standby takes over and operates.
     drop(cluster.operator.take());
@@ -761,7 +799,11 @@ fn only_the_lease_holder_operates_and_a_successor_takes_over() {
         None,
         "",
     ));
-    let ready = cluster.wait_condition("second", "Ready", "True", "Ready");
-    assert!(ready["status"]["revision"].as_u64().unwrap() > 1);
+    let second = cluster.wait_condition("second", "Ready", "True", "Ready");
+    assert!(second["status"]["revision"].as_u64().unwrap() > 1);
+    assert_eq!(metric(&standby, "faas_operator_leader"), Some(1.0));
+    cluster.wait_for("the new leader to count both Workflows ready", |_| {
+        metric(&standby, ready) == Some(2.0)
+    });
     drop(standby);
 }

@@ -11,6 +11,8 @@
 //! - [`leader`]: only the holder of a Lease reconciles, places and scales.
 //! - [`events`]: Kubernetes Events for what changed (deployed, refused, Ready, placed,
 //!   scaled).
+//! - [`metrics`]: Prometheus metrics (leadership, reconciles, Workflows by state,
+//!   scaling), served by the caller.
 //!
 //! Placement runs the same rounds as `faas scheduler` ([`crate::service`]), so tenant
 //! affinity, capacity and replicas follow the planner's rules in both modes.
@@ -18,6 +20,7 @@
 mod components;
 mod events;
 mod leader;
+mod metrics;
 mod observe;
 mod pods;
 mod reconcile;
@@ -33,6 +36,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 pub use faas_kube::crd_yaml;
+pub use metrics::OperatorMetrics;
 
 /// A client of the API server from the environment: the pod's service account in a
 /// cluster, else `KUBECONFIG` or `~/.kube/config`.
@@ -112,6 +116,8 @@ pub(crate) struct Context {
     pub(crate) reconcile_all: Notify,
     /// Where the operator's Kubernetes Events go.
     pub(crate) events: events::Events,
+    /// What the operator counts for Prometheus.
+    pub(crate) metrics: Arc<OperatorMetrics>,
     /// One deploy at a time, since each checks names and routes against the others.
     pub(crate) deploy_lock: tokio::sync::Mutex<()>,
     /// Failed reconciles in a row, by `namespace/name`, for the retry backoff.
@@ -127,7 +133,7 @@ impl Context {
 
 /// Runs the operator until `shutdown` completes (then gives up the Lease), it fails or
 /// it loses the leadership: waits to be elected, then reconciles Workflows, places,
-/// follows worker pods and scales the workers.
+/// follows worker pods and scales the workers, counting into `metrics`.
 ///
 /// # Errors
 /// [`OperatorError`] when the API server cannot be used or the Lease is lost.
@@ -136,6 +142,7 @@ pub async fn run(
     shared: SharedState,
     tenants: TenantStore,
     config: OperatorConfig,
+    metrics: Arc<OperatorMetrics>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), OperatorError> {
     tokio::pin!(shutdown);
@@ -147,6 +154,7 @@ pub async fn run(
         () = &mut shutdown => return Ok(()),
     };
     tracing::info!(identity = %config.identity, lease = %config.lease_name, "elected leader");
+    metrics.set_leader(true);
     let events = events::Events::new(client.clone(), &config.identity);
     let context = Arc::new(Context {
         client,
@@ -158,11 +166,15 @@ pub async fn run(
         place_now: Notify::new(),
         reconcile_all: Notify::new(),
         events,
+        metrics: metrics.clone(),
         deploy_lock: tokio::sync::Mutex::new(()),
         failures: Mutex::new(HashMap::new()),
     });
     let stopped = tokio::select! {
-        lost = leadership.lost() => return Err(lost),
+        lost = leadership.lost() => {
+            metrics.set_leader(false);
+            return Err(lost);
+        }
         () = &mut shutdown => Ok(()),
         () = place(context.clone()) => Ok(()),
         () = pods::follow(context.clone()) => Ok(()),
@@ -170,6 +182,7 @@ pub async fn run(
         () = reconcile::run(context.clone()) => Ok(()),
     };
     leadership.release().await;
+    metrics.set_leader(false);
     stopped
 }
 

@@ -3,6 +3,7 @@
 //! status. Idempotent: the same spec gives the same digest, and an unchanged digest
 //! writes nothing.
 
+use super::metrics::WorkflowState;
 use super::{Context, components, observe};
 use faas_kube::status::reason;
 use faas_kube::{FINALIZER, Workflow};
@@ -15,7 +16,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How soon a Workflow that is not Ready yet is looked at again.
 const NOT_READY_REQUEUE: Duration = Duration::from_secs(1);
@@ -105,7 +106,8 @@ async fn reconcile(
     };
     let api: Api<Workflow> = Api::namespaced(context.client.clone(), &namespace);
     let key = object_key(&workflow);
-    let action = match finalizer::finalizer(&api, FINALIZER, workflow, |event| async {
+    let started = Instant::now();
+    let result = match finalizer::finalizer(&api, FINALIZER, workflow, |event| async {
         match event {
             Event::Apply(workflow) => apply(&api, &workflow, &context).await,
             Event::Cleanup(workflow) => cleanup(&workflow, &context).await,
@@ -117,11 +119,16 @@ async fn reconcile(
         Err(
             finalizer::Error::RemoveFinalizer(kube::Error::Api(status))
             | finalizer::Error::AddFinalizer(kube::Error::Api(status)),
-        ) if status.code == 404 => Action::await_change(),
-        result => result?,
+        ) if status.code == 404 => Ok(Action::await_change()),
+        result => result,
     };
-    context.failures().remove(&key);
-    Ok(action)
+    context
+        .metrics
+        .reconciled(result.is_ok(), started.elapsed());
+    if result.is_ok() {
+        context.failures().remove(&key);
+    }
+    result
 }
 
 /// Retries a failed reconcile with exponential backoff per Workflow.
@@ -157,6 +164,9 @@ async fn apply(
 ) -> Result<Action, ReconcileError> {
     let deployed = deploy(workflow, context).await?;
     let status = observe::status(context, workflow, &deployed).await?;
+    context
+        .metrics
+        .workflow_state(&object_key(workflow), Some(WorkflowState::of(&status)));
     let load_failed = status
         .condition(faas_kube::status::DEGRADED)
         .is_some_and(|c| c.status == "True" && c.reason == reason::LOAD_FAILED);
@@ -379,6 +389,7 @@ fn digest(workflow: &Workflow) -> String {
 /// Removes `workflow`'s deployment (with its placement) from Redis, so that the
 /// finalizer can go.
 async fn cleanup(workflow: &Workflow, context: &Context) -> Result<Action, ReconcileError> {
+    context.metrics.workflow_state(&object_key(workflow), None);
     let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
     let _guard = context.deploy_lock.lock().await;

@@ -75,6 +75,7 @@ impl Scaler {
         context
             .scaled_to_zero
             .store(current == 0, Ordering::Relaxed);
+        context.metrics.worker_replicas(current);
         let demand = context.shared.demand().await?;
         let newest_demand = demand.values().copied().max();
         if !demand.is_empty() {
@@ -102,6 +103,7 @@ impl Scaler {
         api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         context.scaled_to_zero.store(target == 0, Ordering::Relaxed);
+        context.metrics.workers_scaled(current, target);
         context.events.workers_scaled(&scale, target, why).await;
         Ok(())
     }

@@ -1,15 +1,9 @@
 //! The worker process's Prometheus metrics (services mode): what it runs right now,
 //! and its guests' series per workflow (`crate::metrics`).
-//! Served on `GET /metrics` of its own HTTP/1.1 listener, for scrapers that do not
-//! speak the internal HTTP/2 API.
+//! Served on `GET /metrics` of its own HTTP/1.1 listener (`faas_metrics_endpoint`),
+//! for scrapers that do not speak the internal HTTP/2 API.
 
 use super::node::Node;
-use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
@@ -65,32 +59,6 @@ impl Gauges {
 
 /// Serves `/metrics` on `listener` until the task is dropped.
 pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
-    let gauges = Arc::new(Gauges::new(&node));
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
-        let (node, gauges) = (node.clone(), gauges.clone());
-        tokio::spawn(async move {
-            let service = service_fn(move |request: Request<Incoming>| {
-                let response = if request.uri().path() == "/metrics" {
-                    Response::builder()
-                        .header(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )
-                        .body(Full::new(Bytes::from(gauges.render(&node))))
-                } else {
-                    Response::builder()
-                        .status(StatusCode::NOT_FOUND)
-                        .body(Full::new(Bytes::new()))
-                };
-                async move { response }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    let gauges = Gauges::new(&node);
+    faas_metrics_endpoint::serve(listener, Arc::new(move || gauges.render(&node))).await;
 }

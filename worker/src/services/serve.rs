@@ -25,7 +25,6 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::sync::Arc;
-use std::time::Duration;
 use subtle::ConstantTimeEq;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -39,23 +38,7 @@ pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
         idle_timeout: node.idle_timeout(),
     });
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                tracing::warn!("accepting an internal connection: {err}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let slot = match admission.admit(peer.ip()) {
-            Ok(slot) => slot,
-            Err(refused) => {
-                // Not a warning: a client flooding the port would choose how much the
-                // log grows (as at the gateway, which counts them in its metrics).
-                tracing::debug!("refused an internal connection: {refused}");
-                continue;
-            }
-        };
+        let (stream, slot) = admission.accept(&listener, |_| {}).await;
         let _ = stream.set_nodelay(true);
         let node = node.clone();
         tokio::spawn(async move {
