@@ -25,8 +25,8 @@ use faas_scheduler::WorkerId;
 use faas_shared_state::{
     DeploymentRecord, LoadStatus, PlacementRecord, SharedState, SharedStateError, WorkerInfo,
 };
-use faas_store::TenantsCopy;
 use faas_store::tenants::QUOTA_SYNC_INTERVAL;
+use faas_store::{TenantError, TenantsCopy};
 use faas_workflow::Workflow;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -38,6 +38,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const LEASE: Duration = Duration::from_secs(5);
 /// How often the holder renews its lease.
 const RENEW_EVERY: Duration = Duration::from_secs(1);
+/// How long the lease on writing back a lost state lasts: long enough for components of
+/// hundreds of MiB, and how soon another gateway takes over from one that died doing it.
+const WRITE_BACK_LEASE: Duration = Duration::from_secs(60);
+
+/// Why writing a lost state back failed (it is tried again at the next round).
+#[derive(Debug, thiserror::Error)]
+enum WriteBackError {
+    #[error("the tenants: {0}")]
+    Tenants(#[from] TenantError),
+    #[error("the deployments: {0}")]
+    Shared(#[from] SharedStateError),
+}
 
 /// How the gateway takes part in services mode.
 #[derive(Debug, Clone)]
@@ -340,34 +352,55 @@ impl ServicesBackend {
             return Ok(true);
         }
         let epoch = format!("{:016x}", rand::random::<u64>());
-        if self.shared.start_epoch(&epoch).await? {
-            // Tenants first: a deployment written back serves its tenant's tokens.
-            self.write_back_tenants(registry).await;
-            // With Workflow resources the operator writes the records back from them.
-            let deployments = match self.target {
-                DeployTarget::Staging => registry.list(),
-                DeployTarget::Resources(_) => Vec::new(),
-            };
-            if !deployments.is_empty() {
-                tracing::warn!(
-                    count = deployments.len(),
-                    "the shared state in Redis is gone; writing back the deployments"
-                );
-            }
-            for deployment in deployments {
-                let components = self.put_components(deployment.components()).await?;
-                self.shared.raise_revision(deployment.revision).await?;
-                let record = DeploymentRecord {
-                    workflow: deployment.workflow.clone(),
-                    digest: deployment.digest.clone(),
-                    revision: deployment.revision,
-                    deployed_at: unix_seconds(deployment.deployed_at),
-                    components,
-                };
-                self.shared.put_deployment(&record).await?;
-            }
+        if !self
+            .shared
+            .claim_write_back(&epoch, WRITE_BACK_LEASE)
+            .await?
+        {
+            // Another gateway is writing it back.
+            return Ok(false);
         }
+        match self.write_back(registry).await {
+            // The epoch last: a write-back cut short (Redis went away again) is done
+            // again from the start at the next round, never left half-written.
+            Ok(()) => {
+                self.shared.start_epoch(&epoch).await?;
+            }
+            Err(err) => tracing::error!("writing the shared state back failed, retrying: {err}"),
+        }
+        self.shared.release_write_back(&epoch).await?;
         Ok(false)
+    }
+
+    /// Writes what this gateway serves back into a Redis that lost it (or, on a fresh
+    /// one, nothing). Every write may be repeated.
+    async fn write_back(&self, registry: &Registry) -> Result<(), WriteBackError> {
+        // Tenants first: a deployment written back serves its tenant's tokens.
+        self.write_back_tenants(registry).await?;
+        // With Workflow resources the operator writes the records back from them.
+        let deployments = match self.target {
+            DeployTarget::Staging => registry.list(),
+            DeployTarget::Resources(_) => Vec::new(),
+        };
+        if !deployments.is_empty() {
+            tracing::warn!(
+                count = deployments.len(),
+                "the shared state in Redis is gone; writing back the deployments"
+            );
+        }
+        for deployment in deployments {
+            let components = self.put_components(deployment.components()).await?;
+            self.shared.raise_revision(deployment.revision).await?;
+            let record = DeploymentRecord {
+                workflow: deployment.workflow.clone(),
+                digest: deployment.digest.clone(),
+                revision: deployment.revision,
+                deployed_at: unix_seconds(deployment.deployed_at),
+                components,
+            };
+            self.shared.put_deployment(&record).await?;
+        }
+        Ok(())
     }
 
     /// Keeps a copy of the tenants and tokens in Redis, for [`Self::write_back_tenants`].
@@ -394,18 +427,16 @@ impl ServicesBackend {
     /// Writes the tenants and tokens this gateway last read back into a Redis that
     /// lost them; without it, every tenant token would stop working and every deploy
     /// be refused for want of its tenant.
-    async fn write_back_tenants(&self, registry: &Registry) {
+    async fn write_back_tenants(&self, registry: &Registry) -> Result<(), TenantError> {
         let copy = self.lock_tenants_copy().clone();
         let (Some(tenants), Some(copy)) = (registry.tenants(), copy) else {
-            return;
+            return Ok(());
         };
         tracing::warn!(
             tenants = copy.tenants(),
             "the shared state in Redis is gone; writing back the tenants and tokens"
         );
-        if let Err(err) = tenants.write_back(&copy).await {
-            tracing::error!("writing the tenants back failed: {err}");
-        }
+        tenants.write_back(&copy).await
     }
 
     fn lock_tenants_copy(&self) -> std::sync::MutexGuard<'_, Option<TenantsCopy>> {

@@ -3,6 +3,7 @@
 
 use crate::activity::{ACTIVITY, DEMAND};
 use crate::records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
+use faas_store::redis_connection;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use serde::Serialize;
@@ -26,6 +27,8 @@ const REVISION: &str = "faas:revision";
 /// A random id set when the shared state was first written: if it vanishes, Redis lost
 /// the state (an empty restart) and the gateways write back what they serve.
 const EPOCH: &str = "faas:epoch";
+/// Held by the gateway that writes a lost state back (a lease, as `faas:lock:<name>`).
+const WRITE_BACK: &str = "faas:write-back";
 
 /// `faas:alive:<worker>`: exists while the worker heartbeats (it expires on its own).
 fn alive_key(id: &str) -> String {
@@ -110,22 +113,37 @@ pub struct WorkerSets {
     pub dead: Vec<String>,
 }
 
+/// How long a component's transfer may take: a component may be as large as a deploy
+/// (256 MiB by default), which takes seconds over a real network (two minutes covers
+/// about 2 MiB/s).
+const COMPONENT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// A handle on the shared state; cheap to clone, reconnects on its own.
+///
+/// It holds two connections: component bytes travel on their own, so a transfer of
+/// hundreds of MiB neither waits under the records' short timeout nor holds up the
+/// records behind it (a worker's heartbeat while it fetches a component).
 #[derive(Clone)]
 pub struct SharedState {
     connection: ConnectionManager,
+    components: ConnectionManager,
 }
 
 impl SharedState {
-    /// Connects to Redis at `url` and checks that it answers.
+    /// Connects to Redis at `url` and checks that it answers. A dead Redis fails an
+    /// operation within about a second (a few quick reconnect attempts), as the store's
+    /// Redis backends do (`faas_store::redis_connection`).
     ///
     /// # Errors
     /// [`SharedStateError::Redis`] if the URL is invalid or the server does not answer.
     pub async fn connect(url: &str) -> Result<Self, SharedStateError> {
         let client = redis::Client::open(url)?;
-        let mut connection = client.get_connection_manager().await?;
-        let _: String = redis::cmd("PING").query_async(&mut connection).await?;
-        Ok(Self { connection })
+        let connection = redis_connection::manage(client.clone()).await?;
+        let components = redis_connection::manage_with(client, COMPONENT_RESPONSE_TIMEOUT).await?;
+        Ok(Self {
+            connection,
+            components,
+        })
     }
 
     pub(crate) fn conn(&self) -> ConnectionManager {
@@ -217,7 +235,7 @@ impl SharedState {
             .ignore()
             .hset(COMPONENTS, digest, unix_millis())
             .ignore()
-            .query_async::<()>(&mut self.conn())
+            .query_async::<()>(&mut self.components.clone())
             .await?;
         Ok(())
     }
@@ -269,7 +287,7 @@ impl SharedState {
     /// # Errors
     /// [`SharedStateError::MissingComponent`] if it is not stored.
     pub async fn component(&self, digest: &str) -> Result<Vec<u8>, SharedStateError> {
-        let bytes: Option<Vec<u8>> = self.conn().get(component_key(digest)).await?;
+        let bytes: Option<Vec<u8>> = self.components.clone().get(component_key(digest)).await?;
         bytes.ok_or_else(|| SharedStateError::MissingComponent(digest.to_owned()))
     }
 
@@ -293,15 +311,7 @@ impl SharedState {
         holder: &str,
         ttl: Duration,
     ) -> Result<bool, SharedStateError> {
-        let taken: Option<String> = redis::cmd("SET")
-            .arg(lock_key(name))
-            .arg(holder)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl.as_millis().max(1) as u64)
-            .query_async(&mut self.conn())
-            .await?;
-        Ok(taken.is_some())
+        self.take_lease(&lock_key(name), holder, ttl).await
     }
 
     /// Extends `holder`'s lease on workflow `name` to `ttl` from now; returns false when
@@ -331,10 +341,55 @@ impl SharedState {
     /// # Errors
     /// [`SharedStateError::Redis`].
     pub async fn unlock_workflow(&self, name: &str, holder: &str) -> Result<(), SharedStateError> {
+        self.release_lease(&lock_key(name), holder).await
+    }
+
+    /// Takes the lease on writing back a state Redis lost (see [`SharedState::epoch`])
+    /// for `ttl`, as `holder`; returns false when another gateway holds it. One gateway
+    /// writes back at a time; a dead one's lease ends after `ttl`.
+    ///
+    /// # Errors
+    /// [`SharedStateError::Redis`].
+    pub async fn claim_write_back(
+        &self,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, SharedStateError> {
+        self.take_lease(WRITE_BACK, holder, ttl).await
+    }
+
+    /// Releases the write-back lease if `holder` still holds it.
+    ///
+    /// # Errors
+    /// [`SharedStateError::Redis`].
+    pub async fn release_write_back(&self, holder: &str) -> Result<(), SharedStateError> {
+        self.release_lease(WRITE_BACK, holder).await
+    }
+
+    /// `SET key holder NX PX ttl`: whether `holder` took the lease.
+    async fn take_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, SharedStateError> {
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(taken.is_some())
+    }
+
+    /// Deletes lease `key` if `holder` still holds it.
+    async fn release_lease(&self, key: &str, holder: &str) -> Result<(), SharedStateError> {
         let _: i64 = redis::cmd("EVAL")
             .arg(RELEASE)
             .arg(1)
-            .arg(lock_key(name))
+            .arg(key)
             .arg(holder)
             .query_async(&mut self.conn())
             .await?;
@@ -349,7 +404,9 @@ impl SharedState {
         Ok(self.conn().get(EPOCH).await?)
     }
 
-    /// Starts epoch `id` unless one exists; returns whether this call started it.
+    /// Starts epoch `id` unless one exists; returns whether this call started it. A
+    /// gateway starts one once the state is whole: on a fresh Redis, or after writing
+    /// back what a restart lost (never before, so a write-back cut short is done again).
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].

@@ -12,14 +12,15 @@
 //!
 //! The Redis backends live here too, beside their SQLite counterparts: the key-value
 //! store's (`kv`), the tenants' (`tenants`), and the message broker functions publish
-//! through (`broker`).
+//! through (`broker`), all connected as `redis_connection` says (as is services mode's
+//! shared state, `faas-shared-state`).
 
 pub mod broker;
 mod db;
 pub mod deployments;
 pub mod kv;
 pub mod logs;
-mod redis_connection;
+pub mod redis_connection;
 pub mod tenants;
 
 pub use db::{Database, StoreError};

@@ -1,4 +1,5 @@
-//! The one way the store's Redis backends connect.
+//! The one way the platform's Redis clients connect: the store's backends here, and
+//! services mode's shared state (`faas-shared-state`).
 
 use redis::RedisError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -21,19 +22,37 @@ pub(crate) async fn connect(url: &str) -> Result<ConnectionManager, ConnectError
     manage(client).await.map_err(ConnectError::Unreachable)
 }
 
-/// A connection manager for `client`, checked with `PING`. It makes a few quick
-/// reconnect attempts, then fails the operation: a guest (a key-value call, a
-/// message) or an admin request waiting on a dead Redis gets an error well within its
-/// deadline rather than hanging, and the next operation starts a new round. Responses
-/// may take 5 s (values reach 1 MiB; the crate's default of 500 ms is tight for that
-/// over a real network).
-pub(crate) async fn manage(client: redis::Client) -> Result<ConnectionManager, RedisError> {
+/// How long a value's reply may take: values reach 1 MiB (the crate's default of
+/// 500 ms is tight for that over a real network).
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection manager for `client`, checked with `PING`, whose replies may take
+/// [`RESPONSE_TIMEOUT`] (see [`manage_with`]).
+///
+/// # Errors
+/// When the server cannot be reached or does not answer.
+pub async fn manage(client: redis::Client) -> Result<ConnectionManager, RedisError> {
+    manage_with(client, RESPONSE_TIMEOUT).await
+}
+
+/// A connection manager for `client`, checked with `PING`, whose replies may take
+/// `response_timeout`. It makes a few quick reconnect attempts, then fails the
+/// operation: a guest (a key-value call, a message) or an admin request waiting on a
+/// dead Redis gets an error well within its deadline rather than hanging (the crate's
+/// defaults wait about 11 s), and the next operation starts a new round.
+///
+/// # Errors
+/// When the server cannot be reached or does not answer.
+pub async fn manage_with(
+    client: redis::Client,
+    response_timeout: Duration,
+) -> Result<ConnectionManager, RedisError> {
     let config = ConnectionManagerConfig::new()
         .set_number_of_retries(3)
         .set_min_delay(Duration::from_millis(50))
         .set_max_delay(Duration::from_millis(500))
         .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(5)));
+        .set_response_timeout(Some(response_timeout));
     let mut manager = ConnectionManager::new_with_config(client, config).await?;
     redis::cmd("PING").query_async::<()>(&mut manager).await?;
     Ok(manager)

@@ -446,7 +446,9 @@ impl Node {
         }
         *self.peers.write().unwrap_or_else(|p| p.into_inner()) = peers;
         for (name, record) in mine {
-            let status = self.load(record, false).await;
+            let Some(status) = self.load(record, false).await else {
+                continue;
+            };
             if reported.get(name) != Some(&status) {
                 self.shared
                     .report_load(&self.config.id, name, Some(&status))
@@ -454,7 +456,9 @@ impl Node {
             }
         }
         for (name, record) in mine_staged {
-            let status = self.load(record, true).await;
+            let Some(status) = self.load(record, true).await else {
+                continue;
+            };
             if reported_staged.get(name) != Some(&status) {
                 self.shared
                     .report_staged_load(&self.config.id, name, Some(&status))
@@ -490,13 +494,15 @@ impl Node {
 
     /// Loads `record`'s revision (into the staged slots when `staged`) unless it is
     /// loaded or failed already, and says how it stands. A live revision that was
-    /// loaded staged moves over without loading again.
-    async fn load(&self, record: &DeploymentRecord, staged: bool) -> LoadStatus {
+    /// loaded staged moves over without loading again. `None` when Redis failed while
+    /// its components were fetched: nothing is known of the revision yet, so nothing
+    /// is reported, and the next sync tries again.
+    async fn load(&self, record: &DeploymentRecord, staged: bool) -> Option<LoadStatus> {
         let name = &record.workflow.name;
         let revision = record.revision;
         let slots = if staged { &self.staged } else { &self.loaded };
         if let Some(workflow) = slot(slots, name, revision) {
-            return ready(revision, &workflow);
+            return Some(ready(revision, &workflow));
         }
         let promoted = (!staged)
             .then(|| {
@@ -512,7 +518,7 @@ impl Node {
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(name.clone(), (revision, workflow));
-            return status;
+            return Some(status);
         }
         let failed = self
             .failed
@@ -524,9 +530,20 @@ impl Node {
         let retried = failed.is_some();
         let result = match failed {
             Some(error) => Err(error),
-            None => self.fetch_and_load(record).await,
+            None => match self.fetch_and_load(record).await {
+                Err(LoadFailure::Unreachable(error)) => {
+                    tracing::warn!(
+                        workflow = name,
+                        revision,
+                        "loading waits for Redis: {error}"
+                    );
+                    return None;
+                }
+                Err(LoadFailure::Failed(error)) => Err(error),
+                Ok(workflow) => Ok(workflow),
+            },
         };
-        match result {
+        Some(match result {
             Ok(workflow) => {
                 tracing::info!(workflow = name, revision, staged, "loaded");
                 let status = ready(revision, &workflow);
@@ -550,24 +567,38 @@ impl Node {
                     functions: Vec::new(),
                 }
             }
-        }
+        })
     }
 
-    async fn fetch_and_load(&self, record: &DeploymentRecord) -> Result<LoadedWorkflow, String> {
+    async fn fetch_and_load(
+        &self,
+        record: &DeploymentRecord,
+    ) -> Result<LoadedWorkflow, LoadFailure> {
         let mut components = BTreeMap::new();
         for (function, digest) in &record.components {
-            let bytes = self
-                .shared
-                .component(digest)
-                .await
-                .map_err(|err| format!("function `{function}`: {err}"))?;
+            let bytes = self.shared.component(digest).await.map_err(|err| {
+                let error = format!("function `{function}`: {err}");
+                match err {
+                    SharedStateError::Redis(_) => LoadFailure::Unreachable(error),
+                    _ => LoadFailure::Failed(error),
+                }
+            })?;
             components.insert(function.clone(), bytes);
         }
         self.worker
             .load_workflow(&record.workflow, components)
             .await
-            .map_err(|err| err.to_string())
+            .map_err(|err| LoadFailure::Failed(err.to_string()))
     }
+}
+
+/// Why a revision did not load.
+enum LoadFailure {
+    /// Redis failed while its components were fetched: nothing is wrong with the
+    /// revision (a restart, a network blip), so it is tried again, not reported.
+    Unreachable(String),
+    /// It cannot load (a component missing or refused): reported, and not tried again.
+    Failed(String),
 }
 
 /// What `slots` hold for workflow `name` at `revision`.
