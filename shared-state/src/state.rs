@@ -282,6 +282,14 @@ impl SharedState {
         Ok(deleted)
     }
 
+    /// Whether the component whose SHA-256 is `digest` is stored (without reading it).
+    ///
+    /// # Errors
+    /// [`SharedStateError::Redis`].
+    pub async fn has_component(&self, digest: &str) -> Result<bool, SharedStateError> {
+        Ok(self.conn().exists(component_key(digest)).await?)
+    }
+
     /// The component whose SHA-256 is `digest`.
     ///
     /// # Errors

@@ -55,7 +55,9 @@ async fn a_component_slower_to_move_than_a_record_is_stored_and_read_back_whole(
         .await
         .unwrap();
     let bytes: Vec<u8> = (0..LARGE).map(|i| (i % 251) as u8).collect();
+    assert!(!shared.has_component("large").await.unwrap());
     shared.put_component("large", &bytes).await.unwrap();
+    assert!(shared.has_component("large").await.unwrap());
     let read = shared.component("large").await.unwrap();
     assert!(read == bytes, "the bytes read back differ");
 }

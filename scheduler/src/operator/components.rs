@@ -19,10 +19,8 @@ pub(crate) async fn ensure(
     function: &str,
     source: &ComponentSource,
 ) -> Result<Result<(), Refusal>, SharedStateError> {
-    match context.shared.component(&source.sha256).await {
-        Ok(_) => return Ok(Ok(())),
-        Err(SharedStateError::MissingComponent(_)) => {}
-        Err(err) => return Err(err),
+    if context.shared.has_component(&source.sha256).await? {
+        return Ok(Ok(()));
     }
     let field = format!("spec.functions.{function}.component");
     let Some(url) = &source.url else {
