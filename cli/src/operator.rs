@@ -108,15 +108,13 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         component_ttl: Duration::from_secs(run.component_ttl_s),
     };
     let metrics = Arc::new(OperatorMetrics::new());
-    let (listener, metrics_at) = args.metrics.bind().await?;
-    if let Some(listener) = listener {
-        // Before the election: a replica that waits for the Lease is scraped too.
+    // Served before the election: a replica that waits for the Lease is scraped too.
+    let metrics_at = {
         let metrics = metrics.clone();
-        tokio::spawn(faas_metrics_endpoint::serve(
-            listener,
-            Arc::new(move || metrics.render()),
-        ));
-    }
+        args.metrics
+            .serve(Arc::new(move || metrics.render()))
+            .await?
+    };
     println!(
         "faas operator is up (namespace {}, identity {}){metrics_at}",
         config.namespace, config.identity

@@ -11,6 +11,7 @@ use faas_gateway::kubernetes::WorkflowResources;
 use faas_gateway::services::{ServicesBackend, ServicesConfig};
 use faas_gateway::{Gateway, Registry};
 use faas_invoke::wire::MAX_INTERNAL_TOKEN_BYTES;
+use faas_scheduler::metrics::SchedulerMetrics;
 use faas_shared_state::SharedState;
 use faas_store::TenantStore;
 use std::net::SocketAddr;
@@ -67,6 +68,19 @@ impl MetricsArgs {
             .with_context(|| format!("binding the metrics address {addr}"))?;
         let at = format!(", metrics at http://{}/metrics", listener.local_addr()?);
         Ok((Some(listener), at))
+    }
+
+    /// Serves `render`'s text there (if an address was given) for as long as the
+    /// process runs, and returns [`MetricsArgs::bind`]'s words.
+    pub(crate) async fn serve(
+        &self,
+        render: faas_metrics_endpoint::Render,
+    ) -> anyhow::Result<String> {
+        let (listener, at) = self.bind().await?;
+        if let Some(listener) = listener {
+            tokio::spawn(faas_metrics_endpoint::serve(listener, render));
+        }
+        Ok(at)
     }
 }
 
@@ -194,6 +208,8 @@ pub struct GatewayCmdArgs {
 pub struct SchedulerArgs {
     #[command(flatten)]
     redis: RedisArgs,
+    #[command(flatten)]
+    metrics: MetricsArgs,
     /// Delete from Redis the components no deployment names that were stored more than
     /// this many seconds ago (a deploy in progress stores them before naming them).
     #[arg(long, env = "FAAS_COMPONENT_TTL_S", default_value_t = 600)]
@@ -258,12 +274,20 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
 /// Runs the scheduler until Ctrl-C or SIGTERM.
 pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
     let shared = args.redis.shared().await?;
-    println!("faas scheduler is up");
+    let metrics = Arc::new(SchedulerMetrics::default());
+    let metrics_at = {
+        let metrics = metrics.clone();
+        args.metrics
+            .serve(Arc::new(move || metrics.render()))
+            .await?
+    };
+    println!("faas scheduler is up{metrics_at}");
     tokio::select! {
         () = faas_scheduler::service::run(
             shared,
             args.redis.interval(),
             Duration::from_secs(args.component_ttl_s),
+            metrics.placement.clone(),
         ) => Ok(()),
         result = wait_for_signal() => result,
     }

@@ -11,6 +11,7 @@
 //! planner against the state shared in Redis. The Kubernetes operator ([`operator`])
 //! runs those same rounds beside its reconciling of Workflow resources.
 
+pub mod metrics;
 pub mod operator;
 mod planner;
 pub mod service;

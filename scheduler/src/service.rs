@@ -9,6 +9,7 @@
 //! progress) is placed like a live one, so its workers load it; a staged version whose
 //! deploy lost its lease (the gateway died) is removed.
 
+use crate::metrics::PlacementMetrics;
 use crate::{Planner, WorkerId, WorkerSpec, WorkflowKey};
 use faas_shared_state::{DeploymentRecord, PlacementRecord, SharedState, SharedStateError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,11 +19,16 @@ use std::time::Duration;
 const COLLECT_EVERY: Duration = Duration::from_secs(10);
 
 /// Runs placement against the shared state `shared` until the task is dropped, riding out Redis
-/// outages (a failed round is retried at the next tick). Components that no
-/// deployment names and that were stored more than `component_ttl` ago are deleted
-/// from Redis.
-pub async fn run(shared: SharedState, interval: Duration, component_ttl: Duration) {
-    let mut rounds = Rounds::new(component_ttl);
+/// outages (a failed round is retried at the next tick), counting into `metrics`.
+/// Components that no deployment names and that were stored more than
+/// `component_ttl` ago are deleted from Redis.
+pub async fn run(
+    shared: SharedState,
+    interval: Duration,
+    component_ttl: Duration,
+    metrics: PlacementMetrics,
+) {
+    let mut rounds = Rounds::new(component_ttl, metrics);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -37,28 +43,34 @@ pub(crate) struct Rounds {
     scheduler: Scheduler,
     collected: tokio::time::Instant,
     component_ttl: Duration,
+    metrics: PlacementMetrics,
 }
 
 impl Rounds {
-    /// Rounds that delete the components no deployment names once `component_ttl` old.
-    pub(crate) fn new(component_ttl: Duration) -> Self {
+    /// Rounds that delete the components no deployment names once `component_ttl` old,
+    /// counting into `metrics`.
+    pub(crate) fn new(component_ttl: Duration, metrics: PlacementMetrics) -> Self {
         Self {
             scheduler: Scheduler::default(),
             collected: tokio::time::Instant::now(),
             component_ttl,
+            metrics,
         }
     }
 
     /// One placement round, then a collection if one is due; failures are logged and
     /// retried at the next call (Redis outages are ridden out).
     pub(crate) async fn run_once(&mut self, shared: &SharedState) {
-        if let Err(err) = self.scheduler.round(shared).await {
+        let round = self.scheduler.round(shared, &self.metrics).await;
+        self.metrics.round(round.is_ok());
+        if let Err(err) = round {
             tracing::warn!("placement round failed, retrying: {err}");
         }
         if self.collected.elapsed() >= COLLECT_EVERY.min(self.component_ttl) {
             self.collected = tokio::time::Instant::now();
             match shared.collect_components(self.component_ttl).await {
                 Ok(deleted) if !deleted.is_empty() => {
+                    self.metrics.components_deleted(deleted.len());
                     tracing::info!(?deleted, "deleted components no deployment names");
                 }
                 Ok(_) => {}
@@ -81,7 +93,11 @@ struct Scheduler {
 }
 
 impl Scheduler {
-    async fn round(&mut self, shared: &SharedState) -> Result<(), SharedStateError> {
+    async fn round(
+        &mut self,
+        shared: &SharedState,
+        metrics: &PlacementMetrics,
+    ) -> Result<(), SharedStateError> {
         let mut workers = shared.workers().await?;
         // A draining worker keeps serving until its workflows run elsewhere, but takes
         // nothing: for placement it is gone.
@@ -97,6 +113,7 @@ impl Scheduler {
             .filter(|id| !live.contains(*id))
             .cloned()
             .collect();
+        metrics.workers_lost(gone.len());
         for id in gone {
             let unplaced = self.planner.remove_worker(&id);
             tracing::warn!(worker = %id, ?unplaced, "worker left or is draining; re-placing its workflows");
@@ -155,6 +172,7 @@ impl Scheduler {
             }
             shared.write_placements(&changed, &removed).await?;
         }
+        metrics.placement(workers.live.len(), desired.len(), self.unplaced.len());
         Ok(())
     }
 

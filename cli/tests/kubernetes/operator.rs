@@ -277,20 +277,6 @@ impl Cluster {
 /// The operator's flag that serves its metrics on a free port.
 const METRICS: [&str; 2] = ["--metrics-listen", "127.0.0.1:0"];
 
-/// The value of `series` (name and labels, as written) that `operator` serves on
-/// `/metrics` now, if it serves it.
-fn metric(operator: &Process, series: &str) -> Option<f64> {
-    let url = operator
-        .announced
-        .split("metrics at ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no metrics address in `{}`", operator.announced));
-    let text = crate::support::client().get(url).send().ok()?.text().ok()?;
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|value| value.parse().ok())
-}
-
 fn condition<'a>(workflow: &'a Value, kind: &str) -> Option<&'a Value> {
     workflow["status"]["conditions"]
         .as_array()?
@@ -689,10 +675,9 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
     let cluster = Cluster::start(1, &["--scale-to-zero-after", "3", METRICS[0], METRICS[1]]);
     let operator = cluster.operator.as_ref().unwrap();
     let scalings = |direction: &str| {
-        metric(
-            operator,
-            &format!("faas_operator_worker_scalings_total{{direction=\"{direction}\"}}"),
-        )
+        operator.metric(&format!(
+            "faas_operator_worker_scalings_total{{direction=\"{direction}\"}}"
+        ))
     };
     let (bytes, sha) = hello();
     let shared = cluster.shared();
@@ -728,7 +713,7 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
     assert_eq!(scaled, "scaled to zero: no event for 3s");
     assert_eq!(scalings("down"), Some(1.0));
     assert_eq!(scalings("up"), Some(0.0));
-    assert_eq!(metric(operator, "faas_operator_worker_replicas"), Some(0.0));
+    assert_eq!(operator.metric("faas_operator_worker_replicas"), Some(0.0));
 
     // An event waits for a worker (as a gateway's activator signals it).
     cluster
@@ -746,7 +731,7 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
         "scaled up to 1 replica(s): events wait for workflow(s) sleeper"
     );
     assert_eq!(scalings("up"), Some(1.0));
-    assert_eq!(metric(operator, "faas_operator_worker_replicas"), Some(1.0));
+    assert_eq!(operator.metric("faas_operator_worker_replicas"), Some(1.0));
     // Served: the demand is cleared, so the workers may go idle again later.
     cluster.wait_for("the demand to be cleared", |c| {
         c.runtime.block_on(c.shared().demand()).unwrap().is_empty()
@@ -782,11 +767,14 @@ fn only_the_lease_holder_operates_and_a_successor_takes_over() {
     let ok = r#"faas_operator_reconciles_total{result="ok"}"#;
     let ready = r#"faas_operator_workflows{state="ready"}"#;
     let leader = cluster.operator.as_ref().unwrap();
-    assert_eq!(metric(leader, "faas_operator_leader"), Some(1.0));
-    assert!(metric(leader, ok).unwrap() >= 1.0);
-    assert_eq!(metric(leader, ready), Some(1.0));
-    assert_eq!(metric(&standby, "faas_operator_leader"), Some(0.0));
-    assert_eq!(metric(&standby, ok), Some(0.0));
+    assert_eq!(leader.metric("faas_operator_leader"), Some(1.0));
+    assert!(leader.metric(ok).unwrap() >= 1.0);
+    assert_eq!(leader.metric(ready), Some(1.0));
+    assert_eq!(standby.metric("faas_operator_leader"), Some(0.0));
+    assert_eq!(standby.metric(ok), Some(0.0));
+    // The leader's placement rounds (the same as `faas scheduler`'s) count too.
+    assert_eq!(leader.metric("faas_operator_workflows_placed"), Some(1.0));
+    assert_eq!(leader.metric("faas_operator_workers_live"), Some(1.0));
 
     // The leader stops (and gives the Lease up): the standby takes over and operates.
     drop(cluster.operator.take());
@@ -801,9 +789,9 @@ fn only_the_lease_holder_operates_and_a_successor_takes_over() {
     ));
     let second = cluster.wait_condition("second", "Ready", "True", "Ready");
     assert!(second["status"]["revision"].as_u64().unwrap() > 1);
-    assert_eq!(metric(&standby, "faas_operator_leader"), Some(1.0));
+    assert_eq!(standby.metric("faas_operator_leader"), Some(1.0));
     cluster.wait_for("the new leader to count both Workflows ready", |_| {
-        metric(&standby, ready) == Some(2.0)
+        standby.metric(ready) == Some(2.0)
     });
     drop(standby);
 }

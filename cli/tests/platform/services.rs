@@ -68,7 +68,7 @@ pub(crate) struct Services {
     pub(crate) url: String,
     workers: BTreeMap<String, Process>,
     _gateway: Process,
-    _scheduler: Process,
+    scheduler: Process,
     pub(crate) redis: RedisServer,
     pub(crate) data: tempfile::TempDir,
     /// Environment variables the gateway and every worker get (e.g. where to export
@@ -109,7 +109,15 @@ impl Services {
         let redis = RedisServer::start();
         let data = faas_testing::temp_dir();
         let url = redis.url();
-        let mut args = vec!["scheduler", "--redis", &url, "--sync-interval-ms", SYNC_MS];
+        let mut args = vec![
+            "scheduler",
+            "--redis",
+            &url,
+            "--sync-interval-ms",
+            SYNC_MS,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ];
         args.extend(scheduler_extra);
         // The scheduler takes no part in an event, so it needs no exporter.
         let scheduler = Process::spawn(&args, "faas scheduler is up");
@@ -126,7 +134,7 @@ impl Services {
             url,
             workers: BTreeMap::new(),
             _gateway: gateway,
-            _scheduler: scheduler,
+            scheduler,
             redis,
             data,
             env: env
@@ -590,23 +598,19 @@ fn gateways_agree_on_names_and_routes_even_when_one_lags_behind() {
 fn a_worker_reports_its_gauges_and_holds_no_instance_when_idle() {
     let mut services = Services::start(&[]);
     services.start_worker_with("w1", &["--metrics-listen", "127.0.0.1:0"]);
-    let announced = services.workers["w1"].announced.clone();
-    let metrics = announced
-        .split("metrics at ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no metrics address in `{announced}`"))
-        .to_owned();
-    let gauge = |name: &str| -> i64 {
-        let text = client().get(&metrics).send().unwrap().text().unwrap();
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
-            .parse()
-            .unwrap()
+    let gauge = |series: &str| -> i64 {
+        let value = services.workers["w1"].metric(series);
+        value.unwrap_or_else(|| panic!("no {series}")) as i64
     };
     assert_eq!(gauge("faas_workflows_loaded"), 0);
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
     assert_eq!(gauge("faas_workflows_loaded"), 1);
+    // The scheduler counts what it placed, where.
+    let scheduler = |series: &str| services.scheduler.metric(series);
+    assert_eq!(scheduler("faas_scheduler_workflows_placed"), Some(1.0));
+    assert_eq!(scheduler("faas_scheduler_workers_live"), Some(1.0));
+    assert_eq!(scheduler("faas_scheduler_workflows_unplaced"), Some(0.0));
+    assert!(scheduler(r#"faas_scheduler_placement_rounds_total{result="ok"}"#).unwrap() >= 1.0);
     for _ in 0..5 {
         assert_eq!(services.get("/hello?name=idle").status(), 200);
     }
@@ -622,8 +626,10 @@ fn a_worker_reports_its_gauges_and_holds_no_instance_when_idle() {
     // Unloaded, the workflow's series go with it.
     assert!(faas_at(&services.url, &["rm", "hello"]).status.success());
     services.wait_for("hello unloaded", |_| gauge("faas_workflows_loaded") == 0);
-    let text = client().get(&metrics).send().unwrap().text().unwrap();
-    assert!(!text.contains(r#"workflow="hello""#), "{text}");
+    assert_eq!(services.workers["w1"].metric(starts), None);
+    services.wait_for("hello no longer placed", |_| {
+        scheduler("faas_scheduler_workflows_placed") == Some(0.0)
+    });
 }
 
 #[test]
@@ -651,6 +657,10 @@ fn components_no_deployment_names_are_deleted_from_redis() {
         redis.exists::<_, bool>(&split).unwrap(),
         "a named component stays"
     );
+    let deleted = services
+        .scheduler
+        .metric("faas_scheduler_components_deleted_total");
+    assert!(deleted.unwrap() >= 1.0, "{deleted:?}");
     let counted = client()
         .post(format!("{}/wordcount", services.url))
         .body("a b a")

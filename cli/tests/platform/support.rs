@@ -64,6 +64,20 @@ impl Process {
         }
     }
 
+    /// The value of `series` (name and labels, as written) on the `/metrics` the
+    /// process announced (`..., metrics at URL`), if it serves it now.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let url = self
+            .announced
+            .split("metrics at ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no metrics address in `{}`", self.announced));
+        let text = client().get(url).send().ok()?.text().ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|value| value.parse().ok())
+    }
+
     /// Sends `signal` without waiting (e.g. SIGSTOP and SIGCONT to pause it).
     pub fn signal(&self, signal: libc::c_int) {
         let child = self.child.as_ref().expect("the process is running");

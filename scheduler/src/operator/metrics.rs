@@ -2,6 +2,7 @@
 //! replica leads, its reconciles, the Workflows by state, and the worker Deployment's
 //! scaling. Rendered at each scrape; served by `faas_metrics_endpoint`.
 
+use crate::metrics::{PlacementMetrics, ResultLabel, encode};
 use faas_kube::WorkflowStatus;
 use faas_kube::status::{DEGRADED, READY};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -49,11 +50,6 @@ impl WorkflowState {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct ResultLabel {
-    result: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StateLabel {
     state: &'static str,
 }
@@ -75,6 +71,8 @@ pub struct OperatorMetrics {
     states: Mutex<HashMap<String, WorkflowState>>,
     worker_replicas: Gauge,
     scalings: Family<DirectionLabel, Counter>,
+    /// What the placement rounds the operator runs count.
+    pub(crate) placement: PlacementMetrics,
 }
 
 impl Default for OperatorMetrics {
@@ -124,8 +122,11 @@ impl OperatorMetrics {
             "Times the workers were scaled to zero (down) or back on demand (up)",
             scalings.clone(),
         );
+        let placement = PlacementMetrics::default();
+        placement.register(&mut registry);
         let metrics = Self {
             registry,
+            placement,
             leader,
             reconciles,
             reconcile_seconds,
@@ -135,11 +136,8 @@ impl OperatorMetrics {
             scalings,
         };
         // Every series from the start, so a rate over a fresh operator is defined.
-        for result in ["ok", "error"] {
-            metrics
-                .reconciles
-                .get_or_create(&ResultLabel { result })
-                .inc_by(0);
+        for label in ResultLabel::BOTH {
+            metrics.reconciles.get_or_create(&label).inc_by(0);
         }
         for direction in ["up", "down"] {
             metrics
@@ -153,10 +151,7 @@ impl OperatorMetrics {
 
     /// The text exposition, for a scrape.
     pub fn render(&self) -> String {
-        let mut text = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        text
+        encode(&self.registry)
     }
 
     /// Whether this replica leads.
@@ -166,8 +161,7 @@ impl OperatorMetrics {
 
     /// A reconcile ended after `took`, successfully or not.
     pub(crate) fn reconciled(&self, ok: bool, took: Duration) {
-        let result = if ok { "ok" } else { "error" };
-        self.reconciles.get_or_create(&ResultLabel { result }).inc();
+        self.reconciles.get_or_create(&ResultLabel::of(ok)).inc();
         self.reconcile_seconds.observe(took.as_secs_f64());
     }
 

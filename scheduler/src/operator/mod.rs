@@ -190,7 +190,10 @@ pub async fn run(
 /// round, every Workflow's status is refreshed if the placements or load statuses
 /// changed.
 async fn place(context: Arc<Context>) {
-    let mut rounds = Rounds::new(context.config.component_ttl);
+    let mut rounds = Rounds::new(
+        context.config.component_ttl,
+        context.metrics.placement.clone(),
+    );
     let mut ticker = tokio::time::interval(context.config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = None;
