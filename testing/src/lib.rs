@@ -47,6 +47,33 @@ pub fn component_path(package: &str) -> PathBuf {
     }
 }
 
+/// The metric families (`faas_...`, sample suffixes such as `_total` or `_bucket`
+/// removed) that the Grafana dashboard in `charts/faas/dashboards/faas.json` queries
+/// and whose names start with `prefix`, each once.
+pub fn dashboard_families(prefix: &str) -> Vec<String> {
+    let path = repo_root().join("charts/faas/dashboards/faas.json");
+    let dashboard = std::fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("reading {}: {err}", path.display()));
+    let mut families: Vec<String> = dashboard
+        .match_indices(prefix)
+        .map(|(at, _)| {
+            let rest = &dashboard[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let name = &rest[..end];
+            ["_bucket", "_total", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name)
+                .to_owned()
+        })
+        .collect();
+    families.sort_unstable();
+    families.dedup();
+    families
+}
+
 /// The bytes of `package`'s component.
 pub fn component(package: &str) -> Vec<u8> {
     let path = component_path(package);

@@ -266,4 +266,18 @@ mod tests {
         assert!(has(&text, &scalings("down"), 1), "{text}");
         assert!(has(&text, "faas_operator_worker_replicas", 0), "{text}");
     }
+
+    /// The Grafana dashboard's operator panels query only series the operator serves.
+    #[test]
+    fn every_operator_series_the_dashboard_queries_is_served() {
+        let text = OperatorMetrics::new().render();
+        let queried = faas_testing::dashboard_families("faas_operator_");
+        assert!(queried.len() >= 6, "{queried:?}");
+        for family in queried {
+            assert!(
+                text.contains(&format!("# TYPE {family} ")),
+                "the dashboard queries {family}, which the operator does not serve:\n{text}"
+            );
+        }
+    }
 }
