@@ -309,15 +309,67 @@ fn a_deploy_a_worker_cannot_load_is_refused_and_the_live_version_keeps_serving()
     assert_eq!(status["functions"][0]["memory_mb"], 128, "{status}");
 }
 
+/// Sends a request to a URL again and again, one at a time, from its own thread.
+struct Hammer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<u16>>,
+}
+
+impl Hammer {
+    fn start(url: &str) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (url, stop) = (url.to_owned(), stop.clone());
+            std::thread::spawn(move || {
+                let client = client();
+                let mut statuses = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let status = client.get(&url).send().map_or(0, |r| r.status().as_u16());
+                    statuses.push(status);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                statuses
+            })
+        };
+        Self { stop, thread }
+    }
+
+    /// Every response's status (0: none), in order.
+    fn stop(self) -> Vec<u16> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// A worker killed with SIGKILL says nothing: until its heartbeat expires the gateway
+/// still sends it events, which reach nobody. Nothing ran, so the activator holds them
+/// and sends them again once the workflow's new worker has loaded it: they wait
+/// instead of failing.
 #[test]
 fn a_killed_workers_workflows_are_placed_again_and_keep_serving() {
     let mut services = Services::start(&["w1", "w2"]);
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
     let first = services.holder_of("hello");
+    let hammer = Hammer::start(&format!("{}/hello?name=again", services.url));
+    std::thread::sleep(Duration::from_millis(300));
     services.kill_worker(&first);
-    services.wait_for("hello served again after its worker died", |services| {
-        services.get("/hello?name=again").status() == 200
+    services.wait_for("hello placed on the other worker", |services| {
+        services
+            .workers_json()
+            .iter()
+            .any(|(id, names)| *id != first && names.iter().any(|name| name == "hello"))
     });
+    std::thread::sleep(Duration::from_millis(300));
+    let statuses = hammer.stop();
+    assert!(statuses.len() > 10, "{} requests", statuses.len());
+    // A request already on its way to the worker when it died gets 502: it may have
+    // run, so it is not sent again (under load the gateway may learn of the death only
+    // after a second one). Every other request is answered.
+    let failed: Vec<&u16> = statuses.iter().filter(|status| **status != 200).collect();
+    assert!(
+        failed.len() <= 2 && failed.iter().all(|status| **status == 502),
+        "{statuses:?}"
+    );
     let second = services.holder_of("hello");
     assert_ne!(first, second);
     assert!(!services.workers_json().contains_key(&first));
@@ -522,30 +574,15 @@ fn a_worker_stopped_with_sigterm_hands_its_workflows_over_without_failing_a_requ
     let mut services = Services::start(&["w1", "w2"]);
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
     let first = services.holder_of("hello");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let hammer = {
-        let (url, stop) = (format!("{}/hello?name=drain", services.url), stop.clone());
-        std::thread::spawn(move || {
-            let client = client();
-            let mut statuses = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let status = client.get(&url).send().map_or(0, |r| r.status().as_u16());
-                statuses.push(status);
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            statuses
-        })
-    };
+    let hammer = Hammer::start(&format!("{}/hello?name=drain", services.url));
     std::thread::sleep(Duration::from_millis(300));
     let mut worker = services.workers.remove(&first).unwrap();
     let exit = worker.stop(libc::SIGTERM);
     assert!(exit.success(), "the worker exited with {exit}");
     std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let statuses = hammer.join().unwrap();
-    let failed = statuses.iter().filter(|status| **status != 200).count();
+    let statuses = hammer.stop();
     assert!(statuses.len() > 50, "{} requests", statuses.len());
-    assert_eq!(failed, 0, "{failed} of {} requests failed", statuses.len());
+    assert!(statuses.iter().all(|status| *status == 200), "{statuses:?}");
     assert_ne!(services.holder_of("hello"), first);
     assert!(!services.workers_json().contains_key(&first));
 }
