@@ -48,7 +48,8 @@ impl RedisArgs {
     }
 }
 
-/// Where a process serves its Prometheus metrics (`faas worker`, `faas operator`).
+/// Where a process serves its Prometheus metrics (`faas worker`, `faas operator`,
+/// `faas scheduler`).
 #[derive(Debug, clap::Args)]
 pub struct MetricsArgs {
     /// Serve Prometheus metrics (`GET /metrics`) on this address.
