@@ -30,7 +30,9 @@ impl Deployment {
         function: &str,
         mut request: Request<Bytes>,
     ) -> Result<HttpResponse, EventFailure> {
-        let mut failure = self.no_replica();
+        // The failure is built only if no replica answers: a request served on the
+        // first replica pays for no formatting.
+        let mut failure = None;
         let mut replicas = self.replicas_in_turn().peekable();
         while let Some(replica) = replicas.next() {
             // Only a request that may go on to another replica is copied.
@@ -43,17 +45,17 @@ impl Deployment {
                 .call_function(&self.workflow.name, function, attempt)
                 .await
             {
-                Err(unreached) if unreached.is_unavailable() => failure = unreached,
+                Err(unreached) if unreached.is_unavailable() => failure = Some(unreached),
                 outcome => return outcome,
             }
         }
-        Err(failure)
+        Err(failure.unwrap_or_else(|| self.no_replica()))
     }
 
     /// Runs the workflow's steps on a replica, passing the run on to the next replica
     /// while a worker cannot be reached (so no step ran there).
     pub(crate) async fn run(&self, payload: Bytes, message: Option<TriggerMessage>) -> RunReply {
-        let mut unreached = RunReply::not_run(self.no_replica());
+        let mut unreached = None;
         for replica in self.replicas_in_turn() {
             let run = replica
                 .target
@@ -61,12 +63,12 @@ impl Deployment {
                 .await;
             match &run.result {
                 Err(failure) if run.record.is_none() && failure.is_unavailable() => {
-                    unreached = run;
+                    unreached = Some(run);
                 }
                 _ => return run,
             }
         }
-        unreached
+        unreached.unwrap_or_else(|| RunReply::not_run(self.no_replica()))
     }
 
     /// The failure of an event that found no replica ready to take it.

@@ -325,26 +325,30 @@ impl CpuShares {
     /// tenant of events just short of [`QUICK_HERE`] could fill them. Turns its guests
     /// hold on the guest threads do not count against it: they would send its next
     /// first poll there too, and the next, as queueing for a turn did (see
-    /// [`GuestPool::spawn`]).
-    fn enter_here(&self, tenant: &Arc<str>) -> bool {
+    /// [`GuestPool::spawn`]). `None` if it may not; otherwise whether another tenant
+    /// was active when it entered.
+    fn enter_here(&self, tenant: &Arc<str>) -> Option<HereAmong> {
         let mut state = self.lock();
         let now = Instant::now();
         state.see(tenant, now);
-        if state.others_active(tenant, now) {
+        let among = if state.others_active(tenant, now) {
             let slow = state
                 .slow_here
                 .get(tenant)
                 .is_some_and(|slow| now.duration_since(*slow) < SLOW_HERE_FOR);
             let running = state.here.get(tenant).copied().unwrap_or(0);
             if slow || running >= state.cap(self.turns, now) {
-                return false;
+                return None;
             }
-        }
+            HereAmong::Others
+        } else {
+            HereAmong::OwnOnly
+        };
         State::count_down(&mut state.arriving, tenant);
         state.held += 1;
         *state.per_tenant.entry(tenant.clone()).or_default() += 1;
         *state.here.entry(tenant.clone()).or_default() += 1;
-        true
+        Some(among)
     }
 
     /// Notes that a first poll of `tenant` on a receiving thread ended, after using
@@ -684,6 +688,16 @@ impl<T> Drop for AbortOnDrop<T> {
 /// slowed, never stopped, by whatever else runs.
 const BACKGROUND_NICE: i32 = 19;
 
+/// Whose guests shared the worker when a first poll took a turn on the thread that
+/// received its event ([`CpuShares::enter_here`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HereAmong {
+    /// Only its own tenant's were active.
+    OwnOnly,
+    /// Another tenant's were active too.
+    Others,
+}
+
 /// The CPU time the calling thread has used.
 fn thread_cpu_time() -> std::time::Duration {
     let time = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -768,31 +782,41 @@ impl<F: Future> Fair<F> {
     fn poll_here(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Option<Poll<F::Output>> {
         debug_assert!(!self.polled, "only the first poll runs here");
         let mut this = self.project();
-        if !this.shares.enter_here(this.tenant) {
-            return None;
-        }
+        let among = this.shares.enter_here(this.tenant)?;
         *this.polled = true;
         // Ends the first poll there even if the guest's poll panics.
-        struct Here(Arc<CpuShares>, Arc<str>, Instant, std::time::Duration);
+        struct Here(
+            Arc<CpuShares>,
+            Arc<str>,
+            Instant,
+            Option<std::time::Duration>,
+        );
         impl Drop for Here {
             fn drop(&mut self) {
                 // The thread's CPU time, not the poll's length: under load the kernel
                 // may preempt even a hello's poll for longer than QUICK_HERE. A poll
                 // shorter than that used less CPU than that, so only a long one pays
                 // for a second read of the thread's CPU clock (a system call).
-                let cpu = if self.2.elapsed() < QUICK_HERE {
-                    std::time::Duration::ZERO
-                } else {
-                    thread_cpu_time().saturating_sub(self.3)
+                let cpu = match self.3 {
+                    Some(start) if self.2.elapsed() >= QUICK_HERE => {
+                        thread_cpu_time().saturating_sub(start)
+                    }
+                    _ => std::time::Duration::ZERO,
                 };
                 self.0.leave_here(&self.1, cpu);
             }
         }
+        // Slowness only counts while another tenant is active, so a tenant alone does
+        // not pay for reading the thread's CPU clock (a system call, about 3% of a
+        // hello's CPU time). A tenant that turns slow while alone is found at its
+        // first poll here once another tenant is active: that poll holds this
+        // thread for a tick at most, as the first slow poll of any tenant does.
+        let cpu_at_start = (among == HereAmong::Others).then(thread_cpu_time);
         let here = Here(
             this.shares.clone(),
             this.tenant.clone(),
             Instant::now(),
-            thread_cpu_time(),
+            cpu_at_start,
         );
         // The thread is one that receives events: the guest leaves it at the first tick.
         let polled = Self::poll_holding_turn(&mut this, cx, 1);
@@ -1157,7 +1181,7 @@ mod tests {
         let quick = pool.spawn(a.clone(), FirstPoll::Here, async {}, far(), || ());
         assert!(quick.abort_handle().is_none(), "polled here");
         // A first poll of a's runs on the other receiving thread: its share, one of two.
-        assert!(pool.shares.enter_here(&a));
+        assert_eq!(pool.shares.enter_here(&a), Some(HereAmong::Others));
         let task = pool.spawn(a.clone(), FirstPoll::Here, async {}, far(), || ());
         assert!(task.abort_handle().is_some(), "spawned, not polled here");
         pool.shares.leave_here(&a, std::time::Duration::ZERO);
@@ -1212,6 +1236,36 @@ mod tests {
         let alone = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
         assert_eq!(threads, ["faas-guest"]);
         assert!(alone.abort_handle().is_none(), "alone, it was polled here");
+    }
+
+    #[test]
+    fn a_lone_tenants_slow_first_poll_here_counts_only_once_another_tenant_is_active() {
+        let pool = GuestPool::new(1, || ()).unwrap();
+        // Alone, its CPU time is not measured (no clock read), so it is not held slow.
+        let alone = pool.spawn(
+            "a".into(),
+            FirstPoll::Here,
+            spinner(1, QUICK_HERE * 2),
+            far(),
+            || (),
+        );
+        let (threads, _) = block_on(alone).unwrap().expect("finished");
+        assert_eq!(threads, [caller()], "its first poll was here");
+        let b = keep_active(&pool, "b");
+        let measured = pool.spawn(
+            "a".into(),
+            FirstPoll::Here,
+            spinner(1, QUICK_HERE * 2),
+            far(),
+            || (),
+        );
+        let (threads, _) = block_on(measured).unwrap().expect("finished");
+        assert_eq!(threads, [caller()], "still polled here");
+        // That poll, with b active, was measured: a's next guest starts elsewhere.
+        let next = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
+        drop(b);
+        assert!(next.abort_handle().is_some(), "spawned, not polled here");
+        assert_eq!(block_on(next).unwrap(), Some(()));
     }
 
     /// How many epoch ticks the slice of the poll it runs in lasts, counted as the
