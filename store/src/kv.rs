@@ -323,11 +323,12 @@ impl KeyValueStore {
                 .and_then(|entries| entries.entries.get(key))
                 .cloned()),
             Backend::Sqlite(entries) => entries.get(tenant, key),
-            Backend::Redis(manager) => redis::cmd("GET")
-                .arg(redis_key(tenant, key))
-                .query_async(&mut manager.clone())
-                .await
-                .map_err(|err| redis_failed("GET", &err)),
+            Backend::Redis(manager) => {
+                let get = redis::cmd("GET").arg(redis_key(tenant, key)).to_owned();
+                repeatable(manager, &get)
+                    .await
+                    .map_err(|err| redis_failed("GET", &err))
+            }
         }
     }
 
@@ -352,9 +353,10 @@ impl KeyValueStore {
                 .put(&quota, tenant, key, value),
             Backend::Sqlite(entries) => entries.set(&quota, tenant, key, &value),
             Backend::Redis(manager) => {
-                let status: String = script(SET_SCRIPT, &quota, tenant, key)
+                let set = script(SET_SCRIPT, &quota, tenant, key)
                     .arg(value)
-                    .query_async(&mut manager.clone())
+                    .to_owned();
+                let status: String = repeatable(manager, &set)
                     .await
                     .map_err(|err| redis_failed("SET", &err))?;
                 quota_status(&quota, tenant, &status)
@@ -377,11 +379,12 @@ impl KeyValueStore {
                 Ok(())
             }
             Backend::Sqlite(entries) => entries.delete(tenant, key),
-            Backend::Redis(manager) => script(DELETE_SCRIPT, &self.quota, tenant, key)
-                .query_async::<String>(&mut manager.clone())
-                .await
-                .map(drop)
-                .map_err(|err| redis_failed("DEL", &err)),
+            Backend::Redis(manager) => {
+                repeatable::<String>(manager, &script(DELETE_SCRIPT, &self.quota, tenant, key))
+                    .await
+                    .map(drop)
+                    .map_err(|err| redis_failed("DEL", &err))
+            }
         }
     }
 
@@ -421,7 +424,8 @@ impl KeyValueStore {
             Backend::Sqlite(entries) => entries.increment(&quota, tenant, key, delta),
             // The script runs INCRBY, atomic on the server, so concurrent increments from
             // any number of processes never lose an update; it then checks the quota and
-            // puts the old value back if the new one does not fit.
+            // puts the old value back if the new one does not fit. It is not sent again
+            // on a dropped connection (see `repeatable`): it may have run.
             Backend::Redis(manager) => {
                 let (status, value): (String, String) =
                     script(INCREMENT_SCRIPT, &quota, tenant, key)
@@ -433,6 +437,21 @@ impl KeyValueStore {
                 value.parse().map_err(|_| not_an_integer(key))
             }
         }
+    }
+}
+
+/// Sends `command`, and once more if the connection to Redis had dropped (a Redis
+/// restart or failover): the connection manager only reconnects once a command meets
+/// the dropped connection, so without this the first command after a restart fails on
+/// every connection. Only for commands whose second run leaves what one run leaves
+/// (`GET`, setting a value, deleting a key), since a dropped command may have run.
+async fn repeatable<T: redis::FromRedisValue>(
+    manager: &ConnectionManager,
+    command: &redis::Cmd,
+) -> Result<T, RedisError> {
+    match command.query_async(&mut manager.clone()).await {
+        Err(err) if err.is_connection_dropped() => command.query_async(&mut manager.clone()).await,
+        result => result,
     }
 }
 
