@@ -158,9 +158,13 @@ impl LogSink for MemoryLogs {
         let cost = line.cost();
         let line = Arc::new(line);
         let mut buffers = self.lock();
-        let buffer = buffers
-            .entry(line.workflow.clone())
-            .or_insert_with(Buffer::new);
+        // Looked up before the entry API, which would copy the name for every line.
+        let buffer = match buffers.get_mut(&line.workflow) {
+            Some(buffer) => buffer,
+            None => buffers
+                .entry(line.workflow.clone())
+                .or_insert_with(Buffer::new),
+        };
         buffer.bytes += cost;
         buffer.lines.push_back(line.clone());
         while buffer.bytes > self.budget {
