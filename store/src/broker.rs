@@ -12,9 +12,8 @@
 //! publishes through it, does not link the gateway.
 
 use crate::Tenant;
-use crate::redis_connection::{manage, redact_url};
+use crate::redis_connection::{Run, manage, redact_url};
 use faas_invoke::{BoxFuture, PublishError, Publisher};
-use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use redis::streams::StreamMaxlen;
 use std::collections::HashMap;
@@ -146,20 +145,6 @@ impl RedisBroker {
             .unwrap_or(self.stream_max_len)
     }
 
-    /// Runs `command` on the shared connection, and once more if that connection had
-    /// dropped (a restarted Redis): the manager reconnects, and a guest's message is
-    /// not lost to the first command that finds the old connection gone.
-    async fn on_shared<T, F, Fut>(&self, command: F) -> redis::RedisResult<T>
-    where
-        F: Fn(ConnectionManager) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        match command(self.connection.clone()).await {
-            Err(err) if err.is_connection_dropped() => command(self.connection.clone()).await,
-            other => other,
-        }
-    }
-
     /// `XADD key MAXLEN ~ <stream max len of tenant> * fields...` on `connection`.
     ///
     /// # Errors
@@ -171,6 +156,13 @@ impl RedisBroker {
         key: &str,
         fields: &[(&str, &[u8])],
     ) -> redis::RedisResult<String> {
+        self.append_command(tenant, key, fields)
+            .query_async(connection)
+            .await
+    }
+
+    /// The `XADD` of [`Self::append_trimmed`].
+    fn append_command(&self, tenant: &str, key: &str, fields: &[(&str, &[u8])]) -> redis::Cmd {
         let mut command = redis::cmd("XADD");
         command.arg(key);
         let max_len = self.stream_max_len_of(tenant);
@@ -178,7 +170,7 @@ impl RedisBroker {
             command.arg(StreamMaxlen::Approx(max_len));
         }
         command.arg("*").arg(fields);
-        command.query_async(connection).await
+        command
     }
 }
 
@@ -191,17 +183,19 @@ impl Publisher for RedisBroker {
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async move {
             let key = namespaced(tenant, channel);
-            self.on_shared(|mut connection| {
-                let key = &key;
-                async move { connection.publish::<_, _, i64>(key, payload).await }
-            })
-            .await
-            .map(|_| ())
-            .map_err(|err| PublishError::Broker {
-                operation: "publishing to",
-                name: channel.to_owned(),
-                reason: err.to_string(),
-            })
+            // Sent again if the connection had dropped (a restarted Redis): a guest's
+            // message is not lost to the first command that finds it gone.
+            redis::cmd("PUBLISH")
+                .arg(&key)
+                .arg(payload)
+                .run::<i64>(&self.connection)
+                .await
+                .map(|_| ())
+                .map_err(|err| PublishError::Broker {
+                    operation: "publishing to",
+                    name: channel.to_owned(),
+                    reason: err.to_string(),
+                })
         })
     }
 
@@ -222,16 +216,14 @@ impl Publisher for RedisBroker {
             for payload in payloads {
                 pipeline.publish(&key, payload.as_slice()).ignore();
             }
-            self.on_shared(|mut connection| {
-                let pipeline = &pipeline;
-                async move { pipeline.query_async::<()>(&mut connection).await }
-            })
-            .await
-            .map_err(|err| PublishError::Broker {
-                operation: "publishing to",
-                name: channel.to_owned(),
-                reason: err.to_string(),
-            })
+            pipeline
+                .run::<()>(&self.connection)
+                .await
+                .map_err(|err| PublishError::Broker {
+                    operation: "publishing to",
+                    name: channel.to_owned(),
+                    reason: err.to_string(),
+                })
         })
     }
 
@@ -249,19 +241,14 @@ impl Publisher for RedisBroker {
             if let Some(traceparent) = &traceparent {
                 fields.push((faas_invoke::trace::TRACEPARENT, traceparent.as_bytes()));
             }
-            self.on_shared(|mut connection| {
-                let (key, fields) = (&key, &fields);
-                async move {
-                    self.append_trimmed(&mut connection, tenant, key, fields)
-                        .await
-                }
-            })
-            .await
-            .map_err(|err| PublishError::Broker {
-                operation: "appending to",
-                name: stream.to_owned(),
-                reason: err.to_string(),
-            })
+            self.append_command(tenant, &key, &fields)
+                .run::<String>(&self.connection)
+                .await
+                .map_err(|err| PublishError::Broker {
+                    operation: "appending to",
+                    name: stream.to_owned(),
+                    reason: err.to_string(),
+                })
         })
     }
 }
@@ -271,6 +258,7 @@ mod tests {
     use super::*;
     use crate::tenants::Quotas;
     use faas_testing::RedisServer;
+    use redis::AsyncCommands;
 
     #[tokio::test]
     async fn an_unreachable_broker_is_named_without_its_credentials() {

@@ -27,7 +27,7 @@ use redis::aio::ConnectionManager;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::Database;
-use crate::redis_connection::{self, redact_url};
+use crate::redis_connection::{self, Run, redact_url};
 
 mod sqlite;
 
@@ -323,12 +323,11 @@ impl KeyValueStore {
                 .and_then(|entries| entries.entries.get(key))
                 .cloned()),
             Backend::Sqlite(entries) => entries.get(tenant, key),
-            Backend::Redis(manager) => {
-                let get = redis::cmd("GET").arg(redis_key(tenant, key)).to_owned();
-                repeatable(manager, &get)
-                    .await
-                    .map_err(|err| redis_failed("GET", &err))
-            }
+            Backend::Redis(manager) => redis::cmd("GET")
+                .arg(redis_key(tenant, key))
+                .run(manager)
+                .await
+                .map_err(|err| redis_failed("GET", &err)),
         }
     }
 
@@ -353,10 +352,9 @@ impl KeyValueStore {
                 .put(&quota, tenant, key, value),
             Backend::Sqlite(entries) => entries.set(&quota, tenant, key, &value),
             Backend::Redis(manager) => {
-                let set = script(SET_SCRIPT, &quota, tenant, key)
+                let status: String = script(SET_SCRIPT, &quota, tenant, key)
                     .arg(value)
-                    .to_owned();
-                let status: String = repeatable(manager, &set)
+                    .run(manager)
                     .await
                     .map_err(|err| redis_failed("SET", &err))?;
                 quota_status(&quota, tenant, &status)
@@ -379,12 +377,11 @@ impl KeyValueStore {
                 Ok(())
             }
             Backend::Sqlite(entries) => entries.delete(tenant, key),
-            Backend::Redis(manager) => {
-                repeatable::<String>(manager, &script(DELETE_SCRIPT, &self.quota, tenant, key))
-                    .await
-                    .map(drop)
-                    .map_err(|err| redis_failed("DEL", &err))
-            }
+            Backend::Redis(manager) => script(DELETE_SCRIPT, &self.quota, tenant, key)
+                .run::<String>(manager)
+                .await
+                .map(drop)
+                .map_err(|err| redis_failed("DEL", &err)),
         }
     }
 
@@ -425,7 +422,7 @@ impl KeyValueStore {
             // The script runs INCRBY, atomic on the server, so concurrent increments from
             // any number of processes never lose an update; it then checks the quota and
             // puts the old value back if the new one does not fit. It is not sent again
-            // on a dropped connection (see `repeatable`): it may have run.
+            // on a dropped connection (see `Run`): it may have run.
             Backend::Redis(manager) => {
                 let (status, value): (String, String) =
                     script(INCREMENT_SCRIPT, &quota, tenant, key)
@@ -437,21 +434,6 @@ impl KeyValueStore {
                 value.parse().map_err(|_| not_an_integer(key))
             }
         }
-    }
-}
-
-/// Sends `command`, and once more if the connection to Redis had dropped (a Redis
-/// restart or failover): the connection manager only reconnects once a command meets
-/// the dropped connection, so without this the first command after a restart fails on
-/// every connection. Only for commands whose second run leaves what one run leaves
-/// (`GET`, setting a value, deleting a key), since a dropped command may have run.
-async fn repeatable<T: redis::FromRedisValue>(
-    manager: &ConnectionManager,
-    command: &redis::Cmd,
-) -> Result<T, RedisError> {
-    match command.query_async(&mut manager.clone()).await {
-        Err(err) if err.is_connection_dropped() => command.query_async(&mut manager.clone()).await,
-        result => result,
     }
 }
 

@@ -58,6 +58,49 @@ pub async fn manage_with(
     Ok(manager)
 }
 
+/// Running a command (or a pipeline) on a shared connection manager.
+pub(crate) trait Run {
+    /// Runs the command, once more if the connection had dropped (a Redis restart or
+    /// failover): the manager reconnects only once a command meets the dropped
+    /// connection, so without this the first command after a restart fails on every
+    /// connection. Only for commands whose second run leaves what one run leaves
+    /// (reads, setting a value, deleting a key, a compare-and-set), or where a
+    /// duplicate is allowed (messages, delivered at least once), since a command that
+    /// met the dropped connection may have run.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        connection: &ConnectionManager,
+    ) -> Result<T, RedisError>;
+}
+
+/// Whether a command that failed with `err` may be sent again (see [`Run`]). Not after
+/// a timeout: the server may be slow rather than gone, and a second wait would double
+/// the caller's.
+fn connection_dropped(err: &RedisError) -> bool {
+    (err.is_io_error() && !err.is_timeout()) || err.is_connection_dropped()
+}
+
+// `Cmd` and `Pipeline` share no trait for `query_async`, so one body serves both.
+macro_rules! impl_run {
+    ($($command:ty),*) => {$(
+        impl Run for $command {
+            async fn run<T: redis::FromRedisValue>(
+                &self,
+                connection: &ConnectionManager,
+            ) -> Result<T, RedisError> {
+                match self.query_async(&mut connection.clone()).await {
+                    Err(err) if connection_dropped(&err) => {
+                        self.query_async(&mut connection.clone()).await
+                    }
+                    result => result,
+                }
+            }
+        }
+    )*};
+}
+
+impl_run!(redis::Cmd, redis::Pipeline);
+
 /// `url` for messages: user information and query (where Redis URLs carry
 /// passwords) are replaced by `***`, so connection errors can be logged safely.
 pub(crate) fn redact_url(url: &str) -> String {

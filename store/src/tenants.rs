@@ -23,7 +23,7 @@
 //! (or have them applied at once in embedded mode).
 
 use crate::db::{Database, StoreError};
-use crate::redis_connection::ConnectError;
+use crate::redis_connection::{ConnectError, Run};
 use faas_workflow::is_valid_name;
 use redis::aio::ConnectionManager;
 use rusqlite::OptionalExtension;
@@ -886,30 +886,6 @@ impl TenantStore {
         all.iter()
             .map(|(field, json)| from_json(field, json))
             .collect()
-    }
-}
-
-/// Running a command on the shared connection.
-trait Run {
-    /// Runs the command, once more if the connection had dropped: after a Redis
-    /// restart the first command fails while the manager reconnects.
-    async fn run<T: redis::FromRedisValue>(
-        &self,
-        connection: &ConnectionManager,
-    ) -> Result<T, redis::RedisError>;
-}
-
-impl Run for redis::Cmd {
-    async fn run<T: redis::FromRedisValue>(
-        &self,
-        connection: &ConnectionManager,
-    ) -> Result<T, redis::RedisError> {
-        match self.query_async(&mut connection.clone()).await {
-            Err(err) if err.is_io_error() || err.is_connection_dropped() => {
-                self.query_async(&mut connection.clone()).await
-            }
-            result => result,
-        }
     }
 }
 

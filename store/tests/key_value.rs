@@ -493,6 +493,52 @@ async fn redis_store_rides_over_a_restart_without_failing_repeatable_operations(
 }
 
 #[tokio::test]
+async fn a_redis_command_that_timed_out_is_not_sent_again() {
+    let server = RedisServer::start();
+    let store = redis_store(&server).await;
+    assert_eq!(store.get("t", "k").await.unwrap(), None);
+    // A server too slow to answer, not a dropped connection: the GET waits out its
+    // reply timeout once and fails, rather than waiting as long again.
+    server.pause();
+    let slow = store.get("t", "k").await;
+    server.resume();
+    match slow {
+        Err(KvError::Store(message)) => assert!(message.contains("GET"), "{message}"),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    // The server ran what queued while it was stopped: one GET, not two.
+    let mut direct = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut gets = 0;
+    for _ in 0..50 {
+        let info: String = ::redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut direct)
+            .await
+            .unwrap();
+        gets = info
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_get:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse::<u32>().unwrap());
+        if gets >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let info: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut direct)
+        .await
+        .unwrap();
+    assert!(info.contains("cmdstat_get:calls=2,"), "{gets} {info}");
+}
+
+#[tokio::test]
 async fn redis_errors_are_store_errors_naming_the_operation() {
     let server = RedisServer::start();
     let store = redis_store(&server).await;

@@ -184,6 +184,32 @@ mod redis_server {
             format!("redis://127.0.0.1:{}", self.port)
         }
 
+        /// Stops the server's process (SIGSTOP) until [`Self::resume`]: connections
+        /// stay open and commands queue unanswered, as on a server too slow to reply.
+        ///
+        /// # Panics
+        /// If the signal cannot be sent.
+        pub fn pause(&self) {
+            self.signal("-STOP");
+        }
+
+        /// Lets a [paused](Self::pause) server run again; it then answers what queued.
+        ///
+        /// # Panics
+        /// If the signal cannot be sent.
+        pub fn resume(&self) {
+            self.signal("-CONT");
+        }
+
+        fn signal(&self, signal: &str) {
+            let status = Command::new("kill")
+                .arg(signal)
+                .arg(self.child.id().to_string())
+                .status()
+                .expect("running kill");
+            assert!(status.success(), "kill {signal} redis-server: {status}");
+        }
+
         /// Kills the server and starts a new, empty one on the same port, returning
         /// once it answers PING. Clients see their connections drop, as after a real
         /// Redis restart.
