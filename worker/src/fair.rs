@@ -807,7 +807,7 @@ impl<F: Future> Fair<F> {
             }
         }
         // Slowness only counts while another tenant is active, so a tenant alone does
-        // not pay for reading the thread's CPU clock (a system call, about 3% of a
+        // not pay for reading the thread's CPU clock (a system call, about 2% of a
         // hello's CPU time). A tenant that turns slow while alone is found at its
         // first poll here once another tenant is active: that poll holds this
         // thread for a tick at most, as the first slow poll of any tenant does.
