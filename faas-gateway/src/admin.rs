@@ -573,6 +573,10 @@ fn tenant_error(err: TenantError) -> Response<Body> {
             tracing::error!("tenant store: {err}");
             (StatusCode::SERVICE_UNAVAILABLE, "tenant_store")
         }
+        TenantError::WrongBackend(_) => {
+            tracing::error!("tenant store: {err}");
+            (StatusCode::INTERNAL_SERVER_ERROR, "tenant_store")
+        }
     };
     response::error(status, kind, err.to_string())
 }

@@ -14,7 +14,7 @@ use faas_invoke::{FunctionSummary, LoadError, LocalWorker, RunRecord, WorkerQuot
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
 use faas_store::{
     DeploymentStore, QuotaChanges, Quotas, SavedDeployment, StoreError, Tenant, TenantError,
-    TenantStore,
+    TenantStore, TenantWorkflows,
 };
 use faas_workflow::{ManifestError, Route, TenantScope, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
@@ -849,7 +849,9 @@ impl Registry {
     /// Removes tenant `name` and revokes its tokens; refused while it has deployed
     /// workflows (in services mode, as every gateway deployed them). Returns how many
     /// tokens were revoked. Holding the deploy lock, no deploy through this registry
-    /// slips in between the check and the removal.
+    /// slips in between the check and the removal; in services mode the check and the
+    /// removal are one step in Redis, and a deploy through another gateway that makes
+    /// its version live after it fails ([`ServicesBackend::remove_tenant`]).
     ///
     /// # Errors
     /// [`DeployError::Tenant`] naming the workflows still deployed, or when there is
@@ -859,16 +861,20 @@ impl Registry {
             return Err(no_tenant_store());
         };
         let _guard = self.deploy_lock.lock().await;
-        let deployed = match &self.backend {
-            Backend::Embedded(_) => self
-                .list()
-                .iter()
-                .filter(|deployment| deployment.key.tenant == name)
-                .map(|deployment| deployment.workflow.name.clone())
-                .collect(),
-            Backend::Services(shared) => shared.workflows_of(name).await?,
+        let revoked = match &self.backend {
+            Backend::Embedded(_) => {
+                let deployed: Vec<String> = self
+                    .list()
+                    .iter()
+                    .filter(|deployment| deployment.key.tenant == name)
+                    .map(|deployment| deployment.workflow.name.clone())
+                    .collect();
+                tenants
+                    .remove_tenant(name, TenantWorkflows::Listed(&deployed))
+                    .await?
+            }
+            Backend::Services(shared) => shared.remove_tenant(tenants, name).await?,
         };
-        let revoked = tenants.remove_tenant(name, &deployed).await?;
         // A tenant created again under this name starts with the defaults.
         self.apply_quotas_here(name, &Quotas::default());
         Ok(revoked)

@@ -23,10 +23,11 @@ use faas_invoke::LoadError;
 use faas_invoke::{FunctionSummary, RemoteWorkers};
 use faas_scheduler::WorkerId;
 use faas_shared_state::{
-    DeploymentRecord, LoadStatus, PlacementRecord, SharedState, SharedStateError, WorkerInfo,
+    DEPLOYMENTS, DeploymentRecord, LoadStatus, PlacementRecord, Promotion, SharedState,
+    SharedStateError, WorkerInfo,
 };
 use faas_store::tenants::QUOTA_SYNC_INTERVAL;
-use faas_store::{TenantError, TenantsCopy};
+use faas_store::{TenantError, TenantStore, TenantWorkflows, TenantsCopy};
 use faas_workflow::Workflow;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -290,9 +291,15 @@ impl ServicesBackend {
         };
         fenced(self.shared.stage_deployment(&record, holder).await)?;
         let switched = match self.wait_until_loaded(&record).await {
-            Ok(loaded) => {
-                fenced(self.shared.promote_deployment(&record, holder).await).map(|()| loaded)
-            }
+            Ok(loaded) => match self.shared.promote_deployment(&record, holder).await {
+                Ok(Promotion::Live) => Ok(loaded),
+                Ok(Promotion::LeaseLost) => Err(lease_lost(name)),
+                // Its tenant was removed (through any gateway) while it loaded.
+                Ok(Promotion::NoTenant) => {
+                    Err(TenantError::NoSuchTenant(workflow.tenant.clone()).into())
+                }
+                Err(err) => Err(shared_state(err)),
+            },
             Err(err) => Err(err),
         };
         let (replicas, functions) = match switched {
@@ -520,6 +527,26 @@ impl ServicesBackend {
             .filter(|record| record.workflow.tenant == tenant)
             .map(|record| record.workflow.name)
             .collect())
+    }
+
+    /// Removes `tenant` from `tenants` unless it has workflows. With Workflow
+    /// resources those declared in its namespace count; otherwise the deployments in
+    /// Redis, read in the same step as the removal (a deploy through another gateway
+    /// either lands before it and stops it, or fails: [`SharedState::promote_deployment`]).
+    /// Returns how many tokens were revoked.
+    pub(crate) async fn remove_tenant(
+        &self,
+        tenants: &TenantStore,
+        tenant: &str,
+    ) -> Result<u64, DeployError> {
+        let declared;
+        let deployed = if let DeployTarget::Resources(_) = &self.target {
+            declared = self.workflows_of(tenant).await?;
+            TenantWorkflows::Listed(&declared)
+        } else {
+            TenantWorkflows::InRedisHash(DEPLOYMENTS)
+        };
+        Ok(tenants.remove_tenant(tenant, deployed).await?)
     }
 
     /// The tenant whose Workflow resource `name` is, among those `caller` may see

@@ -13,8 +13,11 @@ use std::time::Duration;
 
 /// Worker id -> [`WorkerInfo`].
 const WORKERS: &str = "faas:workers";
-/// Workflow name -> [`DeploymentRecord`]: the live version of each workflow.
-const DEPLOYMENTS: &str = "faas:deployments";
+/// Workflow name -> [`DeploymentRecord`]: the live version of each workflow. A
+/// tenant's removal reads it in the same step (`faas_store::TenantWorkflows`), as a
+/// promotion checks the tenant in the same step as its write: whichever comes first,
+/// the other fails.
+pub const DEPLOYMENTS: &str = "faas:deployments";
 /// Workflow name -> [`DeploymentRecord`]: a new version being deployed, which workers
 /// load beside the live one; it becomes live once they all have.
 const STAGED: &str = "faas:deployments:staged";
@@ -62,6 +65,19 @@ const FENCED_WRITE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return
      redis.call('hset', KEYS[2], ARGV[2], ARGV[3]) \
      for i = 3, #KEYS do redis.call('hdel', KEYS[i], ARGV[2]) end return 1";
 
+/// Makes record ARGV[3] live as field ARGV[2] of KEYS[2] and removes its staged copy
+/// (KEYS[3]), only while the lease KEYS[1] names holder ARGV[1] (else 0) and tenant
+/// ARGV[4] is in the tenants hash KEYS[4] (else -1: removed since the deploy began).
+const FENCED_PROMOTE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+     if redis.call('hexists', KEYS[4], ARGV[4]) == 0 then return -1 end \
+     redis.call('hset', KEYS[2], ARGV[2], ARGV[3]) \
+     redis.call('hdel', KEYS[3], ARGV[2]) return 1";
+
+/// Sets `HSET KEYS[1] ARGV[1] ARGV[2]` only while tenant ARGV[3] is in the tenants hash
+/// KEYS[2]; returns 1 if it did.
+const PUT_IF_TENANT: &str = "if redis.call('hexists', KEYS[2], ARGV[3]) == 0 then return 0 end \
+     redis.call('hset', KEYS[1], ARGV[1], ARGV[2]) return 1";
+
 /// Removes field ARGV[2] from every key after the first, only while the lease KEYS[1]
 /// names holder ARGV[1].
 const FENCED_REMOVE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
@@ -102,6 +118,17 @@ pub enum SharedStateError {
     /// A deployment names a component that is not stored.
     #[error("component {0} is missing from Redis")]
     MissingComponent(String),
+}
+
+/// What [`SharedState::promote_deployment`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Promotion {
+    /// The record is the live version.
+    Live,
+    /// Nothing: the caller no longer holds the workflow's lease.
+    LeaseLost,
+    /// Nothing: the workflow's tenant was removed since the deploy began.
+    NoTenant,
 }
 
 /// The registered workers, split by whether their heartbeat is current.
@@ -450,6 +477,29 @@ impl SharedState {
         Ok(())
     }
 
+    /// Makes `record` the live version (the operator's deploy, from a Workflow
+    /// resource) if its tenant is still in the tenant store, in one step; returns false,
+    /// writing nothing, when it is not (removed since the resource was checked).
+    ///
+    /// # Errors
+    /// [`SharedStateError::Redis`].
+    pub async fn put_deployment_of_tenant(
+        &self,
+        record: &DeploymentRecord,
+    ) -> Result<bool, SharedStateError> {
+        let done: i64 = redis::cmd("EVAL")
+            .arg(PUT_IF_TENANT)
+            .arg(2)
+            .arg(DEPLOYMENTS)
+            .arg(faas_store::tenants::TENANTS_KEY)
+            .arg(&record.workflow.name)
+            .arg(to_json(record))
+            .arg(&record.workflow.tenant)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(done == 1)
+    }
+
     /// Stages `record` (workers load it beside the live version) while `holder` holds
     /// the workflow's lease; returns false, writing nothing, when it does not.
     ///
@@ -471,7 +521,8 @@ impl SharedState {
     }
 
     /// Makes `record` (staged) the live version and removes its staged copy, in one
-    /// step, while `holder` holds the workflow's lease; returns false when it does not.
+    /// step, while `holder` holds the workflow's lease and its tenant is still in the
+    /// tenant store ([`faas_store::tenants::TENANTS_KEY`]).
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
@@ -479,16 +530,24 @@ impl SharedState {
         &self,
         record: &DeploymentRecord,
         holder: &str,
-    ) -> Result<bool, SharedStateError> {
+    ) -> Result<Promotion, SharedStateError> {
         let name = &record.workflow.name;
-        self.fenced(
-            FENCED_WRITE,
-            name,
-            holder,
-            &[DEPLOYMENTS, STAGED],
-            Some(record),
-        )
-        .await
+        let done: i64 = redis::cmd("EVAL")
+            .arg(FENCED_PROMOTE)
+            .arg(4)
+            .arg(lock_key(name))
+            .arg(&[DEPLOYMENTS, STAGED, faas_store::tenants::TENANTS_KEY][..])
+            .arg(holder)
+            .arg(name)
+            .arg(to_json(record))
+            .arg(&record.workflow.tenant)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(match done {
+            1 => Promotion::Live,
+            -1 => Promotion::NoTenant,
+            _ => Promotion::LeaseLost,
+        })
     }
 
     /// Removes workflow `name`'s staged version (a deploy that failed) while `holder`

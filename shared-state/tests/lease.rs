@@ -2,7 +2,8 @@
 //! fenced by the lease's holder, and a staged record outlives its lease only until the
 //! scheduler's next round.
 
-use faas_shared_state::{DeploymentRecord, SharedState};
+use faas_shared_state::{DEPLOYMENTS, DeploymentRecord, Promotion, SharedState};
+use faas_store::{TenantError, TenantStore, TenantWorkflows};
 use faas_testing::RedisServer;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,10 +25,69 @@ async fn cluster(redis: &RedisServer) -> SharedState {
     SharedState::connect(&redis.url()).await.unwrap()
 }
 
+async fn tenants(redis: &RedisServer) -> TenantStore {
+    TenantStore::redis(&redis.url()).await.unwrap()
+}
+
+/// Removing a tenant through one gateway while another deploys for it: each is one
+/// step in Redis, so whichever comes second fails, and no workflow outlives its tenant.
+#[tokio::test]
+async fn a_tenants_removal_and_a_deploy_for_it_through_another_gateway_never_both_succeed() {
+    let redis = RedisServer::start();
+    let cluster = cluster(&redis).await;
+    let tenants = tenants(&redis).await;
+    let removal = TenantWorkflows::InRedisHash(DEPLOYMENTS);
+    let lease = Duration::from_secs(30);
+    tenants.create_tenant("t").await.unwrap();
+    tenants.create_tenant("other").await.unwrap();
+    let token = tenants.create_token("t", "").await.unwrap();
+
+    // The removal comes first: the deploy staged before it cannot go live after it.
+    assert!(cluster.lock_workflow("shop", "a", lease).await.unwrap());
+    assert!(cluster.stage_deployment(&record(1), "a").await.unwrap());
+    assert_eq!(tenants.remove_tenant("t", removal).await.unwrap(), 1);
+    assert_eq!(
+        cluster.promote_deployment(&record(1), "a").await.unwrap(),
+        Promotion::NoTenant
+    );
+    assert!(cluster.deployments().await.unwrap().is_empty());
+    assert_eq!(tenants.authenticate(&token.secret).await.unwrap(), None);
+    // Nor can the operator's write of a Workflow resource it checked before.
+    assert!(!cluster.put_deployment_of_tenant(&record(1)).await.unwrap());
+    assert!(cluster.deployments().await.unwrap().is_empty());
+
+    // The deploy comes first: the removal sees its live version and is refused.
+    tenants.create_tenant("t").await.unwrap();
+    let token = tenants.create_token("t", "").await.unwrap();
+    assert_eq!(
+        cluster.promote_deployment(&record(1), "a").await.unwrap(),
+        Promotion::Live
+    );
+    assert!(cluster.put_deployment_of_tenant(&record(2)).await.unwrap());
+    assert_eq!(cluster.deployments().await.unwrap()["shop"], record(2));
+    let refused = tenants.remove_tenant("t", removal).await.unwrap_err();
+    assert!(
+        matches!(&refused, TenantError::HasWorkflows { workflows, .. } if workflows == &["shop"]),
+        "{refused}"
+    );
+    assert!(tenants.tenant("t").await.unwrap().is_some());
+    assert_eq!(
+        tenants
+            .authenticate(&token.secret)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("t")
+    );
+    // Another tenant's workflow is not this one's.
+    assert_eq!(tenants.remove_tenant("other", removal).await.unwrap(), 0);
+}
+
 #[tokio::test]
 async fn only_the_leases_holder_stages_promotes_or_removes() {
     let redis = RedisServer::start();
     let cluster = cluster(&redis).await;
+    tenants(&redis).await.create_tenant("t").await.unwrap();
     let lease = Duration::from_secs(30);
     assert!(cluster.lock_workflow("shop", "a", lease).await.unwrap());
     assert!(!cluster.lock_workflow("shop", "b", lease).await.unwrap());
@@ -46,8 +106,14 @@ async fn only_the_leases_holder_stages_promotes_or_removes() {
         "not live yet"
     );
 
-    assert!(!cluster.promote_deployment(&record(1), "b").await.unwrap());
-    assert!(cluster.promote_deployment(&record(1), "a").await.unwrap());
+    assert_eq!(
+        cluster.promote_deployment(&record(1), "b").await.unwrap(),
+        Promotion::LeaseLost
+    );
+    assert_eq!(
+        cluster.promote_deployment(&record(1), "a").await.unwrap(),
+        Promotion::Live
+    );
     assert_eq!(cluster.deployments().await.unwrap()["shop"], record(1));
     assert!(cluster.staged_deployments().await.unwrap().is_empty());
 

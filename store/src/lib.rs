@@ -27,5 +27,6 @@ pub use db::{Database, StoreError};
 pub use deployments::{DeploymentStore, SavedDeployment};
 pub use kv::{KeyValueStore, KvError, KvQuota};
 pub use tenants::{
-    IssuedToken, QuotaChanges, Quotas, Tenant, TenantError, TenantStore, TenantsCopy, TokenInfo,
+    IssuedToken, QuotaChanges, Quotas, Tenant, TenantError, TenantStore, TenantWorkflows,
+    TenantsCopy, TokenInfo,
 };

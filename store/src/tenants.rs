@@ -63,7 +63,10 @@ pub const MAX_LABEL_CHARS: usize = 100;
 /// takes to reach them.
 pub const QUOTA_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
-const TENANTS_KEY: &str = "faas:tenants";
+/// The Redis hash of tenants (field: the tenant's name). Writers of records that belong
+/// to a tenant check it in the same step as their write, so that nothing of a tenant
+/// lands after its removal (`faas_shared_state`'s promotion of a deployment).
+pub const TENANTS_KEY: &str = "faas:tenants";
 const TOKENS_KEY: &str = "faas:tokens";
 const HASHES_KEY: &str = "faas:token-hashes";
 
@@ -280,6 +283,9 @@ pub enum TenantError {
     /// The state database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The operation needs the other backend.
+    #[error("{0}")]
+    WrongBackend(&'static str),
     /// Redis failed.
     #[error("tenants in Redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -291,6 +297,21 @@ pub enum TenantError {
         /// What is wrong with it.
         message: String,
     },
+}
+
+/// Where the workflows that keep a tenant from being removed are found
+/// ([`TenantStore::remove_tenant`]).
+#[derive(Debug, Clone, Copy)]
+pub enum TenantWorkflows<'a> {
+    /// The tenant's deployed workflows as the caller found them: enough where no deploy
+    /// can land between that look and the removal (one process, under its deploy lock).
+    Listed(&'a [String]),
+    /// A Redis hash of deployment records (field: the workflow's name, value: JSON with
+    /// `workflow.tenant`), read in the same step as the removal: where several
+    /// gateways deploy, one could otherwise make a workflow of the tenant live in
+    /// between. (Its writer checks [`TENANTS_KEY`] in the same step as its write, so a
+    /// deploy that comes after the removal fails.)
+    InRedisHash(&'a str),
 }
 
 /// Where tenants and tokens are kept.
@@ -314,10 +335,24 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
 return 1";
 
-/// Removes a tenant and revokes its tokens in one step; -1 when there is no tenant,
-/// else how many tokens were revoked. KEYS: tenants, tokens, hashes. ARGV: tenant.
+/// Removes a tenant and revokes its tokens in one step, unless KEYS[4] (if given), a
+/// hash of deployment records (JSON with `workflow.tenant`), holds a workflow of the
+/// tenant. Returns `{revoked, {}}`, `{-1, {}}` when there is no tenant, or `{-2,
+/// workflows}` when it has some. KEYS: tenants, tokens, hashes[, deployments].
+/// ARGV: tenant.
 const REMOVE_TENANT: &str = "
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return -1 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {-1, {}} end
+if KEYS[4] then
+  local owned = {}
+  local records = redis.call('HGETALL', KEYS[4])
+  for i = 1, #records, 2 do
+    if cjson.decode(records[i + 1]).workflow.tenant == ARGV[1] then
+      table.insert(owned, records[i])
+    end
+  end
+  if #owned > 0 then return {-2, owned} end
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
 local revoked = 0
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
@@ -328,7 +363,7 @@ for i = 1, #all, 2 do
     revoked = revoked + 1
   end
 end
-return revoked";
+return {revoked, {}}";
 
 /// Replaces a tenant's record if it is still `ARGV[2]`: 1 if replaced, 0 if it
 /// changed meanwhile, -1 if it is gone. KEYS: tenants. ARGV: tenant, old, new.
@@ -587,21 +622,34 @@ impl TenantStore {
         }
     }
 
-    /// Removes tenant `name` and revokes its tokens, unless `deployed` (its deployed
-    /// workflows, as the caller knows them) is not empty. Returns how many tokens were
-    /// revoked.
+    /// Removes tenant `name` and revokes its tokens, unless it has deployed workflows
+    /// (`deployed` says where they are known). Returns how many tokens were revoked.
     ///
     /// # Errors
-    /// [`TenantError::HasWorkflows`], [`TenantError::NoSuchTenant`], or the backend's.
-    pub async fn remove_tenant(&self, name: &str, deployed: &[String]) -> Result<u64, TenantError> {
-        if !deployed.is_empty() {
-            return Err(TenantError::HasWorkflows {
-                tenant: name.to_owned(),
-                workflows: deployed.to_vec(),
-            });
+    /// [`TenantError::HasWorkflows`], [`TenantError::NoSuchTenant`], or the backend's;
+    /// [`TenantError::WrongBackend`] for [`TenantWorkflows::InRedisHash`] on a store in
+    /// the state database.
+    pub async fn remove_tenant(
+        &self,
+        name: &str,
+        deployed: TenantWorkflows<'_>,
+    ) -> Result<u64, TenantError> {
+        let has_workflows = |workflows: Vec<String>| TenantError::HasWorkflows {
+            tenant: name.to_owned(),
+            workflows,
+        };
+        if let TenantWorkflows::Listed(listed) = deployed
+            && !listed.is_empty()
+        {
+            return Err(has_workflows(listed.to_vec()));
         }
         let revoked = match &self.backend {
             Backend::Sqlite(db) => {
+                if let TenantWorkflows::InRedisHash(_) = deployed {
+                    return Err(TenantError::WrongBackend(
+                        "a tenant store in the state database cannot read workflows in Redis",
+                    ));
+                }
                 let mut connection = db.lock();
                 let doing = || StoreError::sql(format!("removing tenant {name}"));
                 let transaction = connection.transaction().map_err(doing())?;
@@ -615,15 +663,21 @@ impl TenantStore {
                 if removed == 0 { -1 } else { revoked as i64 }
             }
             Backend::Redis(connection) => {
-                redis::cmd("EVAL")
+                let mut keys = vec![TENANTS_KEY, TOKENS_KEY, HASHES_KEY];
+                if let TenantWorkflows::InRedisHash(hash) = deployed {
+                    keys.push(hash);
+                }
+                let (revoked, owned) = redis::cmd("EVAL")
                     .arg(REMOVE_TENANT)
-                    .arg(3)
-                    .arg(TENANTS_KEY)
-                    .arg(TOKENS_KEY)
-                    .arg(HASHES_KEY)
+                    .arg(keys.len())
+                    .arg(keys)
                     .arg(name)
-                    .run::<i64>(connection)
-                    .await?
+                    .run::<(i64, Vec<String>)>(connection)
+                    .await?;
+                if !owned.is_empty() {
+                    return Err(has_workflows(owned));
+                }
+                revoked
             }
         };
         u64::try_from(revoked).map_err(|_| TenantError::NoSuchTenant(name.to_owned()))
@@ -1064,6 +1118,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_tenant_store_in_the_state_database_cannot_read_workflows_in_redis() {
+        let store = TenantStore::sqlite(Database::in_memory().unwrap());
+        store.create_tenant("t").await.unwrap();
+        let removal = TenantWorkflows::InRedisHash("faas:deployments");
+        assert!(matches!(
+            store.remove_tenant("t", removal).await,
+            Err(TenantError::WrongBackend(_))
+        ));
+        assert!(store.tenant("t").await.unwrap().is_some(), "not removed");
+    }
+
+    #[tokio::test]
     async fn tokens_only_for_existing_tenants_and_labels_are_bounded() {
         on_both(|store| async move {
             let err = store.create_token("ghost", "").await.unwrap_err();
@@ -1098,7 +1164,10 @@ mod tests {
             let kept = store.create_token("other", "").await.unwrap();
 
             let err = store
-                .remove_tenant("victim", &["shop".to_owned(), "cart".to_owned()])
+                .remove_tenant(
+                    "victim",
+                    TenantWorkflows::Listed(&["shop".to_owned(), "cart".to_owned()]),
+                )
                 .await
                 .unwrap_err();
             assert_eq!(
@@ -1109,12 +1178,20 @@ mod tests {
             assert!(store.tenant("victim").await.unwrap().is_some());
             assert!(store.authenticate(&first.secret).await.unwrap().is_some());
 
-            assert_eq!(store.remove_tenant("victim", &[]).await.unwrap(), 2);
+            assert_eq!(
+                store
+                    .remove_tenant("victim", TenantWorkflows::Listed(&[]))
+                    .await
+                    .unwrap(),
+                2
+            );
             assert_eq!(store.tenant("victim").await.unwrap(), None);
             assert_eq!(store.authenticate(&first.secret).await.unwrap(), None);
             assert_eq!(store.tokens(Some("victim")).await.unwrap(), []);
             assert!(matches!(
-                store.remove_tenant("victim", &[]).await,
+                store
+                    .remove_tenant("victim", TenantWorkflows::Listed(&[]))
+                    .await,
                 Err(TenantError::NoSuchTenant(_))
             ));
             // Recreating the name does not bring the old tokens back.

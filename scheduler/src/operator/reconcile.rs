@@ -257,7 +257,13 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
             .map(|(function, source)| (function.clone(), source.sha256.clone()))
             .collect(),
     };
-    context.shared.put_deployment(&record).await?;
+    if !context.shared.put_deployment_of_tenant(&record).await? {
+        // The tenant was removed since `check`; the removal saw no deployment of it.
+        return Ok(Deployed {
+            record: None,
+            refusal: Some(unknown_tenant(&tenant)),
+        });
+    }
     // A new revision wants a worker to load it, as a held event does: with the
     // workers scaled to zero they come back, so the deploy is seen Ready (or failing
     // to load) before they go idle again.
@@ -279,6 +285,17 @@ enum Checked {
         valid: faas_kube::ValidWorkflow,
         digest: String,
     },
+}
+
+/// Why a Workflow in namespace `tenant` is refused when no such tenant exists.
+fn unknown_tenant(tenant: &str) -> Refusal {
+    Refusal::new(
+        reason::UNKNOWN_TENANT,
+        format!(
+            "metadata.namespace: `{tenant}` is not a tenant of the platform (create it with \
+             `faas tenant create {tenant}`)"
+        ),
+    )
 }
 
 /// The deployment record of `workflow` (its name, in its tenant), if any.
@@ -311,13 +328,10 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
         Err(err) => return refuse(reason::INVALID_SPEC, err.to_string()),
     };
     let Some(account) = context.tenants.tenant(&tenant).await? else {
-        return refuse(
-            reason::UNKNOWN_TENANT,
-            format!(
-                "metadata.namespace: `{tenant}` is not a tenant of the platform (create it \
-                 with `faas tenant create {tenant}`)"
-            ),
-        );
+        return Ok(Checked::Settled(Deployed {
+            record: ours,
+            refusal: Some(unknown_tenant(&tenant)),
+        }));
     };
     if deployments
         .get(&name)
