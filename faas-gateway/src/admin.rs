@@ -515,6 +515,7 @@ async fn create_token(app: &App, request: Request<Incoming>, caller: &Caller) ->
     {
         Ok(issued) => {
             tracing::info!(tenant = %body.tenant, token = %issued.token.id, "token created");
+            app.registry.tenants_changed().await;
             response::json(StatusCode::CREATED, &issued)
         }
         Err(err) => tenant_error(err),
@@ -551,6 +552,7 @@ async fn revoke_token(app: &App, id: &str, caller: &Caller) -> Response<Body> {
     match store.revoke_token(id).await {
         Ok(token) => {
             tracing::info!(tenant = %token.tenant, token = %token.id, "token revoked");
+            app.registry.tenants_changed().await;
             response::json(
                 StatusCode::OK,
                 &serde_json::json!({"status": "revoked", "token": token}),

@@ -618,7 +618,17 @@ impl Registry {
         }
         let tenant = tenants.create_tenant_with_quotas(name, quotas).await?;
         self.apply_quotas_here(&tenant.name, &tenant.quotas);
+        self.tenants_changed().await;
         Ok(tenant)
+    }
+
+    /// Call after a tenant or token changed through this registry's tenant store: in
+    /// services mode the copy written back should Redis lose its state is taken again
+    /// at once, so that it holds the change (a revoked token stays revoked).
+    pub async fn tenants_changed(&self) {
+        if let Backend::Services(shared) = &self.backend {
+            shared.copy_tenants(self, true).await;
+        }
     }
 
     /// Makes `changes` to tenant `name`'s quotas and applies them on the workers in
@@ -636,6 +646,7 @@ impl Registry {
         let tenants = self.tenants.as_ref().ok_or_else(no_tenant_store)?;
         let tenant = tenants.update_quotas(name, changes).await?;
         self.apply_quotas_here(&tenant.name, &tenant.quotas);
+        self.tenants_changed().await;
         Ok(tenant)
     }
 
@@ -877,6 +888,7 @@ impl Registry {
         };
         // A tenant created again under this name starts with the defaults.
         self.apply_quotas_here(name, &Quotas::default());
+        self.tenants_changed().await;
         Ok(revoked)
     }
 

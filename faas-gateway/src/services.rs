@@ -73,8 +73,10 @@ pub struct ServicesBackend {
     /// them (see [`ServicesBackend::state_is_intact`]).
     tenants_copy: std::sync::Mutex<Option<TenantsCopy>>,
     /// When the copy was last taken: it is taken as often as quotas are followed
-    /// ([`faas_store::tenants::QUOTA_SYNC_INTERVAL`]), not on every sync.
-    tenants_copied_at: std::sync::Mutex<Option<std::time::Instant>>,
+    /// ([`faas_store::tenants::QUOTA_SYNC_INTERVAL`]), not on every sync, and at once
+    /// after a change through this gateway. Held while a copy is read, so that a copy
+    /// read before a change never replaces one read after it.
+    tenants_copied_at: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// How events for a workflow with no ready replica are held.
     activator: ActivatorConfig,
     /// Where deploys go.
@@ -113,7 +115,7 @@ impl ServicesBackend {
             shared,
             config,
             tenants_copy: std::sync::Mutex::default(),
-            tenants_copied_at: std::sync::Mutex::default(),
+            tenants_copied_at: tokio::sync::Mutex::default(),
             activator: ActivatorConfig::default(),
             target: DeployTarget::Staging,
         }
@@ -410,21 +412,20 @@ impl ServicesBackend {
         Ok(())
     }
 
-    /// Keeps a copy of the tenants and tokens in Redis, for [`Self::write_back_tenants`].
-    async fn copy_tenants(&self, registry: &Registry) {
+    /// Keeps a copy of the tenants and tokens in Redis, for [`Self::write_back_tenants`]:
+    /// taken again if the last is older than [`QUOTA_SYNC_INTERVAL`], or at once if
+    /// `changed_here` (a tenant or token changed through this gateway: a token revoked
+    /// here must not come back with a copy read before, should Redis lose its state
+    /// right after).
+    pub(crate) async fn copy_tenants(&self, registry: &Registry, changed_here: bool) {
         let Some(tenants) = registry.tenants() else {
             return;
         };
-        {
-            let mut copied_at = self
-                .tenants_copied_at
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            if copied_at.is_some_and(|at| at.elapsed() < QUOTA_SYNC_INTERVAL) {
-                return;
-            }
-            *copied_at = Some(std::time::Instant::now());
+        let mut copied_at = self.tenants_copied_at.lock().await;
+        if !changed_here && copied_at.is_some_and(|at| at.elapsed() < QUOTA_SYNC_INTERVAL) {
+            return;
         }
+        *copied_at = Some(std::time::Instant::now());
         match tenants.copy().await {
             Ok(copy) => *self.lock_tenants_copy() = copy,
             Err(err) => tracing::warn!("reading the tenants to keep a copy failed: {err}"),
@@ -752,7 +753,7 @@ async fn follow_once(
     if !backend.state_is_intact(registry).await? {
         return Ok(());
     }
-    backend.copy_tenants(registry).await;
+    backend.copy_tenants(registry, false).await;
     let generation = registry.local_generation();
     let snapshot = backend.snapshot(false).await?;
     let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();

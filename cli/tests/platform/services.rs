@@ -455,16 +455,24 @@ fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
 fn an_empty_redis_restart_is_repaired_without_an_operator() {
     let mut services = Services::start(&["w1"]);
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
-    // A tenant and its token, which the gateway must write back too.
+    let create_token = || {
+        let issued = faas_at(&services.url, &["token", "create", "kept", "-o", "json"]);
+        assert!(issued.status.success(), "{issued:?}");
+        serde_json::from_slice::<serde_json::Value>(&issued.stdout).unwrap()
+    };
     let created = faas_at(&services.url, &["tenant", "create", "kept"]);
     assert!(created.status.success(), "{created:?}");
-    let issued = faas_at(&services.url, &["token", "create", "kept", "-o", "json"]);
-    assert!(issued.status.success(), "{issued:?}");
-    let issued: serde_json::Value = serde_json::from_slice(&issued.stdout).unwrap();
-    let secret = issued["secret"].as_str().unwrap().to_owned();
-    // Long enough for the gateway's copy of the tenants (taken every second) to
-    // include it.
+    // A token old enough for the gateway's periodic copy of the tenants (every
+    // second) to hold it...
+    let revoked = create_token();
     std::thread::sleep(Duration::from_millis(1500));
+    // ...revoked just before Redis loses everything, and a token created then: the
+    // gateway takes its copy again at once after a change through it, so the first
+    // stays revoked and the second is written back.
+    let id = revoked["token"]["id"].as_str().unwrap();
+    let removed = faas_at(&services.url, &["token", "revoke", id]);
+    assert!(removed.status.success(), "{removed:?}");
+    let secret = create_token()["secret"].as_str().unwrap().to_owned();
     services.redis.restart();
     services.wait_for("the deployment written back to Redis", |services| {
         let mut redis = connect(&services.redis);
@@ -479,6 +487,16 @@ fn an_empty_redis_restart_is_repaired_without_an_operator() {
     assert_eq!(
         services.get("/hello?name=restarted").text().unwrap().trim(),
         "Hello, restarted!"
+    );
+    let refused = client()
+        .get(format!("{}/admin/v1/workflows", services.url))
+        .bearer_auth(revoked["secret"].as_str().unwrap())
+        .send()
+        .unwrap();
+    assert_eq!(
+        refused.status(),
+        401,
+        "the token revoked before the restart stays revoked"
     );
     let listed = client()
         .get(format!("{}/admin/v1/workflows", services.url))
