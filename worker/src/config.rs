@@ -48,6 +48,8 @@ pub struct WorkerConfig {
     /// Use the pooling allocator (the default) rather than allocating each instance's
     /// memory on demand.
     pub pooling: bool,
+    /// How a pooled memory slot is made ready for the next instance.
+    pub slot_reset: SlotReset,
     /// Regions of at least this many bytes are mapped into the next step's memory;
     /// shorter ones are copied, which measured faster than the page faults of a
     /// mapping (see [`DEFAULT_REGION_MAP_THRESHOLD`]).
@@ -72,6 +74,40 @@ pub struct WorkerConfig {
     /// that garbage resident while the thread sits idle; the embedder, which chose the
     /// process's allocator, can release it here. Does nothing by default.
     pub after_load: fn(),
+}
+
+/// How a pooled memory slot is made ready for the next instance after an event
+/// ([`WorkerConfig::slot_reset`]). Either way no instance ever sees another's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SlotReset {
+    /// Zero (or restore from the component's image) only the pages the event wrote
+    /// among the first 2 MiB of the memory, found by
+    /// asking the kernel (`PAGEMAP_SCAN`, Linux 6.7+; all of those bytes elsewhere),
+    /// and hand the rest back to the kernel. Cheapest for small components and for
+    /// large ones that write little; at most 2 MiB per idle slot stays resident.
+    #[default]
+    WrittenPages,
+    /// Zero (or restore) the whole first `bytes` of the memory after every event and
+    /// keep them resident, without asking the kernel which pages were written. For
+    /// large interpreters (Python, JavaScript): their events write pages all over their
+    /// heaps, in more runs than Wasmtime 48's scan follows (it hands back everything
+    /// past its 32nd run, which the next event faults in again). Costs `bytes` of
+    /// resident memory per idle slot, and a small component's event resets all of its
+    /// memory up to `bytes` (README, "Component sizes").
+    Whole {
+        /// How much of each memory slot stays resident and is reset in full.
+        bytes: usize,
+    },
+}
+
+impl SlotReset {
+    /// How much of each memory slot stays resident between instances.
+    pub fn resident_bytes(self) -> usize {
+        match self {
+            Self::WrittenPages => crate::engine::KEEP_RESIDENT_BYTES,
+            Self::Whole { bytes } => bytes,
+        }
+    }
 }
 
 /// The default [`WorkerConfig::max_regions_per_instance`]: far more than a fan-out
@@ -113,6 +149,7 @@ impl WorkerConfig {
             max_memory_mb: 512,
             max_instances: 1000,
             pooling: true,
+            slot_reset: SlotReset::WrittenPages,
             region_map_threshold: DEFAULT_REGION_MAP_THRESHOLD,
             guest_turns: std::thread::available_parallelism().map_or(1, usize::from),
             max_instances_per_tenant: 500,

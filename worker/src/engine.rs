@@ -12,7 +12,8 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 /// runaway guest is stopped at most one tick late.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 
-/// How much of each pooled memory and table slot stays resident between instances.
+/// How much of each pooled memory and table slot stays resident between instances,
+/// unless the worker resets its memory slots whole ([`crate::config::SlotReset`]).
 pub(crate) const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 
 /// How many unused slots stay warm (resident, ready for the component that last used
@@ -60,7 +61,7 @@ pub(crate) fn build_engine(
             // Resetting a slot by zeroing its first pages instead of handing them back
             // to the kernel avoids page faults and TLB shootdowns on every event,
             // which otherwise dominate a small function's cost.
-            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+            .linear_memory_keep_resident(config.slot_reset.resident_bytes())
             .table_keep_resident(KEEP_RESIDENT_BYTES)
             // Where the kernel has PAGEMAP_SCAN (Linux 6.7+), zero only the kept pages
             // an event wrote, not all of them: a hello touches a few pages of its

@@ -39,7 +39,7 @@ mod state;
 mod swap;
 mod worker;
 
-pub use config::{Limits, WorkerConfig};
+pub use config::{Limits, SlotReset, WorkerConfig};
 pub use error::{InvokeError, StartError};
 /// The key-value store lives in `faas-store` with its backends; re-exported so the
 /// worker's callers keep naming it `faas_worker::kv`.

@@ -2,7 +2,7 @@
 //! workflows and creates one store per event.
 
 use crate::cache::{CacheOutcome, ComponentBytes, ComponentCache};
-use crate::config::{Limits, WorkerConfig};
+use crate::config::{Limits, SlotReset, WorkerConfig};
 use crate::engine::{EpochClock, build_engine};
 use crate::error::{InvokeError, StartError};
 use crate::fair::{FirstPoll, GuestPool, GuestTask};
@@ -52,7 +52,9 @@ struct Runtime {
 
 impl Runtime {
     fn new(config: &WorkerConfig, fuel: bool, swap: &SwapWatch) -> wasmtime::Result<Self> {
-        let scans_written_pages = config.pooling && swap.scanning_is_safe();
+        let scans_written_pages = config.pooling
+            && config.slot_reset == SlotReset::WrittenPages
+            && swap.scanning_is_safe();
         let engine = build_engine(config, fuel, scans_written_pages)?;
         let mut linker = Linker::new(&engine);
         host::add_to_linker(&mut linker)?;

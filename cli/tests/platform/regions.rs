@@ -195,11 +195,22 @@ fn forged_handles_and_addresses_get_errors_not_memory() {
 
 #[test]
 fn the_last_page_tail_and_reused_slots_show_only_zeros() {
+    only_zeros_in_reused_slots(&[]);
+}
+
+/// The same with slots reset whole (`--whole-slot-reset-mb`, no scan for written
+/// pages): the 16 MiB scanned are all inside the reset part.
+#[test]
+fn slots_reset_whole_show_only_zeros_too() {
+    only_zeros_in_reused_slots(&["--whole-slot-reset-mb", "16"]);
+}
+
+fn only_zeros_in_reused_slots(extra: &[&str]) {
     let dir = faas_testing::temp_dir();
     // One instance at a time: the pool has two slots (see the engine), which the
     // producer and the consumer both used, so the scan below runs in a slot that held
     // a mapped payload.
-    let platform = start(&["--max-instances", "1"]);
+    let platform = start(&[&["--max-instances", "1"], extra].concat());
     deploy_probe(&platform, dir.path(), "tail", ", dirty_tail = \"true\"");
     for len in [1_000, (4 << 20) + 123] {
         let report = transfer(&platform, "/regions", len);
