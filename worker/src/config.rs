@@ -81,10 +81,10 @@ pub struct WorkerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SlotReset {
     /// Zero (or restore from the component's image) only the pages the event wrote
-    /// among the first 2 MiB of the memory, found by
-    /// asking the kernel (`PAGEMAP_SCAN`, Linux 6.7+; all of those bytes elsewhere),
-    /// and hand the rest back to the kernel. Cheapest for small components and for
-    /// large ones that write little; at most 2 MiB per idle slot stays resident.
+    /// among the first 2 MiB of the memory, found by asking the kernel
+    /// (`PAGEMAP_SCAN`, Linux 6.7+; all of those bytes elsewhere), and hand the rest
+    /// back to the kernel. Cheapest for small components and for large ones that
+    /// write little; at most 2 MiB per idle slot stays resident.
     #[default]
     WrittenPages,
     /// Zero (or restore) the whole first `bytes` of the memory after every event and
