@@ -509,16 +509,12 @@ async fn create_token(app: &App, request: Request<Incoming>, caller: &Caller) ->
     if !caller.may_act_for(&body.tenant) {
         return forbidden("a tenant token creates tokens for its own tenant only");
     }
-    match tenant_store(app)
-        .create_token(&body.tenant, &body.label)
-        .await
-    {
+    match app.registry.create_token(&body.tenant, &body.label).await {
         Ok(issued) => {
             tracing::info!(tenant = %body.tenant, token = %issued.token.id, "token created");
-            app.registry.tenants_changed().await;
             response::json(StatusCode::CREATED, &issued)
         }
-        Err(err) => tenant_error(err),
+        Err(err) => deploy_error(err),
     }
 }
 
@@ -542,23 +538,21 @@ async fn list_tokens(app: &App, query: Option<&str>, caller: &Caller) -> Respons
 }
 
 async fn revoke_token(app: &App, id: &str, caller: &Caller) -> Response<Body> {
-    let store = tenant_store(app);
     // Another tenant's token is as good as absent.
-    match store.token(id).await {
+    match tenant_store(app).token(id).await {
         Ok(Some(token)) if caller.may_act_for(&token.tenant) => {}
         Ok(_) => return tenant_error(TenantError::NoSuchToken(id.to_owned())),
         Err(err) => return tenant_error(err),
     }
-    match store.revoke_token(id).await {
+    match app.registry.revoke_token(id).await {
         Ok(token) => {
             tracing::info!(tenant = %token.tenant, token = %token.id, "token revoked");
-            app.registry.tenants_changed().await;
             response::json(
                 StatusCode::OK,
                 &serde_json::json!({"status": "revoked", "token": token}),
             )
         }
-        Err(err) => tenant_error(err),
+        Err(err) => deploy_error(err),
     }
 }
 

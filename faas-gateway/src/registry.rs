@@ -13,8 +13,8 @@ use crate::services::ServicesBackend;
 use faas_invoke::{FunctionSummary, LoadError, LocalWorker, RunRecord, WorkerQuotas};
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
 use faas_store::{
-    DeploymentStore, QuotaChanges, Quotas, SavedDeployment, StoreError, Tenant, TenantError,
-    TenantStore, TenantWorkflows,
+    DeploymentStore, IssuedToken, QuotaChanges, Quotas, SavedDeployment, StoreError, Tenant,
+    TenantError, TenantStore, TenantWorkflows, TokenInfo,
 };
 use faas_workflow::{ManifestError, Route, TenantScope, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
@@ -622,10 +622,38 @@ impl Registry {
         Ok(tenant)
     }
 
+    /// Creates a token for `tenant` ([`TenantStore::create_token`]).
+    ///
+    /// # Errors
+    /// [`DeployError::Tenant`] (no such tenant, invalid label, store failed);
+    /// [`DeployError::Unsupported`] without a tenant store.
+    pub async fn create_token(
+        &self,
+        tenant: &str,
+        label: &str,
+    ) -> Result<IssuedToken, DeployError> {
+        let tenants = self.tenants.as_ref().ok_or_else(no_tenant_store)?;
+        let issued = tenants.create_token(tenant, label).await?;
+        self.tenants_changed().await;
+        Ok(issued)
+    }
+
+    /// Revokes token `id` ([`TenantStore::revoke_token`]); returns its record.
+    ///
+    /// # Errors
+    /// [`DeployError::Tenant`] (no such token, store failed); [`DeployError::Unsupported`]
+    /// without a tenant store.
+    pub async fn revoke_token(&self, id: &str) -> Result<TokenInfo, DeployError> {
+        let tenants = self.tenants.as_ref().ok_or_else(no_tenant_store)?;
+        let revoked = tenants.revoke_token(id).await?;
+        self.tenants_changed().await;
+        Ok(revoked)
+    }
+
     /// Call after a tenant or token changed through this registry's tenant store: in
     /// services mode the copy written back should Redis lose its state is taken again
     /// at once, so that it holds the change (a revoked token stays revoked).
-    pub async fn tenants_changed(&self) {
+    async fn tenants_changed(&self) {
         if let Backend::Services(shared) = &self.backend {
             shared.copy_tenants(self, true).await;
         }
