@@ -14,8 +14,9 @@
 #
 #   bench/sizes.sh                    # 8 connections, 10 s per measurement, 3 rounds
 #   DURATION=20s ROUNDS=5 bench/sizes.sh
-#   FAAS_WHOLE_SLOT_RESET_MB=16 bench/sizes.sh   # the platform resets slots whole
-#                                                # (faas up --whole-slot-reset-mb)
+#   FAAS_SLOT_RESET=written-pages bench/sizes.sh  # never move a component to whole
+#   FAAS_SLOT_RESET=whole bench/sizes.sh          # resets (faas up --slot-reset), or
+#                                                 # always reset slots whole
 #
 # Installs wrk (apt), wasmtime-cli 48.0.8 (cargo, into target/tools) and the language
 # toolchains (testing/languages/install) if missing.
@@ -110,11 +111,7 @@ for lang in rust table js python; do
 done
 
 echo "measuring: wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $(nproc) cores, $ROUNDS rounds"
-if [ "${FAAS_WHOLE_SLOT_RESET_MB:-0}" != 0 ]; then
-    echo "platform slots reset whole: the first $FAAS_WHOLE_SLOT_RESET_MB MiB of each memory"
-else
-    echo "platform slots reset by written pages (the default)"
-fi
+echo "platform slot resets: ${FAAS_SLOT_RESET:-by-component} (whole resets: ${FAAS_WHOLE_SLOT_RESET_MB:-16} MiB)"
 printf '\n%-6s %-18s %10s %9s\n' "round" "server" "req/s" "p99 ms"
 : >"$BENCH_DATA/results"
 for round in $(seq 1 "$ROUNDS"); do

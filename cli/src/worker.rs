@@ -9,7 +9,9 @@ use crate::services::{InternalTokenArgs, MetricsArgs, RedisArgs, wait_for_signal
 use anyhow::Context;
 use faas_store::broker::RedisBroker;
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
-use faas_worker::config::{DEFAULT_MAX_REGIONS_PER_INSTANCE, DEFAULT_REGION_MAP_THRESHOLD};
+use faas_worker::config::{
+    DEFAULT_MAX_REGIONS_PER_INSTANCE, DEFAULT_REGION_MAP_THRESHOLD, DEFAULT_WHOLE_RESET_BYTES,
+};
 use faas_worker::kv::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, KvQuota};
 use faas_worker::services::{Node, NodeConfig, NodeListeners};
 use faas_worker::{KeyValueStore, Limits, SlotReset, Worker, WorkerConfig};
@@ -57,13 +59,17 @@ pub struct WorkerArgs {
     /// How many instances may run at once, per worker.
     #[arg(long, env = "FAAS_MAX_INSTANCES", default_value_t = 1000)]
     pub max_instances: u32,
-    /// Reset the first this many MiB of every pooled memory slot in full after each
-    /// event, and keep them resident, instead of only the pages the event wrote in its
-    /// first 2 MiB (0, the default). For workers that run large interpreted components
-    /// (Python, JavaScript): 16 gave them twice the throughput in bench/sizes.sh, but
-    /// halves a small Rust component's and keeps up to this much memory resident per
-    /// idle slot (README, "Component sizes").
-    #[arg(long, env = "FAAS_WHOLE_SLOT_RESET_MB", default_value_t = 0)]
+    /// How an instance's memory slot is reset after each event: `by-component` (the
+    /// default) resets only the pages an event wrote, except for components whose
+    /// events keep faulting pages in (large interpreters: Python, JavaScript), which
+    /// are moved to whole resets after their first events; `written-pages` never moves
+    /// them; `whole` resets every slot whole (README, "Component sizes").
+    #[arg(long, env = "FAAS_SLOT_RESET", value_enum, default_value_t = SlotResetArg::ByComponent)]
+    pub slot_reset: SlotResetArg,
+    /// How many MiB of a memory slot a whole reset zeroes (or restores) and keeps
+    /// resident, per idle slot.
+    #[arg(long, env = "FAAS_WHOLE_SLOT_RESET_MB", default_value_t = (DEFAULT_WHOLE_RESET_BYTES >> 20) as u32,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub whole_slot_reset_mb: u32,
     /// Regions of at least this many bytes are mapped into the next step's memory
     /// instead of copied; `off` copies every region once (for comparison).
@@ -94,6 +100,17 @@ pub struct WorkerArgs {
     pub max_region_files: Option<usize>,
 }
 
+/// `--slot-reset`: the choices of [`SlotReset`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SlotResetArg {
+    /// Written pages, or whole for components whose events keep faulting pages in.
+    ByComponent,
+    /// Only the pages an event wrote, for every component.
+    WrittenPages,
+    /// Whole, for every component.
+    Whole,
+}
+
 impl WorkerArgs {
     /// The key-value quota every tenant gets.
     pub fn kv_quota(&self) -> KvQuota {
@@ -116,11 +133,12 @@ impl WorkerArgs {
         config.cache_max_bytes = self.cache_max_mb.saturating_mul(1 << 20);
         config.max_memory_mb = self.max_memory_mb;
         config.max_instances = self.max_instances;
-        if self.whole_slot_reset_mb > 0 {
-            config.slot_reset = SlotReset::Whole {
-                bytes: (self.whole_slot_reset_mb as usize) << 20,
-            };
-        }
+        let whole_bytes = (self.whole_slot_reset_mb as usize) << 20;
+        config.slot_reset = match self.slot_reset {
+            SlotResetArg::ByComponent => SlotReset::ByComponent { whole_bytes },
+            SlotResetArg::WrittenPages => SlotReset::WrittenPages,
+            SlotResetArg::Whole => SlotReset::Whole { bytes: whole_bytes },
+        };
         config.region_map_threshold = self.region_map_threshold.0;
         if let Some(turns) = self.guest_turns {
             config.guest_turns = turns.max(1);

@@ -234,6 +234,24 @@ impl ComponentCache {
         Ok((component, CacheOutcome::Miss))
     }
 
+    /// The cached artifact of the component with this [`ComponentBytes::digest`],
+    /// loaded for `engine`, if one is there and fits it. What moving a loaded
+    /// component to another engine of the same compatibility hash (the same cache
+    /// directory) needs: the bytes are not kept once loaded.
+    ///
+    /// This maps the file on the calling thread: call it from a blocking context.
+    pub fn load_cached(&self, engine: &Engine, digest: &str) -> Option<Component> {
+        let path = self.path_of(digest);
+        let _loading = Loading::new(&path);
+        if !path.exists() {
+            return None;
+        }
+        touch(&path);
+        // SAFETY: as in `load`: only this cache writes artifacts into its directory,
+        // atomically, and Wasmtime re-checks compatibility in the artifact's header.
+        unsafe { Component::deserialize_file(engine, &path) }.ok()
+    }
+
     /// Removes temporary files abandoned by failed or crashed writes and prunes the
     /// cache to its size; what a worker does when it starts. Problems are logged, not
     /// returned: a cache that cannot be tidied still works.

@@ -78,14 +78,23 @@ pub struct WorkerConfig {
 
 /// How a pooled memory slot is made ready for the next instance after an event
 /// ([`WorkerConfig::slot_reset`]). Either way no instance ever sees another's data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotReset {
+    /// Each component starts with [`Self::WrittenPages`]; one whose events keep
+    /// faulting pages back in (more than [`crate::placement`] allows, measured on its
+    /// first events) moves to [`Self::Whole`] resets of `whole_bytes`. Small components
+    /// and large ones that write little keep the cheap reset; large interpreters get
+    /// the one that suits them. The default, with 16 MiB.
+    ByComponent {
+        /// How much of each memory slot a moved component keeps resident and resets
+        /// in full.
+        whole_bytes: usize,
+    },
     /// Zero (or restore from the component's image) only the pages the event wrote
     /// among the first 2 MiB of the memory, found by asking the kernel
     /// (`PAGEMAP_SCAN`, Linux 6.7+; all of those bytes elsewhere), and hand the rest
     /// back to the kernel. Cheapest for small components and for large ones that
     /// write little; at most 2 MiB per idle slot stays resident.
-    #[default]
     WrittenPages,
     /// Zero (or restore) the whole first `bytes` of the memory after every event and
     /// keep them resident, without asking the kernel which pages were written. For
@@ -100,12 +109,14 @@ pub enum SlotReset {
     },
 }
 
-impl SlotReset {
-    /// How much of each memory slot stays resident between instances.
-    pub fn resident_bytes(self) -> usize {
-        match self {
-            Self::WrittenPages => crate::engine::KEEP_RESIDENT_BYTES,
-            Self::Whole { bytes } => bytes,
+/// The default [`SlotReset::ByComponent`] size: a Python or JavaScript hello's whole
+/// heap (bench/sizes.sh).
+pub const DEFAULT_WHOLE_RESET_BYTES: usize = 16 << 20;
+
+impl Default for SlotReset {
+    fn default() -> Self {
+        Self::ByComponent {
+            whole_bytes: DEFAULT_WHOLE_RESET_BYTES,
         }
     }
 }
@@ -149,7 +160,7 @@ impl WorkerConfig {
             max_memory_mb: 512,
             max_instances: 1000,
             pooling: true,
-            slot_reset: SlotReset::WrittenPages,
+            slot_reset: SlotReset::default(),
             region_map_threshold: DEFAULT_REGION_MAP_THRESHOLD,
             guest_turns: std::thread::available_parallelism().map_or(1, usize::from),
             max_instances_per_tenant: 500,

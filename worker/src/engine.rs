@@ -13,17 +13,57 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 
 /// How much of each pooled memory and table slot stays resident between instances,
-/// unless the worker resets its memory slots whole ([`crate::config::SlotReset`]).
+/// unless the engine resets its memory slots whole ([`PoolReset::Whole`]).
 pub(crate) const KEEP_RESIDENT_BYTES: usize = 2 << 20;
 
 /// How many unused slots stay warm (resident, ready for the component that last used
 /// them). Enough for the busy functions of a worker; beyond it, idle slots are released.
 const MAX_WARM_SLOTS: u32 = 16;
 
+/// How much memory the warm slots of an engine that resets slots whole may keep
+/// resident at rest: each keeps its whole reset size.
+const WHOLE_RESET_WARM_BYTES: usize = 128 << 20;
+
+/// How an engine's pool makes a memory slot ready for the next instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PoolReset {
+    /// Only the pages an event wrote among the first [`KEEP_RESIDENT_BYTES`], found by
+    /// asking the kernel if `scan` (which is safe only while nothing can be swapped
+    /// out: `swap.rs`); all of those bytes otherwise.
+    WrittenPages {
+        /// Whether to ask the kernel which pages were written.
+        scan: bool,
+    },
+    /// The first `bytes`, in full, without a scan.
+    Whole {
+        /// How much of each slot stays resident and is reset.
+        bytes: usize,
+    },
+}
+
+impl PoolReset {
+    fn resident_bytes(self) -> usize {
+        match self {
+            Self::WrittenPages { .. } => KEEP_RESIDENT_BYTES,
+            Self::Whole { bytes } => bytes,
+        }
+    }
+
+    fn warm_slots(self) -> u32 {
+        match self {
+            Self::WrittenPages { .. } => MAX_WARM_SLOTS,
+            Self::Whole { bytes } => {
+                let fit = WHOLE_RESET_WARM_BYTES / bytes.max(1);
+                u32::try_from(fit)
+                    .unwrap_or(u32::MAX)
+                    .clamp(1, MAX_WARM_SLOTS)
+            }
+        }
+    }
+}
+
 /// Builds an engine: pooling allocator and epoch interruption, and fuel metering if
-/// `fuel`. Its slots are reset by scanning for the pages an event wrote if
-/// `scan_written_pages`, which is safe only while nothing can be swapped out
-/// (`swap.rs`).
+/// `fuel`; its slots are reset as `reset` says.
 ///
 /// Fuel is compiled into every function of an engine (a counter updated in every
 /// block), which costs compute-heavy guests time (4-27% in bench/cachesim.sh), while
@@ -33,7 +73,7 @@ const MAX_WARM_SLOTS: u32 = 16;
 pub(crate) fn build_engine(
     config: &WorkerConfig,
     fuel: bool,
-    scan_written_pages: bool,
+    reset: PoolReset,
 ) -> wasmtime::Result<Engine> {
     let mut wasm = Config::new();
     wasm.epoch_interruption(true);
@@ -61,19 +101,19 @@ pub(crate) fn build_engine(
             // Resetting a slot by zeroing its first pages instead of handing them back
             // to the kernel avoids page faults and TLB shootdowns on every event,
             // which otherwise dominate a small function's cost.
-            .linear_memory_keep_resident(config.slot_reset.resident_bytes())
+            .linear_memory_keep_resident(reset.resident_bytes())
             .table_keep_resident(KEEP_RESIDENT_BYTES)
             // Where the kernel has PAGEMAP_SCAN (Linux 6.7+), zero only the kept pages
             // an event wrote, not all of them: a hello touches a few pages of its
             // 2 MiB. Elsewhere Wasmtime falls back to zeroing them all.
-            .pagemap_scan(if scan_written_pages {
+            .pagemap_scan(if reset == (PoolReset::WrittenPages { scan: true }) {
                 Enabled::Auto
             } else {
                 Enabled::No
             })
             // Each component keeps affinity to the slots it used; bound how many idle
             // slots stay warm, so idle workflows do not hold resident memory.
-            .max_unused_warm_slots(MAX_WARM_SLOTS);
+            .max_unused_warm_slots(reset.warm_slots());
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         // Map each component's initial data copy-on-write (pages are copied when
         // written, so an instance pays for what it touches: a Python component's 13 MB

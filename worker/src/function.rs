@@ -3,6 +3,7 @@
 
 use crate::config::Limits;
 use crate::host::StepFunctionPre;
+use crate::linked::Linked;
 use crate::region::Region;
 use crate::state::InstanceState;
 use faas_invoke::FunctionSummary;
@@ -20,16 +21,39 @@ pub(crate) enum Entry {
     Step(StepFunctionPre<InstanceState>),
 }
 
+impl Entry {
+    /// The engine it was linked on, which its stores must belong to.
+    pub(crate) fn engine(&self) -> &Engine {
+        match self {
+            Self::Http(pre) => pre.engine(),
+            Self::Step(pre) => pre.engine(),
+        }
+    }
+
+    /// The component it instantiates.
+    pub(crate) fn component(&self) -> &wasmtime::component::Component {
+        match self {
+            Self::Http(pre) => pre.instance_pre().component(),
+            Self::Step(pre) => pre.instance_pre().component(),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> FunctionKind {
+        match self {
+            Self::Http(_) => FunctionKind::Http,
+            Self::Step(_) => FunctionKind::Step,
+        }
+    }
+}
+
 /// One function of a deployed workflow, compiled and linked.
 pub struct LoadedFunction {
     pub(crate) name: Arc<str>,
     pub(crate) digest: String,
     /// Shared with every other function of this engine that runs the same bytes
-    /// (see `linked.rs`).
-    pub(crate) entry: Arc<Entry>,
+    /// (see `linked.rs`); on the fuel-metered engine only if it has a fuel limit.
+    pub(crate) linked: Arc<Linked>,
     pub(crate) limits: Limits,
-    /// The engine it was compiled for: the fuel-metered one only if it has a fuel limit.
-    pub(crate) engine: Engine,
     pub(crate) config: Arc<BTreeMap<String, String>>,
     /// Its `allowed_outbound_hosts` (see `outbound.rs`).
     pub(crate) allowed_outbound_hosts: Arc<faas_workflow::AllowedOutboundHosts>,
@@ -50,10 +74,18 @@ impl LoadedFunction {
 
     /// What kind of function this is.
     pub fn kind(&self) -> FunctionKind {
-        match *self.entry {
-            Entry::Http(_) => FunctionKind::Http,
-            Entry::Step(_) => FunctionKind::Step,
-        }
+        self.entry().kind()
+    }
+
+    /// What its next event starts an instance from.
+    pub(crate) fn entry(&self) -> Arc<Entry> {
+        self.linked.entry()
+    }
+
+    /// Whether its memory slots are reset whole after each event because its events
+    /// kept faulting pages in under the default reset (see `placement.rs`).
+    pub fn moved_to_whole_resets(&self) -> bool {
+        self.linked.placement.resets_whole()
     }
 
     /// The limits each of its instances runs under.
@@ -65,7 +97,7 @@ impl LoadedFunction {
     /// fuel-metered engine, which only functions with a fuel limit are.
     pub fn fuel_metered(&self) -> bool {
         // `Config` does not tell; a store of an engine without metering has no fuel.
-        Store::new(&self.engine, ()).get_fuel().is_ok()
+        Store::new(self.entry().engine(), ()).get_fuel().is_ok()
     }
 }
 

@@ -43,13 +43,14 @@ impl Worker {
             .ok_or_else(|| InvokeError::UnknownFunction {
                 function: function.to_owned(),
             })?;
-        let Entry::Http(pre) = &*loaded.entry else {
+        let entry = loaded.entry();
+        let Entry::Http(pre) = &*entry else {
             return Err(bad_response(
                 loaded,
                 "it is a step function, not an HTTP function",
             ));
         };
-        let (mut store, output) = self.new_store(workflow, loaded, None).await?;
+        let (mut store, output) = self.new_store(workflow, loaded, &entry, None).await?;
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let mut http = store.data_mut().http();
         let wiring = http
@@ -84,6 +85,8 @@ impl Worker {
                 // body sees the flag when it sees its end.
                 cut_by_task.store(true, Ordering::Release);
             },
+            // No region is mapped into an HTTP function: its inputs are a request.
+            |_| false,
         );
 
         // On timeout the instance must go at once, freeing its slot.

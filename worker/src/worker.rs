@@ -1,86 +1,39 @@
 //! The [`Worker`]: owns the engines, their linkers and the compiled-code cache, loads
 //! workflows and creates one store per event.
 
-use crate::cache::{CacheOutcome, ComponentBytes, ComponentCache};
-use crate::config::{Limits, SlotReset, WorkerConfig};
-use crate::engine::{EpochClock, build_engine};
+use crate::cache::{CacheOutcome, ComponentBytes};
+use crate::config::{Limits, WorkerConfig};
+use crate::engine::EpochClock;
 use crate::error::{InvokeError, StartError};
 use crate::fair::{FirstPoll, GuestPool, GuestTask};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
-use crate::host::{self, StepFunctionPre};
 use crate::kv::KeyValueStore;
 use crate::limits::FileBudget;
-use crate::linked::SharedEntries;
 use crate::metrics::{FunctionCounters, GuestMetrics};
+use crate::placement::Placement;
 use crate::region::{RegionLimits, RegionScope, Retired};
+use crate::runtimes::{Flavor, Runtime, Runtimes};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
 use crate::swap::SwapWatch;
 use faas_invoke::LoadError;
 use faas_invoke::Publisher;
 use faas_store::{Quotas, Tenant};
-use faas_workflow::{Function, FunctionKind, Workflow};
+use faas_workflow::{Function, Workflow};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
-use wasmtime::component::Linker;
-use wasmtime::{Engine, Store, UpdateDeadline};
+use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 /// Extra time, beyond a function's deadline, before the host drops an instance that
 /// waits on the host (where the epoch deadline cannot fire).
 pub(crate) const HOST_WAIT_GRACE: Duration = Duration::from_millis(100);
 
-/// The name under which a step function exports its handler.
-const STEP_HANDLER_EXPORT: &str = "faas:platform/handler@0.1.0";
-
-/// One engine and what is bound to it: the host interfaces linked for it, its
-/// compiled-code cache (a directory per engine compatibility hash) and the components
-/// linked on it that loaded functions hold.
-struct Runtime {
-    engine: Engine,
-    linker: Linker<InstanceState>,
-    cache: ComponentCache,
-    shared: SharedEntries,
-    /// [`WorkerConfig::after_load`].
-    after_load: fn(),
-    /// Whether the engine resets slots by scanning for the pages an event wrote, which
-    /// a swap area turned on later makes unsafe (`swap.rs`).
-    scans_written_pages: bool,
-}
-
-impl Runtime {
-    fn new(config: &WorkerConfig, fuel: bool, swap: &SwapWatch) -> wasmtime::Result<Self> {
-        let scans_written_pages = config.pooling
-            && config.slot_reset == SlotReset::WrittenPages
-            && swap.scanning_is_safe();
-        let engine = build_engine(config, fuel, scans_written_pages)?;
-        let mut linker = Linker::new(&engine);
-        host::add_to_linker(&mut linker)?;
-        let cache =
-            ComponentCache::new(&config.cache_dir, &engine).with_max_bytes(config.cache_max_bytes);
-        // Left over by a crash, or over the size after a restart with a lower limit.
-        cache.tidy();
-        Ok(Self {
-            engine,
-            linker,
-            cache,
-            shared: SharedEntries::default(),
-            after_load: config.after_load,
-            scans_written_pages,
-        })
-    }
-}
-
 /// Runs functions. One per process in embedded mode; cheap to share behind an `Arc`.
 pub struct Worker {
-    /// For functions without a fuel limit: compiled without fuel metering.
-    unmetered: Runtime,
-    /// For functions with a fuel limit; built when the first such function loads.
-    metered: std::sync::OnceLock<Runtime>,
-    /// Held while the metered runtime is being built, so it is built once.
-    metered_init: std::sync::Mutex<()>,
+    /// Its engines, with or without fuel, resetting slots by written pages or whole.
+    runtimes: Runtimes,
     kv: Arc<KeyValueStore>,
     publisher: Option<Arc<dyn Publisher>>,
     /// Where guests' log lines and output go (`faas logs`); nowhere but the
@@ -163,11 +116,11 @@ impl Worker {
     /// address space).
     pub fn new(config: WorkerConfig) -> Result<Self, StartError> {
         let swap = SwapWatch::process();
-        let unmetered =
-            Runtime::new(&config, false, &swap).map_err(|err| StartError(format!("{err:#}")))?;
+        let runtimes =
+            Runtimes::new(&config, &swap).map_err(|err| StartError(format!("{err:#}")))?;
         let instance_slots = Arc::new(Semaphore::new(config.max_instances as usize));
         let clock = EpochClock::start(
-            unmetered.engine.clone(),
+            runtimes.first().engine.clone(),
             instance_slots.clone(),
             config.max_instances as usize,
         );
@@ -175,8 +128,6 @@ impl Worker {
             guests: GuestPool::new(config.guest_turns, clock.preempter())
                 .map_err(|err| StartError(format!("starting the guest threads: {err}")))?,
             clock,
-            metered: std::sync::OnceLock::new(),
-            metered_init: std::sync::Mutex::new(()),
             kv: Arc::new(KeyValueStore::memory()),
             publisher: None,
             logs: None,
@@ -186,8 +137,8 @@ impl Worker {
             quota_tenants: std::sync::Mutex::default(),
             region_files: FileBudget::new(config.max_region_files),
             retired: std::sync::Mutex::default(),
-            swap: unmetered.scans_written_pages.then_some(swap),
-            unmetered,
+            swap: runtimes.first().scans_written_pages.then_some(swap),
+            runtimes,
             config,
         })
     }
@@ -248,7 +199,7 @@ impl Worker {
     /// engines: functions that run the same bytes on the same engine share one (see
     /// `linked.rs`), and one no function holds any more is not counted.
     pub fn linked_components(&self) -> usize {
-        self.unmetered.shared.len() + self.metered.get().map_or(0, |m| m.shared.len())
+        self.runtimes.linked_components()
     }
 
     /// How many instances exist right now (each holds an instance slot until its store
@@ -264,6 +215,11 @@ impl Worker {
     /// [`HOST_WAIT_GRACE`]) the future is dropped with its store, even if it waits on
     /// the host where no epoch tick can interrupt it, and the task gives
     /// `None`. `on_deadline` runs just before that drop.
+    ///
+    /// While the function's placement is measured (`placement.rs`), the page faults
+    /// the guest takes are counted, unless `mapped_regions` says of its output that
+    /// the host mapped region pages into its memory: the faults on those pages tell
+    /// nothing about its slot resets.
     pub(crate) fn spawn_guest<F>(
         &self,
         tenant: Arc<str>,
@@ -271,14 +227,44 @@ impl Worker {
         first_poll: FirstPoll,
         guest: F,
         on_deadline: impl FnOnce() + Send + 'static,
+        mapped_regions: fn(&F::Output) -> bool,
     ) -> GuestTask<F::Output>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        if function.linked.placement.take_move() {
+            self.move_to_whole_resets(function);
+        }
+        let guest = crate::placement::count_faults(function.linked.clone(), guest, mapped_regions);
         let gone_at = tokio::time::Instant::now() + function.limits.timeout + HOST_WAIT_GRACE;
         self.guests
             .spawn(tenant, first_poll, guest, gone_at, on_deadline)
+    }
+
+    /// Moves `function`'s component (and with it every function that shares it) to the
+    /// engine that resets slots whole, in the background: its events kept faulting
+    /// pages in (`placement.rs`).
+    fn move_to_whole_resets(&self, function: &LoadedFunction) {
+        let flavor = Flavor {
+            fuel: function.limits.fuel.is_some(),
+            whole: true,
+        };
+        match self.runtime(flavor) {
+            Ok(runtime) => runtime.move_here(
+                function.linked.clone(),
+                function.name.clone(),
+                function.digest.clone(),
+            ),
+            Err(err) => {
+                function.linked.placement.moved(false);
+                tracing::warn!(
+                    function = &*function.name,
+                    "component stays with written-page resets: cannot start an engine \
+                     that resets slots whole: {err:#}"
+                );
+            }
+        }
     }
 
     /// Keeps `store`, a finished producer, until its consumers placed its regions (or
@@ -324,23 +310,10 @@ impl Worker {
         }
     }
 
-    /// The runtime for functions with a fuel limit (`fuel`) or without; the metered
-    /// one is built on first use, and its engine ticked by the same epoch clock.
-    fn runtime(&self, fuel: bool) -> wasmtime::Result<&Runtime> {
-        if !fuel {
-            return Ok(&self.unmetered);
-        }
-        if let Some(metered) = self.metered.get() {
-            return Ok(metered);
-        }
-        let _building = self.metered_init.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(metered) = self.metered.get() {
-            return Ok(metered);
-        }
-        let metered = Runtime::new(&self.config, true, &SwapWatch::process())?;
-        self.clock.add(metered.engine.clone());
-        tracing::info!("fuel-metered engine started");
-        Ok(self.metered.get_or_init(|| metered))
+    /// The runtime of `flavor`; all but the first are built on first use, and their
+    /// engines ticked by the same epoch clock.
+    fn runtime(&self, flavor: Flavor) -> wasmtime::Result<&Runtime> {
+        self.runtimes.get(flavor, &self.config, &self.clock)
     }
 
     /// What every store's regions are held to.
@@ -470,24 +443,32 @@ impl Worker {
             }
         })?;
         // Only a function with a fuel limit pays for fuel metering.
-        let runtime = self
-            .runtime(limits.fuel.is_some())
-            .map_err(|err| LoadError::Engine {
-                function: name.to_owned(),
-                message: format!("{err:#}"),
-            })?;
+        let flavor = Flavor {
+            fuel: limits.fuel.is_some(),
+            whole: false,
+        };
+        let runtime = self.runtime(flavor).map_err(|err| LoadError::Engine {
+            function: name.to_owned(),
+            message: format!("{err:#}"),
+        })?;
         let component = ComponentBytes::new(bytes);
         let digest = component.digest().to_owned();
         let shared = runtime.shared.get(spec.kind, &digest);
         let was_shared = shared.is_some();
-        let (entry, outcome) = match shared {
-            Some(entry) => {
+        let (linked, outcome) = match shared {
+            Some(linked) => {
                 runtime.cache.mark_used(&digest);
-                (entry, CacheOutcome::Hit)
+                (linked, CacheOutcome::Hit)
             }
             None => {
-                let (entry, outcome) = link(runtime, name, spec.kind, component).await?;
-                (runtime.shared.share(spec.kind, &digest, entry), outcome)
+                let (entry, outcome) = runtime.link(name, spec.kind, component).await?;
+                let placement = if runtime.measures_placement {
+                    Placement::probing()
+                } else {
+                    Placement::settled()
+                };
+                let linked = runtime.shared.share(spec.kind, &digest, entry, placement);
+                (linked, outcome)
             }
         };
         tracing::info!(
@@ -501,9 +482,8 @@ impl Worker {
         Ok(LoadedFunction {
             name: name.into(),
             digest,
-            entry,
+            linked,
             limits,
-            engine: runtime.engine.clone(),
             config: Arc::new(spec.config.clone()),
             allowed_outbound_hosts: Arc::new(spec.allowed_outbound_hosts.clone()),
             metrics,
@@ -531,8 +511,9 @@ impl Worker {
         })
     }
 
-    /// A fresh store for one event of `function`, with its limits armed. Also returns
-    /// the pipe that collects the guest's stdout and stderr.
+    /// A fresh store for one event of `function`, to instantiate `entry` (the
+    /// function's entry, taken once for the event) in, with its limits armed. Also
+    /// returns the pipe that collects the guest's stdout and stderr.
     ///
     /// Waits for a free instance slot first (so a burst queues instead of failing),
     /// but no longer than the function's deadline.
@@ -545,6 +526,7 @@ impl Worker {
         &self,
         workflow: &LoadedWorkflow,
         function: &LoadedFunction,
+        entry: &Entry,
         regions: Option<RegionScope>,
     ) -> Result<(Store<InstanceState>, MemoryOutputPipe), InvokeError> {
         let overloaded = |message: String| InvokeError::Overloaded {
@@ -620,7 +602,7 @@ impl Worker {
         });
         let places_read_only = regions.input.read_only;
         let mut store = Store::new(
-            &function.engine,
+            entry.engine(),
             InstanceState::new(
                 event,
                 max_memory,
@@ -664,54 +646,6 @@ impl Worker {
         }
         Ok((store, output))
     }
-}
-
-/// Loads `bytes` (from the compiled-code cache, or compiling them off the async
-/// threads) and links them on `runtime` as a function of `kind`.
-async fn link(
-    runtime: &Runtime,
-    name: &str,
-    kind: FunctionKind,
-    bytes: ComponentBytes,
-) -> Result<(Entry, CacheOutcome), LoadError> {
-    let (engine, cache, owned_name, after_load) = (
-        runtime.engine.clone(),
-        runtime.cache.clone(),
-        name.to_owned(),
-        runtime.after_load,
-    );
-    // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
-    let (component, outcome) = tokio::task::spawn_blocking(move || {
-        let loaded = cache.load(&engine, &owned_name, &bytes);
-        after_load();
-        loaded
-    })
-    .await
-    .map_err(|err| LoadError::Compile {
-        function: name.to_owned(),
-        message: format!("compiler task failed: {err}"),
-    })??;
-    let link_error = |message: String| LoadError::Link {
-        function: name.to_owned(),
-        message,
-    };
-    let pre = runtime
-        .linker
-        .instantiate_pre(&component)
-        .map_err(|err| link_error(format!("{err:#}")))?;
-    let entry = match kind {
-        FunctionKind::Http => Entry::Http(ProxyPre::new(pre).map_err(|err| {
-            link_error(format!(
-                "an HTTP function must export wasi:http/incoming-handler@0.2.x: {err:#}"
-            ))
-        })?),
-        FunctionKind::Step => Entry::Step(StepFunctionPre::new(pre).map_err(|err| {
-            link_error(format!(
-                "a step function must export {STEP_HANDLER_EXPORT}: {err:#}"
-            ))
-        })?),
-    };
-    Ok((entry, outcome))
 }
 
 #[cfg(test)]

@@ -198,11 +198,11 @@ fn the_last_page_tail_and_reused_slots_show_only_zeros() {
     only_zeros_in_reused_slots(&[]);
 }
 
-/// The same with slots reset whole (`--whole-slot-reset-mb`, no scan for written
+/// The same with slots reset whole (`--slot-reset whole`, no scan for written
 /// pages): the 16 MiB scanned are all inside the reset part.
 #[test]
 fn slots_reset_whole_show_only_zeros_too() {
-    only_zeros_in_reused_slots(&["--whole-slot-reset-mb", "16"]);
+    only_zeros_in_reused_slots(&["--slot-reset", "whole"]);
 }
 
 fn only_zeros_in_reused_slots(extra: &[&str]) {

@@ -6,6 +6,9 @@
 //! `/misbehave/slow?ms=N` sleeps N ms, then answers with its config's `label`: tests use
 //! it to hold a request in flight across a redeploy or a shutdown. `/misbehave/count`
 //! counts the requests its instance has seen. `/misbehave/shout` logs 8 MB.
+//! `/misbehave/scatter` writes every other page of a fresh 4 MiB buffer (hundreds of
+//! runs of written pages, as an interpreter's heap has) after counting the bytes in it
+//! that are not zero, which it answers: 0 unless an earlier instance's data leaked.
 
 use faas_sdk::http::{Request, Response};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -55,6 +58,16 @@ fn handle(req: Request) -> Response {
                 faas_sdk::log::info(&line);
             }
             Response::text(200, "shouted\n")
+        }
+        "/misbehave/scatter" => {
+            const PAGE: usize = 4096;
+            let mut buffer = vec![0u8; 4 << 20];
+            let stale = buffer.iter().filter(|&&byte| byte != 0).count();
+            for page in buffer.chunks_mut(2 * PAGE) {
+                page[0] = 0xAB;
+            }
+            std::hint::black_box(&buffer);
+            Response::text(200, format!("{stale}\n"))
         }
         "/misbehave/count" => {
             let seen = SEEN.fetch_add(1, Ordering::SeqCst) + 1;

@@ -125,7 +125,8 @@ async fn attempt_once(
     expected_output: &str,
     memories: &faas_workflow::StepMemories,
 ) -> Result<Vec<Region>, StepFailure> {
-    let Entry::Step(pre) = &*function.entry else {
+    let entry = function.entry();
+    let Entry::Step(pre) = &*entry else {
         return Err(StepFailure::Returned(format!(
             "function `{}` is not a step function",
             function.name()
@@ -143,7 +144,7 @@ async fn attempt_once(
     let output_rule = scope.output.clone();
     let (mut store, output) = run
         .worker
-        .new_store(&run.workflow, function, Some(scope))
+        .new_store(&run.workflow, function, &entry, Some(scope))
         .await
         .map_err(invoke)?;
     store.data_mut().event.run = Some(crate::state::RunLabel {
@@ -190,7 +191,8 @@ async fn attempt_once(
             .as_ref()
             .is_ok_and(|outputs| outputs.iter().any(Region::is_mappable));
         let put_off = backs_a_value || !store.data().quick_to_tear_down();
-        (put_off.then_some(store), outputs)
+        let mapped = backs_a_value || !store.data().regions.mapped.is_empty();
+        (put_off.then_some(store), outputs, mapped)
     };
     let task = run.worker.spawn_guest(
         run.workflow.tenant.clone(),
@@ -198,6 +200,7 @@ async fn attempt_once(
         FirstPoll::OnGuestThreads,
         guest,
         || (),
+        |(_, _, mapped)| *mapped,
     );
     let timed_out = || {
         invoke(crate::InvokeError::Timeout {
@@ -205,7 +208,7 @@ async fn attempt_once(
             timeout: function.limits.timeout,
         })
     };
-    let (put_off, outputs) = match task.await {
+    let (put_off, outputs, _) = match task.await {
         Ok(Some(finished)) => finished,
         Ok(None) => return Err(timed_out()),
         Err(join) => {

@@ -1,0 +1,268 @@
+//! A worker's engines, each with what is bound to it, and how a component is linked on
+//! one of them (or moved to another).
+//!
+//! A worker has up to four engines: with or without fuel metering (only functions with
+//! a fuel limit pay for it), each resetting memory slots either by the pages an event
+//! wrote or whole (for the components `placement.rs` moves there). Only the one without
+//! fuel that resets by written pages is built at start; the others when first needed.
+
+use crate::cache::{CacheOutcome, ComponentBytes, ComponentCache};
+use crate::config::{SlotReset, WorkerConfig};
+use crate::engine::{EpochClock, PoolReset, build_engine};
+use crate::function::Entry;
+use crate::host::{self, StepFunctionPre};
+use crate::linked::{Linked, SharedEntries};
+use crate::state::InstanceState;
+use crate::swap::SwapWatch;
+use faas_invoke::LoadError;
+use faas_workflow::FunctionKind;
+use std::sync::{Arc, Mutex, OnceLock};
+use wasmtime::Engine;
+use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+
+/// The name under which a step function exports its handler.
+const STEP_HANDLER_EXPORT: &str = "faas:platform/handler@0.1.0";
+
+/// Which of a worker's engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Flavor {
+    /// Compiled with fuel metering.
+    pub(crate) fuel: bool,
+    /// Resets slots whole rather than by the pages an event wrote (when the worker
+    /// chooses per component).
+    pub(crate) whole: bool,
+}
+
+impl Flavor {
+    fn index(self) -> usize {
+        usize::from(self.fuel) | usize::from(self.whole) << 1
+    }
+}
+
+/// One engine and what is bound to it: the host interfaces linked for it, its
+/// compiled-code cache (a directory per engine compatibility hash) and the components
+/// linked on it that loaded functions hold.
+pub(crate) struct Runtime {
+    pub(crate) engine: Engine,
+    linker: Linker<InstanceState>,
+    pub(crate) cache: ComponentCache,
+    pub(crate) shared: SharedEntries,
+    /// [`WorkerConfig::after_load`].
+    after_load: fn(),
+    /// Whether the engine resets slots by scanning for the pages an event wrote, which
+    /// a swap area turned on later makes unsafe (`swap.rs`).
+    pub(crate) scans_written_pages: bool,
+    /// Whether components linked here have their placement measured (`placement.rs`).
+    pub(crate) measures_placement: bool,
+}
+
+impl Runtime {
+    fn new(config: &WorkerConfig, flavor: Flavor, swap: &SwapWatch) -> wasmtime::Result<Self> {
+        let reset = match config.slot_reset {
+            SlotReset::Whole { bytes } => PoolReset::Whole { bytes },
+            SlotReset::ByComponent { whole_bytes } if flavor.whole => {
+                PoolReset::Whole { bytes: whole_bytes }
+            }
+            SlotReset::ByComponent { .. } | SlotReset::WrittenPages => PoolReset::WrittenPages {
+                scan: config.pooling && swap.scanning_is_safe(),
+            },
+        };
+        let engine = build_engine(config, flavor.fuel, reset)?;
+        let mut linker = Linker::new(&engine);
+        host::add_to_linker(&mut linker)?;
+        let cache =
+            ComponentCache::new(&config.cache_dir, &engine).with_max_bytes(config.cache_max_bytes);
+        // Left over by a crash, or over the size after a restart with a lower limit.
+        cache.tidy();
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+            shared: SharedEntries::default(),
+            after_load: config.after_load,
+            scans_written_pages: reset == (PoolReset::WrittenPages { scan: true }),
+            measures_placement: config.pooling
+                && !flavor.whole
+                && matches!(config.slot_reset, SlotReset::ByComponent { .. }),
+        })
+    }
+
+    /// Loads `bytes` (from the compiled-code cache, or compiling them off the async
+    /// threads) and links them here as a function of `kind`.
+    pub(crate) async fn link(
+        &self,
+        name: &str,
+        kind: FunctionKind,
+        bytes: ComponentBytes,
+    ) -> Result<(Entry, CacheOutcome), LoadError> {
+        let (engine, cache, owned_name, after_load) = (
+            self.engine.clone(),
+            self.cache.clone(),
+            name.to_owned(),
+            self.after_load,
+        );
+        // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
+        let (component, outcome) = tokio::task::spawn_blocking(move || {
+            let loaded = cache.load(&engine, &owned_name, &bytes);
+            after_load();
+            loaded
+        })
+        .await
+        .map_err(|err| LoadError::Compile {
+            function: name.to_owned(),
+            message: format!("compiler task failed: {err}"),
+        })??;
+        Ok((entry(&self.linker, &component, name, kind)?, outcome))
+    }
+
+    /// Links `linked`'s component here, on a blocking thread, and starts its later
+    /// events from there; if that fails (logged), it stays where it is. `name` and
+    /// `digest` are for the log.
+    pub(crate) fn move_here(&self, linked: Arc<Linked>, name: Arc<str>, digest: String) {
+        let (engine, linker, cache, after_load) = (
+            self.engine.clone(),
+            self.linker.clone(),
+            self.cache.clone(),
+            self.after_load,
+        );
+        tokio::task::spawn_blocking(move || {
+            let old = linked.entry();
+            // The artifact cached for the first engine serves this one too when their
+            // compatibility hashes agree (the pooling settings are not part of it);
+            // otherwise the compiled code in memory is handed over.
+            let component = cache.load_cached(&engine, &digest).map_or_else(
+                || {
+                    let compiled = old.component().serialize()?;
+                    // SAFETY: the bytes were serialized by this process's Wasmtime a
+                    // moment ago, from a component it compiled or loaded.
+                    unsafe { Component::deserialize(&engine, compiled) }
+                },
+                Ok,
+            );
+            after_load();
+            let moved = component
+                .map_err(|err| format!("{err:#}"))
+                .and_then(|component| {
+                    entry(&linker, &component, &name, old.kind()).map_err(|err| err.to_string())
+                });
+            let faults = linked.placement.fewest_faults();
+            match moved {
+                Ok(entry) => {
+                    linked.replace(entry);
+                    linked.placement.moved(true);
+                    tracing::info!(
+                        function = &*name,
+                        digest = &digest[..digest.len().min(12)],
+                        fewest_faults_per_event = faults,
+                        "component moved to whole slot resets: its events kept faulting \
+                         pages in"
+                    );
+                }
+                Err(err) => {
+                    linked.placement.moved(false);
+                    tracing::warn!(
+                        function = &*name,
+                        "component stays with written-page resets: cannot link it for \
+                         whole resets: {err}"
+                    );
+                }
+            }
+        });
+    }
+}
+
+/// `component` linked by `linker` as the entry of a function of `kind`.
+fn entry(
+    linker: &Linker<InstanceState>,
+    component: &Component,
+    name: &str,
+    kind: FunctionKind,
+) -> Result<Entry, LoadError> {
+    let link_error = |message: String| LoadError::Link {
+        function: name.to_owned(),
+        message,
+    };
+    let pre: InstancePre<InstanceState> = linker
+        .instantiate_pre(component)
+        .map_err(|err| link_error(format!("{err:#}")))?;
+    Ok(match kind {
+        FunctionKind::Http => Entry::Http(ProxyPre::new(pre).map_err(|err| {
+            link_error(format!(
+                "an HTTP function must export wasi:http/incoming-handler@0.2.x: {err:#}"
+            ))
+        })?),
+        FunctionKind::Step => Entry::Step(StepFunctionPre::new(pre).map_err(|err| {
+            link_error(format!(
+                "a step function must export {STEP_HANDLER_EXPORT}: {err:#}"
+            ))
+        })?),
+    })
+}
+
+/// A worker's engines: the first built at start, the others on first use, each ticked
+/// by the worker's epoch clock.
+pub(crate) struct Runtimes {
+    first: Runtime,
+    later: [OnceLock<Runtime>; 3],
+    /// Held while a later runtime is being built, so each is built once.
+    building: Mutex<()>,
+}
+
+impl Runtimes {
+    /// Builds the first engine (no fuel, slots reset as configured).
+    pub(crate) fn new(config: &WorkerConfig, swap: &SwapWatch) -> wasmtime::Result<Self> {
+        let first = Flavor {
+            fuel: false,
+            whole: false,
+        };
+        Ok(Self {
+            first: Runtime::new(config, first, swap)?,
+            later: Default::default(),
+            building: Mutex::new(()),
+        })
+    }
+
+    /// The engine built at start.
+    pub(crate) fn first(&self) -> &Runtime {
+        &self.first
+    }
+
+    /// The runtime of `flavor`, built now (and given to `clock`) if it was not yet.
+    pub(crate) fn get(
+        &self,
+        flavor: Flavor,
+        config: &WorkerConfig,
+        clock: &EpochClock,
+    ) -> wasmtime::Result<&Runtime> {
+        let Some(slot) = flavor.index().checked_sub(1).map(|i| &self.later[i]) else {
+            return Ok(&self.first);
+        };
+        if let Some(runtime) = slot.get() {
+            return Ok(runtime);
+        }
+        let _building = self.building.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(runtime) = slot.get() {
+            return Ok(runtime);
+        }
+        let runtime = Runtime::new(config, flavor, &SwapWatch::process())?;
+        clock.add(runtime.engine.clone());
+        tracing::info!(
+            fuel = flavor.fuel,
+            whole_slot_resets = flavor.whole,
+            "engine started"
+        );
+        Ok(slot.get_or_init(|| runtime))
+    }
+
+    /// How many distinct components are linked and held, over every engine.
+    pub(crate) fn linked_components(&self) -> usize {
+        self.first.shared.len()
+            + self
+                .later
+                .iter()
+                .filter_map(OnceLock::get)
+                .map(|runtime| runtime.shared.len())
+                .sum::<usize>()
+    }
+}

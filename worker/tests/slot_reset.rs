@@ -1,0 +1,169 @@
+//! By default a worker chooses how to reset memory slots per component: a component
+//! whose events keep faulting pages in under written-page resets (here `misbehave`'s
+//! `/misbehave/scatter`, which writes hundreds of runs of pages, as an interpreter's
+//! heap has) moves to whole resets after its first events, with or without fuel; one
+//! that writes a few pages (the hello) stays. Once moved it still answers, never sees
+//! an earlier instance's data, and stops faulting.
+
+use bytes::Bytes;
+use faas_worker::{LoadedWorkflow, SlotReset, Worker, WorkerConfig};
+use faas_workflow::Workflow;
+use http_body_util::{BodyExt, Empty};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A workflow `name` with `misbehave` (on `/misbehave/...`, with `limits`) and `hello`
+/// (on `/hello`).
+async fn load(worker: &Worker, name: &str, limits: &str) -> Arc<LoadedWorkflow> {
+    let text = format!(
+        r#"name = "{name}"
+tenant = "t"
+
+[functions.misbehave]
+component = "{}"
+{limits}
+
+[functions.hello]
+component = "{}"
+
+[[triggers.http]]
+route = "/misbehave/..."
+function = "misbehave"
+
+[[triggers.http]]
+route = "/hello"
+function = "hello"
+"#,
+        faas_testing::component_path("misbehave").display(),
+        faas_testing::component_path("wasi-hello").display(),
+    );
+    let workflow = Workflow::parse("workflow.toml", &text).unwrap();
+    let components = BTreeMap::from([
+        ("misbehave".to_owned(), faas_testing::component("misbehave")),
+        ("hello".to_owned(), faas_testing::component("wasi-hello")),
+    ]);
+    Arc::new(worker.load_workflow(&workflow, components).await.unwrap())
+}
+
+/// The status and body of a GET of `path` from `function`.
+async fn get(worker: &Worker, workflow: &LoadedWorkflow, function: &str, path: &str) -> String {
+    let request = hyper::Request::get(format!("http://localhost{path}"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = worker
+        .handle_http(workflow, function, request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{function} {path}");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// One scattered write of `workflow`'s `misbehave`, which must find only zeros.
+async fn scatter(worker: &Worker, workflow: &LoadedWorkflow) {
+    let stale = get(worker, workflow, "misbehave", "/misbehave/scatter").await;
+    assert_eq!(
+        stale, "0\n",
+        "an instance found another's bytes in its memory"
+    );
+}
+
+/// Minor page faults taken by this process so far.
+fn process_faults() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: a valid place for the kernel to write a `rusage` into.
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) },
+        0
+    );
+    // SAFETY: written by the kernel above.
+    unsafe { usage.assume_init() }.ru_minflt as u64
+}
+
+/// Minor page faults per event over `events` scattered writes.
+async fn faults_per_scatter(worker: &Worker, workflow: &LoadedWorkflow, events: u64) -> u64 {
+    let before = process_faults();
+    for _ in 0..events {
+        scatter(worker, workflow).await;
+    }
+    (process_faults() - before) / events
+}
+
+/// Scatters until `workflow`'s `misbehave` moved to whole resets (the move runs in the
+/// background after the event that finds it decided), for 30 s at most.
+async fn until_moved(worker: &Worker, workflow: &LoadedWorkflow) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while !workflow
+        .function("misbehave")
+        .unwrap()
+        .moved_to_whole_resets()
+    {
+        assert!(Instant::now() < give_up, "never moved to whole resets");
+        scatter(worker, workflow).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_that_keeps_faulting_pages_in_moves_to_whole_resets() {
+    let dir = faas_testing::temp_dir();
+    let mut config = WorkerConfig::new(dir.path());
+    config.max_instances = 8;
+    assert!(
+        matches!(config.slot_reset, SlotReset::ByComponent { .. }),
+        "chosen per component by default"
+    );
+    let worker = Worker::new(config).unwrap();
+    let plain = load(&worker, "plain", "").await;
+    let fueled = load(&worker, "fueled", "fuel = 10_000_000_000").await;
+
+    // Its first events find cold slots; those after them are measured.
+    for _ in 0..16 {
+        scatter(&worker, &plain).await;
+        get(&worker, &plain, "hello", "/hello").await;
+    }
+    let scanned = faults_per_scatter(&worker, &plain, 16).await;
+    for _ in 0..16 {
+        get(&worker, &plain, "hello", "/hello").await;
+    }
+    until_moved(&worker, &plain).await;
+    until_moved(&worker, &fueled).await;
+
+    assert!(
+        !plain.function("hello").unwrap().moved_to_whole_resets(),
+        "the hello writes a few pages: it keeps written-page resets"
+    );
+    let misbehave = fueled.function("misbehave").unwrap();
+    assert!(misbehave.fuel_metered(), "moved with its fuel metering");
+    // Every later event: no stale bytes (each asserts it), and no faults to speak of.
+    let whole = faults_per_scatter(&worker, &plain, 32).await;
+    eprintln!("faults per event: {scanned} with written-page resets, {whole} once moved");
+    assert!(
+        scanned > 256 && whole < scanned / 4,
+        "faults per event: {scanned} with written-page resets, {whole} once moved"
+    );
+    faults_per_scatter(&worker, &fueled, 32).await;
+    let hello = get(&worker, &plain, "hello", "/hello").await;
+    assert!(hello.starts_with("Hello from"), "{hello}");
+    // The engines that reset whole load the artifacts compiled for the others: one
+    // cache directory for the unmetered engines, one for the metered ones.
+    let engine_dirs = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(engine_dirs, 2, "compiled once per fuel setting");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_written_page_resets_chosen_nothing_moves() {
+    let dir = faas_testing::temp_dir();
+    let mut config = WorkerConfig::new(dir.path());
+    config.max_instances = 8;
+    config.slot_reset = SlotReset::WrittenPages;
+    let worker = Worker::new(config).unwrap();
+    let plain = load(&worker, "plain", "").await;
+    for _ in 0..64 {
+        scatter(&worker, &plain).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    scatter(&worker, &plain).await;
+    assert!(!plain.function("misbehave").unwrap().moved_to_whole_resets());
+}
