@@ -111,7 +111,7 @@ for lang in rust table js python; do
 done
 
 echo "measuring: wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $(nproc) cores, $ROUNDS rounds"
-echo "platform slot resets: ${FAAS_SLOT_RESET:-by-component} (whole resets: ${FAAS_WHOLE_SLOT_RESET_MB:-16} MiB)"
+echo "platform slot resets: ${FAAS_SLOT_RESET:-by-function} (whole resets: ${FAAS_WHOLE_SLOT_RESET_MB:-16} MiB)"
 printf '\n%-6s %-18s %10s %9s\n' "round" "server" "req/s" "p99 ms"
 : >"$BENCH_DATA/results"
 for round in $(seq 1 "$ROUNDS"); do

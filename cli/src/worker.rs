@@ -59,12 +59,12 @@ pub struct WorkerArgs {
     /// How many instances may run at once, per worker.
     #[arg(long, env = "FAAS_MAX_INSTANCES", default_value_t = 1000)]
     pub max_instances: u32,
-    /// How an instance's memory slot is reset after each event: `by-component` (the
-    /// default) resets only the pages an event wrote, except for components whose
+    /// How an instance's memory slot is reset after each event: `by-function` (the
+    /// default) resets only the pages an event wrote, except for functions whose
     /// events keep faulting pages in (large interpreters: Python, JavaScript), which
     /// are moved to whole resets after their first events; `written-pages` never moves
     /// them; `whole` resets every slot whole (README, "Component sizes").
-    #[arg(long, env = "FAAS_SLOT_RESET", value_enum, default_value_t = SlotResetArg::ByComponent)]
+    #[arg(long, env = "FAAS_SLOT_RESET", value_enum, default_value_t = SlotResetArg::ByFunction)]
     pub slot_reset: SlotResetArg,
     /// How many MiB of a memory slot a whole reset zeroes (or restores) and keeps
     /// resident, per idle slot.
@@ -103,11 +103,11 @@ pub struct WorkerArgs {
 /// `--slot-reset`: the choices of [`SlotReset`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SlotResetArg {
-    /// Written pages, or whole for components whose events keep faulting pages in.
-    ByComponent,
-    /// Only the pages an event wrote, for every component.
+    /// Written pages, or whole for functions whose events keep faulting pages in.
+    ByFunction,
+    /// Only the pages an event wrote, for every function.
     WrittenPages,
-    /// Whole, for every component.
+    /// Whole, for every function.
     Whole,
 }
 
@@ -135,7 +135,7 @@ impl WorkerArgs {
         config.max_instances = self.max_instances;
         let whole_bytes = (self.whole_slot_reset_mb as usize) << 20;
         config.slot_reset = match self.slot_reset {
-            SlotResetArg::ByComponent => SlotReset::ByComponent { whole_bytes },
+            SlotResetArg::ByFunction => SlotReset::ByFunction { whole_bytes },
             SlotResetArg::WrittenPages => SlotReset::WrittenPages,
             SlotResetArg::Whole => SlotReset::Whole { bytes: whole_bytes },
         };

@@ -80,13 +80,15 @@ pub struct WorkerConfig {
 /// ([`WorkerConfig::slot_reset`]). Either way no instance ever sees another's data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotReset {
-    /// Each component starts with [`Self::WrittenPages`]; one whose events keep
-    /// faulting pages back in (more than [`crate::placement`] allows, measured on its
-    /// first events) moves to [`Self::Whole`] resets of `whole_bytes`. Small components
-    /// and large ones that write little keep the cheap reset; large interpreters get
-    /// the one that suits them. The default, with 16 MiB.
-    ByComponent {
-        /// How much of each memory slot a moved component keeps resident and resets
+    /// Each function starts with [`Self::WrittenPages`]; one whose events keep
+    /// faulting pages back in (more than 32 minor faults in each of 16 events after
+    /// its first 16: the worker's `placement.rs`) moves to [`Self::Whole`] resets of
+    /// `whole_bytes`. Small components and large ones that write little keep the
+    /// cheap reset; large interpreters get the one that suits them. Chosen per
+    /// function, not per component, so that one tenant's events never choose for
+    /// another tenant's function of the same bytes. The default, with 16 MiB.
+    ByFunction {
+        /// How much of each memory slot a moved function keeps resident and resets
         /// in full.
         whole_bytes: usize,
     },
@@ -109,13 +111,13 @@ pub enum SlotReset {
     },
 }
 
-/// The default [`SlotReset::ByComponent`] size: a Python or JavaScript hello's whole
+/// The default [`SlotReset::ByFunction`] size: a Python or JavaScript hello's whole
 /// heap (bench/sizes.sh).
 pub const DEFAULT_WHOLE_RESET_BYTES: usize = 16 << 20;
 
 impl Default for SlotReset {
     fn default() -> Self {
-        Self::ByComponent {
+        Self::ByFunction {
             whole_bytes: DEFAULT_WHOLE_RESET_BYTES,
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::config::Limits;
 use crate::host::StepFunctionPre;
-use crate::linked::Linked;
+use crate::placement::Placement;
 use crate::region::Region;
 use crate::state::InstanceState;
 use faas_invoke::FunctionSummary;
@@ -50,9 +50,10 @@ impl Entry {
 pub struct LoadedFunction {
     pub(crate) name: Arc<str>,
     pub(crate) digest: String,
-    /// Shared with every other function of this engine that runs the same bytes
-    /// (see `linked.rs`); on the fuel-metered engine only if it has a fuel limit.
-    pub(crate) linked: Arc<Linked>,
+    /// Its entry (shared with every other function of its engine that runs the same
+    /// bytes: `linked.rs`; on a fuel-metered engine only if it has a fuel limit), and
+    /// whether it moved to whole slot resets.
+    pub(crate) placement: Arc<Placement>,
     pub(crate) limits: Limits,
     pub(crate) config: Arc<BTreeMap<String, String>>,
     /// Its `allowed_outbound_hosts` (see `outbound.rs`).
@@ -79,13 +80,13 @@ impl LoadedFunction {
 
     /// What its next event starts an instance from.
     pub(crate) fn entry(&self) -> Arc<Entry> {
-        self.linked.entry()
+        self.placement.entry()
     }
 
     /// Whether its memory slots are reset whole after each event because its events
     /// kept faulting pages in under the default reset (see `placement.rs`).
     pub fn moved_to_whole_resets(&self) -> bool {
-        self.linked.placement.resets_whole()
+        self.placement.probe.resets_whole()
     }
 
     /// The limits each of its instances runs under.

@@ -1,5 +1,5 @@
-//! Which reset a component's memory slots get, chosen per component by measuring its
-//! first events ([`crate::SlotReset::ByComponent`], the default).
+//! Which reset a function's memory slots get, chosen per function by measuring its
+//! first events ([`crate::SlotReset::ByFunction`], the default).
 //!
 //! Wasmtime 48 resets a slot in one of two ways, per engine. Scanning for the pages an
 //! event wrote costs what the event touched, but the scan follows at most 32 runs of
@@ -14,20 +14,27 @@
 //! `perf stat -e minor-faults` on the platform under bench/sizes.sh's load), and whole
 //! resets doubled those interpreters' throughput.
 //!
-//! So every component starts on the engine that scans; its events' minor page faults
+//! So every function starts on the engine that scans; its events' minor page faults
 //! are counted (on the threads that poll them, `getrusage(RUSAGE_THREAD)`, two calls
 //! per poll) for [`MEASURED_EVENTS`] events after its first [`SKIPPED_EVENTS`] (which
 //! find cold slots, where every event faults). If even the fewest faults of those
-//! events is above [`MOVE_AT_FAULTS`], the component moves to the engine that resets
-//! slots whole; otherwise it stays, and nothing is counted from then on. The decision
-//! is made once per linked component. An event into whose memory the host mapped
-//! region pages counts as one without faults (those pages fault under any reset), so
-//! components that map regions stay with written-page resets.
+//! events is above [`MOVE_AT_FAULTS`], the function moves to the engine that resets
+//! slots whole; otherwise it stays, and nothing is counted from then on.
+//!
+//! The choice is per function, not per component: functions of other workflows and
+//! tenants may run the same bytes (and share the linked code, `linked.rs`), but one
+//! tenant's events must not decide how another's slots are reset. Moved functions of
+//! the same bytes share the code linked on the other engine in the same way. An event
+//! into whose memory the host mapped region pages counts as one without faults (those
+//! pages fault under any reset), so functions that map regions stay with written-page
+//! resets.
 
+use crate::function::Entry;
 use std::future::Future;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
-/// Events of a component not counted at first: its instances find cold slots (nothing
+/// Events of a function not counted at first: its instances find cold slots (nothing
 /// resident yet) until each slot it keeps warm was used once.
 pub(crate) const SKIPPED_EVENTS: u32 = 16;
 
@@ -49,10 +56,50 @@ const WANTS_WHOLE: u8 = 2;
 const MOVING: u8 = 3;
 const WHOLE: u8 = 4;
 
-/// Where one linked component's instances run, and its count of faults until that is
-/// decided.
-#[derive(Debug)]
+/// Where one function's instances start from: its entry, on the engine it was linked
+/// on or, once moved, on the one that resets slots whole.
 pub(crate) struct Placement {
+    entry: RwLock<Arc<Entry>>,
+    /// Whether it stays or moves, and the count of faults until that is decided.
+    pub(crate) probe: Probe,
+}
+
+impl Placement {
+    /// A function's placement, starting from `entry`; its faults are counted if
+    /// `measured`.
+    pub(crate) fn new(entry: Arc<Entry>, measured: bool) -> Self {
+        Self {
+            entry: RwLock::new(entry),
+            probe: if measured {
+                Probe::probing()
+            } else {
+                Probe::settled()
+            },
+        }
+    }
+
+    /// The entry the next event starts its instance from.
+    pub(crate) fn entry(&self) -> Arc<Entry> {
+        self.entry
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Starts every later event from `entry` (the same component, linked on the
+    /// engine that resets slots whole); events in flight keep theirs.
+    pub(crate) fn replace(&self, entry: Arc<Entry>) {
+        *self
+            .entry
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = entry;
+    }
+}
+
+/// Whether a function stays where it was linked or moves to whole resets, and its
+/// count of faults until that is decided.
+#[derive(Debug)]
+pub(crate) struct Probe {
     state: AtomicU8,
     /// Events that finished while probing.
     finished: AtomicU32,
@@ -62,7 +109,7 @@ pub(crate) struct Placement {
     fewest: AtomicU64,
 }
 
-impl Placement {
+impl Probe {
     fn with_state(state: u8) -> Self {
         Self {
             state: AtomicU8::new(state),
@@ -72,13 +119,13 @@ impl Placement {
         }
     }
 
-    /// A component whose placement is to be measured.
-    pub(crate) fn probing() -> Self {
+    /// A function whose placement is to be measured.
+    fn probing() -> Self {
         Self::with_state(PROBING)
     }
 
-    /// A component that stays where it was linked.
-    pub(crate) fn settled() -> Self {
+    /// A function that stays where it was linked.
+    fn settled() -> Self {
         Self::with_state(STAYS)
     }
 
@@ -135,17 +182,17 @@ impl Placement {
     }
 }
 
-/// Drives `guest`, an event of a component placed by `placement`, counting the minor
+/// Drives `guest`, an event of a function placed by `placement`, counting the minor
 /// page faults taken while it is polled if the placement is still being measured. An
 /// event into whose memory the host mapped region pages (`mapped_regions` of its
 /// output) counts as one without faults: every reset leaves those faults, so a
-/// component that maps regions stays where the region code is tested most.
+/// function that maps regions stays where the region code is tested most.
 pub(crate) async fn count_faults<F: Future>(
-    placement: std::sync::Arc<crate::linked::Linked>,
+    placement: Arc<Placement>,
     guest: F,
     mapped_regions: fn(&F::Output) -> bool,
 ) -> F::Output {
-    if !placement.placement.probing_now() {
+    if !placement.probe.probing_now() {
         return guest.await;
     }
     let mut guest = std::pin::pin!(guest);
@@ -158,7 +205,7 @@ pub(crate) async fn count_faults<F: Future>(
     })
     .await;
     let faults = if mapped_regions(&output) { 0 } else { faults };
-    placement.placement.record(faults);
+    placement.probe.record(faults);
     output
 }
 
@@ -178,7 +225,7 @@ fn minor_faults() -> u64 {
 mod tests {
     use super::*;
 
-    fn run(placement: &Placement, faults: impl IntoIterator<Item = u64>) {
+    fn run(placement: &Probe, faults: impl IntoIterator<Item = u64>) {
         for count in faults {
             placement.record(count);
         }
@@ -186,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_component_that_keeps_faulting_is_moved_once() {
-        let placement = Placement::probing();
+        let placement = Probe::probing();
         // Cold slots first: counted as nothing, however many faults.
         run(
             &placement,
@@ -207,7 +254,7 @@ mod tests {
 
     #[test]
     fn one_quiet_event_keeps_a_component_where_it_is() {
-        let placement = Placement::probing();
+        let placement = Probe::probing();
         run(&placement, std::iter::repeat_n(0, SKIPPED_EVENTS as usize));
         run(
             &placement,
@@ -225,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_failed_move_leaves_it_where_it_was() {
-        let placement = Placement::probing();
+        let placement = Probe::probing();
         run(
             &placement,
             std::iter::repeat_n(1000, (SKIPPED_EVENTS + MEASURED_EVENTS) as usize),

@@ -11,7 +11,8 @@ use crate::config::{SlotReset, WorkerConfig};
 use crate::engine::{EpochClock, PoolReset, build_engine};
 use crate::function::Entry;
 use crate::host::{self, StepFunctionPre};
-use crate::linked::{Linked, SharedEntries};
+use crate::linked::SharedEntries;
+use crate::placement::Placement;
 use crate::state::InstanceState;
 use crate::swap::SwapWatch;
 use faas_invoke::LoadError;
@@ -47,13 +48,13 @@ pub(crate) struct Runtime {
     pub(crate) engine: Engine,
     linker: Linker<InstanceState>,
     pub(crate) cache: ComponentCache,
-    pub(crate) shared: SharedEntries,
+    pub(crate) shared: Arc<SharedEntries>,
     /// [`WorkerConfig::after_load`].
     after_load: fn(),
     /// Whether the engine resets slots by scanning for the pages an event wrote, which
     /// a swap area turned on later makes unsafe (`swap.rs`).
     pub(crate) scans_written_pages: bool,
-    /// Whether components linked here have their placement measured (`placement.rs`).
+    /// Whether functions linked here have their placement measured (`placement.rs`).
     pub(crate) measures_placement: bool,
 }
 
@@ -61,10 +62,10 @@ impl Runtime {
     fn new(config: &WorkerConfig, flavor: Flavor, swap: &SwapWatch) -> wasmtime::Result<Self> {
         let reset = match config.slot_reset {
             SlotReset::Whole { bytes } => PoolReset::Whole { bytes },
-            SlotReset::ByComponent { whole_bytes } if flavor.whole => {
+            SlotReset::ByFunction { whole_bytes } if flavor.whole => {
                 PoolReset::Whole { bytes: whole_bytes }
             }
-            SlotReset::ByComponent { .. } | SlotReset::WrittenPages => PoolReset::WrittenPages {
+            SlotReset::ByFunction { .. } | SlotReset::WrittenPages => PoolReset::WrittenPages {
                 scan: config.pooling && swap.scanning_is_safe(),
             },
         };
@@ -79,12 +80,12 @@ impl Runtime {
             engine,
             linker,
             cache,
-            shared: SharedEntries::default(),
+            shared: Arc::default(),
             after_load: config.after_load,
             scans_written_pages: reset == (PoolReset::WrittenPages { scan: true }),
             measures_placement: config.pooling
                 && !flavor.whole
-                && matches!(config.slot_reset, SlotReset::ByComponent { .. }),
+                && matches!(config.slot_reset, SlotReset::ByFunction { .. }),
         })
     }
 
@@ -116,54 +117,63 @@ impl Runtime {
         Ok((entry(&self.linker, &component, name, kind)?, outcome))
     }
 
-    /// Links `linked`'s component here, on a blocking thread, and starts its later
-    /// events from there; if that fails (logged), it stays where it is. `name` and
-    /// `digest` are for the log.
-    pub(crate) fn move_here(&self, linked: Arc<Linked>, name: Arc<str>, digest: String) {
-        let (engine, linker, cache, after_load) = (
+    /// Starts the later events of the function placed by `placement` from its
+    /// component linked here (shared with the functions of the same bytes that moved
+    /// here before it, or linked now on a blocking thread); if that fails (logged), it
+    /// stays where it is. `name` and `digest` name the function and its component.
+    pub(crate) fn move_here(&self, placement: Arc<Placement>, name: Arc<str>, digest: String) {
+        let (engine, linker, cache, shared, after_load) = (
             self.engine.clone(),
             self.linker.clone(),
             self.cache.clone(),
+            self.shared.clone(),
             self.after_load,
         );
         tokio::task::spawn_blocking(move || {
-            let old = linked.entry();
-            // The artifact cached for the first engine serves this one too when their
-            // compatibility hashes agree (the pooling settings are not part of it);
-            // otherwise the compiled code in memory is handed over.
-            let component = cache.load_cached(&engine, &digest).map_or_else(
-                || {
-                    let compiled = old.component().serialize()?;
-                    // SAFETY: the bytes were serialized by this process's Wasmtime a
-                    // moment ago, from a component it compiled or loaded.
-                    unsafe { Component::deserialize(&engine, compiled) }
-                },
-                Ok,
-            );
-            after_load();
-            let moved = component
-                .map_err(|err| format!("{err:#}"))
-                .and_then(|component| {
-                    entry(&linker, &component, &name, old.kind()).map_err(|err| err.to_string())
-                });
-            let faults = linked.placement.fewest_faults();
+            let old = placement.entry();
+            let kind = old.kind();
+            let moved = match shared.get(kind, &digest) {
+                Some(entry) => Ok(entry),
+                None => {
+                    // The artifact cached for the first engine serves this one too
+                    // when their compatibility hashes agree (pooling settings are not
+                    // part of it); otherwise the code in memory is handed over.
+                    let component = cache.load_cached(&engine, &digest).map_or_else(
+                        || {
+                            let compiled = old.component().serialize()?;
+                            // SAFETY: serialized by this process's Wasmtime a moment
+                            // ago, from a component it compiled or loaded.
+                            unsafe { Component::deserialize(&engine, compiled) }
+                        },
+                        Ok,
+                    );
+                    after_load();
+                    component
+                        .map_err(|err| format!("{err:#}"))
+                        .and_then(|component| {
+                            entry(&linker, &component, &name, kind).map_err(|err| err.to_string())
+                        })
+                        .map(|entry| shared.share(kind, &digest, entry))
+                }
+            };
+            let faults = placement.probe.fewest_faults();
             match moved {
                 Ok(entry) => {
-                    linked.replace(entry);
-                    linked.placement.moved(true);
+                    placement.replace(entry);
+                    placement.probe.moved(true);
                     tracing::info!(
                         function = &*name,
                         digest = &digest[..digest.len().min(12)],
                         fewest_faults_per_event = faults,
-                        "component moved to whole slot resets: its events kept faulting \
+                        "function moved to whole slot resets: its events kept faulting \
                          pages in"
                     );
                 }
                 Err(err) => {
-                    linked.placement.moved(false);
+                    placement.probe.moved(false);
                     tracing::warn!(
                         function = &*name,
-                        "component stays with written-page resets: cannot link it for \
+                        "function stays with written-page resets: cannot link it for \
                          whole resets: {err}"
                     );
                 }

@@ -233,18 +233,18 @@ impl Worker {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        if function.linked.placement.take_move() {
+        if function.placement.probe.take_move() {
             self.move_to_whole_resets(function);
         }
-        let guest = crate::placement::count_faults(function.linked.clone(), guest, mapped_regions);
+        let guest =
+            crate::placement::count_faults(function.placement.clone(), guest, mapped_regions);
         let gone_at = tokio::time::Instant::now() + function.limits.timeout + HOST_WAIT_GRACE;
         self.guests
             .spawn(tenant, first_poll, guest, gone_at, on_deadline)
     }
 
-    /// Moves `function`'s component (and with it every function that shares it) to the
-    /// engine that resets slots whole, in the background: its events kept faulting
-    /// pages in (`placement.rs`).
+    /// Moves `function` to the engine that resets slots whole, in the background: its
+    /// events kept faulting pages in (`placement.rs`).
     fn move_to_whole_resets(&self, function: &LoadedFunction) {
         let flavor = Flavor {
             fuel: function.limits.fuel.is_some(),
@@ -252,15 +252,15 @@ impl Worker {
         };
         match self.runtime(flavor) {
             Ok(runtime) => runtime.move_here(
-                function.linked.clone(),
+                function.placement.clone(),
                 function.name.clone(),
                 function.digest.clone(),
             ),
             Err(err) => {
-                function.linked.placement.moved(false);
+                function.placement.probe.moved(false);
                 tracing::warn!(
                     function = &*function.name,
-                    "component stays with written-page resets: cannot start an engine \
+                    "function stays with written-page resets: cannot start an engine \
                      that resets slots whole: {err:#}"
                 );
             }
@@ -455,20 +455,14 @@ impl Worker {
         let digest = component.digest().to_owned();
         let shared = runtime.shared.get(spec.kind, &digest);
         let was_shared = shared.is_some();
-        let (linked, outcome) = match shared {
-            Some(linked) => {
+        let (entry, outcome) = match shared {
+            Some(entry) => {
                 runtime.cache.mark_used(&digest);
-                (linked, CacheOutcome::Hit)
+                (entry, CacheOutcome::Hit)
             }
             None => {
                 let (entry, outcome) = runtime.link(name, spec.kind, component).await?;
-                let placement = if runtime.measures_placement {
-                    Placement::probing()
-                } else {
-                    Placement::settled()
-                };
-                let linked = runtime.shared.share(spec.kind, &digest, entry, placement);
-                (linked, outcome)
+                (runtime.shared.share(spec.kind, &digest, entry), outcome)
             }
         };
         tracing::info!(
@@ -482,7 +476,7 @@ impl Worker {
         Ok(LoadedFunction {
             name: name.into(),
             digest,
-            linked,
+            placement: Arc::new(Placement::new(entry, runtime.measures_placement)),
             limits,
             config: Arc::new(spec.config.clone()),
             allowed_outbound_hosts: Arc::new(spec.allowed_outbound_hosts.clone()),

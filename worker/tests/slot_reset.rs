@@ -1,9 +1,10 @@
-//! By default a worker chooses how to reset memory slots per component: a component
+//! By default a worker chooses how to reset memory slots per function: a function
 //! whose events keep faulting pages in under written-page resets (here `misbehave`'s
 //! `/misbehave/scatter`, which writes hundreds of runs of pages, as an interpreter's
 //! heap has) moves to whole resets after its first events, with or without fuel; one
 //! that writes a few pages (the hello) stays. Once moved it still answers, never sees
-//! an earlier instance's data, and stops faulting.
+//! an earlier instance's data, and stops faulting. One tenant's events never move
+//! another tenant's function, though both run the same bytes.
 
 use bytes::Bytes;
 use faas_worker::{LoadedWorkflow, SlotReset, Worker, WorkerConfig};
@@ -13,12 +14,26 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A workflow `name` with `misbehave` (on `/misbehave/...`, with `limits`) and `hello`
-/// (on `/hello`).
+/// A worker of 8 instance slots that caches code under `dir` and resets slots as
+/// `reset` says.
+fn worker(dir: &std::path::Path, reset: SlotReset) -> Worker {
+    let mut config = WorkerConfig::new(dir);
+    config.max_instances = 8;
+    config.slot_reset = reset;
+    Worker::new(config).unwrap()
+}
+
+/// A workflow `name` of tenant `t` with `misbehave` (on `/misbehave/...`, with
+/// `limits`) and `hello` (on `/hello`).
 async fn load(worker: &Worker, name: &str, limits: &str) -> Arc<LoadedWorkflow> {
+    load_for(worker, "t", name, limits).await
+}
+
+/// [`load`] for `tenant`.
+async fn load_for(worker: &Worker, tenant: &str, name: &str, limits: &str) -> Arc<LoadedWorkflow> {
     let text = format!(
         r#"name = "{name}"
-tenant = "t"
+tenant = "{tenant}"
 
 [functions.misbehave]
 component = "{}"
@@ -69,6 +84,10 @@ async fn scatter(worker: &Worker, workflow: &LoadedWorkflow) {
     );
 }
 
+/// Held by each test for its whole run: page faults are counted for the whole process,
+/// so the tests of this file must not run side by side.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Minor page faults taken by this process so far.
 fn process_faults() -> u64 {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
@@ -107,14 +126,17 @@ async fn until_moved(worker: &Worker, workflow: &LoadedWorkflow) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_that_keeps_faulting_pages_in_moves_to_whole_resets() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dir = faas_testing::temp_dir();
-    let mut config = WorkerConfig::new(dir.path());
-    config.max_instances = 8;
-    assert!(
-        matches!(config.slot_reset, SlotReset::ByComponent { .. }),
-        "chosen per component by default"
+    assert_eq!(
+        WorkerConfig::new(dir.path()).slot_reset,
+        SlotReset::default(),
     );
-    let worker = Worker::new(config).unwrap();
+    assert!(
+        matches!(SlotReset::default(), SlotReset::ByFunction { .. }),
+        "chosen per function by default"
+    );
+    let worker = worker(dir.path(), SlotReset::default());
     let plain = load(&worker, "plain", "").await;
     let fueled = load(&worker, "fueled", "fuel = 10_000_000_000").await;
 
@@ -153,12 +175,47 @@ async fn a_component_that_keeps_faulting_pages_in_moves_to_whole_resets() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_written_page_resets_chosen_nothing_moves() {
+async fn one_tenants_events_never_move_another_tenants_function_of_the_same_bytes() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dir = faas_testing::temp_dir();
-    let mut config = WorkerConfig::new(dir.path());
-    config.max_instances = 8;
-    config.slot_reset = SlotReset::WrittenPages;
-    let worker = Worker::new(config).unwrap();
+    let worker = worker(dir.path(), SlotReset::default());
+    let attacker = load_for(&worker, "mallory", "noisy", "").await;
+    let victim = load_for(&worker, "alice", "quiet", "").await;
+    assert_eq!(
+        worker.linked_components(),
+        2,
+        "misbehave and the hello, linked once each"
+    );
+
+    // Mallory's events fault all they can; Alice's, of the same component, do not.
+    for _ in 0..40 {
+        scatter(&worker, &attacker).await;
+        let fine = get(&worker, &victim, "misbehave", "/misbehave/ok").await;
+        assert_eq!(fine, "still fine\n");
+    }
+    until_moved(&worker, &attacker).await;
+    for _ in 0..8 {
+        get(&worker, &victim, "misbehave", "/misbehave/ok").await;
+    }
+    assert!(
+        !victim
+            .function("misbehave")
+            .unwrap()
+            .moved_to_whole_resets(),
+        "another tenant's events moved alice's function"
+    );
+    assert_eq!(
+        worker.linked_components(),
+        3,
+        "the moved code is linked once more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_written_page_resets_chosen_nothing_moves() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let dir = faas_testing::temp_dir();
+    let worker = worker(dir.path(), SlotReset::WrittenPages);
     let plain = load(&worker, "plain", "").await;
     for _ in 0..64 {
         scatter(&worker, &plain).await;
