@@ -41,11 +41,11 @@ pub(crate) const SKIPPED_EVENTS: u32 = 16;
 /// Events whose faults are counted, after the skipped ones.
 pub(crate) const MEASURED_EVENTS: u32 = 16;
 
-/// Minor page faults per event above which a component is better off with whole
-/// resets. Resetting a 16 MiB slot whole cost a small component about 60 µs more per
-/// event than the scan, and an interpreter's event about 13 µs less per fault the scan
-/// left it (bench/sizes.sh, both modes): the two meet near 5 faults for a small memory
-/// and 40 for a full 16 MiB one. 32 leaves the components measured so far where they
+/// Minor page faults per event above which a function is better off with whole
+/// resets. Whole resets (of up to 16 MiB) cost the Rust hello about 60 µs more per
+/// event than the scan, and saved an interpreter's event about 13 µs per fault the
+/// scan left it (bench/sizes.sh's load in both modes, with `perf stat`): the two meet
+/// near 5 faults for a small memory and 40 for a full 16 MiB one. 32 leaves the components measured so far where they
 /// do best, with a margin on both sides (none of the components that stayed fault at
 /// all; those that move fault 60 and 216 times).
 pub(crate) const MOVE_AT_FAULTS: u64 = 32;

@@ -195,8 +195,8 @@ impl Worker {
         &self.metrics
     }
 
-    /// How many distinct components are loaded and linked right now, over both
-    /// engines: functions that run the same bytes on the same engine share one (see
+    /// How many distinct components are loaded and linked right now, over every
+    /// engine: functions that run the same bytes on the same engine share one (see
     /// `linked.rs`), and one no function holds any more is not counted.
     pub fn linked_components(&self) -> usize {
         self.runtimes.linked_components()
