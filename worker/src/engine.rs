@@ -133,20 +133,24 @@ const IDLE_RECHECK: Duration = Duration::from_secs(1);
 /// the thread sleeps until [`EpochClock::wake`]: an idle worker costs no wake-ups.
 pub(crate) struct EpochClock {
     stop: Arc<AtomicBool>,
-    engines: Arc<Mutex<Vec<Engine>>>,
+    engines: ClockedEngines,
     thread: std::thread::Thread,
     /// Ticks so far, to see that an idle clock stands still.
     ticks: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl EpochClock {
-    /// Starts ticking `engine`. After the clock is dropped it keeps ticking while any
-    /// of `live`'s `slots` permits is out (a store still exists): a running guest
-    /// yields, and meets its deadline, only on ticks, so without them a guest still
-    /// running when its worker goes (at shutdown) would spin forever.
-    pub(crate) fn start(engine: Engine, live: Arc<tokio::sync::Semaphore>, slots: usize) -> Self {
+    /// Starts ticking `engines` (those added later too). After the clock is dropped it
+    /// keeps ticking while any of `live`'s `slots` permits is out (a store still
+    /// exists): a running guest yields, and meets its deadline, only on ticks, so
+    /// without them a guest still running when its worker goes (at shutdown) would
+    /// spin forever.
+    pub(crate) fn start(
+        engines: ClockedEngines,
+        live: Arc<tokio::sync::Semaphore>,
+        slots: usize,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let engines = Arc::new(Mutex::new(vec![engine]));
         let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (stopped, ticked, counted) = (stop.clone(), engines.clone(), ticks.clone());
         let thread = std::thread::Builder::new()
@@ -161,9 +165,7 @@ impl EpochClock {
                         continue;
                     }
                     std::thread::sleep(EPOCH_TICK);
-                    for engine in ticked.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                        engine.increment_epoch();
-                    }
+                    ticked.tick();
                     counted.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -194,19 +196,29 @@ impl EpochClock {
     /// of a tenant below its fair share gets the cores without waiting for a tick.
     pub(crate) fn preempter(&self) -> impl Fn() + Send + Sync + 'static {
         let engines = self.engines.clone();
-        move || {
-            for engine in engines.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                engine.increment_epoch();
-            }
-        }
+        move || engines.tick()
     }
+}
 
+/// The engines an [`EpochClock`] ticks, shared with whoever builds engines later (a
+/// worker's later engines are built on blocking threads, away from the clock).
+#[derive(Clone, Default)]
+pub(crate) struct ClockedEngines(Arc<Mutex<Vec<Engine>>>);
+
+impl ClockedEngines {
     /// Ticks `engine` too, from the next tick on.
     pub(crate) fn add(&self, engine: Engine) {
-        self.engines
+        self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(engine);
+    }
+
+    /// Ends the current epoch of every engine.
+    fn tick(&self) {
+        for engine in self.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            engine.increment_epoch();
+        }
     }
 }
 
@@ -226,7 +238,9 @@ mod tests {
     #[test]
     fn the_clock_stands_still_while_no_store_exists() {
         let slots = Arc::new(Semaphore::new(2));
-        let clock = EpochClock::start(Engine::default(), slots.clone(), 2);
+        let engines = ClockedEngines::default();
+        engines.add(Engine::default());
+        let clock = EpochClock::start(engines, slots.clone(), 2);
         std::thread::sleep(EPOCH_TICK * 25);
         assert_eq!(clock.ticks(), 0, "an idle clock must not tick");
         let permit = slots.clone().try_acquire_owned().unwrap();

@@ -8,7 +8,7 @@
 
 use crate::cache::{CacheOutcome, ComponentBytes, ComponentCache};
 use crate::config::{SlotReset, WorkerConfig};
-use crate::engine::{EpochClock, PoolReset, build_engine};
+use crate::engine::{ClockedEngines, PoolReset, build_engine};
 use crate::function::Entry;
 use crate::host::{self, StepFunctionPre};
 use crate::linked::SharedEntries;
@@ -119,67 +119,65 @@ impl Runtime {
 
     /// Starts the later events of the function placed by `placement` from its
     /// component linked here (shared with the functions of the same bytes that moved
-    /// here before it, or linked now on a blocking thread); if that fails (logged), it
-    /// stays where it is. `name` and `digest` name the function and its component.
-    pub(crate) fn move_here(&self, placement: Arc<Placement>, name: Arc<str>, digest: String) {
-        let (engine, linker, cache, shared, after_load) = (
-            self.engine.clone(),
-            self.linker.clone(),
-            self.cache.clone(),
-            self.shared.clone(),
-            self.after_load,
-        );
-        tokio::task::spawn_blocking(move || {
-            let old = placement.entry();
-            let kind = old.kind();
-            let moved = match shared.get(kind, &digest) {
-                Some(entry) => Ok(entry),
-                None => {
-                    // The artifact cached for the first engine serves this one too
-                    // when their compatibility hashes agree (pooling settings are not
-                    // part of it); otherwise the code in memory is handed over.
-                    let component = cache.load_cached(&engine, &digest).map_or_else(
-                        || {
-                            let compiled = old.component().serialize()?;
-                            // SAFETY: serialized by this process's Wasmtime a moment
-                            // ago, from a component it compiled or loaded.
-                            unsafe { Component::deserialize(&engine, compiled) }
-                        },
-                        Ok,
-                    );
-                    after_load();
-                    component
-                        .map_err(|err| format!("{err:#}"))
-                        .and_then(|component| {
-                            entry(&linker, &component, &name, kind).map_err(|err| err.to_string())
-                        })
-                        .map(|entry| shared.share(kind, &digest, entry))
-                }
-            };
-            let faults = placement.probe.fewest_faults();
-            match moved {
-                Ok(entry) => {
-                    placement.replace(entry);
-                    placement.probe.moved(true);
-                    tracing::info!(
-                        function = &*name,
-                        digest = &digest[..digest.len().min(12)],
-                        fewest_faults_per_event = faults,
-                        "function moved to whole slot resets: its events kept faulting \
-                         pages in"
-                    );
-                }
-                Err(err) => {
-                    placement.probe.moved(false);
-                    tracing::warn!(
-                        function = &*name,
-                        "function stays with written-page resets: cannot link it for \
-                         whole resets: {err}"
-                    );
-                }
+    /// here before it, or linked now: call it on a blocking thread); if that fails
+    /// (logged), it stays where it is. `name` and `digest` name the function and its
+    /// component.
+    fn move_here(&self, placement: &Placement, name: &str, digest: &str) {
+        let old = placement.entry();
+        let kind = old.kind();
+        let moved = match self.shared.get(kind, digest) {
+            Some(entry) => Ok(entry),
+            None => {
+                // The artifact cached for the first engine serves this one too when
+                // their compatibility hashes agree (pooling settings are not part of
+                // it); otherwise the code in memory is handed over.
+                let component = self.cache.load_cached(&self.engine, digest).map_or_else(
+                    || {
+                        let compiled = old.component().serialize()?;
+                        // SAFETY: serialized by this process's Wasmtime a moment ago,
+                        // from a component it compiled or loaded.
+                        unsafe { Component::deserialize(&self.engine, compiled) }
+                    },
+                    Ok,
+                );
+                (self.after_load)();
+                component
+                    .map_err(|err| format!("{err:#}"))
+                    .and_then(|component| {
+                        entry(&self.linker, &component, name, kind).map_err(|err| err.to_string())
+                    })
+                    .map(|entry| self.shared.share(kind, digest, entry))
             }
-        });
+        };
+        let faults = placement.probe.fewest_faults();
+        match moved {
+            Ok(entry) => {
+                placement.replace(entry);
+                placement.probe.moved(true);
+                tracing::info!(
+                    function = name,
+                    digest = &digest[..digest.len().min(12)],
+                    fewest_faults_per_event = faults,
+                    "function moved to whole slot resets: its events kept faulting pages in"
+                );
+            }
+            Err(err) => stays(
+                placement,
+                name,
+                &format!("cannot link it for whole resets: {err}"),
+            ),
+        }
     }
+}
+
+/// Records that the function placed by `placement` stays with written-page resets, and
+/// logs `why`.
+fn stays(placement: &Placement, name: &str, why: &str) {
+    placement.probe.moved(false);
+    tracing::warn!(
+        function = name,
+        "function stays with written-page resets: {why}"
+    );
 }
 
 /// `component` linked by `linker` as the entry of a function of `kind`.
@@ -210,26 +208,40 @@ fn entry(
     })
 }
 
-/// A worker's engines: the first built at start, the others on first use, each ticked
-/// by the worker's epoch clock.
+/// A worker's engines: the first built at start, the others on first use (on a
+/// blocking thread: building one reserves its pool's address space and tidies its
+/// cache directory), each ticked by the worker's epoch clock.
 pub(crate) struct Runtimes {
     first: Runtime,
     later: [OnceLock<Runtime>; 3],
     /// Held while a later runtime is being built, so each is built once.
     building: Mutex<()>,
+    /// What the later runtimes are built from.
+    config: WorkerConfig,
+    /// The epoch clock's engines, which each later engine joins.
+    clocked: ClockedEngines,
 }
 
 impl Runtimes {
-    /// Builds the first engine (no fuel, slots reset as configured).
-    pub(crate) fn new(config: &WorkerConfig, swap: &SwapWatch) -> wasmtime::Result<Self> {
+    /// Builds the first engine (no fuel, slots reset as configured) and adds it to
+    /// `clocked`.
+    pub(crate) fn new(
+        config: &WorkerConfig,
+        swap: &SwapWatch,
+        clocked: ClockedEngines,
+    ) -> wasmtime::Result<Self> {
         let first = Flavor {
             fuel: false,
             whole: false,
         };
+        let first = Runtime::new(config, first, swap)?;
+        clocked.add(first.engine.clone());
         Ok(Self {
-            first: Runtime::new(config, first, swap)?,
+            first,
             later: Default::default(),
             building: Mutex::new(()),
+            config: config.clone(),
+            clocked,
         })
     }
 
@@ -238,30 +250,63 @@ impl Runtimes {
         &self.first
     }
 
-    /// The runtime of `flavor`, built now (and given to `clock`) if it was not yet.
-    pub(crate) fn get(
-        &self,
-        flavor: Flavor,
-        config: &WorkerConfig,
-        clock: &EpochClock,
-    ) -> wasmtime::Result<&Runtime> {
-        let Some(slot) = flavor.index().checked_sub(1).map(|i| &self.later[i]) else {
-            return Ok(&self.first);
-        };
-        if let Some(runtime) = slot.get() {
+    /// The runtime of `flavor`, built first on a blocking thread if it was not yet.
+    pub(crate) async fn get(self: &Arc<Self>, flavor: Flavor) -> wasmtime::Result<&Runtime> {
+        if self.built(flavor).is_none() {
+            let runtimes = self.clone();
+            tokio::task::spawn_blocking(move || runtimes.build(flavor).map(drop))
+                .await
+                .map_err(|err| wasmtime::Error::msg(format!("building an engine: {err}")))??;
+        }
+        self.build(flavor)
+    }
+
+    /// Moves the function placed by `placement` (`name`, of the component `digest`)
+    /// to the engine of its fuel setting that resets slots whole, on a blocking
+    /// thread, building that engine first if need be.
+    pub(crate) fn move_to_whole_resets(
+        self: &Arc<Self>,
+        fuel: bool,
+        placement: Arc<Placement>,
+        name: Arc<str>,
+        digest: String,
+    ) {
+        let runtimes = self.clone();
+        tokio::task::spawn_blocking(move || match runtimes.build(Flavor { fuel, whole: true }) {
+            Ok(runtime) => runtime.move_here(&placement, &name, &digest),
+            Err(err) => stays(
+                &placement,
+                &name,
+                &format!("cannot start an engine that resets slots whole: {err:#}"),
+            ),
+        });
+    }
+
+    /// The runtime of `flavor` if it was built.
+    fn built(&self, flavor: Flavor) -> Option<&Runtime> {
+        match flavor.index().checked_sub(1) {
+            Some(i) => self.later[i].get(),
+            None => Some(&self.first),
+        }
+    }
+
+    /// The runtime of `flavor`, built on this thread if it was not yet.
+    fn build(&self, flavor: Flavor) -> wasmtime::Result<&Runtime> {
+        if let Some(runtime) = self.built(flavor) {
             return Ok(runtime);
         }
         let _building = self.building.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(runtime) = slot.get() {
+        if let Some(runtime) = self.built(flavor) {
             return Ok(runtime);
         }
-        let runtime = Runtime::new(config, flavor, &SwapWatch::process())?;
-        clock.add(runtime.engine.clone());
+        let runtime = Runtime::new(&self.config, flavor, &SwapWatch::process())?;
+        self.clocked.add(runtime.engine.clone());
         tracing::info!(
             fuel = flavor.fuel,
             whole_slot_resets = flavor.whole,
             "engine started"
         );
+        let slot = &self.later[flavor.index() - 1];
         Ok(slot.get_or_init(|| runtime))
     }
 

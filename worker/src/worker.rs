@@ -3,7 +3,7 @@
 
 use crate::cache::{CacheOutcome, ComponentBytes};
 use crate::config::{Limits, WorkerConfig};
-use crate::engine::EpochClock;
+use crate::engine::{ClockedEngines, EpochClock};
 use crate::error::{InvokeError, StartError};
 use crate::fair::{FirstPoll, GuestPool, GuestTask};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
@@ -12,7 +12,7 @@ use crate::limits::FileBudget;
 use crate::metrics::{FunctionCounters, GuestMetrics};
 use crate::placement::Placement;
 use crate::region::{RegionLimits, RegionScope, Retired};
-use crate::runtimes::{Flavor, Runtime, Runtimes};
+use crate::runtimes::{Flavor, Runtimes};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
 use crate::swap::SwapWatch;
 use faas_invoke::LoadError;
@@ -33,7 +33,7 @@ pub(crate) const HOST_WAIT_GRACE: Duration = Duration::from_millis(100);
 /// Runs functions. One per process in embedded mode; cheap to share behind an `Arc`.
 pub struct Worker {
     /// Its engines, with or without fuel, resetting slots by written pages or whole.
-    runtimes: Runtimes,
+    runtimes: Arc<Runtimes>,
     kv: Arc<KeyValueStore>,
     publisher: Option<Arc<dyn Publisher>>,
     /// Where guests' log lines and output go (`faas logs`); nowhere but the
@@ -116,11 +116,12 @@ impl Worker {
     /// address space).
     pub fn new(config: WorkerConfig) -> Result<Self, StartError> {
         let swap = SwapWatch::process();
-        let runtimes =
-            Runtimes::new(&config, &swap).map_err(|err| StartError(format!("{err:#}")))?;
+        let clocked = ClockedEngines::default();
+        let runtimes = Runtimes::new(&config, &swap, clocked.clone())
+            .map_err(|err| StartError(format!("{err:#}")))?;
         let instance_slots = Arc::new(Semaphore::new(config.max_instances as usize));
         let clock = EpochClock::start(
-            runtimes.first().engine.clone(),
+            clocked,
             instance_slots.clone(),
             config.max_instances as usize,
         );
@@ -138,7 +139,7 @@ impl Worker {
             region_files: FileBudget::new(config.max_region_files),
             retired: std::sync::Mutex::default(),
             swap: runtimes.first().scans_written_pages.then_some(swap),
-            runtimes,
+            runtimes: Arc::new(runtimes),
             config,
         })
     }
@@ -246,25 +247,12 @@ impl Worker {
     /// Moves `function` to the engine that resets slots whole, in the background: its
     /// events kept faulting pages in (`placement.rs`).
     fn move_to_whole_resets(&self, function: &LoadedFunction) {
-        let flavor = Flavor {
-            fuel: function.limits.fuel.is_some(),
-            whole: true,
-        };
-        match self.runtime(flavor) {
-            Ok(runtime) => runtime.move_here(
-                function.placement.clone(),
-                function.name.clone(),
-                function.digest.clone(),
-            ),
-            Err(err) => {
-                function.placement.probe.moved(false);
-                tracing::warn!(
-                    function = &*function.name,
-                    "function stays with written-page resets: cannot start an engine \
-                     that resets slots whole: {err:#}"
-                );
-            }
-        }
+        self.runtimes.move_to_whole_resets(
+            function.limits.fuel.is_some(),
+            function.placement.clone(),
+            function.name.clone(),
+            function.digest.clone(),
+        );
     }
 
     /// Keeps `store`, a finished producer, until its consumers placed its regions (or
@@ -308,12 +296,6 @@ impl Worker {
         for retired in list.iter().filter_map(std::sync::Weak::upgrade) {
             retired.release();
         }
-    }
-
-    /// The runtime of `flavor`; all but the first are built on first use, and their
-    /// engines ticked by the same epoch clock.
-    fn runtime(&self, flavor: Flavor) -> wasmtime::Result<&Runtime> {
-        self.runtimes.get(flavor, &self.config, &self.clock)
     }
 
     /// What every store's regions are held to.
@@ -447,10 +429,14 @@ impl Worker {
             fuel: limits.fuel.is_some(),
             whole: false,
         };
-        let runtime = self.runtime(flavor).map_err(|err| LoadError::Engine {
-            function: name.to_owned(),
-            message: format!("{err:#}"),
-        })?;
+        let runtime = self
+            .runtimes
+            .get(flavor)
+            .await
+            .map_err(|err| LoadError::Engine {
+                function: name.to_owned(),
+                message: format!("{err:#}"),
+            })?;
         let component = ComponentBytes::new(bytes);
         let digest = component.digest().to_owned();
         let shared = runtime.shared.get(spec.kind, &digest);
