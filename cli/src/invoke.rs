@@ -81,8 +81,15 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<()> {
         .bytes()
         .await
         .context("reading the response body")?;
-    std::io::stdout().write_all(&bytes)?;
+    let mut stdout = std::io::stdout();
+    stdout.write_all(&bytes)?;
+    // The body's last line would otherwise come out after the error below, on a
+    // terminal that shows both streams.
+    stdout.flush()?;
     if !status.is_success() {
+        if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+            eprintln!();
+        }
         bail!("{path} answered {status}");
     }
     Ok(())

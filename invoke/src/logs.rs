@@ -19,13 +19,13 @@ pub enum LogLevel {
     Debug,
     /// `log::info` and stdout.
     Info,
-    /// `log::warn`.
+    /// `log::warn`, and a step's failed attempt that is retried.
     Warn,
-    /// `log::error` and stderr.
+    /// `log::error` and stderr, and a failed event.
     Error,
 }
 
-/// Where a line came from in the guest.
+/// Where a line came from: the guest, or the platform speaking of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogSource {
@@ -33,6 +33,10 @@ pub enum LogSource {
     Output,
     /// The `faas:platform/log` interface (`faas_sdk::log`).
     Log,
+    /// The worker, saying why an event of the function failed (a trap, a limit, a
+    /// deadline, no valid response), so that its tenant sees it beside the guest's
+    /// own lines and not only in the one response or run that failed.
+    Platform,
 }
 
 /// One line a guest wrote.

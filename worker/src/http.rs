@@ -4,9 +4,10 @@ use crate::error::InvokeError;
 use crate::failure::{Failure, classify};
 use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
+use crate::state::LineOwner;
 use crate::worker::Worker;
 use bytes::Bytes;
-use faas_invoke::{BodyError, HttpResponse};
+use faas_invoke::{BodyError, HttpResponse, LogLevel};
 use http_body::Body;
 use http_body::Frame;
 use http_body_util::BodyExt;
@@ -26,9 +27,34 @@ impl Worker {
     /// comes first (a body cut by the deadline ends with an error).
     ///
     /// # Errors
-    /// An [`InvokeError`] saying why this request failed; the function stays loaded
-    /// and the next request gets a new instance.
+    /// An [`InvokeError`] saying why this request failed, which its tenant also finds
+    /// in `faas logs`; the function stays loaded and the next request gets a new
+    /// instance.
     pub async fn handle_http<B>(
+        &self,
+        workflow: &LoadedWorkflow,
+        function: &str,
+        request: hyper::Request<B>,
+    ) -> Result<HttpResponse, InvokeError>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<wasmtime_wasi_http::Error>,
+    {
+        let result = self.serve_http(workflow, function, request).await;
+        if let Err(err) = &result {
+            let owner = LineOwner {
+                tenant: &workflow.tenant,
+                workflow: &workflow.name,
+                function,
+                run: None,
+            };
+            self.log_failure(owner, LogLevel::Error, err.to_string());
+        }
+        result
+    }
+
+    /// [`Self::handle_http`] without the log line a failure leaves.
+    async fn serve_http<B>(
         &self,
         workflow: &LoadedWorkflow,
         function: &str,

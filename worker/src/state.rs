@@ -51,23 +51,46 @@ impl EventContext {
 
     /// Hands one line the guest wrote to the log sink, if there is one. Never waits:
     /// the sink drops what it cannot take.
-    pub fn emit(&self, level: LogLevel, source: LogSource, mut text: String) {
+    pub fn emit(&self, level: LogLevel, source: LogSource, text: String) {
         let Some(logs) = &self.logs else { return };
+        let owner = LineOwner {
+            tenant: &self.tenant,
+            workflow: &self.workflow,
+            function: &self.function,
+            run: self.run.as_ref(),
+        };
+        logs.push(owner.line(level, source, text));
+    }
+}
+
+/// Whose a log line is: the names it carries, by which its tenant reads and filters it.
+pub(crate) struct LineOwner<'a> {
+    pub tenant: &'a str,
+    pub workflow: &'a str,
+    pub function: &'a str,
+    /// The run and step, for a step's line.
+    pub run: Option<&'a RunLabel>,
+}
+
+impl LineOwner<'_> {
+    /// A line of theirs taken now, its `text` cut to
+    /// [`faas_invoke::logs::MAX_LOG_LINE_BYTES`].
+    pub(crate) fn line(&self, level: LogLevel, source: LogSource, mut text: String) -> LogLine {
         LogLine::cut_text(&mut text);
         let time_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis() as u64);
-        logs.push(LogLine {
+        LogLine {
             time_ms,
-            tenant: self.tenant.to_string(),
-            workflow: self.workflow.to_string(),
-            function: self.function.to_string(),
-            step: self.run.as_ref().map(|label| label.step.clone()),
-            run: self.run.as_ref().map(|label| label.run.clone()),
+            tenant: self.tenant.to_owned(),
+            workflow: self.workflow.to_owned(),
+            function: self.function.to_owned(),
+            step: self.run.map(|label| label.step.clone()),
+            run: self.run.map(|label| label.run.clone()),
             level,
             source,
             text,
-        });
+        }
     }
 }
 

@@ -13,10 +13,9 @@ use crate::metrics::{FunctionCounters, GuestMetrics};
 use crate::placement::Placement;
 use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::runtimes::{Flavor, Runtimes};
-use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState};
+use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState, LineOwner};
 use crate::swap::SwapWatch;
-use faas_invoke::LoadError;
-use faas_invoke::Publisher;
+use faas_invoke::{LoadError, LogLevel, LogSource, Publisher};
 use faas_store::{Quotas, Tenant};
 use faas_workflow::{Function, Workflow};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -253,6 +252,14 @@ impl Worker {
             function.name.clone(),
             function.digest.clone(),
         );
+    }
+
+    /// Tells the tenant of `owner`, in `faas logs`, why an event failed: `level` is
+    /// [`LogLevel::Warn`] for a step's attempt that will be retried.
+    pub(crate) fn log_failure(&self, owner: LineOwner<'_>, level: LogLevel, why: String) {
+        if let Some(logs) = &self.logs {
+            logs.push(owner.line(level, LogSource::Platform, why));
+        }
     }
 
     /// Keeps `store`, a finished producer, until its consumers placed its regions (or

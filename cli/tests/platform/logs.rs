@@ -175,6 +175,72 @@ fn step_lines_carry_their_step_and_run_and_filters_select_them() {
     });
 }
 
+/// The lines of `lines` the platform wrote (why an event failed), not the guest.
+fn platform_lines(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    lines
+        .iter()
+        .filter(|line| line["source"] == "platform")
+        .collect()
+}
+
+#[test]
+fn a_failed_event_leaves_a_line_saying_why_in_its_workflows_logs() {
+    let platform = Platform::start();
+    for manifest in ["misbehave", "retry-chain", "hello"] {
+        platform.deploy(&repo(&format!("functions/{manifest}/workflow.toml")));
+    }
+
+    // HTTP functions: a trap and a deadline, one error line each.
+    assert_eq!(platform.get("/misbehave/trap").status(), 500);
+    assert_eq!(platform.get("/misbehave/loop").status(), 504);
+    let lines = wait_for_line(
+        &platform.url,
+        TOKEN,
+        &["misbehave"],
+        "did not finish within 1000ms",
+    );
+    let failures = platform_lines(&lines);
+    assert_eq!(failures.len(), 2, "{lines:?}");
+    let text = |line: &serde_json::Value| line["text"].as_str().unwrap().to_owned();
+    assert!(
+        text(failures[0]).starts_with("function `misbehave` trapped: "),
+        "{}",
+        text(failures[0])
+    );
+    assert_eq!(
+        text(failures[1]),
+        "function `misbehave` did not finish within 1000ms"
+    );
+    for line in &failures {
+        assert_eq!(line["level"], "error");
+        assert_eq!(line["function"], "misbehave");
+        assert!(line.get("run").is_none(), "{line}");
+    }
+
+    // A step's attempt that failed and was retried: a warning of its step and run.
+    assert_eq!(platform.post("/retry-chain", "x").status(), 200);
+    let runs = platform.faas(&["runs", "retry-chain", "--output", "json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let run_id = runs["runs"][0]["run_id"].as_str().unwrap().to_owned();
+    let lines = wait_for_line(
+        &platform.url,
+        TOKEN,
+        &["retry-chain"],
+        "attempt 1 of 3 failed, retrying: ",
+    );
+    let failures = platform_lines(&lines);
+    assert_eq!(failures.len(), 1, "only the failed attempt: {lines:?}");
+    assert_eq!(failures[0]["level"], "warn");
+    assert_eq!(failures[0]["step"], "flaky");
+    assert_eq!(failures[0]["function"], "flaky");
+    assert_eq!(failures[0]["run"], run_id.as_str());
+
+    // A request that succeeds leaves no such line.
+    assert_eq!(platform.get("/hello?name=fine").status(), 200);
+    let lines = wait_for_line(&platform.url, TOKEN, &["hello"], "greeting fine");
+    assert!(platform_lines(&lines).is_empty(), "{lines:?}");
+}
+
 /// `faas logs -f` at `url`: its stdout lines as they come, and the process.
 pub(crate) fn follow(
     url: &str,

@@ -8,7 +8,8 @@ use crate::function::{Entry, LoadedFunction};
 use crate::host::{MessageInfo, StepContext};
 use crate::region::{Region, RegionScope};
 use crate::run::chain::RunShared;
-use faas_invoke::StepRecord;
+use crate::state::{LineOwner, RunLabel};
+use faas_invoke::{LogLevel, StepRecord};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -93,6 +94,13 @@ pub(crate) async fn run_step(
                 return Ok(outputs);
             }
             Err(cause) if attempt < attempts => {
+                log_failure(
+                    run,
+                    &step.function,
+                    position.step,
+                    LogLevel::Warn,
+                    format!("attempt {attempt} of {attempts} failed, retrying: {cause}"),
+                );
                 tracing::warn!(
                     step = position.step,
                     branch = position.branch,
@@ -104,6 +112,13 @@ pub(crate) async fn run_step(
                 backoff = backoff.saturating_mul(2);
             }
             Err(cause) => {
+                log_failure(
+                    run,
+                    &step.function,
+                    position.step,
+                    LogLevel::Error,
+                    format!("attempt {attempt} of {attempts} failed: {cause}"),
+                );
                 run.recorder.push(record(Some(cause.to_string())));
                 return Err(RunError::StepFailed {
                     step: position.step.to_owned(),
@@ -114,6 +129,21 @@ pub(crate) async fn run_step(
             }
         }
     }
+}
+
+/// Leaves `why` in the run's workflow's logs as a line of `step` (run by `function`).
+fn log_failure(run: &RunShared, function: &str, step: &str, level: LogLevel, why: String) {
+    let label = RunLabel {
+        run: run.run_id.clone(),
+        step: step.to_owned(),
+    };
+    let owner = LineOwner {
+        tenant: run.workflow.tenant(),
+        workflow: run.workflow.name(),
+        function,
+        run: Some(&label),
+    };
+    run.worker.log_failure(owner, level, why);
 }
 
 /// One attempt: a fresh store and instance, gone when this returns.
@@ -147,7 +177,7 @@ async fn attempt_once(
         .new_store(&run.workflow, function, &entry, Some(scope))
         .await
         .map_err(invoke)?;
-    store.data_mut().event.run = Some(crate::state::RunLabel {
+    store.data_mut().event.run = Some(RunLabel {
         run: context.run_id.clone(),
         step: context.step.clone(),
     });
