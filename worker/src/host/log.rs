@@ -1,5 +1,5 @@
-//! `faas:platform/log`: guest log lines become tracing events tagged with who wrote
-//! them, and go to the worker's log sink (`faas logs`).
+//! `faas:platform/log`: guest log lines go to the worker's log sink (`faas logs`), and
+//! to the platform's own log only at debug (target `faas_guest`).
 
 use super::platform::log::{Host, Level};
 use crate::failure::cut_guest_text;
@@ -18,15 +18,18 @@ impl Host for InstanceState {
             Level::Warn => LogLevel::Warn,
             Level::Error => LogLevel::Error,
         };
-        event.emit(line_level, LogSource::Log, message.clone());
-        let (tenant, workflow, function) = (&*event.tenant, &*event.workflow, &*event.function);
-        match level {
-            Level::Trace => tracing::trace!(tenant, workflow, function, "{message}"),
-            Level::Debug => tracing::debug!(tenant, workflow, function, "{message}"),
-            Level::Info => tracing::info!(tenant, workflow, function, "{message}"),
-            Level::Warn => tracing::warn!(tenant, workflow, function, "{message}"),
-            Level::Error => tracing::error!(tenant, workflow, function, "{message}"),
-        }
+        // The platform's own log gets the line only at debug, under a target of its
+        // own: a tenant's text is the tenant's (`faas logs`), and a guest logging
+        // thousands of lines must not fill the operator's log, or wait on its writes.
+        tracing::debug!(
+            target: "faas_guest",
+            tenant = &*event.tenant,
+            workflow = &*event.workflow,
+            function = &*event.function,
+            level = ?line_level,
+            "{message}"
+        );
+        event.emit(line_level, LogSource::Log, message);
         Ok(())
     }
 }
