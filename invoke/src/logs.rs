@@ -90,6 +90,23 @@ impl LogLine {
     }
 }
 
+/// The most bytes of an event's failure message that the platform's own log prints.
+pub const LOG_EXCERPT_BYTES: usize = 256;
+
+/// The start of `text`, at most [`LOG_EXCERPT_BYTES`] (cut at a character boundary), for
+/// a line of the platform's own log that prints it escaped (`message = ?excerpt`): an
+/// event's failure message can carry its guest's text (output, a returned error), which
+/// must neither start lines of its own there (newlines, terminal escapes) nor let one
+/// failing tenant fill the operator's log. The whole message is the tenant's to read,
+/// in the response, the run and `faas logs`.
+pub fn log_excerpt(text: &str) -> &str {
+    let mut end = text.len().min(LOG_EXCERPT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Where a worker hands its guests' lines. Implementations must not block or wait:
 /// this is called on the guest's path, so a slow store drops (and counts) lines
 /// rather than slowing guests.
@@ -101,6 +118,22 @@ pub trait LogSink: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_excerpt_is_short_and_printed_escaped() {
+        let text = format!(
+            "trapped\nFORGED line \u{1b}[31m{}",
+            "é".repeat(LOG_EXCERPT_BYTES)
+        );
+        let excerpt = log_excerpt(&text);
+        assert!(excerpt.len() <= LOG_EXCERPT_BYTES && text.starts_with(excerpt));
+        let printed = format!("{excerpt:?}");
+        assert!(
+            !printed.contains('\n') && !printed.contains('\u{1b}'),
+            "{printed}"
+        );
+        assert_eq!(log_excerpt("short"), "short");
+    }
 
     #[test]
     fn long_text_is_cut_on_a_char_boundary() {

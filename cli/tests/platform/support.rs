@@ -17,6 +17,8 @@ pub struct Process {
     pub announced: String,
     /// Everything the process printed on stdout after that line.
     pub stdout: Arc<Mutex<Vec<String>>>,
+    /// Its own log (stderr), when started by [`Process::spawn_logging`]; empty otherwise.
+    pub log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Process {
@@ -32,14 +34,40 @@ impl Process {
         env: &[(&str, &std::ffi::OsStr)],
         ready_prefix: &str,
     ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_faas"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_faas"));
+        command.envs(env.iter().copied()).env("FAAS_LOG", "warn");
+        Self::spawn_command(command, args, ready_prefix)
+    }
+
+    /// [`Process::spawn`] with its log as an operator gets it by default (`FAAS_LOG`
+    /// unset), kept in [`Process::log`].
+    pub fn spawn_logging<S: AsRef<std::ffi::OsStr>>(args: &[S], ready_prefix: &str) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_faas"));
+        command.env_remove("FAAS_LOG").stderr(Stdio::piped());
+        Self::spawn_command(command, args, ready_prefix)
+    }
+
+    /// Starts `command` with `args`, waiting for `ready_prefix` on stdout.
+    fn spawn_command<S: AsRef<std::ffi::OsStr>>(
+        mut command: Command,
+        args: &[S],
+        ready_prefix: &str,
+    ) -> Self {
+        let mut child = command
             .args(args)
-            .envs(env.iter().copied())
             .current_dir(faas_testing::repo_root())
-            .env("FAAS_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()
             .expect("starting faas");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let sink = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    sink.lock().unwrap().push(line);
+                }
+            });
+        }
         let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
         let announced = loop {
             let line = lines
@@ -61,6 +89,7 @@ impl Process {
             child: Some(child),
             announced,
             stdout,
+            log,
         }
     }
 
@@ -150,6 +179,33 @@ impl Platform {
         extra: &[&str],
         env: &[(&str, &std::ffi::OsStr)],
     ) -> Self {
+        Self::start_process(data_dir, extra, |args| {
+            Process::spawn_with_env(args, env, "faas is up at ")
+        })
+    }
+
+    /// A platform with nothing deployed whose own log is what an operator gets by
+    /// default (`FAAS_LOG` unset), kept for [`Platform::log`].
+    pub fn start_logging() -> Self {
+        let data = faas_testing::temp_dir();
+        let mut platform = Self::start_process(data.path(), &["--no-demo"], |args| {
+            Process::spawn_logging(args, "faas is up at ")
+        });
+        platform._data = Some(data);
+        platform
+    }
+
+    /// The lines of its own log so far (see [`Platform::start_logging`]).
+    pub fn log(&self) -> Vec<String> {
+        self.process.log.lock().unwrap().clone()
+    }
+
+    /// Starts `faas up` in `data_dir` with `extra` arguments through `spawn`.
+    fn start_process(
+        data_dir: &Path,
+        extra: &[&str],
+        spawn: impl FnOnce(&[std::ffi::OsString]) -> Process,
+    ) -> Self {
         faas_testing::build_functions();
         let mut args: Vec<std::ffi::OsString> = ["up", "--listen", "127.0.0.1:0", "--token", TOKEN]
             .iter()
@@ -161,7 +217,7 @@ impl Platform {
             args.extend(["--cache-dir".into(), compile_cache().into()]);
         }
         args.extend(extra.iter().map(Into::into));
-        let process = Process::spawn_with_env(&args, env, "faas is up at ");
+        let process = spawn(&args);
         let platform = Self {
             url: process.announced.clone(),
             process,

@@ -145,11 +145,13 @@ async fn serve(
                         delivery_count: 1,
                     };
                     if let Err(err) = run_message(&app, &workflow, payload, message, None).await {
+                        let message = faas_invoke::log_excerpt(&err.failure.message);
                         tracing::warn!(
                             workflow,
                             channel,
-                            "run from pub/sub message failed: {}",
-                            err.failure
+                            kind = err.failure.kind.as_str(),
+                            message = ?message,
+                            "run from pub/sub message failed"
                         );
                     }
                     drop(permit);

@@ -310,7 +310,8 @@ async fn process(
                 workflow,
                 stream = consumer.stream,
                 id = entry.id,
-                "the run never started; the entry stays pending, uncounted: {failure}"
+                message = ?faas_invoke::log_excerpt(&failure.message),
+                "the run never started; the entry stays pending, uncounted"
             );
             uncount(&mut connection, broker, consumer, &entry.id, delivery_count).await?;
             return Ok(Settled::NotStarted);
@@ -323,7 +324,8 @@ async fn process(
             stream = consumer.stream,
             id = entry.id,
             delivery_count,
-            "run failed; the entry stays pending for a retry: {error}"
+            message = ?faas_invoke::log_excerpt(&error.message),
+            "run failed; the entry stays pending for a retry"
         );
         return Ok(Settled::Pending);
     }
@@ -332,7 +334,8 @@ async fn process(
         stream = consumer.stream,
         id = entry.id,
         delivery_count,
-        "dead-lettering to `{}`: {error}",
+        message = ?faas_invoke::log_excerpt(&error.message),
+        "dead-lettering to `{}`",
         consumer.dead_letter
     );
     let deliveries = delivery_count.to_string();

@@ -215,7 +215,11 @@ async fn fan_out_and_join(
         match next {
             Ok(Ok((branch, outputs))) => results[branch] = Some(outputs),
             Ok(Err(err)) if policy.on_failure == OnFailure::Fail => return Err(err),
-            Ok(Err(err)) => tracing::warn!(joining, "dropping a failed branch: {err}"),
+            Ok(Err(err)) => tracing::warn!(
+                joining,
+                cause = ?faas_invoke::log_excerpt(&err.to_string()),
+                "dropping a failed branch"
+            ),
             Err(join) => {
                 return Err(RunError::StepFailed {
                     step: segment[0].clone(),

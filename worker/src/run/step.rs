@@ -105,7 +105,8 @@ pub(crate) async fn run_step(
                     step = position.step,
                     branch = position.branch,
                     attempt,
-                    "step failed, retrying in {}ms: {cause}",
+                    cause = ?faas_invoke::log_excerpt(&cause.to_string()),
+                    "step failed, retrying in {}ms",
                     backoff.as_millis()
                 );
                 tokio::time::sleep(backoff).await;

@@ -7,6 +7,7 @@ mod deadlines;
 mod fairness;
 mod history;
 mod outbound;
+mod platform_log;
 mod quotas;
 mod regions;
 
