@@ -213,7 +213,7 @@ fn failure_response(
     let function = failure.function.as_deref().or(function).unwrap_or("");
     let kind = failure.kind.as_str();
     let message = faas_invoke::log_excerpt(&failure.message);
-    tracing::warn!(workflow, function, cause = kind, message = ?message, "function failed");
+    tracing::warn!(workflow, function, cause = kind, detail = ?message, "function failed");
     app.metrics.of(deployment).observe_failure(function, kind);
     let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let details = FailureDetails { workflow, function };
@@ -358,7 +358,7 @@ fn run_response(app: &App, deployment: &Deployment, run: RunReply) -> Response<B
         Err(failure) => {
             let kind = failure.kind.as_str();
             let message = faas_invoke::log_excerpt(&failure.message);
-            tracing::warn!(workflow, run_id, kind, message = ?message, "run failed");
+            tracing::warn!(workflow, run_id, kind, detail = ?message, "run failed");
             let status =
                 StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let details = RunFailureDetails {

@@ -94,7 +94,7 @@ impl LogLine {
 pub const LOG_EXCERPT_BYTES: usize = 256;
 
 /// The start of `text`, at most [`LOG_EXCERPT_BYTES`] (cut at a character boundary), for
-/// a line of the platform's own log that prints it escaped (`message = ?excerpt`): an
+/// a line of the platform's own log that prints it escaped (`detail = ?excerpt`): an
 /// event's failure message can carry its guest's text (output, a returned error), which
 /// must neither start lines of its own there (newlines, terminal escapes) nor let one
 /// failing tenant fill the operator's log. The whole message is the tenant's to read,

@@ -150,7 +150,7 @@ async fn serve(
                             workflow,
                             channel,
                             kind = err.failure.kind.as_str(),
-                            message = ?message,
+                            detail = ?message,
                             "run from pub/sub message failed"
                         );
                     }

@@ -310,7 +310,7 @@ async fn process(
                 workflow,
                 stream = consumer.stream,
                 id = entry.id,
-                message = ?faas_invoke::log_excerpt(&failure.message),
+                detail = ?faas_invoke::log_excerpt(&failure.message),
                 "the run never started; the entry stays pending, uncounted"
             );
             uncount(&mut connection, broker, consumer, &entry.id, delivery_count).await?;
@@ -324,7 +324,7 @@ async fn process(
             stream = consumer.stream,
             id = entry.id,
             delivery_count,
-            message = ?faas_invoke::log_excerpt(&error.message),
+            detail = ?faas_invoke::log_excerpt(&error.message),
             "run failed; the entry stays pending for a retry"
         );
         return Ok(Settled::Pending);
@@ -334,7 +334,7 @@ async fn process(
         stream = consumer.stream,
         id = entry.id,
         delivery_count,
-        message = ?faas_invoke::log_excerpt(&error.message),
+        detail = ?faas_invoke::log_excerpt(&error.message),
         "dead-lettering to `{}`",
         consumer.dead_letter
     );
