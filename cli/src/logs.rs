@@ -4,7 +4,7 @@ use crate::client::{Client, ServerArgs};
 use crate::output::OutputFormat;
 use anyhow::{Context, bail};
 use faas_gateway::admin::LogQuery;
-use faas_invoke::LogLine;
+use faas_invoke::{LogLine, LogSource};
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -120,33 +120,65 @@ fn print_line(line: &LogLine, format: OutputFormat) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match format {
         OutputFormat::Json => writeln!(out, "{}", serde_json::to_string(line)?)?,
-        OutputFormat::Text => {
-            let ms = line.time_ms % 86_400_000;
-            let (hours, minutes) = (ms / 3_600_000, ms / 60_000 % 60);
-            let (seconds, millis) = (ms / 1000 % 60, ms % 1000);
-            let who = match (&line.step, &line.run) {
-                (Some(step), Some(run)) => format!("{step} run={run}"),
-                _ => line.function.clone(),
-            };
-            let level = serde_json::to_value(line.level)?;
-            writeln!(
-                out,
-                "{hours:02}:{minutes:02}:{seconds:02}.{millis:03}Z {} {who} {} {}",
-                line.workflow,
-                level.as_str().unwrap_or_default().to_uppercase(),
-                line.text
-            )?;
-        }
+        OutputFormat::Text => writeln!(out, "{}", text_line(line))?,
     }
     // A follower reads lines as they come, even through a pipe.
     out.flush()?;
     Ok(())
 }
 
+/// `line` as `faas logs` prints it: time of day (UTC), workflow, function (or step and
+/// run), level, and text, which the platform's own lines (why an event failed) start
+/// with `[platform]`.
+fn text_line(line: &LogLine) -> String {
+    let ms = line.time_ms % 86_400_000;
+    let (hours, minutes) = (ms / 3_600_000, ms / 60_000 % 60);
+    let (seconds, millis) = (ms / 1000 % 60, ms % 1000);
+    let who = match (&line.step, &line.run) {
+        (Some(step), Some(run)) => format!("{step} run={run}"),
+        _ => line.function.clone(),
+    };
+    let level = format!("{:?}", line.level).to_uppercase();
+    let from = match line.source {
+        LogSource::Platform => "[platform] ",
+        LogSource::Output | LogSource::Log => "",
+    };
+    format!(
+        "{hours:02}:{minutes:02}:{seconds:02}.{millis:03}Z {} {who} {level} {from}{}",
+        line.workflow, line.text
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_age;
+    use super::{parse_age, text_line};
+    use faas_invoke::{LogLevel, LogLine, LogSource};
     use std::time::Duration;
+
+    #[test]
+    fn a_text_line_says_who_and_marks_the_platforms_lines() {
+        let mut line = LogLine {
+            time_ms: 3_723_004,
+            tenant: "t".into(),
+            workflow: "wc".into(),
+            function: "merge".into(),
+            step: Some("merge".into()),
+            run: Some("r1".into()),
+            level: LogLevel::Warn,
+            source: LogSource::Log,
+            text: "merged".into(),
+        };
+        assert_eq!(
+            text_line(&line),
+            "01:02:03.004Z wc merge run=r1 WARN merged"
+        );
+        line.source = LogSource::Platform;
+        line.text = "attempt 1 of 3 failed, retrying: x".into();
+        assert_eq!(
+            text_line(&line),
+            "01:02:03.004Z wc merge run=r1 WARN [platform] attempt 1 of 3 failed, retrying: x"
+        );
+    }
 
     #[test]
     fn ages_parse_with_their_unit_and_bad_ones_say_why() {
