@@ -79,9 +79,13 @@ pub fn init(service_name: Option<&str>) -> Telemetry {
     let spans_in_log = chosen.is_some();
     let filter = chosen
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn"));
-    let filter = filter.and(tracing_subscriber::filter::filter_fn(move |metadata| {
-        spans_in_log || metadata.is_event()
-    }));
+    let events_or_chosen =
+        tracing_subscriber::filter::filter_fn(move |metadata| spans_in_log || metadata.is_event())
+            // Without a hint the pair has none, and every disabled `trace!` in hyper,
+            // tokio and Wasmtime would be checked at run time instead of skipped by
+            // the global maximum level.
+            .with_max_level_hint(tracing_subscriber::filter::LevelFilter::TRACE);
+    let filter = filter.and(events_or_chosen);
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
