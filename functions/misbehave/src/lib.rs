@@ -6,6 +6,8 @@
 //! `/misbehave/slow?ms=N` sleeps N ms, then answers with its config's `label`: tests use
 //! it to hold a request in flight across a redeploy or a shutdown. `/misbehave/count`
 //! counts the requests its instance has seen. `/misbehave/shout` logs 8 MB.
+//! `/misbehave/forge` logs one line whose text holds a line break and a forged line of
+//! the platform's log after it.
 //! `/misbehave/scatter` writes every other page of a fresh 4 MiB buffer (hundreds of
 //! runs of written pages, as an interpreter's heap has) after counting the bytes in it
 //! that are not zero, which it answers: 0 unless an earlier instance's data leaked.
@@ -16,6 +18,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Counts requests seen by this instance: always 1 when every request gets a fresh
 /// instance, which is what `/misbehave/count` shows.
 static SEEN: AtomicU32 = AtomicU32::new(0);
+
+/// What `/misbehave/forge` logs: a guest's line that, written raw, would start a line
+/// of its own in the platform's log that looks like the platform's.
+const FORGED_LINE: &str = "done\n2026-01-01T00:00:00.000000Z ERROR faas_gateway: forged by a guest";
 
 #[faas_sdk::http]
 fn handle(req: Request) -> Response {
@@ -58,6 +64,10 @@ fn handle(req: Request) -> Response {
                 faas_sdk::log::info(&line);
             }
             Response::text(200, "shouted\n")
+        }
+        "/misbehave/forge" => {
+            faas_sdk::log::info(FORGED_LINE);
+            Response::text(200, "forged\n")
         }
         "/misbehave/scatter" => {
             const PAGE: usize = 4096;

@@ -21,13 +21,15 @@ impl Host for InstanceState {
         // The platform's own log gets the line only at debug, under a target of its
         // own: a tenant's text is the tenant's (`faas logs`), and a guest logging
         // thousands of lines must not fill the operator's log, or wait on its writes.
+        // Escaped (`?`): a line break in a guest's text must not start a line there.
         tracing::debug!(
             target: "faas_guest",
             tenant = &*event.tenant,
             workflow = &*event.workflow,
             function = &*event.function,
             level = ?line_level,
-            "{message}"
+            text = ?message,
+            "guest log line"
         );
         event.emit(line_level, LogSource::Log, message);
         Ok(())
