@@ -7,7 +7,7 @@ use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::state::LineOwner;
 use crate::worker::Worker;
 use bytes::Bytes;
-use faas_invoke::{BodyError, HttpResponse, LogLevel};
+use faas_invoke::{BodyError, HttpResponse, LogLevel, LogSink, LogSource};
 use http_body::Body;
 use http_body::Frame;
 use http_body_util::BodyExt;
@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
@@ -87,8 +88,15 @@ impl Worker {
 
         let pre = pre.clone();
         // The deadline covers the whole event, the body's streaming included.
-        let cut = Arc::new(AtomicBool::new(false));
-        let cut_by_task = cut.clone();
+        let streaming = Arc::new(Streaming::default());
+        let at_deadline = streaming.clone();
+        let cut_line = self.logs().map(|logs| CutLine {
+            logs: logs.clone(),
+            tenant: workflow.tenant.clone(),
+            workflow: workflow.name.clone(),
+            function: loaded.name.clone(),
+            timeout: loaded.limits.timeout,
+        });
         let guest = async move {
             let proxy = match pre.instantiate_async(&mut store).await {
                 Ok(proxy) => proxy,
@@ -109,7 +117,14 @@ impl Worker {
             move || {
                 // Flagged before the store (and with it the body's sender) goes, so the
                 // body sees the flag when it sees its end.
-                cut_by_task.store(true, Ordering::Release);
+                at_deadline.cut.store(true, Ordering::Release);
+                // Before the head, the event fails as a whole (and that is logged);
+                // after it, the tenant's client sees a cut body, and its logs say why.
+                if at_deadline.head_sent.load(Ordering::Acquire)
+                    && let Some(line) = cut_line
+                {
+                    line.push();
+                }
             },
             // No region is mapped into an HTTP function: its inputs are a request.
             |_| false,
@@ -120,14 +135,18 @@ impl Worker {
         let deadline = loaded.limits.timeout + crate::worker::HOST_WAIT_GRACE;
         let outcome = tokio::time::timeout(deadline, async {
             match receiver.await {
-                Ok(Ok(response)) => Ok(response.map(|body| {
-                    CutAtDeadline {
-                        body,
-                        cut,
-                        function: loaded.name.clone(),
-                    }
-                    .boxed_unsync()
-                })),
+                Ok(Ok(response)) => {
+                    streaming.head_sent.store(true, Ordering::Release);
+                    Ok(response.map(|body| {
+                        CutAtDeadline {
+                            body,
+                            streaming,
+                            function: loaded.name.clone(),
+                            timeout: loaded.limits.timeout,
+                        }
+                        .boxed_unsync()
+                    }))
+                }
                 Ok(Err(code)) => Err(bad_response(loaded, &format!("error code {code:?}"))),
                 // The guest dropped its response-outparam: it failed or returned early.
                 Err(_) => Err(match task.await {
@@ -157,6 +176,47 @@ impl Worker {
     }
 }
 
+/// What an event's deadline and its response body share.
+#[derive(Default)]
+struct Streaming {
+    /// The guest set the response head, so the event's result is its body.
+    head_sent: AtomicBool,
+    /// The deadline dropped the instance.
+    cut: AtomicBool,
+}
+
+/// Why a response body ended early, as its client and its tenant's logs say it.
+fn body_cut_message(function: &str, timeout: Duration) -> String {
+    format!(
+        "function `{function}` did not finish its response body within {}ms",
+        timeout.as_millis()
+    )
+}
+
+/// The line a body cut by its deadline leaves in its workflow's logs (`faas logs`):
+/// the response went out as a success, so nothing else tells the tenant.
+struct CutLine {
+    logs: Arc<dyn LogSink>,
+    tenant: Arc<str>,
+    workflow: Arc<str>,
+    function: Arc<str>,
+    timeout: Duration,
+}
+
+impl CutLine {
+    fn push(self) {
+        let owner = LineOwner {
+            tenant: &self.tenant,
+            workflow: &self.workflow,
+            function: &self.function,
+            run: None,
+        };
+        let text = body_cut_message(&self.function, self.timeout);
+        self.logs
+            .push(owner.line(LogLevel::Error, LogSource::Platform, text));
+    }
+}
+
 pin_project_lite::pin_project! {
     /// A guest's response body that ends with an error, not a clean end, when the
     /// event's deadline cut it short: Wasmtime ends a body whose instance was dropped
@@ -164,8 +224,9 @@ pin_project_lite::pin_project! {
     struct CutAtDeadline {
         #[pin]
         body: HyperOutgoingBody,
-        cut: Arc<AtomicBool>,
+        streaming: Arc<Streaming>,
         function: Arc<str>,
+        timeout: Duration,
     }
 }
 
@@ -181,17 +242,15 @@ impl Body for CutAtDeadline {
         Poll::Ready(match std::task::ready!(this.body.poll_frame(cx)) {
             Some(Ok(frame)) => Some(Ok(frame)),
             Some(Err(err)) => Some(Err(Box::new(err))),
-            None if this.cut.swap(false, Ordering::AcqRel) => Some(Err(format!(
-                "function `{}` did not finish its response body before its deadline",
-                this.function
-            )
-            .into())),
+            None if this.streaming.cut.swap(false, Ordering::AcqRel) => {
+                Some(Err(body_cut_message(this.function, *this.timeout).into()))
+            }
             None => None,
         })
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream() && !self.cut.load(Ordering::Acquire)
+        self.body.is_end_stream() && !self.streaming.cut.load(Ordering::Acquire)
     }
 }
 

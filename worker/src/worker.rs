@@ -254,6 +254,11 @@ impl Worker {
         );
     }
 
+    /// Where guests' lines and the platform's lines for tenants go, if anywhere.
+    pub(crate) fn logs(&self) -> Option<&Arc<dyn faas_invoke::LogSink>> {
+        self.logs.as_ref()
+    }
+
     /// Tells the tenant of `owner`, in `faas logs`, why an event failed: `level` is
     /// [`LogLevel::Warn`] for a step's attempt that will be retried.
     pub(crate) fn log_failure(&self, owner: LineOwner<'_>, level: LogLevel, why: String) {

@@ -1,7 +1,8 @@
 //! Deadlines hold to the end of an event: after the response head too.
 
 use super::{Watch, assert_bystander_served, deploy_bystander};
-use crate::support::{Platform, client, write_manifest};
+use crate::logs::wait_for_line;
+use crate::support::{Platform, TOKEN, client, write_manifest};
 use std::io::Read;
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,15 @@ fn an_instance_that_lingers_after_its_head_is_stopped_at_its_deadline() {
     );
     assert!(elapsed >= Duration::from_millis(500), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    // Its response went out as a 200: the tenant's logs say why its body was cut.
+    let cut = "function `main` did not finish its response body within 500ms";
+    let lines = wait_for_line(&platform.url, TOKEN, &["linger"], cut);
+    let line = lines.iter().find(|line| line["text"] == cut).unwrap();
+    assert_eq!(
+        (&line["source"], &line["level"], &line["function"]),
+        (&"platform".into(), &"error".into(), &"main".into()),
+        "{line}"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     while active_instances(&platform) != 0 {
         assert!(
