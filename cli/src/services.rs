@@ -48,6 +48,28 @@ impl RedisArgs {
     }
 }
 
+/// The log streams in Redis (`faas:logs:<workflow>`): workers append their guests'
+/// lines, gateways a line for each event no worker took (`faas worker`, `faas gateway`).
+#[derive(Debug, clap::Args)]
+pub struct LogStreamArgs {
+    /// About how many log lines (`faas logs`) each workflow's Redis stream keeps
+    /// (`XADD ... MAXLEN ~ N`). 0 for no limit.
+    #[arg(long, env = "FAAS_LOG_STREAM_LEN", default_value_t = faas_store::logs::DEFAULT_LOG_STREAM_LEN)]
+    pub(crate) log_stream_len: usize,
+}
+
+impl LogStreamArgs {
+    /// This process's writer into the streams.
+    pub(crate) async fn writer(
+        &self,
+        redis: &RedisArgs,
+    ) -> anyhow::Result<faas_store::logs::RedisLogWriter> {
+        faas_store::logs::RedisLogWriter::connect(&redis.redis, self.log_stream_len)
+            .await
+            .context("connecting to Redis for function logs")
+    }
+}
+
 /// Where a process serves its Prometheus metrics (`faas worker`, `faas operator`,
 /// `faas scheduler`).
 #[derive(Debug, clap::Args)]
@@ -183,6 +205,8 @@ pub struct GatewayCmdArgs {
     redis: RedisArgs,
     #[command(flatten)]
     broker: BrokerArgs,
+    #[command(flatten)]
+    logs: LogStreamArgs,
     /// How long a deploy waits for the scheduler to place it and the workers to load
     /// it (with --kubernetes: for the operator to observe it), in seconds.
     #[arg(long, env = "FAAS_DEPLOY_TIMEOUT_S", default_value_t = 120)]
@@ -252,9 +276,11 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
             .with_tenants(tenants)
             .with_max_workflows(args.gateway.tenant_max_workflows),
     );
-    let logs = faas_store::logs::RedisLogReader::connect(&args.redis.redis)
+    let reader = faas_store::logs::RedisLogReader::connect(&args.redis.redis)
         .await
         .context("connecting to Redis for function logs")?;
+    let writer = Arc::new(args.logs.writer(&args.redis).await?);
+    let logs = faas_gateway::logs::RedisLogs { reader, writer };
     let gateway = Gateway::new(args.gateway.config(&token), registry)
         .with_broker(broker)
         .with_logs(faas_gateway::logs::LogStore::Redis(logs))

@@ -5,7 +5,7 @@
 //! gateway and operator images carries no compiler.
 
 use crate::args::{BrokerArgs, IdentityArgs};
-use crate::services::{InternalTokenArgs, MetricsArgs, RedisArgs, wait_for_signal};
+use crate::services::{InternalTokenArgs, LogStreamArgs, MetricsArgs, RedisArgs, wait_for_signal};
 use anyhow::Context;
 use faas_store::broker::RedisBroker;
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
@@ -193,10 +193,8 @@ pub struct WorkerCmdArgs {
     redis: RedisArgs,
     #[command(flatten)]
     broker: BrokerArgs,
-    /// About how many of its guests' log lines (`faas logs`) each workflow's Redis
-    /// stream keeps (`faas:logs:<workflow>`, `XADD ... MAXLEN ~ N`). 0 for no limit.
-    #[arg(long, env = "FAAS_LOG_STREAM_LEN", default_value_t = faas_store::logs::DEFAULT_LOG_STREAM_LEN)]
-    log_stream_len: usize,
+    #[command(flatten)]
+    logs: LogStreamArgs,
     /// Address of the internal API the gateway forwards events to.
     #[arg(long, env = "FAAS_WORKER_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -263,9 +261,7 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     let token = args.internal_token.resolve(&args.identity.data_dir)?;
     let shared = args.redis.shared().await?;
     let broker = args.broker.connect(&args.redis.redis).await?;
-    let logs = faas_store::logs::RedisLogWriter::connect(&args.redis.redis, args.log_stream_len)
-        .await
-        .context("connecting to Redis for function logs")?;
+    let logs = args.logs.writer(&args.redis).await?;
     let worker =
         Worker::new(args.worker.config(&args.identity.data_dir))?.with_logs(Arc::new(logs));
     let worker =

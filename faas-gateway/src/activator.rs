@@ -103,7 +103,7 @@ struct RefusalDetails<'a> {
 }
 
 impl Refusal {
-    fn message(self, workflow: &str) -> String {
+    pub(crate) fn message(self, workflow: &str) -> String {
         match self {
             Self::Full { queue } => format!(
                 "workflow `{workflow}` has no replica ready and already holds {queue} events \

@@ -2,13 +2,16 @@
 //! worker (an HTTP function call, or a run of the workflow's steps), and turn a failed
 //! event into a JSON error.
 
-use crate::activator::{Activator, Look};
+use crate::activator::{Activator, Look, Refusal};
 use crate::registry::Deployment;
 use crate::replica::copy_request;
 use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
-use faas_invoke::{EventFailure, FailureKind, OutputRegion, RunReply, TriggerMessage};
+use faas_invoke::{
+    EventFailure, FailureKind, LogLevel, LogLine, LogSink as _, LogSource, OutputRegion, RunReply,
+    TriggerMessage,
+};
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -89,7 +92,17 @@ async fn serve(
     };
     let deadline = activator.deadline();
     let (mut ready, mut target) = if deployment.replicas.is_empty() {
-        match hold(app, activator, deployment, &request, Look::Now, deadline).await {
+        match hold(
+            app,
+            activator,
+            deployment,
+            &target,
+            &request,
+            Look::Now,
+            deadline,
+        )
+        .await
+        {
             Ok(found) => found,
             Err(response) => return response,
         }
@@ -103,7 +116,8 @@ async fn serve(
         match attempt(app, &ready, &target, request).await {
             Outcome::Unreached(_) if tokio::time::Instant::now() < deadline => {
                 let look = Look::Again(pause);
-                (ready, target) = match hold(app, activator, &ready, &again, look, deadline).await {
+                let held = hold(app, activator, &ready, &target, &again, look, deadline);
+                (ready, target) = match held.await {
                     Ok(found) => found,
                     Err(response) => return response,
                 };
@@ -122,10 +136,12 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const LAST_PAUSE: Duration = Duration::from_secs(1);
 
 /// What `request` routes to once the activator found a deployment with a replica.
+/// A refusal is the response, and a line in the workflow's logs.
 async fn hold(
     app: &App,
     activator: &Activator,
     deployment: &Deployment,
+    target: &TriggerTarget,
     request: &Request<Bytes>,
     look: Look,
     deadline: tokio::time::Instant,
@@ -142,7 +158,77 @@ async fn hold(
             |d| !d.replicas.is_empty(),
         )
         .await
-        .map_err(|refusal| refusal.response(workflow))
+        .map_err(|refusal| {
+            log_refusal(app, deployment, target, refusal);
+            refusal.response(workflow)
+        })
+}
+
+/// Tells the tenant, in `faas logs`, of an event the activator gave up holding (not
+/// of one whose workflow was removed meanwhile: its logs went with it).
+fn log_refusal(app: &App, deployment: &Deployment, target: &TriggerTarget, refusal: Refusal) {
+    if refusal != Refusal::Removed {
+        let why = refusal.message(&deployment.workflow.name);
+        log_unserved(app, deployment, target, why);
+    }
+}
+
+/// Leaves a line in `deployment`'s logs (`faas logs`, source `platform`) saying why an
+/// event for `target` failed where no worker's line says it: no worker took it (none
+/// ready or reachable), or its worker went away during it.
+pub(crate) fn log_unserved(
+    app: &App,
+    deployment: &Deployment,
+    target: &TriggerTarget,
+    mut why: String,
+) {
+    let Some(logs) = &app.logs else {
+        return;
+    };
+    let workflow = &deployment.workflow;
+    let (function, step) = match target {
+        TriggerTarget::Function(function) => (function.clone(), None),
+        TriggerTarget::Step(step) => {
+            let function = workflow.steps.get(step).map(|s| s.function.clone());
+            (function.unwrap_or_default(), Some(step.clone()))
+        }
+    };
+    LogLine::cut_text(&mut why);
+    logs.push(LogLine {
+        time_ms: LogLine::now_ms(),
+        tenant: workflow.tenant.clone(),
+        workflow: workflow.name.clone(),
+        function,
+        step,
+        run: None,
+        level: LogLevel::Error,
+        source: LogSource::Platform,
+        text: why,
+    });
+}
+
+/// Tells `workflow`'s tenant, in `faas logs`, that a message on its pub/sub channel
+/// `channel` was dropped unrun because no worker took it (pub/sub is at most once).
+pub(crate) fn log_dropped_message(app: &App, workflow: &str, channel: &str, why: &EventFailure) {
+    // Gone with its workflow (removed meanwhile): its logs went with it.
+    if let Some(deployment) = app.registry.get(workflow) {
+        let why = format!(
+            "a message on channel `{channel}` was dropped: {}",
+            why.message
+        );
+        log_unserved(app, &deployment, &entry_target(&deployment), why);
+    }
+}
+
+/// The target of a run of `deployment`'s steps: its entry step.
+fn entry_target(deployment: &Deployment) -> TriggerTarget {
+    TriggerTarget::Step(
+        deployment
+            .workflow
+            .entry_step()
+            .unwrap_or_default()
+            .to_owned(),
+    )
 }
 
 /// How one attempt to hand an event to a deployment's replicas ended.
@@ -215,6 +301,14 @@ fn failure_response(
     let message = faas_invoke::log_excerpt(&failure.message);
     tracing::warn!(workflow, function, cause = kind, detail = ?message, "function failed");
     app.metrics.of(deployment).observe_failure(function, kind);
+    // The worker has told the tenant of its own failures; not of these.
+    if matches!(
+        failure.kind,
+        FailureKind::Unavailable | FailureKind::WorkerLost
+    ) {
+        let target = TriggerTarget::Function(function.to_owned());
+        log_unserved(app, deployment, &target, failure.message.clone());
+    }
     let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let details = FailureDetails { workflow, function };
     response::error_with(status, kind, failure.message, details)
@@ -338,6 +432,15 @@ async fn run_message_in(
 /// The answer to a run of the workflow's steps started by a request.
 fn run_response(app: &App, deployment: &Deployment, run: RunReply) -> Response<Body> {
     let workflow = deployment.workflow.name.as_str();
+    // A run with no record never reached a worker's steps, so no worker said why.
+    if let (None, Err(failure)) = (&run.record, &run.result) {
+        log_unserved(
+            app,
+            deployment,
+            &entry_target(deployment),
+            failure.message.clone(),
+        );
+    }
     let (run_id, result) = settle(app, deployment, run);
     match result {
         Ok(outputs) => {

@@ -272,13 +272,32 @@ const REDIS_FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(
 const REDIS_FOLLOW_LINES: usize = 256;
 
 /// Where this gateway reads guests' log lines: its own memory (embedded mode, the
-/// workers in the same process write there) or Redis (services mode).
+/// workers in the same process write there) or Redis (services mode). The gateway
+/// writes there too: a line for each event that failed before a worker ran it.
 #[derive(Clone)]
 pub enum LogStore {
     /// Bounded buffers in this process.
     Memory(Arc<MemoryLogs>),
     /// The workers' streams in Redis.
-    Redis(faas_store::logs::RedisLogReader),
+    Redis(RedisLogs),
+}
+
+/// Services mode's log streams: read for `faas logs`, appended to like a worker does.
+#[derive(Clone)]
+pub struct RedisLogs {
+    /// Reads the streams.
+    pub reader: faas_store::logs::RedisLogReader,
+    /// Appends this gateway's lines.
+    pub writer: Arc<faas_store::logs::RedisLogWriter>,
+}
+
+impl LogSink for LogStore {
+    fn push(&self, line: LogLine) {
+        match self {
+            Self::Memory(logs) => logs.push(line),
+            Self::Redis(redis) => redis.writer.push(line),
+        }
+    }
 }
 
 impl LogStore {
@@ -303,7 +322,7 @@ impl LogStore {
                     None => ReadOutcome::Lines(read),
                 })
             }
-            Self::Redis(reader) => {
+            Self::Redis(RedisLogs { reader, .. }) => {
                 let batch = reader.recent(workflow).await?;
                 let lines: Vec<LogLine> = batch
                     .lines
@@ -353,7 +372,7 @@ impl LogStore {
     pub(crate) async fn remove(&self, workflow: &str) {
         match self {
             Self::Memory(logs) => logs.remove(workflow),
-            Self::Redis(reader) => {
+            Self::Redis(RedisLogs { reader, .. }) => {
                 if let Err(err) = reader.remove(workflow).await {
                     tracing::warn!(workflow, "removing the workflow's logs: {err}");
                 }

@@ -151,7 +151,12 @@ impl RemoteWorker {
                 result,
             },
             Err(mut failure) => {
-                failure.message = format!("worker `{}`: {}", self.id, failure.message);
+                tracing::warn!(
+                    worker = %self.id,
+                    detail = ?crate::log_excerpt(&failure.message),
+                    "a worker's run reply is malformed"
+                );
+                failure.message = "the worker's reply to the run was malformed".to_owned();
                 RunReply::not_run(failure)
             }
         }
@@ -240,25 +245,36 @@ impl RemoteWorker {
             })
     }
 
+    // The failures below reach tenants (responses, runs, `faas logs`), so their text
+    // names no worker and no address inside the platform: those go to the platform's
+    // log, with the error.
+
     /// The worker could not be reached: the event never got there, so it may go to
-    /// another replica.
+    /// another replica (at `debug`: the activator sends it again, and a worker's loss
+    /// is the registry's to report).
     fn unreachable(&self, err: &dyn std::fmt::Display) -> EventFailure {
-        EventFailure::unavailable(format!("worker `{}` at {}: {err}", self.id, self.base))
+        tracing::debug!(worker = %self.id, address = %self.base, error = %err, "worker unreachable");
+        EventFailure::unavailable(UNREACHABLE)
     }
 
     /// The connection broke after the event was sent: it may have run, so it is not
     /// passed on.
     fn lost(&self, err: &dyn std::fmt::Display) -> EventFailure {
-        EventFailure::new(
-            FailureKind::WorkerLost,
-            502,
-            format!(
-                "worker `{}` at {} went away during the event: {err}",
-                self.id, self.base
-            ),
-        )
+        tracing::warn!(
+            worker = %self.id,
+            address = %self.base,
+            error = %err,
+            "a worker went away during an event"
+        );
+        EventFailure::new(FailureKind::WorkerLost, 502, LOST)
     }
 }
+
+/// What a tenant is told of an event whose worker could not be reached.
+pub const UNREACHABLE: &str = "no worker could be reached to take the event";
+
+/// What a tenant is told of an event whose worker went away while it ran.
+pub const LOST: &str = "the worker running the event went away during it (it may have run)";
 
 fn header_value(value: &str) -> Result<HeaderValue, EventFailure> {
     HeaderValue::from_str(value)
@@ -298,5 +314,61 @@ impl Invoke for RemoteWorker {
         message: Option<TriggerMessage>,
     ) -> BoxFuture<'a, RunReply> {
         Box::pin(async move { RemoteWorker::run(self, workflow, payload, message.as_ref()).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker client for `addr`, and the event it fails.
+    async fn call(addr: std::net::SocketAddr) -> EventFailure {
+        let worker = RemoteWorker::new("w-secret", &addr.to_string(), "token");
+        let request = Request::get("/hello").body(Bytes::new()).unwrap();
+        worker
+            .call_function("hello", "hello", request)
+            .await
+            .expect_err("no worker answers there")
+    }
+
+    fn assert_names_nothing_inside(failure: &EventFailure, addr: std::net::SocketAddr) {
+        for inside in ["w-secret", &addr.to_string(), &addr.port().to_string()] {
+            assert!(!failure.message.contains(inside), "{failure:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_worker_is_not_named_to_the_tenant() {
+        // A port that was just free: nothing listens there.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let failure = call(addr).await;
+        assert_eq!(
+            (failure.kind, failure.status),
+            (FailureKind::Unavailable, 503)
+        );
+        assert_eq!(failure.message, UNREACHABLE);
+        assert_names_nothing_inside(&failure, addr);
+    }
+
+    #[tokio::test]
+    async fn a_worker_lost_during_an_event_is_not_named_to_the_tenant() {
+        // Accepts the connection and drops it: the event was sent, then the worker went.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+        let failure = call(addr).await;
+        assert_eq!(
+            (failure.kind, failure.status),
+            (FailureKind::WorkerLost, 502)
+        );
+        assert_eq!(failure.message, LOST);
+        assert_names_nothing_inside(&failure, addr);
     }
 }

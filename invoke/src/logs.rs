@@ -33,9 +33,10 @@ pub enum LogSource {
     Output,
     /// The `faas:platform/log` interface (`faas_sdk::log`).
     Log,
-    /// The worker, saying why an event of the function failed (a trap, a limit, a
-    /// deadline, no valid response), so that its tenant sees it beside the guest's
-    /// own lines and not only in the one response or run that failed.
+    /// The platform, saying why an event of the function failed (the worker: a trap,
+    /// a limit, a deadline, no valid response; the gateway: no worker took it, or its
+    /// worker went away), so that its tenant sees it beside the guest's own lines and
+    /// not only in the one response or run that failed.
     Platform,
 }
 
@@ -65,6 +66,13 @@ pub struct LogLine {
 }
 
 impl LogLine {
+    /// Now, as a line's `time_ms`: milliseconds since the Unix epoch.
+    pub fn now_ms() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as u64)
+    }
+
     /// Cuts `text` to [`MAX_LOG_LINE_BYTES`], marking the cut; returns whether it cut.
     pub fn cut_text(text: &mut String) -> bool {
         if text.len() <= MAX_LOG_LINE_BYTES {

@@ -77,11 +77,8 @@ impl LineOwner<'_> {
     /// [`faas_invoke::logs::MAX_LOG_LINE_BYTES`].
     pub(crate) fn line(&self, level: LogLevel, source: LogSource, mut text: String) -> LogLine {
         LogLine::cut_text(&mut text);
-        let time_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_millis() as u64);
         LogLine {
-            time_ms,
+            time_ms: LogLine::now_ms(),
             tenant: self.tenant.to_owned(),
             workflow: self.workflow.to_owned(),
             function: self.function.to_owned(),

@@ -5,8 +5,10 @@
 //! A full queue and a timeout get 503 with `Retry-After`, while other tenants'
 //! workflows are served (or held) as before; a client that hangs up stops waiting.
 //! Entries of a stream trigger wait in the stream instead, and signal demand too.
+//! An event the activator gave up on leaves a line saying why in its workflow's logs.
 
-use crate::redis::{ns, payloads, pending, relay_manifest, xadd};
+use crate::logs::wait_for_line;
+use crate::redis::{connect, ns, payloads, pending, relay_manifest, xadd};
 use crate::services::Services;
 use crate::support::{TOKEN, client, deploy_at, repo};
 use faas_shared_state::{DeploymentRecord, SharedState};
@@ -330,6 +332,55 @@ fn a_held_event_times_out_with_503_and_a_client_that_hangs_up_stops_waiting() {
     assert_eq!(outcomes(&services, "timeout"), 1.0);
     assert_eq!(held_events(&services), 0.0);
     assert_eq!(outcomes(&services, "forwarded"), 0.0);
+    // No worker ran it, so the gateway tells the tenant why (once: the event whose
+    // client hung up failed no one).
+    let lines = wait_for_line(&services.url, TOKEN, &[&hello], "within 3000 ms");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["text"], message.as_str());
+    assert_eq!(
+        (
+            &lines[0]["source"],
+            &lines[0]["level"],
+            &lines[0]["function"]
+        ),
+        (&"platform".into(), &"error".into(), &"hello".into()),
+    );
+
+    // A pub/sub message no worker took is gone (at most once): its tenant is told.
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.redis]]\nchannel = \"ticks\"\nstep = \"relay\"\n";
+    let relay = publish_file(
+        &services,
+        &relay_manifest(dir.path(), "ticks", triggers),
+        &[],
+    );
+    wait_routed(&services, &relay);
+    wait_until("a gateway subscribed to the channel", || {
+        crate::services::subscribers(&services.redis, &ns("ticks")) > 0
+    });
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(ns("ticks"))
+        .arg("lost")
+        .query(&mut connect(&services.redis))
+        .unwrap();
+    let dropped = "a message on channel `ticks` was dropped: ";
+    let lines = wait_for_line(&services.url, TOKEN, &[&relay], dropped);
+    assert_eq!(
+        (
+            &lines[0]["step"],
+            &lines[0]["function"],
+            &lines[0]["source"]
+        ),
+        (&"relay".into(), &"relay".into(), &"platform".into()),
+        "{lines:?}"
+    );
+    assert!(
+        lines[0]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("within 3000 ms (its worker is starting); retry later"),
+        "{lines:?}"
+    );
 }
 
 #[test]

@@ -21,7 +21,7 @@
 
 use super::RedisBroker;
 use super::lease::{Lease, RENEW_EVERY};
-use crate::invoke::run_message;
+use crate::invoke::{log_dropped_message, run_message};
 use crate::server::App;
 use faas_invoke::TriggerMessage;
 use futures_util::StreamExt;
@@ -153,6 +153,11 @@ async fn serve(
                             detail = ?message,
                             "run from pub/sub message failed"
                         );
+                        // A run that started was reported by its worker; this one
+                        // never reached one, and the message is gone.
+                        if err.not_started && err.failure.is_unavailable() {
+                            log_dropped_message(&app, &workflow, &channel, &err.failure);
+                        }
                     }
                     drop(permit);
                 });
