@@ -65,6 +65,11 @@ pub struct WorkerConfig {
     pub max_instances_per_tenant: u32,
     /// How many regions one instance may create (`create-in` and `from-bytes`).
     pub max_regions_per_instance: usize,
+    /// How many other resource handles (header fields, requests, bodies, streams,
+    /// pollables) one instance may hold at once. Their memory is the host's, outside
+    /// the instance's memory limit, so this bounds it: at most about
+    /// [`crate::host_limits::MAX_FIELDS_BYTES`] per handle (see [`crate::host_limits`]).
+    pub max_handles_per_instance: usize,
     /// How many region memory files may be open in this worker at once: each is a file
     /// descriptor, so this keeps guests far from the process's descriptor limit.
     pub max_region_files: usize,
@@ -127,6 +132,12 @@ impl Default for SlotReset {
 /// needs (one region per branch), far fewer than would strain the host.
 pub const DEFAULT_MAX_REGIONS_PER_INSTANCE: usize = 1024;
 
+/// The default [`WorkerConfig::max_handles_per_instance`]: hundreds of concurrent
+/// outbound requests' worth (each holds a few handles), and at most about 128 MiB of
+/// host memory at [`crate::host_limits::MAX_FIELDS_BYTES`] each, the default memory
+/// limit of an instance.
+pub const DEFAULT_MAX_HANDLES_PER_INSTANCE: usize = 2048;
+
 /// The default [`WorkerConfig::max_region_files`]: a quarter of the descriptors the
 /// process may open (after [`crate::raise_descriptor_limit`]), so sockets, compiled
 /// code and everything else keep three quarters.
@@ -167,6 +178,7 @@ impl WorkerConfig {
             guest_turns: std::thread::available_parallelism().map_or(1, usize::from),
             max_instances_per_tenant: 500,
             max_regions_per_instance: DEFAULT_MAX_REGIONS_PER_INSTANCE,
+            max_handles_per_instance: DEFAULT_MAX_HANDLES_PER_INSTANCE,
             max_region_files: default_max_region_files(),
             after_load: || {},
         }

@@ -26,6 +26,7 @@ mod failure;
 mod fair;
 mod function;
 mod host;
+pub mod host_limits;
 mod http;
 mod limits;
 mod linked;

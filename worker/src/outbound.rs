@@ -76,6 +76,10 @@ impl Outbound {
 }
 
 impl WasiHttpHooks for Outbound {
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        crate::host_limits::MAX_BODY_WRITE_BYTES
+    }
+
     fn send_request(
         &mut self,
         mut request: http::Request<WasiBody>,

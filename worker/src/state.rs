@@ -122,9 +122,11 @@ impl InstanceState {
             .stdout(output.clone())
             .stderr(output.clone())
             .build();
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(crate::host_limits::MAX_FIELDS_BYTES);
         Self {
             wasi,
-            http: WasiHttpCtx::new(),
+            http,
             table: ResourceTable::new(),
             limiter: MemoryLimiter {
                 max_memory_bytes,

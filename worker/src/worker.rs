@@ -609,6 +609,9 @@ impl Worker {
             store.call_hook(|mut store, hook| store.data_mut().regions.mapped.on_call(hook));
         }
         store.limiter(|state| &mut state.limiter);
+        // Host memory held through handles is bounded per handle (`host_limits`); this
+        // bounds the handles. Regions have a limit of their own.
+        store.set_max_component_handles(self.config.max_handles_per_instance);
         // A list argument can be at most the guest's whole memory, which the memory
         // limit already bounds; region pages are passed as lists without being copied.
         store.set_hostcall_fuel(max_memory.max(128 << 20));

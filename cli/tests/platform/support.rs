@@ -107,6 +107,19 @@ impl Process {
             .and_then(|value| value.parse().ok())
     }
 
+    /// A figure of the process's memory from `/proc/<pid>/status`, in bytes: `VmRSS`
+    /// (resident now) or `VmHWM` (the most it was resident at once).
+    pub fn memory(&self, field: &str) -> u64 {
+        let child = self.child.as_ref().expect("the process is running");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|value| value.trim().strip_suffix(" kB")?.parse().ok())
+            .unwrap_or_else(|| panic!("no `{field}` in {status}"));
+        kib << 10
+    }
+
     /// Sends `signal` without waiting (e.g. SIGSTOP and SIGCONT to pause it).
     pub fn signal(&self, signal: libc::c_int) {
         let child = self.child.as_ref().expect("the process is running");
@@ -193,6 +206,11 @@ impl Platform {
         });
         platform._data = Some(data);
         platform
+    }
+
+    /// Its process's memory figure `field` (`VmRSS`, `VmHWM`), in bytes.
+    pub fn memory(&self, field: &str) -> u64 {
+        self.process.memory(field)
     }
 
     /// The lines of its own log so far (see [`Platform::start_logging`]).

@@ -10,6 +10,7 @@ mod outbound;
 mod platform_log;
 mod quotas;
 mod regions;
+mod resources;
 
 use crate::support::{Platform, client, write_manifest};
 use std::path::Path;

@@ -1,0 +1,17 @@
+//! Bounds on the host memory a guest holds through WASI resources. Header fields,
+//! request and response bodies and their streams live in the host, outside the
+//! instance's linear memory and so outside its memory limit; with Wasmtime's defaults
+//! (100,000 handles per store, 128 KiB per set of header fields, 1 MiB buffered per
+//! outgoing body) one event of `functions/hostile/resource-hog` held gigabytes. Here
+//! each handle holds at most about [`MAX_FIELDS_BYTES`], and an instance at most
+//! [`crate::WorkerConfig::max_handles_per_instance`] handles besides its regions
+//! (whose bytes the memory limit counts): past either, the guest traps.
+
+/// The most one set of header fields may hold (Wasmtime counts its in-memory size, a
+/// little over the bytes on the wire): four times the 16 KiB that common proxies and
+/// servers accept for a whole request head.
+pub const MAX_FIELDS_BYTES: usize = 64 << 10;
+
+/// The most one write to an outgoing body takes, which is what each such body buffers
+/// (one write's worth) until it is sent. The SDK writes 4 KiB at a time.
+pub const MAX_BODY_WRITE_BYTES: usize = 64 << 10;
