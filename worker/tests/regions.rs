@@ -13,7 +13,13 @@ fn manifest(tenant: &str) -> String {
 
 /// A one-step workflow of `tenant`: the regions example in role `role`.
 fn one_step(tenant: &str, role: &str, input: &str, output: &str) -> String {
-    let component = faas_testing::component_path("region-transfer");
+    step_of("region-transfer", tenant, role, input, output)
+}
+
+/// A one-step workflow of `tenant`: component `package` with config `role = <role>`
+/// and `probe = <role>` (the regions example reads one, the probe the other).
+fn step_of(package: &str, tenant: &str, role: &str, input: &str, output: &str) -> String {
+    let component = faas_testing::component_path(package);
     format!(
         r#"name = "{role}"
 tenant = "{tenant}"
@@ -21,7 +27,7 @@ tenant = "{tenant}"
 [functions.{role}]
 component = "{}"
 kind = "step"
-config = {{ role = "{role}" }}
+config = {{ role = "{role}", probe = "{role}" }}
 
 [steps.{role}]
 function = "{role}"
@@ -41,9 +47,17 @@ async fn load(worker: &Worker, tenant: &str) -> Arc<faas_worker::LoadedWorkflow>
 }
 
 async fn load_manifest(worker: &Worker, manifest: &str) -> Arc<faas_worker::LoadedWorkflow> {
+    load_package(worker, manifest, "region-transfer").await
+}
+
+async fn load_package(
+    worker: &Worker,
+    manifest: &str,
+    package: &str,
+) -> Arc<faas_worker::LoadedWorkflow> {
     let workflow = Workflow::parse("workflow.toml", manifest).unwrap();
     let function = workflow.functions.keys().next().unwrap().clone();
-    let components = BTreeMap::from([(function, faas_testing::component("region-transfer"))]);
+    let components = BTreeMap::from([(function, faas_testing::component(package))]);
     Arc::new(worker.load_workflow(&workflow, components).await.unwrap())
 }
 
@@ -121,5 +135,35 @@ async fn a_step_instance_outlives_its_run_only_while_its_pages_back_a_value() {
             "the producer outlived its value"
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// A failed step holds nothing once its run has answered: its instance slot and its
+/// region memory files are free for the next event at once. (Its teardown used to be
+/// put off like a producer's, though no consumer waits for a failed step, so under
+/// load the next run could be refused at the worker's file budget for a run that was
+/// over.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_step_holds_nothing_once_its_run_has_answered() {
+    let dir = faas_testing::temp_dir();
+    let mut config = WorkerConfig::new(dir.path());
+    config.max_regions_per_instance = 64;
+    let worker = Arc::new(Worker::new(config).unwrap());
+    // The probe's `flood` makes one-page regions, each its own memory file, until the
+    // host refuses one.
+    let manifest = step_of("region-probe", "alice", "flood", "bytes", "bytes");
+    let flood = load_package(&worker, &manifest, "region-probe").await;
+    for attempt in 0..3 {
+        let outcome = worker
+            .run_workflow(&flood, Region::new("bytes", Vec::new()))
+            .await;
+        match outcome.result {
+            Err(RunError::StepFailed { cause, .. }) => {
+                let message = cause.to_string();
+                assert!(message.contains("at most 64 regions"), "{message}");
+            }
+            other => panic!("the flood was not stopped: {other:?}"),
+        }
+        assert_eq!(worker.active_instances(), 0, "attempt {attempt}");
     }
 }

@@ -217,11 +217,13 @@ async fn attempt_once(
         // A small instance none of whose pages back a value is torn down here, in its
         // own task, as an HTTP function's is: putting that off to a blocking thread
         // cost a thread wake-up per step (bench/sensor-replay.sh). Others are put off
-        // (below).
+        // (below), unless the step failed: no consumer waits for it then, and what it
+        // holds (region memory files, an instance slot) must be free again before the
+        // run answers, or the next event could be refused for an event that is over.
         let backs_a_value = outputs
             .as_ref()
             .is_ok_and(|outputs| outputs.iter().any(Region::is_mappable));
-        let put_off = backs_a_value || !store.data().quick_to_tear_down();
+        let put_off = outputs.is_ok() && (backs_a_value || !store.data().quick_to_tear_down());
         let mapped = backs_a_value || !store.data().regions.mapped.is_empty();
         (put_off.then_some(store), outputs, mapped)
     };
