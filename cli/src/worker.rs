@@ -10,8 +10,8 @@ use anyhow::Context;
 use faas_store::broker::RedisBroker;
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
 use faas_worker::config::{
-    DEFAULT_MAX_HANDLES_PER_INSTANCE, DEFAULT_MAX_REGIONS_PER_INSTANCE,
-    DEFAULT_REGION_MAP_THRESHOLD, DEFAULT_WHOLE_RESET_BYTES,
+    DEFAULT_MAX_HANDLES_PER_INSTANCE, DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,
+    DEFAULT_MAX_REGIONS_PER_INSTANCE, DEFAULT_REGION_MAP_THRESHOLD, DEFAULT_WHOLE_RESET_BYTES,
 };
 use faas_worker::kv::{DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, KvQuota};
 use faas_worker::services::{Node, NodeConfig, NodeListeners};
@@ -99,6 +99,10 @@ pub struct WorkerArgs {
     /// instance may hold at once: they hold host memory its memory limit does not count.
     #[arg(long, env = "FAAS_MAX_HANDLES_PER_INSTANCE", default_value_t = DEFAULT_MAX_HANDLES_PER_INSTANCE)]
     pub max_handles_per_instance: usize,
+    /// How many outbound HTTP requests one instance may have in flight at once; one
+    /// more fails at once with `connection-limit-reached`.
+    #[arg(long, env = "FAAS_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE", default_value_t = DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE)]
+    pub max_outbound_connections_per_instance: usize,
     /// How many region memory files may be open at once, per worker. Defaults to a
     /// quarter of the process's descriptor limit.
     #[arg(long, env = "FAAS_MAX_REGION_FILES")]
@@ -154,6 +158,7 @@ impl WorkerArgs {
             .max(1);
         config.max_regions_per_instance = self.max_regions_per_instance;
         config.max_handles_per_instance = self.max_handles_per_instance;
+        config.max_outbound_connections_per_instance = self.max_outbound_connections_per_instance;
         if let Some(files) = self.max_region_files {
             config.max_region_files = files;
         }

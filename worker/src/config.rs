@@ -70,6 +70,9 @@ pub struct WorkerConfig {
     /// the instance's memory limit, so this bounds it: at most about
     /// [`crate::host_limits::MAX_FIELDS_BYTES`] per handle (see [`crate::host_limits`]).
     pub max_handles_per_instance: usize,
+    /// How many outbound HTTP requests one instance may have in flight at once (each
+    /// holds a connection, a descriptor, until its response body is read or dropped).
+    pub max_outbound_connections_per_instance: usize,
     /// How many region memory files may be open in this worker at once: each is a file
     /// descriptor, so this keeps guests far from the process's descriptor limit.
     pub max_region_files: usize,
@@ -138,6 +141,11 @@ pub const DEFAULT_MAX_REGIONS_PER_INSTANCE: usize = 1024;
 /// limit of an instance.
 pub const DEFAULT_MAX_HANDLES_PER_INSTANCE: usize = 2048;
 
+/// The default [`WorkerConfig::max_outbound_connections_per_instance`]: a fan-out to
+/// dozens of services at once; with the default instance quota, at most 16,000
+/// connections per tenant per worker.
+pub const DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE: usize = 32;
+
 /// The default [`WorkerConfig::max_region_files`]: a quarter of the descriptors the
 /// process may open (after [`crate::raise_descriptor_limit`]), so sockets, compiled
 /// code and everything else keep three quarters.
@@ -179,6 +187,7 @@ impl WorkerConfig {
             max_instances_per_tenant: 500,
             max_regions_per_instance: DEFAULT_MAX_REGIONS_PER_INSTANCE,
             max_handles_per_instance: DEFAULT_MAX_HANDLES_PER_INSTANCE,
+            max_outbound_connections_per_instance: DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,
             max_region_files: default_max_region_files(),
             after_load: || {},
         }

@@ -12,7 +12,10 @@
 //!
 //! The connect (DNS and TLS included), first-byte and between-bytes timeouts are the
 //! guest's `request-options` if it sets them, bounded by what is left of the event's
-//! deadline.
+//! deadline. An instance has at most
+//! [`crate::WorkerConfig::max_outbound_connections_per_instance`] requests in flight
+//! (each a connection, a descriptor, and a name lookup on a blocking thread until it
+//! connects); one more fails at once with `error-code.connection-limit-reached`.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +30,7 @@ use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -56,6 +60,10 @@ pub(crate) struct Outbound {
     /// The span of the event (a step attempt, an HTTP call) the store was made in: the
     /// parent of each outbound request's span, whose `traceparent` the request carries.
     span: tracing::Span,
+    /// The requests this instance may still have in flight (connections open at once);
+    /// made on the first request, so that an event that sends none pays nothing.
+    connections: Option<Arc<Semaphore>>,
+    max_connections: usize,
 }
 
 impl Outbound {
@@ -64,13 +72,21 @@ impl Outbound {
         &self.span
     }
 
-    /// The hooks of an event of `function` that must end within `timeout` from now.
-    pub fn new(allowed: Arc<AllowedOutboundHosts>, function: Arc<str>, timeout: Duration) -> Self {
+    /// The hooks of an event of `function` that must end within `timeout` from now,
+    /// with at most `max_connections` requests in flight at once.
+    pub fn new(
+        allowed: Arc<AllowedOutboundHosts>,
+        function: Arc<str>,
+        timeout: Duration,
+        max_connections: usize,
+    ) -> Self {
         Self {
             allowed,
             deadline: Instant::now() + timeout,
             function,
             span: tracing::Span::current(),
+            connections: None,
+            max_connections,
         }
     }
 }
@@ -87,6 +103,14 @@ impl WasiHttpHooks for Outbound {
         _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> SendFuture {
         use tracing::Instrument as _;
+        let max = self.max_connections;
+        let connections = self
+            .connections
+            .get_or_insert_with(|| Arc::new(Semaphore::new(max)));
+        let Ok(connection) = connections.clone().try_acquire_owned() else {
+            tracing::debug!(function = %self.function, "outbound connection limit reached");
+            return Box::new(std::future::ready(Err(Error::ConnectionLimitReached)));
+        };
         let allowed = self.allowed.clone();
         let deadline = self.deadline;
         let function = self.function.clone();
@@ -106,7 +130,14 @@ impl WasiHttpHooks for Outbound {
                 if let Err(Error::HttpRequestDenied) = &result {
                     tracing::debug!(%function, "outbound request denied");
                 }
-                result
+                // The connection counts until its I/O ends (the body read, or dropped).
+                result.map(|(response, io)| {
+                    let io: Box<dyn Future<Output = _> + Send> = Box::new(async move {
+                        let _connection = connection;
+                        Pin::from(io).await
+                    });
+                    (response, io)
+                })
             }
             .instrument(span),
         )
@@ -478,6 +509,7 @@ mod tests {
                 Arc::new(hosts(&[&format!("http://127.0.0.1:{port}")])),
                 Arc::from("f"),
                 Duration::from_secs(5),
+                1,
             )
         });
         // A guest's own `traceparent` does not pass for the platform's.
@@ -555,6 +587,43 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(body, "hello from loopback");
+    }
+
+    // Two threads: the test blocks one waiting for the server's heads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_instance_has_at_most_its_limit_of_requests_in_flight() {
+        let (port, heads) = recording_server(None);
+        let url = format!("http://127.0.0.1:{port}/");
+        let mut outbound = Outbound::new(
+            Arc::new(hosts(&[&format!("http://127.0.0.1:{port}")])),
+            Arc::from("f"),
+            Duration::from_secs(30),
+            2,
+        );
+        let send = |outbound: &mut Outbound| {
+            Pin::from(outbound.send_request(get(&url), None, Box::new(async { Ok(()) })))
+        };
+        // Two requests the silent server holds open, each a connection.
+        let held: Vec<_> = (0..2).map(|_| tokio::spawn(send(&mut outbound))).collect();
+        for _ in 0..2 {
+            heads
+                .recv_timeout(Duration::from_secs(5))
+                .expect("a connection");
+        }
+        // A third fails at once, without connecting.
+        assert!(matches!(
+            send(&mut outbound).await,
+            Err(Error::ConnectionLimitReached)
+        ));
+        assert!(heads.recv_timeout(Duration::from_millis(200)).is_err());
+        // One given up frees its place for the next.
+        held[0].abort();
+        let _ = (&mut { held }.remove(0)).await;
+        let next = tokio::spawn(send(&mut outbound));
+        heads
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the next request connects");
+        next.abort();
     }
 
     #[tokio::test]

@@ -586,6 +586,7 @@ impl Worker {
                 function.allowed_outbound_hosts.clone(),
                 function.name.clone(),
                 function.limits.timeout,
+                self.config.max_outbound_connections_per_instance,
             ),
         };
         let max_memory = function.limits.memory_mb as usize * (1 << 20);

@@ -1,6 +1,7 @@
 //! Outbound HTTP: a guest fetches only what its `allowed_outbound_hosts` names, and a
 //! wildcard never opens loopback, private networks or the cloud metadata address,
-//! whether the URL names them or a host name resolves to them.
+//! whether the URL names them or a host name resolves to them. An instance has at most
+//! `--max-outbound-connections-per-instance` requests in flight.
 //!
 //! The attacker is `functions/hostile/outbound`, which fetches the URL in its query and
 //! answers `status <code>` or `error <wasi:http error code>`. Every target is on
@@ -16,6 +17,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 const ATTACKER_ROUTE: &str = "/outbound";
 const DENIED: &str = "error ErrorCode::HttpRequestDenied";
@@ -29,6 +31,12 @@ struct TestServer {
 
 impl TestServer {
     fn start(body: &'static str) -> Self {
+        Self::start_pausing(body, Duration::ZERO)
+    }
+
+    /// A server that answers each connection (on a thread of its own) `pause` after
+    /// reading its request, so that requests overlap.
+    fn start_pausing(body: &'static str, pause: Duration) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding on loopback");
         let port = listener.local_addr().unwrap().port();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -37,17 +45,20 @@ impl TestServer {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
                 counter.fetch_add(1, Ordering::SeqCst);
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
-                    head.push(byte[0]);
-                }
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
-                     connection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes());
+                std::thread::spawn(move || {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                        head.push(byte[0]);
+                    }
+                    std::thread::sleep(pause);
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+                         connection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes());
+                });
             }
         });
         Self { port, connections }
@@ -206,6 +217,39 @@ fn an_explicit_loopback_entry_lets_that_fetch_through_and_no_other() {
     assert_denied(platform, &format!("https://127.0.0.1:{server}/x"));
     assert_eq!(scene.server.connections(), 2);
     assert_bystander_served(platform);
+}
+
+#[test]
+fn an_instance_has_at_most_its_limit_of_outbound_requests_in_flight() {
+    let dir = faas_testing::temp_dir();
+    let platform =
+        Platform::start_with(&["--no-demo", "--max-outbound-connections-per-instance", "8"]);
+    deploy_bystander(&platform, dir.path());
+    // Each answer comes half a second late, so the guest's requests are all in flight
+    // together.
+    let server = TestServer::start_pausing("late", Duration::from_millis(500));
+    let port = server.port;
+    deploy_attacker(
+        &platform,
+        dir.path(),
+        &format!(r#"allowed_outbound_hosts = ["http://127.0.0.1:{port}"]"#),
+    );
+    let watch = Watch::start(&platform);
+    let url = format!("http://127.0.0.1:{port}/x&parallel=50");
+    assert_eq!(
+        fetch(&platform, &url),
+        "42 x error ErrorCode::ConnectionLimitReached\n8 x status 200\n"
+    );
+    assert_eq!(
+        server.connections(),
+        8,
+        "one connection per request let through"
+    );
+    // The limit is on requests in flight: once they are over, the next ones go.
+    let url = format!("http://127.0.0.1:{port}/x&parallel=8");
+    assert_eq!(fetch(&platform, &url), "8 x status 200\n");
+    watch.finish();
+    assert_bystander_served(&platform);
 }
 
 #[test]

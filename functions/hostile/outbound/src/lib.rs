@@ -3,11 +3,15 @@
 //! followed by the first bytes of the body, or `error <error-code>` (the `Debug` form
 //! of the `wasi:http` error code, e.g. `error ErrorCode::HttpRequestDenied`). The
 //! outbound tests use it to aim at the platform's own endpoints, loopback and cloud
-//! metadata.
+//! metadata. With `&parallel=N` it sends N such requests at once, then waits for them
+//! all, and answers how many ended each way (`<count> x <outcome>` lines, sorted).
 
 use faas_sdk::http::{Request, Response};
+use std::collections::BTreeMap;
 use wasip2::http::outgoing_handler;
-use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingRequest, Scheme};
+use wasip2::http::types::{
+    ErrorCode, Fields, FutureIncomingResponse, Method, OutgoingRequest, Scheme,
+};
 use wasip2::io::streams::StreamError;
 
 /// How much of the fetched body the report quotes.
@@ -18,7 +22,27 @@ fn handle(req: Request) -> Response {
     let Some(url) = req.query_param("url").map(percent_decode) else {
         return Response::text(400, "usage: ?url=http://host:port/path\n");
     };
-    match fetch(&url) {
+    let parallel: usize = req
+        .query_param("parallel")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    if parallel > 1 {
+        let started: Vec<_> = (0..parallel).map(|_| start(&url)).collect();
+        let mut outcomes = BTreeMap::<String, usize>::new();
+        for request in started {
+            let outcome = match request.and_then(finish) {
+                Ok((status, _)) => format!("status {status}"),
+                Err(error) => format!("error {error}"),
+            };
+            *outcomes.entry(outcome).or_default() += 1;
+        }
+        let report: String = outcomes
+            .iter()
+            .map(|(outcome, count)| format!("{count} x {outcome}\n"))
+            .collect();
+        return Response::text(200, report);
+    }
+    match start(&url).and_then(finish) {
         Ok((status, body)) => {
             let quoted = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BYTES)]);
             Response::text(200, format!("status {status}\n{quoted}"))
@@ -27,8 +51,8 @@ fn handle(req: Request) -> Response {
     }
 }
 
-/// GETs `url`; the status and body, or what went wrong.
-fn fetch(url: &str) -> Result<(u16, Vec<u8>), String> {
+/// Sends a GET of `url`; its response to come, or what went wrong.
+fn start(url: &str) -> Result<FutureIncomingResponse, String> {
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| format!("BadUrl no scheme in {url:?}"))?;
@@ -48,7 +72,11 @@ fn fetch(url: &str) -> Result<(u16, Vec<u8>), String> {
         .and(request.set_authority(Some(authority)))
         .and(request.set_path_with_query(Some(path)));
     set.map_err(|()| format!("BadUrl {url:?}"))?;
-    let future = outgoing_handler::handle(request, None).map_err(code)?;
+    outgoing_handler::handle(request, None).map_err(code)
+}
+
+/// Waits for `future`; the status and body, or what went wrong.
+fn finish(future: FutureIncomingResponse) -> Result<(u16, Vec<u8>), String> {
     future.subscribe().block();
     let response = future
         .get()
