@@ -102,9 +102,15 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
         .to_owned();
     let revision = header(headers, wire::REVISION).and_then(|value| value.parse().ok());
     let Some((revision, workflow)) = node.serving(&workflow_name, revision) else {
+        // The reply may reach the workflow's tenant (after the gateway gives up
+        // sending it again), so it names no worker: the platform's log does.
+        tracing::debug!(
+            workflow = workflow_name,
+            worker = node.id(),
+            "workflow not loaded here"
+        );
         return Err(EventFailure::unavailable(format!(
-            "workflow `{workflow_name}` is not loaded on worker `{}`",
-            node.id()
+            "workflow `{workflow_name}` is not loaded on the worker the event was sent to"
         )));
     };
     let call = header(headers, wire::CALL).unwrap_or_default().to_owned();
