@@ -36,7 +36,9 @@ pub(crate) struct App {
     /// Holds events for workflows with no ready replica (services mode only: in
     /// embedded mode every deployment has its replicas in this process).
     pub activator: Option<Activator>,
-    /// Guests' log lines (`faas logs`), when this process keeps them (embedded mode).
+    /// Where `faas logs` reads its workflows' lines (memory in embedded mode, Redis in
+    /// services mode), and where the gateway writes its own lines about events no
+    /// worker took.
     pub logs: Option<crate::logs::LogStore>,
 }
 
