@@ -6,6 +6,7 @@ use faas_connections::ConnectionLimits;
 use faas_gateway::GatewayConfig;
 use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_DEPLOYS_PER_TENANT,
 };
 use faas_store::broker::{DEFAULT_STREAM_MAX_LEN, RedisBroker};
 use std::net::SocketAddr;
@@ -62,6 +63,11 @@ pub struct GatewayArgs {
     /// tenant's own quota (`faas tenant set <name> --max-workflows N`). 0 for no limit.
     #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = DEFAULT_TENANT_MAX_WORKFLOWS)]
     pub tenant_max_workflows: u64,
+    /// How many deploys one tenant may have in the gateway at once, in progress or
+    /// waiting their turn; one more is refused with 429 before its upload is read
+    /// (`faas deploy` waits and sends it again). 0 for no limit.
+    #[arg(long, env = "FAAS_MAX_DEPLOYS_PER_TENANT", default_value_t = DEFAULT_MAX_DEPLOYS_PER_TENANT)]
+    pub max_deploys_per_tenant: usize,
     /// How many connections one client address may hold open; more are closed as soon
     /// as they are accepted.
     #[arg(long, env = "FAAS_MAX_CONNECTIONS_PER_CLIENT", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
@@ -84,6 +90,7 @@ impl GatewayArgs {
         let mut config = GatewayConfig::new(token);
         config.listen = self.listen;
         config.max_body_bytes = self.max_body_bytes;
+        config.max_deploys_per_tenant = self.max_deploys_per_tenant;
         config.connections = ConnectionLimits {
             per_client: self.max_connections_per_client.max(1),
             total: self.max_connections.max(1),

@@ -9,6 +9,7 @@ use faas_gateway::admin::{
 use faas_gateway::admin::{LogQuery, LogsResponse};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// Where the platform is and how to authenticate.
 #[derive(Debug, Clone, clap::Args)]
@@ -69,14 +70,41 @@ impl Client {
             .bearer_auth(&self.token)
     }
 
-    /// Uploads a workflow.
+    /// Uploads a workflow. While the gateway refuses it because the tenant's other
+    /// deploys are in progress (429), it waits as told and sends it again, for
+    /// [`DEPLOY_PATIENCE`] at most.
     pub async fn deploy(&self, body: &DeployBody) -> anyhow::Result<DeployResponse> {
-        let response = self
-            .admin(Method::POST, "workflows")
-            .json(body)
-            .send()
-            .await;
-        decode(response, "deploying").await
+        let json = bytes::Bytes::from(serde_json::to_vec(body).context("encoding the upload")?);
+        let started = Instant::now();
+        let mut said = false;
+        loop {
+            let response = self
+                .admin(Method::POST, "workflows")
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(json.clone())
+                .send()
+                .await;
+            let wait = match &response {
+                Ok(refused) if refused.status() == StatusCode::TOO_MANY_REQUESTS => {
+                    Some(retry_after(refused))
+                }
+                _ => None,
+            };
+            match wait {
+                Some(wait) if started.elapsed() + wait < DEPLOY_PATIENCE => {
+                    if !said {
+                        eprintln!(
+                            "the gateway holds other deploys of this tenant; sending this one \
+                             again as they finish (for {} s at most)",
+                            DEPLOY_PATIENCE.as_secs()
+                        );
+                        said = true;
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+                _ => return decode(response, "deploying").await,
+            }
+        }
     }
 
     /// Lists deployed workflows.
@@ -223,6 +251,22 @@ impl Client {
             .await
             .map(|_| ())
     }
+}
+
+/// How long `faas deploy` keeps sending a deploy the gateway refused because the
+/// tenant's other deploys were in progress: several large compiles' worth.
+pub const DEPLOY_PATIENCE: Duration = Duration::from_secs(600);
+
+/// How long a 429 asks the client to wait (`Retry-After` in seconds, 1 to 30; 2 when
+/// absent or not a number).
+fn retry_after(response: &Response) -> Duration {
+    let seconds = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .unwrap_or(2);
+    Duration::from_secs(seconds.clamp(1, 30))
 }
 
 /// Turns an admin response into `T`, or into an error carrying the server's message.

@@ -24,7 +24,10 @@
 //! they did not exist, so their names do not leak); what only the operator may do is
 //! 403. Errors are `{"error": {"kind", "message", ...}}`; a manifest error adds `file`,
 //! `line`, `column` and `field`. A deploy over the tenant's workflow quota is 403 with
-//! kind `quota`, its message naming the quota and how an operator raises it.
+//! kind `quota`, its message naming the quota and how an operator raises it. A tenant
+//! holding `max_deploys_per_tenant` deploys already (in progress or waiting) gets 429
+//! with kind `too_many_deploys` and `Retry-After` for one more, before its upload is
+//! read ([`crate::deploy_admission`]).
 //!
 //! In Kubernetes mode (`faas gateway --kubernetes`, [`crate::kubernetes`]) a deploy
 //! applies a Workflow resource and a removal deletes it; their own errors are kinds
@@ -33,6 +36,7 @@
 //! `operator_timeout` (504) and `kubernetes` (503).
 
 use crate::auth::{Caller, authenticate};
+use crate::deploy_admission;
 use crate::kubernetes::KubeError;
 pub use crate::logs::{LogQuery, LogsResponse};
 use crate::registry::{DeployError, DeployOutcome, DeployRequest, Deployment, no_tenant_store};
@@ -586,6 +590,23 @@ fn not_found(name: &str) -> Response<Body> {
 }
 
 async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Response<Body> {
+    // Admitted before the upload is read: a refused deploy holds no memory.
+    let ticket = match app.deploys.admit(caller) {
+        Ok(ticket) => ticket,
+        Err(refusal) => {
+            app.metrics.deploy_refused();
+            let mut response = response::error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_deploys",
+                refusal.to_string(),
+            );
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(deploy_admission::RETRY_AFTER_SECS),
+            );
+            return response;
+        }
+    };
     let limit = app.config.max_deploy_bytes;
     let upload: DeployBody = match read_json(request, limit, "deploy upload").await {
         Ok(upload) => upload,
@@ -610,6 +631,7 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
         components,
         schemas: upload.schemas,
     };
+    let _turn = ticket.turn().await;
     match app.registry.deploy_as(request, caller).await {
         Ok(outcome) => {
             let (status, deployment) = match outcome {

@@ -15,6 +15,10 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// Largest deploy upload (default 256 MiB).
     pub max_deploy_bytes: usize,
+    /// How many deploys one tenant may have in the gateway at once, in progress or
+    /// waiting (default [`DEFAULT_MAX_DEPLOYS_PER_TENANT`]; 0 for no limit); one more is
+    /// refused with 429 before its upload is read.
+    pub max_deploys_per_tenant: usize,
     /// How long a client may take to send a request's head and body (default 30 s).
     pub read_timeout: Duration,
     /// How long shutdown waits for requests in flight (default 10 s).
@@ -28,6 +32,11 @@ pub struct GatewayConfig {
 /// How many connections one client address may hold by default: plenty for a browser
 /// or a load balancer's pool, far below what exhausts the process's descriptors.
 pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
+
+/// How many deploys one tenant may have in the gateway at once by default: one
+/// compiling and one waiting its turn, so a tenant's uploads in memory stay bounded and
+/// another tenant's deploy waits behind one of its deploys at most.
+pub const DEFAULT_MAX_DEPLOYS_PER_TENANT: usize = 2;
 
 /// How many connections the gateway holds by default, in all.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -43,6 +52,7 @@ impl GatewayConfig {
             token: token.into(),
             max_body_bytes: 8 << 20,
             max_deploy_bytes: 256 << 20,
+            max_deploys_per_tenant: DEFAULT_MAX_DEPLOYS_PER_TENANT,
             read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             connections: ConnectionLimits {

@@ -25,6 +25,7 @@ pub mod activator;
 pub mod admin;
 mod auth;
 pub mod config;
+mod deploy_admission;
 mod invoke;
 pub mod kubernetes;
 pub mod logs;

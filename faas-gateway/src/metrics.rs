@@ -35,6 +35,7 @@ pub(crate) struct Metrics {
     deployed: Gauge,
     instances: Gauge,
     connections_refused: Counter,
+    deploys_refused: Counter,
     activator_requests: Family<ActivatorLabels, Counter>,
 }
 
@@ -67,6 +68,13 @@ impl Metrics {
              held as many as it may",
             connections_refused.clone(),
         );
+        let deploys_refused = Counter::default();
+        registry.register(
+            "deploys_refused",
+            "Deploys refused before their upload was read because their tenant had as \
+             many in the gateway as it may (--max-deploys-per-tenant)",
+            deploys_refused.clone(),
+        );
         let activator_requests = Family::<ActivatorLabels, Counter>::default();
         registry.register(
             "activator_requests",
@@ -80,6 +88,7 @@ impl Metrics {
             deployed,
             instances,
             connections_refused,
+            deploys_refused,
             activator_requests,
         }
     }
@@ -111,6 +120,11 @@ impl Metrics {
     /// Counts a connection refused by the connection limits.
     pub(crate) fn connection_refused(&self) {
         self.connections_refused.inc();
+    }
+
+    /// Counts a deploy refused by the tenant's limit of deploys at once.
+    pub(crate) fn deploy_refused(&self) {
+        self.deploys_refused.inc();
     }
 
     /// Records how many workflows are deployed.

@@ -3,6 +3,7 @@
 
 use crate::activator::Activator;
 use crate::config::GatewayConfig;
+use crate::deploy_admission::DeployAdmission;
 use crate::metrics::Metrics;
 use crate::redis::RedisBroker;
 use crate::registry::Registry;
@@ -40,6 +41,8 @@ pub(crate) struct App {
     /// services mode), and where the gateway writes its own lines about events no
     /// worker took.
     pub logs: Option<crate::logs::LogStore>,
+    /// The deploys each tenant has in the gateway (`max_deploys_per_tenant`).
+    pub deploys: DeployAdmission,
 }
 
 /// A gateway, configured but not yet listening.
@@ -56,6 +59,7 @@ impl Gateway {
             .map(|backend| Activator::new(backend.activator_config(), backend.shared().clone()));
         Self {
             app: Arc::new(App {
+                deploys: DeployAdmission::new(config.max_deploys_per_tenant),
                 config,
                 registry,
                 metrics: Metrics::new(),

@@ -1,0 +1,144 @@
+//! A tenant's deploys at once. Mallory opens deploy uploads and never finishes them,
+//! which would hold memory and, once uploaded, the deploy lock every tenant takes in
+//! turn: at its limit (two by default) the next one is refused with 429 before its
+//! upload is read, while the victim deploys and is served; `faas deploy` of mallory's
+//! waits for its turn and gets through once the held uploads end, and they leave
+//! nothing deployed.
+
+use super::scene::{Scene, assert_success};
+use crate::support::{client, sample_value};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Starts a deploy upload with `token` that announces 64 MiB and sends one byte of
+/// it: it holds one of its tenant's places until the connection is closed.
+fn held_upload(url: &str, token: &str) -> TcpStream {
+    let addr = url.strip_prefix("http://").expect("an http:// URL");
+    let mut stream = TcpStream::connect(addr).expect("connecting to the gateway");
+    write!(
+        stream,
+        "POST /admin/v1/workflows HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{{",
+        64 << 20
+    )
+    .expect("sending the head of an upload");
+    stream
+}
+
+/// A deploy with an empty object as its upload: `400` when the gateway admits it (the
+/// upload is then found to be no deploy), `429` when the tenant's places are taken.
+fn probe(url: &str, token: &str) -> reqwest::blocking::Response {
+    client()
+        .post(format!("{url}/admin/v1/workflows"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .expect("deploy probe")
+}
+
+/// `faas_deploys_refused_total` on the gateway at `url`.
+fn refusals(url: &str) -> f64 {
+    let text = client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .and_then(reqwest::blocking::Response::text)
+        .expect("the gateway's metrics");
+    sample_value(&text, "faas_deploys_refused_total")
+}
+
+#[test]
+fn a_tenant_past_its_deploys_at_once_is_refused_before_its_upload_is_read() {
+    let scene = Scene::embedded();
+    let held = [
+        held_upload(&scene.url, &scene.mallory),
+        held_upload(&scene.url, &scene.mallory),
+    ];
+
+    // Once the gateway has read both heads, mallory's places are taken.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refusal = loop {
+        let response = probe(&scene.url, &scene.mallory);
+        match response.status().as_u16() {
+            429 => break response,
+            400 => {}
+            other => panic!("probe answered {other}: {}", response.text().unwrap()),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mallory's third deploy at once was still admitted after 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        refusal
+            .headers()
+            .get("retry-after")
+            .and_then(|value| value.to_str().ok()),
+        Some("2")
+    );
+    let body: serde_json::Value = refusal.json().unwrap();
+    assert_eq!(body["error"]["kind"], "too_many_deploys");
+    let message = body["error"]["message"].as_str().unwrap();
+    for needed in [
+        "tenant `mallory`",
+        "2 deploys in progress or waiting",
+        "--max-deploys-per-tenant",
+    ] {
+        assert!(
+            message.contains(needed),
+            "`{needed}` missing from: {message}"
+        );
+    }
+    assert!(!message.contains("victim"), "{message}");
+
+    // The victim is not held back: it deploys a new version of its own and is served.
+    let victim_manifest = scene.manifest("victim-extra", Some("victim"), &["/victim-extra"]);
+    assert_success(
+        &scene.deploy(&scene.victim, &victim_manifest),
+        "the victim's deploy while mallory holds its places",
+    );
+    assert_eq!(scene.get("/victim-extra?name=v").status(), 200);
+    scene.assert_victim_served();
+
+    // `faas deploy` of mallory's is refused too, waits, and is sent again.
+    let refused_before = refusals(&scene.url);
+    let mallory_manifest = scene.manifest("mallory-app", None, &["/mallory-app"]);
+    let cli = std::thread::scope(|scope| {
+        let cli = scope.spawn(|| scene.deploy(&scene.mallory, &mallory_manifest));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while refusals(&scene.url) <= refused_before {
+            assert!(
+                Instant::now() < deadline,
+                "mallory's `faas deploy` was not refused within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Its held uploads end: the places come back, and the CLI gets through.
+        drop(held);
+        cli.join().expect("the deploy thread")
+    });
+    assert_success(&cli, "mallory's `faas deploy` once its places came back");
+    let said = String::from_utf8_lossy(&cli.stderr);
+    assert!(
+        said.contains("the gateway holds other deploys of this tenant"),
+        "the CLI did not say it waited: {said}"
+    );
+
+    // The abandoned uploads deployed nothing: mallory has the CLI's workflow alone.
+    let listed: serde_json::Value = client()
+        .get(format!("{}/admin/v1/workflows", scene.url))
+        .bearer_auth(&scene.mallory)
+        .send()
+        .and_then(reqwest::blocking::Response::json)
+        .expect("mallory's workflows");
+    let names: Vec<&str> = listed["workflows"]
+        .as_array()
+        .expect("a list of workflows")
+        .iter()
+        .filter_map(|workflow| workflow["name"].as_str())
+        .collect();
+    assert_eq!(names, ["mallory-app"]);
+    scene.assert_victim_served();
+}
