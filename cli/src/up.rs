@@ -66,7 +66,7 @@ pub struct UpArgs {
 /// Runs the platform until Ctrl-C or SIGTERM.
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let token = args.identity.token()?;
-    let worker_config = args.worker.config(&args.identity.data_dir);
+    let worker_config = args.worker.config(&args.identity.data_dir)?;
     // Everything kept at rest is in this one database (opened once: clones share its
     // connection), so a restart finds what was committed before it.
     let database = Database::open(&args.identity.data_dir)?;

@@ -95,8 +95,9 @@ pub struct WorkerArgs {
     /// How many regions one instance may create.
     #[arg(long, env = "FAAS_MAX_REGIONS_PER_INSTANCE", default_value_t = DEFAULT_MAX_REGIONS_PER_INSTANCE)]
     pub max_regions_per_instance: usize,
-    /// How many other resource handles (header fields, bodies, streams, pollables) one
-    /// instance may hold at once: they hold host memory its memory limit does not count.
+    /// How many resource handles (header fields, bodies, streams, pollables, and its
+    /// regions) one instance may hold at once: they hold host memory its memory limit
+    /// does not count. Must be above `--max-regions-per-instance`.
     #[arg(long, env = "FAAS_MAX_HANDLES_PER_INSTANCE", default_value_t = DEFAULT_MAX_HANDLES_PER_INSTANCE)]
     pub max_handles_per_instance: usize,
     /// How many outbound HTTP requests one instance may have in flight at once; one
@@ -128,7 +129,20 @@ impl WorkerArgs {
 
     /// The worker configuration, caching compiled code under `data_dir` unless
     /// `--cache-dir` says otherwise.
-    pub fn config(&self, data_dir: &Path) -> WorkerConfig {
+    ///
+    /// # Errors
+    /// If the limits contradict each other.
+    pub fn config(&self, data_dir: &Path) -> anyhow::Result<WorkerConfig> {
+        // An instance's regions are among its handles: a region limit at or above the
+        // handle limit would never be reached, the handle limit's trap coming first.
+        if self.max_regions_per_instance >= self.max_handles_per_instance {
+            anyhow::bail!(
+                "--max-regions-per-instance ({}) must be below --max-handles-per-instance \
+                 ({}): an instance's regions count among its handles",
+                self.max_regions_per_instance,
+                self.max_handles_per_instance
+            );
+        }
         let mut config = WorkerConfig::new(
             self.cache_dir
                 .clone()
@@ -163,7 +177,7 @@ impl WorkerArgs {
             config.max_region_files = files;
         }
         config.after_load = crate::allocator::release_freed_memory;
-        config
+        Ok(config)
     }
 }
 
@@ -274,7 +288,7 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     let broker = args.broker.connect(&args.redis.redis).await?;
     let logs = args.logs.writer(&args.redis).await?;
     let worker =
-        Worker::new(args.worker.config(&args.identity.data_dir))?.with_logs(Arc::new(logs));
+        Worker::new(args.worker.config(&args.identity.data_dir)?)?.with_logs(Arc::new(logs));
     let worker =
         connect_guests_to_redis(worker, &args.redis.redis, args.worker.kv_quota(), &broker).await?;
     let worker = Arc::new(worker);

@@ -65,10 +65,11 @@ pub struct WorkerConfig {
     pub max_instances_per_tenant: u32,
     /// How many regions one instance may create (`create-in` and `from-bytes`).
     pub max_regions_per_instance: usize,
-    /// How many other resource handles (header fields, requests, bodies, streams,
-    /// pollables) one instance may hold at once. Their memory is the host's, outside
-    /// the instance's memory limit, so this bounds it: at most about
-    /// [`crate::host_limits::MAX_FIELDS_BYTES`] per handle (see [`crate::host_limits`]).
+    /// How many resource handles one instance may hold at once, its regions among them
+    /// (so above `max_regions_per_instance`). Header fields, requests, bodies, streams
+    /// and pollables live in the host, outside the instance's memory limit, so this
+    /// bounds that memory: at most about [`crate::host_limits::MAX_FIELDS_BYTES`] per
+    /// handle (see [`crate::host_limits`]).
     pub max_handles_per_instance: usize,
     /// How many outbound HTTP requests one instance may have in flight at once (each
     /// holds a connection, a descriptor, until its response body is read or dropped).

@@ -4,8 +4,9 @@
 //! (100,000 handles per store, 128 KiB per set of header fields, 1 MiB buffered per
 //! outgoing body) one event of `functions/hostile/resource-hog` held gigabytes. Here
 //! each handle holds at most about [`MAX_FIELDS_BYTES`], and an instance at most
-//! [`crate::WorkerConfig::max_handles_per_instance`] handles besides its regions
-//! (whose bytes the memory limit counts): past either, the guest traps.
+//! [`crate::WorkerConfig::max_handles_per_instance`] handles, its regions among them
+//! (those hold no host memory: their bytes are in guest memory, which the memory limit
+//! counts): past either, the guest traps.
 
 /// The most one set of header fields may hold (Wasmtime counts its in-memory size, a
 /// little over the bytes on the wire): four times the 16 KiB that common proxies and

@@ -80,6 +80,27 @@ fn a_region_over_pages_that_already_hold_one_is_refused() {
 }
 
 #[test]
+fn a_region_limit_the_handle_limit_would_preempt_is_refused_at_start() {
+    // An instance's regions are among its handles: past the handle limit it traps, so
+    // a region limit above it would promise what the worker never allows.
+    let dir = faas_testing::temp_dir();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_faas"))
+        .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(["--max-regions-per-instance", "4096"])
+        .output()
+        .expect("running faas up");
+    assert!(!output.status.success(), "faas up started");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "--max-regions-per-instance (4096) must be below --max-handles-per-instance (2048)"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_flood_of_regions_stops_at_the_instance_limit_then_at_the_worker_file_limit() {
     let dir = faas_testing::temp_dir();
     let platform = start(&[
@@ -98,7 +119,7 @@ fn a_flood_of_regions_stops_at_the_instance_limit_then_at_the_worker_file_limit(
 
     let platform = start(&[
         "--max-regions-per-instance",
-        "100000",
+        "1000",
         "--max-region-files",
         "40",
     ]);
