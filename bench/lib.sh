@@ -43,3 +43,14 @@ wrk_measure() {
         /Non-2xx/ { bad = $NF }
         END { if (bad) { print "non-2xx responses: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.3f %.3f\n", rps, p50, p99 }'
 }
+
+# build_python_hello: builds the Python hello (bench/sizes/hello.py) with componentize-py
+# (on PATH: testing/languages/install) into target/bench-sizes/hello-python.wasm, and
+# prints that path.
+build_python_hello() {
+    local out=target/bench-sizes/hello-python.wasm
+    mkdir -p "$(dirname "$out")"
+    componentize-py -d wit -w wasi:http/proxy@0.2.12 componentize hello -p bench/sizes \
+        -o "$out" >/dev/null
+    echo "$out"
+}

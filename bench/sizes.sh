@@ -40,6 +40,7 @@ if ! "$WASMTIME" --version 2>/dev/null | grep -q "$WASMTIME_VERSION"; then
 fi
 PATH="$(testing/languages/install):$PATH"
 
+source bench/lib.sh
 echo "building faas, the native peer and the four components (release)"
 cargo build --release -q -p faas-cli --bin faas
 cargo build --release -q -p faas-gateway --example native_hello
@@ -48,12 +49,10 @@ OUT=target/bench-sizes
 mkdir -p "$OUT"
 cp target/wasm32-wasip2/release/wasi-hello.wasm "$OUT/hello-rust.wasm"
 cp target/wasm32-wasip2/release/wasi-table.wasm "$OUT/hello-table.wasm"
-componentize-py -d wit -w wasi:http/proxy@0.2.12 componentize hello -p bench/sizes \
-    -o "$OUT/hello-python.wasm" >/dev/null
+build_python_hello >/dev/null
 componentize-js bench/sizes/hello.js --wit wit --world-name wasi:http/proxy@0.2.12 \
     --disable fetch-event -o "$OUT/hello-js.wasm" >/dev/null
 
-source bench/lib.sh
 deploys=()
 for lang in rust table js python; do
     cat >"$BENCH_DATA/$lang.toml" <<EOF

@@ -7,6 +7,7 @@
 //! fuel that resets by written pages is built at start; the others when first needed.
 
 use crate::cache::{CacheOutcome, ComponentBytes, ComponentCache};
+use crate::compile_threads;
 use crate::config::{SlotReset, WorkerConfig};
 use crate::engine::{ClockedEngines, PoolReset, build_engine};
 use crate::function::Entry;
@@ -103,11 +104,15 @@ impl Runtime {
             name.to_owned(),
             self.after_load,
         );
-        // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
+        // Compiling takes milliseconds to seconds of CPU: keep it off the async threads,
+        // and below the priority of the threads serving events (`compile_threads.rs`).
         let (component, outcome) = tokio::task::spawn_blocking(move || {
-            let loaded = cache.load(&engine, &owned_name, &bytes);
-            after_load();
-            loaded
+            compile_threads::run(|| {
+                let loaded = cache.load(&engine, &owned_name, &bytes);
+                // On the thread that compiled: what it freed is what to give back.
+                after_load();
+                loaded
+            })
         })
         .await
         .map_err(|err| LoadError::Compile {
