@@ -7,7 +7,7 @@ use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::state::LineOwner;
 use crate::worker::Worker;
 use bytes::Bytes;
-use faas_invoke::{BodyError, HttpResponse, LogLevel, LogSink, LogSource};
+use faas_invoke::{BodyError, FailureKind, HttpResponse, LogLevel, LogSink, LogSource};
 use http_body::Body;
 use http_body::Frame;
 use http_body_util::BodyExt;
@@ -42,7 +42,11 @@ impl Worker {
         B::Error: Into<wasmtime_wasi_http::Error>,
     {
         let result = self.serve_http(workflow, function, request).await;
-        if let Err(err) = &result {
+        // A failure of kind `unavailable` ran nothing, and the gateway passes the event
+        // on to another replica: the line is the gateway's to write if none takes it.
+        if let Err(err) = &result
+            && err.cause() != FailureKind::Unavailable
+        {
             let owner = LineOwner {
                 tenant: &workflow.tenant,
                 workflow: &workflow.name,

@@ -677,17 +677,31 @@ mod tests {
         assert_ne!(thread_name(), "faas-guest");
     }
 
+    /// The lines a worker writes for tenants, kept.
+    #[derive(Default)]
+    struct KeptLines(std::sync::Mutex<Vec<faas_invoke::LogLine>>);
+
+    impl faas_invoke::LogSink for KeptLines {
+        fn push(&self, line: faas_invoke::LogLine) {
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
     /// Once a swap area is turned on, a worker whose slots are scanned for written pages
     /// starts no instance (one could read another's swapped-out page), and says so to
-    /// whoever waits to stop its process.
+    /// whoever waits to stop its process. The refused event leaves no line in the
+    /// tenant's logs: another replica may serve it, and the gateway writes the line
+    /// when none does.
     #[tokio::test]
     async fn once_swap_is_turned_on_no_instance_starts_and_the_process_is_told() {
         let dir = tempfile::tempdir().unwrap();
         let swap = Arc::new(SwapWatch::detached());
+        let lines = Arc::new(KeptLines::default());
         let worker = Arc::new(
             Worker::new(WorkerConfig::new(dir.path()))
                 .unwrap()
-                .with_swap_watch(swap.clone()),
+                .with_swap_watch(swap.clone())
+                .with_logs(lines.clone()),
         );
         let text = format!(
             "name = \"hello\"\ntenant = \"t\"\n[functions.hello]\ncomponent = \"{}\"\n\
@@ -720,6 +734,15 @@ mod tests {
         assert_eq!(refused.status(), 503);
         assert_eq!(refused.cause(), faas_invoke::FailureKind::Unavailable);
         told.await.unwrap();
+        let platform_lines: Vec<String> = lines
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.source == faas_invoke::LogSource::Platform)
+            .map(|line| line.text.clone())
+            .collect();
+        assert!(platform_lines.is_empty(), "{platform_lines:?}");
     }
 
     #[test]
