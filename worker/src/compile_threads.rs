@@ -4,8 +4,9 @@
 //! A deploy compiles its components on every core (Wasmtime's parallel compilation
 //! runs on rayon): seconds of CPU for a large component, and a tenant decides how
 //! often. On rayon's global pool, at the priority of everything else, a tenant
-//! redeploying an 18 MiB Python component in a loop took 40% of another tenant's hello
-//! throughput on a 2-core worker and doubled its p99. Run inside this pool, Wasmtime's
+//! redeploying an 18 MiB Python component in a loop took half of another tenant's hello
+//! throughput on a 2-core worker and multiplied its p99 by five
+//! (`bench/deploy-storm.sh`, README "Deploy storm"). Run inside this pool, Wasmtime's
 //! parallel iterators use its threads, which run at nice [`COMPILE_NICE`]: the kernel
 //! runs the threads that read, route and answer events first, and a compile gets the
 //! rest of the cores, all of them when nothing else runs, and a share of each busy one
