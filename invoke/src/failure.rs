@@ -18,6 +18,8 @@ pub enum FailureKind {
     MemoryLimit,
     /// The guest created more regions, or held more memory files, than allowed.
     RegionLimit,
+    /// The guest held as many resource handles at once as an instance may.
+    HandleLimit,
     /// The guest burned all its fuel.
     OutOfFuel,
     /// No instance slot came free in time; no instance ran.
@@ -59,6 +61,7 @@ impl FailureKind {
             Self::Timeout => "timeout",
             Self::MemoryLimit => "memory_limit",
             Self::RegionLimit => "region_limit",
+            Self::HandleLimit => "handle_limit",
             Self::OutOfFuel => "out_of_fuel",
             Self::Overloaded => "overloaded",
             Self::BadResponse => "bad_response",

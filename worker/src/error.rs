@@ -45,6 +45,17 @@ pub enum InvokeError {
         /// Which limit.
         message: String,
     },
+    /// The guest held as many resource handles at once as an instance may, and asked
+    /// for one more.
+    #[error(
+        "function `{function}` held as many resource handles at once as an instance may \
+         (header fields, bodies, streams, pollables and regions count; the worker's \
+         --max-handles-per-instance) and asked for another"
+    )]
+    HandleLimit {
+        /// The function stopped.
+        function: String,
+    },
     /// The guest burned all its fuel.
     #[error("function `{function}` ran out of fuel ({fuel} units)")]
     OutOfFuel {
@@ -104,6 +115,7 @@ impl InvokeError {
             Self::Timeout { .. } => FailureKind::Timeout,
             Self::MemoryLimit { .. } => FailureKind::MemoryLimit,
             Self::RegionLimit { .. } => FailureKind::RegionLimit,
+            Self::HandleLimit { .. } => FailureKind::HandleLimit,
             Self::OutOfFuel { .. } => FailureKind::OutOfFuel,
             Self::Overloaded { .. } => FailureKind::Overloaded,
             // Nothing ran, and another worker may take the event.
@@ -120,6 +132,7 @@ impl InvokeError {
             | Self::Timeout { function, .. }
             | Self::MemoryLimit { function, .. }
             | Self::RegionLimit { function, .. }
+            | Self::HandleLimit { function }
             | Self::OutOfFuel { function, .. }
             | Self::Overloaded { function, .. }
             | Self::SwapTurnedOn { function }

@@ -34,6 +34,17 @@ pub(crate) enum Failure {
     Run(wasmtime::Error),
 }
 
+/// What Wasmtime 48 says when a store's handle limit (`Store::set_max_component_handles`)
+/// stops a guest: a plain error with no type of its own, so its text is what tells it
+/// apart (`hostile::resources` fails if a Wasmtime upgrade words it otherwise).
+const HANDLE_LIMIT_TEXT: &str = "store handle limit exceeded";
+
+/// Whether `err` is the store's handle limit stopping the guest.
+fn is_handle_limit(err: &wasmtime::Error) -> bool {
+    err.chain()
+        .any(|cause| cause.to_string().contains(HANDLE_LIMIT_TEXT))
+}
+
 /// Turns a Wasmtime error into the failure the user needs to see.
 pub(crate) fn classify(
     function: &LoadedFunction,
@@ -58,6 +69,9 @@ pub(crate) fn classify(
             function: name,
             message: limit.to_string(),
         };
+    }
+    if is_handle_limit(&err) {
+        return InvokeError::HandleLimit { function: name };
     }
     if err.is::<MemoryLimitExceeded>() {
         return InvokeError::MemoryLimit {

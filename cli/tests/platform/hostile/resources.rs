@@ -9,8 +9,12 @@ use super::{Watch, assert_bystander_served, deploy_bystander};
 use crate::support::{Platform, client, write_manifest};
 use std::time::{Duration, Instant};
 
-/// The hog's deadline: an attack that only its deadline stopped takes this long.
-const DEADLINE: Duration = Duration::from_secs(5);
+/// The hog's deadline: an attack that only its deadline stopped takes this long. Far
+/// above the second or so the attacks take to reach the handle limit on a quiet
+/// machine: they compute while another tenant is served, so they run at the lowest
+/// priority, and a parallel test run's other processes (at normal priority) slowed
+/// one past 5 s on a 2-core CI machine.
+const DEADLINE: Duration = Duration::from_secs(60);
 
 #[test]
 fn a_guest_holding_host_memory_through_resources_is_stopped_at_its_handle_limit() {
@@ -45,10 +49,12 @@ fn a_guest_holding_host_memory_through_resources_is_stopped_at_its_handle_limit(
     for attack in attacks {
         let (route, status, body, took) = attack.join().unwrap();
         assert_eq!(status, 500, "{route}: {body}");
-        assert!(
-            body.contains("store handle limit exceeded"),
+        let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            error["error"]["kind"], "handle_limit",
             "{route} was not stopped by the handle limit: {body}"
         );
+        assert!(body.contains("--max-handles-per-instance"), "{body}");
         assert!(took < DEADLINE, "{route} ran until its deadline: {took:?}");
     }
     watch.finish();
