@@ -20,6 +20,8 @@ pub enum FailureKind {
     RegionLimit,
     /// The guest held as many resource handles at once as an instance may.
     HandleLimit,
+    /// The guest made a set of header fields larger than an instance may.
+    FieldsLimit,
     /// The guest burned all its fuel.
     OutOfFuel,
     /// No instance slot came free in time; no instance ran.
@@ -62,6 +64,7 @@ impl FailureKind {
             Self::MemoryLimit => "memory_limit",
             Self::RegionLimit => "region_limit",
             Self::HandleLimit => "handle_limit",
+            Self::FieldsLimit => "fields_limit",
             Self::OutOfFuel => "out_of_fuel",
             Self::Overloaded => "overloaded",
             Self::BadResponse => "bad_response",

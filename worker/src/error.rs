@@ -56,6 +56,16 @@ pub enum InvokeError {
         /// The function stopped.
         function: String,
     },
+    /// The guest made a set of header fields larger than an instance may.
+    #[error(
+        "function `{function}` made a set of header fields larger than an instance may \
+         ({} KiB, or more fields than an HTTP header map holds)",
+        crate::host_limits::MAX_FIELDS_BYTES >> 10
+    )]
+    FieldsLimit {
+        /// The function stopped.
+        function: String,
+    },
     /// The guest burned all its fuel.
     #[error("function `{function}` ran out of fuel ({fuel} units)")]
     OutOfFuel {
@@ -116,6 +126,7 @@ impl InvokeError {
             Self::MemoryLimit { .. } => FailureKind::MemoryLimit,
             Self::RegionLimit { .. } => FailureKind::RegionLimit,
             Self::HandleLimit { .. } => FailureKind::HandleLimit,
+            Self::FieldsLimit { .. } => FailureKind::FieldsLimit,
             Self::OutOfFuel { .. } => FailureKind::OutOfFuel,
             Self::Overloaded { .. } => FailureKind::Overloaded,
             // Nothing ran, and another worker may take the event.
@@ -133,6 +144,7 @@ impl InvokeError {
             | Self::MemoryLimit { function, .. }
             | Self::RegionLimit { function, .. }
             | Self::HandleLimit { function }
+            | Self::FieldsLimit { function }
             | Self::OutOfFuel { function, .. }
             | Self::Overloaded { function, .. }
             | Self::SwapTurnedOn { function }

@@ -73,6 +73,11 @@ pub(crate) fn classify(
     if is_handle_limit(&err) {
         return InvokeError::HandleLimit { function: name };
     }
+    // Wasmtime's host traps with this past `host_limits::MAX_FIELDS_BYTES` (or the
+    // most fields a header map holds), not with a header error the guest could handle.
+    if err.is::<wasmtime_wasi_http::FieldMapError>() {
+        return InvokeError::FieldsLimit { function: name };
+    }
     if err.is::<MemoryLimitExceeded>() {
         return InvokeError::MemoryLimit {
             function: name,

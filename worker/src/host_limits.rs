@@ -6,8 +6,8 @@
 //! each handle holds at most about [`MAX_FIELDS_BYTES`], and an instance at most
 //! [`crate::WorkerConfig::max_handles_per_instance`] handles, its regions among them
 //! (those hold no host memory: their bytes are in guest memory, which the memory limit
-//! counts): past either, the guest is stopped (the event fails as `handle_limit`, or
-//! as a `trap` past the fields limit).
+//! counts): past either, the guest is stopped (the event fails as `handle_limit` or
+//! `fields_limit`).
 
 /// The most one set of header fields may hold (Wasmtime counts its in-memory size, a
 /// little over the bytes on the wire): four times the 16 KiB that common proxies and

@@ -2,8 +2,9 @@
 //! request bodies (each buffering what was written to it) and bare handles, which all
 //! live in the host, outside the instance's memory limit. With Wasmtime's defaults one
 //! such event held gigabytes until its deadline; now each is stopped at the instance's
-//! handle limit long before it, the platform's memory grows by a bounded amount, and
-//! the other tenant is served throughout.
+//! handle limit long before it (one set of fields grown without end, at the fields
+//! limit), the platform's memory grows by a bounded amount, and the other tenant is
+//! served throughout.
 
 use super::{Watch, assert_bystander_served, deploy_bystander};
 use crate::support::{Platform, client, write_manifest};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 const DEADLINE: Duration = Duration::from_secs(60);
 
 #[test]
-fn a_guest_holding_host_memory_through_resources_is_stopped_at_its_handle_limit() {
+fn a_guest_holding_host_memory_through_resources_is_stopped_at_its_limits() {
     let dir = faas_testing::temp_dir();
     let platform = Platform::start();
     deploy_bystander(&platform, dir.path());
@@ -34,27 +35,34 @@ fn a_guest_holding_host_memory_through_resources_is_stopped_at_its_handle_limit(
     let resident_before = platform.memory("VmRSS");
 
     let watch = Watch::start(&platform);
-    let attacks: Vec<_> = ["handles", "headers", "bodies"]
-        .into_iter()
-        .map(|route| {
-            let url = platform.at(&format!("/resource-hog/{route}"));
-            std::thread::spawn(move || {
-                let started = Instant::now();
-                let response = client().get(url).send().unwrap();
-                let status = response.status().as_u16();
-                (route, status, response.text().unwrap(), started.elapsed())
-            })
+    // Each attack with the limit that must stop it.
+    let attacks: Vec<_> = [
+        ("handles", "handle_limit", "--max-handles-per-instance"),
+        ("headers", "handle_limit", "--max-handles-per-instance"),
+        ("bodies", "handle_limit", "--max-handles-per-instance"),
+        ("wide-headers", "fields_limit", "64 KiB"),
+    ]
+    .into_iter()
+    .map(|(route, kind, named)| {
+        let url = platform.at(&format!("/resource-hog/{route}"));
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let response = client().get(url).send().unwrap();
+            let status = response.status().as_u16();
+            let body = response.text().unwrap();
+            (route, kind, named, status, body, started.elapsed())
         })
-        .collect();
+    })
+    .collect();
     for attack in attacks {
-        let (route, status, body, took) = attack.join().unwrap();
+        let (route, kind, named, status, body, took) = attack.join().unwrap();
         assert_eq!(status, 500, "{route}: {body}");
         let error: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(
-            error["error"]["kind"], "handle_limit",
-            "{route} was not stopped by the handle limit: {body}"
+            error["error"]["kind"], kind,
+            "{route} was not stopped by its limit: {body}"
         );
-        assert!(body.contains("--max-handles-per-instance"), "{body}");
+        assert!(body.contains(named), "{body}");
         assert!(took < DEADLINE, "{route} ran until its deadline: {took:?}");
     }
     watch.finish();

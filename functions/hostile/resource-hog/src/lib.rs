@@ -6,6 +6,8 @@
 //! - `/resource-hog/headers`: header fields, each holding 48 KiB of values.
 //! - `/resource-hog/bodies`: outgoing requests that are never sent, each body's stream
 //!   written until the host would block.
+//! - `/resource-hog/wide-headers`: one set of header fields, 8 KiB values appended to it
+//!   without end.
 //! - anything else: answers `still here`.
 
 use wasip2::exports::http::incoming_handler::Guest;
@@ -57,6 +59,17 @@ impl Guest for ResourceHog {
                 kept.push(Fields::new());
             }
             kept.len()
+        } else if path.starts_with("/resource-hog/wide-headers") {
+            let value = vec![b'w'; 8 << 10];
+            let fields = Fields::new();
+            let mut appended = 0;
+            while appended < AS_MANY_AS {
+                if fields.append(&format!("x-wide-{appended}"), &value).is_err() {
+                    break;
+                }
+                appended += 1;
+            }
+            appended
         } else if path.starts_with("/resource-hog/headers") {
             let value = vec![b'h'; 8 << 10];
             let mut kept = Vec::new();
