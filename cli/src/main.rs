@@ -119,6 +119,11 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    // A worker compiles each component in a child of this executable, which does
+    // nothing else (`faas_worker::compiler`).
+    if let Some(code) = worker::run_if_compile_child() {
+        return code;
+    }
     // Before the flags are parsed: the default region-file budget is a share of it.
     worker::raise_descriptor_limit();
     let cli = Cli::parse();

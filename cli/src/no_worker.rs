@@ -17,6 +17,11 @@ pub type WorkerCmdArgs = NoWorkerArgs;
 /// Nothing to raise: the descriptor limit matters for the worker's region files only.
 pub fn raise_descriptor_limit() {}
 
+/// Never a compile child: this build starts none (`faas_worker::compiler`).
+pub fn run_if_compile_child() -> Option<std::process::ExitCode> {
+    None
+}
+
 /// Refuses `faas up`: it runs workers in this process.
 pub async fn up(_: UpArgs) -> anyhow::Result<()> {
     Err(without_worker("up"))

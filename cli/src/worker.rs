@@ -9,6 +9,9 @@ use crate::services::{InternalTokenArgs, LogStreamArgs, MetricsArgs, RedisArgs, 
 use anyhow::Context;
 use faas_store::broker::RedisBroker;
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
+use faas_worker::compiler::{
+    CompileLimits, Compiler, DEFAULT_COMPILE_MEMORY_MB, DEFAULT_COMPILE_TIME,
+};
 use faas_worker::config::{
     DEFAULT_MAX_HANDLES_PER_INSTANCE, DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,
     DEFAULT_MAX_REGIONS_PER_INSTANCE, DEFAULT_REGION_MAP_THRESHOLD, DEFAULT_WHOLE_RESET_BYTES,
@@ -22,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::up::{UpArgs, run as up};
+pub use faas_worker::compiler::run_if_child as run_if_compile_child;
 pub use faas_worker::raise_descriptor_limit;
 
 /// A worker's limits and capacity.
@@ -108,6 +112,16 @@ pub struct WorkerArgs {
     /// quarter of the process's descriptor limit.
     #[arg(long, env = "FAAS_MAX_REGION_FILES")]
     pub max_region_files: Option<usize>,
+    /// How long compiling one component may take, in seconds; each is compiled in a
+    /// child process, killed past this (the deploy then fails).
+    #[arg(long, env = "FAAS_COMPILE_TIMEOUT_SECS", default_value_t = DEFAULT_COMPILE_TIME.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub compile_timeout_secs: u64,
+    /// How much memory compiling one component may take, in MiB (the compile child's
+    /// writable mappings); past it the deploy fails.
+    #[arg(long, env = "FAAS_COMPILE_MEMORY_MB", default_value_t = DEFAULT_COMPILE_MEMORY_MB,
+          value_parser = clap::value_parser!(u64).range(64..))]
+    pub compile_memory_mb: u64,
 }
 
 /// `--slot-reset`: the choices of [`SlotReset`].
@@ -176,6 +190,14 @@ impl WorkerArgs {
         if let Some(files) = self.max_region_files {
             config.max_region_files = files;
         }
+        config.compiler = Compiler::Child {
+            program: std::env::current_exe()
+                .context("finding this executable, which compiles components in a child")?,
+            limits: CompileLimits {
+                time: Duration::from_secs(self.compile_timeout_secs),
+                memory_mb: self.compile_memory_mb,
+            },
+        };
         config.after_load = crate::allocator::release_freed_memory;
         Ok(config)
     }

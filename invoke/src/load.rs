@@ -16,6 +16,15 @@ pub enum LoadError {
         /// Wasmtime's explanation.
         message: String,
     },
+    /// Compiling the component went past a limit of the worker's (time or memory), and
+    /// was stopped.
+    #[error("function `{function}`: {message}")]
+    CompileLimit {
+        /// The function whose component it is.
+        function: String,
+        /// Which limit, and the flag that sets it.
+        message: String,
+    },
     /// The bytes are not a component at all (another file, or a core module), found
     /// before compiling so the error is one line.
     #[error("function `{function}`: the component is {reason}")]

@@ -198,6 +198,28 @@ impl ComponentCache {
         function: &str,
         bytes: &ComponentBytes,
     ) -> Result<(Component, CacheOutcome), LoadError> {
+        self.load_with(engine, function, bytes, |bytes| {
+            engine
+                .precompile_component(bytes)
+                .map_err(|err| LoadError::Compile {
+                    function: function.to_owned(),
+                    message: format!("{err:#}"),
+                })
+        })
+    }
+
+    /// [`Self::load`], with `compile` turning the bytes into an artifact on a miss
+    /// (the worker's `compiler.rs` compiles in a child process).
+    ///
+    /// # Errors
+    /// As [`Self::load`], and whatever `compile` returns.
+    pub(crate) fn load_with(
+        &self,
+        engine: &Engine,
+        function: &str,
+        bytes: &ComponentBytes,
+        compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, LoadError>,
+    ) -> Result<(Component, CacheOutcome), LoadError> {
         let path = self.artifact_path(bytes);
         // From here until this function returns, pruning in this process leaves the
         // artifact alone.
@@ -216,12 +238,7 @@ impl ComponentCache {
                 }
             }
         }
-        let compiled = engine
-            .precompile_component(bytes)
-            .map_err(|err| LoadError::Compile {
-                function: function.to_owned(),
-                message: format!("{err:#}"),
-            })?;
+        let compiled = compile(bytes)?;
         self.store(&path, &compiled)?;
         // SAFETY: as above; the file was written by us a moment ago.
         let component = unsafe { Component::deserialize_file(engine, &path) }.map_err(|err| {

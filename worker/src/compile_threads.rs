@@ -49,7 +49,7 @@ fn build() -> Option<rayon::ThreadPool> {
 }
 
 /// Lowers the calling thread to [`COMPILE_NICE`].
-fn lower_priority() {
+pub(crate) fn lower_priority() {
     // On Linux `nice` is per thread, and pid 0 names the calling one.
     if let Err(err) = rustix::process::setpriority_process(None, COMPILE_NICE) {
         tracing::warn!("compile thread: nice {COMPILE_NICE} refused ({err})");

@@ -77,6 +77,9 @@ pub struct WorkerConfig {
     /// How many region memory files may be open in this worker at once: each is a file
     /// descriptor, so this keeps guests far from the process's descriptor limit.
     pub max_region_files: usize,
+    /// Where components are compiled: in this process by default; `faas` compiles each
+    /// in a child process bounded in time and memory ([`crate::compiler`]).
+    pub compiler: crate::compiler::Compiler,
     /// Called on the blocking thread that loaded (and perhaps compiled) a component,
     /// right after the load. A compile allocates and frees tens of MiB, and an
     /// allocator that returns freed memory lazily, from the thread that freed it, keeps
@@ -190,6 +193,7 @@ impl WorkerConfig {
             max_handles_per_instance: DEFAULT_MAX_HANDLES_PER_INSTANCE,
             max_outbound_connections_per_instance: DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,
             max_region_files: default_max_region_files(),
+            compiler: crate::compiler::Compiler::InProcess,
             after_load: || {},
         }
     }

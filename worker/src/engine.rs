@@ -72,15 +72,10 @@ impl PoolReset {
 /// engine; both are built here, so their pooling and epoch settings cannot drift apart.
 pub(crate) fn build_engine(
     config: &WorkerConfig,
-    fuel: bool,
+    codegen: Codegen,
     reset: PoolReset,
 ) -> wasmtime::Result<Engine> {
-    let mut wasm = Config::new();
-    wasm.epoch_interruption(true);
-    wasm.consume_fuel(fuel);
-    // Regions map payload pages at host addresses inside linear memories; a memory
-    // that moved on growth would leave those mappings behind.
-    wasm.memory_may_move(false);
+    let mut wasm = codegen.config();
     if config.pooling {
         let mut pool = PoolingAllocationConfig::new();
         // `max_instances` (the slot semaphore) bounds live stores. A store frees its
@@ -115,14 +110,48 @@ pub(crate) fn build_engine(
             // slots stay warm, so idle workflows do not hold resident memory.
             .max_unused_warm_slots(reset.warm_slots());
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        // Map each component's initial data copy-on-write (pages are copied when
-        // written, so an instance pays for what it touches: a Python component's 13 MB
-        // image is not copied per event), where the region code can see image pages
-        // and keep regions off them (`region/mappings.rs`, Linux 6.11+). Elsewhere
-        // data segments are copied into each instance.
-        wasm.memory_init_cow(crate::region::images_can_be_told_apart());
     }
     Engine::new(&wasm)
+}
+
+/// The engine settings that shape compiled code (the rest, such as the instance
+/// allocator, only shape how it runs): an artifact compiled by an engine with the same
+/// settings loads in any engine built here with them. What a compile child is told
+/// (`compiler.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Codegen {
+    /// Fuel metering compiled into every function.
+    pub(crate) fuel: bool,
+    /// Whether initial data is laid out to be mapped copy-on-write.
+    pub(crate) memory_init_cow: bool,
+}
+
+impl Codegen {
+    /// The settings of an engine for `config`, with fuel metering if `fuel`.
+    pub(crate) fn new(config: &WorkerConfig, fuel: bool) -> Self {
+        Self {
+            fuel,
+            // Map each component's initial data copy-on-write (pages are copied when
+            // written, so an instance pays for what it touches: a Python component's
+            // 13 MB image is not copied per event), where the region code can see
+            // image pages and keep regions off them (`region/mappings.rs`, Linux
+            // 6.11+). Elsewhere data segments are copied into each pooled instance.
+            // Without pooling no region maps into a slot: Wasmtime's default.
+            memory_init_cow: !config.pooling || crate::region::images_can_be_told_apart(),
+        }
+    }
+
+    /// A Wasmtime configuration with these settings and nothing else.
+    pub(crate) fn config(self) -> Config {
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true);
+        wasm.consume_fuel(self.fuel);
+        // Regions map payload pages at host addresses inside linear memories; a memory
+        // that moved on growth would leave those mappings behind.
+        wasm.memory_may_move(false);
+        wasm.memory_init_cow(self.memory_init_cow);
+        wasm
+    }
 }
 
 /// How often an idle clock (no store exists) looks whether it was told to stop.

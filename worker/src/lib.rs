@@ -20,6 +20,7 @@
 
 pub mod cache;
 mod compile_threads;
+pub mod compiler;
 pub mod config;
 mod engine;
 mod error;

@@ -8,8 +8,9 @@
 
 use crate::cache::{CacheOutcome, ComponentBytes, ComponentCache};
 use crate::compile_threads;
+use crate::compiler::Compiler;
 use crate::config::{SlotReset, WorkerConfig};
-use crate::engine::{ClockedEngines, PoolReset, build_engine};
+use crate::engine::{ClockedEngines, Codegen, PoolReset, build_engine};
 use crate::function::Entry;
 use crate::host::{self, StepFunctionPre};
 use crate::linked::SharedEntries;
@@ -50,6 +51,10 @@ pub(crate) struct Runtime {
     linker: Linker<InstanceState>,
     pub(crate) cache: ComponentCache,
     pub(crate) shared: Arc<SharedEntries>,
+    /// What the engine was built with that shapes compiled code.
+    codegen: Codegen,
+    /// [`WorkerConfig::compiler`].
+    compiler: Compiler,
     /// [`WorkerConfig::after_load`].
     after_load: fn(),
     /// Whether the engine resets slots by scanning for the pages an event wrote, which
@@ -70,7 +75,8 @@ impl Runtime {
                 scan: config.pooling && swap.scanning_is_safe(),
             },
         };
-        let engine = build_engine(config, flavor.fuel, reset)?;
+        let codegen = Codegen::new(config, flavor.fuel);
+        let engine = build_engine(config, codegen, reset)?;
         let mut linker = Linker::new(&engine);
         host::add_to_linker(&mut linker)?;
         let cache =
@@ -82,6 +88,8 @@ impl Runtime {
             linker,
             cache,
             shared: Arc::default(),
+            codegen,
+            compiler: config.compiler.clone(),
             after_load: config.after_load,
             scans_written_pages: reset == (PoolReset::WrittenPages { scan: true }),
             measures_placement: config.pooling
@@ -104,11 +112,15 @@ impl Runtime {
             name.to_owned(),
             self.after_load,
         );
+        let (compiler, codegen) = (self.compiler.clone(), self.codegen);
         // Compiling takes milliseconds to seconds of CPU: keep it off the async threads,
-        // and below the priority of the threads serving events (`compile_threads.rs`).
+        // and below the priority of the threads serving events (`compile_threads.rs`;
+        // a compile child lowers its own, `compiler.rs`).
         let (component, outcome) = tokio::task::spawn_blocking(move || {
             compile_threads::run(|| {
-                let loaded = cache.load(&engine, &owned_name, &bytes);
+                let loaded = cache.load_with(&engine, &owned_name, &bytes, |bytes| {
+                    compiler.compile(&engine, codegen, &owned_name, bytes)
+                });
                 // On the thread that compiled: what it freed is what to give back.
                 after_load();
                 loaded

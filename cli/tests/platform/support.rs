@@ -10,6 +10,20 @@ use std::time::{Duration, Instant};
 /// The admin token every test platform uses.
 pub const TOKEN: &str = "test-token";
 
+/// How long a test's platform lets one compile take (`--compile-timeout-secs`, 120 by
+/// default). The test build's Cranelift is optimised less (opt-level 1), and the suite
+/// compiles the Python and JavaScript components while other tests run: the
+/// JavaScript hello took about 30 s here so, where a release build takes a few.
+const COMPILE_TIMEOUT_SECS: &str = "600";
+
+/// The `faas` executable, to start as a platform process (flags given to it override
+/// the environment set here).
+fn faas_server() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_faas"));
+    command.env("FAAS_COMPILE_TIMEOUT_SECS", COMPILE_TIMEOUT_SECS);
+    command
+}
+
 /// A `faas` process started by a test; stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Process {
     child: Option<Child>,
@@ -34,7 +48,7 @@ impl Process {
         env: &[(&str, &std::ffi::OsStr)],
         ready_prefix: &str,
     ) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_faas"));
+        let mut command = faas_server();
         command.envs(env.iter().copied()).env("FAAS_LOG", "warn");
         Self::spawn_command(command, args, ready_prefix)
     }
@@ -42,7 +56,7 @@ impl Process {
     /// [`Process::spawn`] with its log as an operator gets it by default (`FAAS_LOG`
     /// unset), kept in [`Process::log`].
     pub fn spawn_logging<S: AsRef<std::ffi::OsStr>>(args: &[S], ready_prefix: &str) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_faas"));
+        let mut command = faas_server();
         command.env_remove("FAAS_LOG").stderr(Stdio::piped());
         Self::spawn_command(command, args, ready_prefix)
     }
@@ -118,6 +132,11 @@ impl Process {
             .and_then(|value| value.trim().strip_suffix(" kB")?.parse().ok())
             .unwrap_or_else(|| panic!("no `{field}` in {status}"));
         kib << 10
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the process is running").id()
     }
 
     /// Sends `signal` without waiting (e.g. SIGSTOP and SIGCONT to pause it).
@@ -206,6 +225,11 @@ impl Platform {
         });
         platform._data = Some(data);
         platform
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
     }
 
     /// Its process's memory figure `field` (`VmRSS`, `VmHWM`), in bytes.

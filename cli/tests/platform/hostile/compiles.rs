@@ -1,0 +1,144 @@
+//! Components that are expensive to compile: a deploy compiles a tenant's component
+//! before any limit of an instance applies, and Cranelift's time and memory grow with
+//! the code it is given. Each compile runs in a child process bounded in time and
+//! memory; past a bound only that deploy fails, with an error naming the flag, while
+//! another tenant is served, and deploys after it go through.
+
+use super::{Watch, assert_bystander_served, deploy_bystander};
+use crate::support::{Platform, faas_at, write_manifest};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use wasm_encoder::{
+    CodeSection, Component, Function, FunctionSection, Instruction, Module, ModuleSection,
+    TypeSection, ValType,
+};
+
+/// A component of 1.7 MiB that is expensive to compile: four functions of 200 locals
+/// kept live at once (the register allocator's worst case), seconds of compiling and
+/// about 250 MiB of the compiler's memory on the test build. `seed` makes its bytes,
+/// and so its compile-cache entry, its own.
+fn expensive_component(seed: i32) -> Vec<u8> {
+    const FUNCTIONS: u32 = 4;
+    const LOCALS: u32 = 200;
+    const ROUNDS: u32 = 40_000;
+    let mut types = TypeSection::new();
+    types.ty().function([ValType::I32], [ValType::I32]);
+    let (mut functions, mut code) = (FunctionSection::new(), CodeSection::new());
+    for _ in 0..FUNCTIONS {
+        functions.function(0);
+        let mut body = Function::new([(LOCALS, ValType::I32)]);
+        // From the parameter, so that nothing folds to a constant.
+        for local in 1..=LOCALS {
+            body.instruction(&Instruction::LocalGet(0))
+                .instruction(&Instruction::I32Const(local as i32 * 31 + seed))
+                .instruction(&Instruction::I32Mul)
+                .instruction(&Instruction::LocalSet(local));
+        }
+        for round in 0..ROUNDS {
+            let (a, b) = (round % LOCALS + 1, (round * 7 + 3) % LOCALS + 1);
+            body.instruction(&Instruction::LocalGet(a))
+                .instruction(&Instruction::LocalGet(b))
+                .instruction(&Instruction::I32Const(seed))
+                .instruction(&Instruction::I32Add)
+                .instruction(&Instruction::I32Mul)
+                .instruction(&Instruction::LocalSet((round * 13 + 5) % LOCALS + 1));
+        }
+        for local in 1..=LOCALS {
+            body.instruction(&Instruction::LocalGet(local));
+        }
+        for _ in 1..LOCALS {
+            body.instruction(&Instruction::I32Xor);
+        }
+        body.instruction(&Instruction::End);
+        code.function(&body);
+    }
+    let mut module = Module::new();
+    module.section(&types).section(&functions).section(&code);
+    let mut component = Component::new();
+    component.section(&ModuleSection(&module));
+    component.finish()
+}
+
+/// Deploys `component` as tenant mallory's workflow and returns the failed deploy's
+/// stderr, and how long it took.
+fn deploy_expensive(platform: &Platform, dir: &Path, component: Vec<u8>) -> (String, Duration) {
+    let path = dir.join(format!("expensive-{}.wasm", component.len()));
+    std::fs::write(&path, component).unwrap();
+    let manifest = dir.join("expensive.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"expensive\"\ntenant = \"mallory\"\n\n[functions.main]\ncomponent = \
+             \"{}\"\n\n[[triggers.http]]\nroute = \"/expensive\"\nfunction = \"main\"\n",
+            path.display()
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let output = faas_at(&platform.url, &["deploy", manifest.to_str().unwrap()]);
+    let took = started.elapsed();
+    assert!(!output.status.success(), "the expensive component deployed");
+    (String::from_utf8_lossy(&output.stderr).into_owned(), took)
+}
+
+/// After an expensive deploy failed: nothing of it is served, another tenant's deploy
+/// goes through, and no compile child is left.
+fn assert_platform_carries_on(platform: &Platform, dir: &Path) {
+    assert_eq!(platform.get("/expensive").status(), 404);
+    let manifest = write_manifest(dir, "after", "after", "hello", "/after", "");
+    platform.deploy(&manifest);
+    assert_eq!(platform.get("/after?name=x").status(), 200);
+    assert_bystander_served(platform);
+    let children: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| {
+            let dir = entry.ok()?.path();
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // The parent's pid is the second field after the command's parentheses.
+            let parent: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+            (parent == platform.pid()).then(|| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        })
+        .filter(|cmdline| cmdline.contains("__compile-component"))
+        .collect();
+    assert!(children.is_empty(), "compile children left: {children:?}");
+}
+
+#[test]
+fn a_component_that_compiles_too_long_fails_its_own_deploy() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start_with(&["--no-demo", "--compile-timeout-secs", "1"]);
+    deploy_bystander(&platform, dir.path());
+    let watch = Watch::start(&platform);
+    let (error, took) = deploy_expensive(&platform, dir.path(), expensive_component(1));
+    watch.finish();
+    assert!(error.contains("--compile-timeout-secs"), "{error}");
+    assert!(error.contains("compiling took longer"), "{error}");
+    assert!(!error.contains("not a valid"), "{error}");
+    assert!(took < Duration::from_secs(30), "the deploy took {took:?}");
+    assert_platform_carries_on(&platform, dir.path());
+}
+
+#[test]
+fn a_component_that_needs_too_much_memory_to_compile_fails_its_own_deploy() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start_with(&["--no-demo", "--compile-memory-mb", "128"]);
+    deploy_bystander(&platform, dir.path());
+    let resident_before = platform.memory("VmHWM");
+    let watch = Watch::start(&platform);
+    let (error, _) = deploy_expensive(&platform, dir.path(), expensive_component(2));
+    watch.finish();
+    assert!(error.contains("--compile-memory-mb"), "{error}");
+    assert!(error.contains("128 MiB"), "{error}");
+    // The compile's memory was the child's (about 250 MiB had it run to the end): the
+    // platform's peak grew by little more than the 1.7 MiB upload.
+    let grew = platform.memory("VmHWM").saturating_sub(resident_before);
+    assert!(grew < 96 << 20, "the platform grew by {} MiB", grew >> 20);
+    assert_platform_carries_on(&platform, dir.path());
+}

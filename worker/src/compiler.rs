@@ -1,0 +1,351 @@
+//! Where components are compiled: in a child process of their own, bounded in time and
+//! memory, or (for library users and tests) in this process.
+//!
+//! Compiling is the one thing a worker does with a tenant's bytes before any limit of
+//! an instance applies, and Cranelift's time and memory grow with what it is given: a
+//! deploy may carry hundreds of MiB of code, one function may be megabytes, and some
+//! shapes of code make register allocation superlinear. In the worker's own process a
+//! crafted component could take all the memory (the kernel's OOM killer would then end
+//! the worker, and every tenant's events with it) or compile for hours, holding the
+//! deploy every other tenant's deploys wait behind. So `faas` compiles each component
+//! in a child, [`Compiler::Child`]: the same executable started with [`CHILD_COMMAND`],
+//! which reads the component on stdin and writes Wasmtime's artifact on stdout (the
+//! worker stores it in its cache as before). The child
+//! - is killed past [`CompileLimits::time`], or once it holds more than
+//!   [`CompileLimits::memory_mb`] resident (its memory is looked at every
+//!   [`MEMORY_POLL`]); should the machine run out first, it is the first process the
+//!   OOM killer takes (`oom_score_adj` 1000), not the worker;
+//! - runs at nice 10, as the worker's own compile threads do (`compile_threads.rs`),
+//!   and is killed with the worker (`PR_SET_PDEATHSIG`).
+//!
+//! Resident memory, not an address-space limit (`RLIMIT_AS`, `RLIMIT_DATA`): the
+//! allocator and Wasmtime reserve far more address space than they touch (a compile
+//! child's mimalloc alone reserves a GiB), so such a limit says little about what a
+//! compile takes from the machine.
+//!
+//! Either limit fails that component's load with a message naming the flag; the worker
+//! and every other deploy carry on. The child builds its engine from the settings that
+//! shape compiled code ([`Codegen`]), which the worker passes on its command line, so
+//! its artifacts load in the worker's engines (Wasmtime checks that too).
+
+use crate::compile_threads;
+use crate::engine::Codegen;
+use crate::failure::cut_guest_text;
+use faas_invoke::LoadError;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use wasmtime::Engine;
+
+/// The first argument that makes a `faas` process a compile child
+/// ([`run_if_child`]). Not a subcommand users see.
+pub const CHILD_COMMAND: &str = "__compile-component";
+
+/// The default [`CompileLimits::time`]: the 18 MiB Python hello compiles in about 7 s on
+/// two cores, and a deploy of a few hundred MiB of code in a minute or two.
+pub const DEFAULT_COMPILE_TIME: Duration = Duration::from_secs(120);
+
+/// The default [`CompileLimits::memory_mb`]: several times what the largest components
+/// measured here need (the 18 MiB Python hello: about 400 MiB).
+pub const DEFAULT_COMPILE_MEMORY_MB: u64 = 2048;
+
+/// How often a compile child's resident memory is looked at: a compiler touches at
+/// most a few MiB per millisecond, so it is stopped a few tens of MiB past its limit.
+pub const MEMORY_POLL: Duration = Duration::from_millis(10);
+
+/// What one component's compile may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// Wall-clock time, after which the child is killed.
+    pub time: Duration,
+    /// Memory the child may hold resident, in MiB.
+    pub memory_mb: u64,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        Self {
+            time: DEFAULT_COMPILE_TIME,
+            memory_mb: DEFAULT_COMPILE_MEMORY_MB,
+        }
+    }
+}
+
+/// Where a worker compiles components ([`crate::WorkerConfig::compiler`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Compiler {
+    /// On this process's compile threads, unbounded: for embedders whose components
+    /// are trusted, and tests.
+    #[default]
+    InProcess,
+    /// In a child process per component, within `limits`. `program` must run
+    /// [`run_if_child`] first thing in `main` (the `faas` executable does).
+    Child {
+        /// The executable to start, usually this one (`std::env::current_exe`).
+        program: PathBuf,
+        /// What each compile may take.
+        limits: CompileLimits,
+    },
+}
+
+impl Compiler {
+    /// Compiles `bytes` (the component of `function`) into an artifact `engine` can
+    /// load; `codegen` is what `engine` was built with.
+    ///
+    /// # Errors
+    /// [`LoadError::CompileLimit`] if its compile went past a limit (the child was
+    /// killed), [`LoadError::Compile`] if the component is invalid or the child could
+    /// not be run.
+    pub(crate) fn compile(
+        &self,
+        engine: &Engine,
+        codegen: Codegen,
+        function: &str,
+        bytes: &[u8],
+    ) -> Result<Vec<u8>, LoadError> {
+        match self {
+            Self::InProcess => compile_threads::run(|| engine.precompile_component(bytes))
+                .map_err(|err| compile_error(function, format!("{err:#}"))),
+            Self::Child { program, limits } => in_child(program, *limits, codegen, function, bytes),
+        }
+    }
+}
+
+fn compile_error(function: &str, message: String) -> LoadError {
+    LoadError::Compile {
+        function: function.to_owned(),
+        message,
+    }
+}
+
+/// Compiles in a child of `program` and returns its artifact.
+fn in_child(
+    program: &Path,
+    limits: CompileLimits,
+    codegen: Codegen,
+    function: &str,
+    bytes: &[u8],
+) -> Result<Vec<u8>, LoadError> {
+    let mut child = Command::new(program)
+        .arg(CHILD_COMMAND)
+        .args(child_args(codegen))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|err| {
+            compile_error(
+                function,
+                format!("could not start the compiler {}: {err}", program.display()),
+            )
+        })?;
+    let (mut stdin, mut stdout, stderr) = (
+        child.stdin.take().expect("piped"),
+        child.stdout.take().expect("piped"),
+        child.stderr.take().expect("piped"),
+    );
+    let pid = rustix::process::Pid::from_child(&child);
+    let (artifact, said, stopped) = std::thread::scope(|scope| {
+        // A broken pipe here means the child ended early; its status says why.
+        scope.spawn(move || stdin.write_all(bytes));
+        let said = scope.spawn(move || read_said(stderr));
+        let (finished, finish) = mpsc::channel::<()>();
+        // The child is not reaped before this thread ends (`wait` comes after the
+        // scope), so `pid` names it, or its zombie, for as long as this may kill it.
+        let watchdog = scope.spawn(move || watch(pid, limits, &finish));
+        let mut artifact = Vec::new();
+        let read = stdout.read_to_end(&mut artifact);
+        drop(finished);
+        let stopped = watchdog.join().unwrap_or(None);
+        (
+            read.map(|_| artifact),
+            said.join().unwrap_or_default(),
+            stopped,
+        )
+    });
+    let status = child
+        .wait()
+        .map_err(|err| compile_error(function, format!("waiting for the compiler: {err}")))?;
+    if let Some(stopped) = stopped {
+        return Err(LoadError::CompileLimit {
+            function: function.to_owned(),
+            message: stopped.describe(limits),
+        });
+    }
+    match artifact {
+        Ok(artifact) if status.success() => Ok(artifact),
+        Ok(_) => Err(compile_error(function, failed_child(status, &said))),
+        Err(err) => Err(compile_error(
+            function,
+            format!("reading the compiler's output: {err}"),
+        )),
+    }
+}
+
+/// Which limit a compile child was killed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    Time,
+    Memory,
+}
+
+impl Stopped {
+    fn describe(self, limits: CompileLimits) -> String {
+        match self {
+            Self::Time => format!(
+                "compiling took longer than the worker allows ({} s, \
+                 --compile-timeout-secs): the component is too large or too complex",
+                limits.time.as_secs_f64()
+            ),
+            Self::Memory => format!(
+                "compiling needed more memory than the worker allows ({} MiB, \
+                 --compile-memory-mb): the component is too large or too complex",
+                limits.memory_mb
+            ),
+        }
+    }
+}
+
+/// Watches the compile child `pid` until `finish` is dropped, killing it at a limit.
+fn watch(
+    pid: rustix::process::Pid,
+    limits: CompileLimits,
+    finish: &mpsc::Receiver<()>,
+) -> Option<Stopped> {
+    let started = std::time::Instant::now();
+    let most = limits.memory_mb.saturating_mul(1 << 20);
+    loop {
+        if finish.recv_timeout(MEMORY_POLL) != Err(mpsc::RecvTimeoutError::Timeout) {
+            return None;
+        }
+        let stopped = if started.elapsed() >= limits.time {
+            Some(Stopped::Time)
+        } else if resident_bytes(pid).is_some_and(|resident| resident > most) {
+            Some(Stopped::Memory)
+        } else {
+            None
+        };
+        if stopped.is_some() {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            return stopped;
+        }
+    }
+}
+
+/// What process `pid` holds resident, from `/proc/<pid>/statm`.
+fn resident_bytes(pid: rustix::process::Pid) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{}/statm", pid.as_raw_nonzero())).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages.saturating_mul(rustix::param::page_size() as u64))
+}
+
+/// What the child wrote on stderr, cut to what a message may carry (a component's
+/// errors can be long); the rest is read and dropped, so the child never blocks on it.
+fn read_said(mut stderr: impl Read) -> String {
+    let mut said = Vec::new();
+    let _ = stderr.by_ref().take(16 << 10).read_to_end(&mut said);
+    let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+    cut_guest_text(String::from_utf8_lossy(&said).trim().to_owned())
+}
+
+/// Why a child that ended without an artifact (and was not killed at a limit) failed:
+/// what it said, which is Wasmtime's error for an invalid component.
+fn failed_child(status: ExitStatus, said: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(signal) => format!("the compiler was stopped by signal {signal}: {said}"),
+        None if said.is_empty() => format!("the compiler failed ({status})"),
+        None => said.to_owned(),
+    }
+}
+
+/// A compile child's command line after [`CHILD_COMMAND`]: the [`Codegen`] settings.
+fn child_args(codegen: Codegen) -> [String; 2] {
+    [
+        format!("--fuel={}", codegen.fuel),
+        format!("--memory-init-cow={}", codegen.memory_init_cow),
+    ]
+}
+
+/// The [`Codegen`] settings [`child_args`] wrote.
+fn parse_child_args(args: &[String]) -> Result<Codegen, String> {
+    let mut codegen = Codegen {
+        fuel: false,
+        memory_init_cow: true,
+    };
+    for arg in args {
+        let (name, value) = arg
+            .split_once('=')
+            .ok_or_else(|| format!("`{arg}` is not --name=value"))?;
+        let value: bool = value
+            .parse()
+            .map_err(|_| format!("`{arg}`: not true or false"))?;
+        match name {
+            "--fuel" => codegen.fuel = value,
+            "--memory-init-cow" => codegen.memory_init_cow = value,
+            _ => return Err(format!("unknown setting `{arg}`")),
+        }
+    }
+    Ok(codegen)
+}
+
+/// Runs this process as a compile child if it was started as one (its first argument
+/// is [`CHILD_COMMAND`]), returning how it ends; `None` otherwise. Call it first thing
+/// in `main`, before threads or a runtime exist: the limits it sets are the process's.
+pub fn run_if_child() -> Option<ExitCode> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) != Some(CHILD_COMMAND) {
+        return None;
+    }
+    Some(match child(&args[1..]) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{message}");
+            ExitCode::FAILURE
+        }
+    })
+}
+
+fn child(args: &[String]) -> Result<(), String> {
+    let codegen = parse_child_args(args)?;
+    // Ends with the worker that waits for it, and never outlives it compiling.
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    // Nice is per thread on Linux, and the compiler's threads, made later, inherit it.
+    compile_threads::lower_priority();
+    // The first the kernel kills if memory runs out anyway: not the worker.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
+    let mut component = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut component)
+        .map_err(|err| format!("reading the component: {err}"))?;
+    let engine = Engine::new(&codegen.config()).map_err(|err| format!("{err:#}"))?;
+    let artifact = engine
+        .precompile_component(&component)
+        .map_err(|err| format!("{err:#}"))?;
+    std::io::stdout()
+        .lock()
+        .write_all(&artifact)
+        .map_err(|err| format!("writing the artifact: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_reads_back_the_settings_it_was_given() {
+        for fuel in [false, true] {
+            for memory_init_cow in [false, true] {
+                let codegen = Codegen {
+                    fuel,
+                    memory_init_cow,
+                };
+                assert_eq!(parse_child_args(&child_args(codegen)), Ok(codegen));
+            }
+        }
+        assert!(parse_child_args(&["--fuel=maybe".into()]).is_err());
+        assert!(parse_child_args(&["--other=true".into()]).is_err());
+    }
+}
