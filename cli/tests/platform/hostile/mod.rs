@@ -59,7 +59,9 @@ impl Watch {
         let thread = std::thread::spawn(move || {
             let client = client();
             let mut outcomes = Vec::new();
-            while !stopped.load(Ordering::Relaxed) {
+            // At least one request, however soon the attack ends: a quick one (a
+            // flood stopped at a low limit) may end before this thread first looks.
+            loop {
                 let started = std::time::Instant::now();
                 let outcome = match client.get(&url).send() {
                     Ok(response) if response.status() == 200 => Ok(started.elapsed()),
@@ -67,6 +69,9 @@ impl Watch {
                     Err(err) => Err(err.to_string()),
                 };
                 outcomes.push(outcome);
+                if stopped.load(Ordering::Relaxed) {
+                    break;
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
             outcomes
