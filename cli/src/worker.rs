@@ -191,8 +191,9 @@ impl WorkerArgs {
             config.max_region_files = files;
         }
         config.compiler = Compiler::Child {
-            program: std::env::current_exe()
-                .context("finding this executable, which compiles components in a child")?,
+            // The running executable itself, even once an upgrade replaced or deleted
+            // its file: a child of another build would compile for another engine.
+            program: PathBuf::from("/proc/self/exe"),
             limits: CompileLimits {
                 time: Duration::from_secs(self.compile_timeout_secs),
                 memory_mb: self.compile_memory_mb,

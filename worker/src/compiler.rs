@@ -83,7 +83,7 @@ pub enum Compiler {
     /// In a child process per component, within `limits`. `program` must run
     /// [`run_if_child`] first thing in `main` (the `faas` executable does).
     Child {
-        /// The executable to start, usually this one (`std::env::current_exe`).
+        /// The executable to start, usually this one (`/proc/self/exe`).
         program: PathBuf,
         /// What each compile may take.
         limits: CompileLimits,
