@@ -64,7 +64,10 @@ impl Guest for ResourceHog {
             let fields = Fields::new();
             let mut appended = 0;
             while appended < AS_MANY_AS {
-                if fields.append(&format!("x-wide-{appended}"), &value).is_err() {
+                if fields
+                    .append(&format!("x-wide-{appended}"), &value)
+                    .is_err()
+                {
                     break;
                 }
                 appended += 1;
