@@ -117,8 +117,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "FAAS_COMPILE_TIMEOUT_SECS", default_value_t = DEFAULT_COMPILE_TIME.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     pub compile_timeout_secs: u64,
-    /// How much memory compiling one component may take, in MiB (the compile child's
-    /// writable mappings); past it the deploy fails.
+    /// How much memory compiling one component may take, in MiB (what the compile
+    /// child holds resident); past it the child is killed and the deploy fails.
     #[arg(long, env = "FAAS_COMPILE_MEMORY_MB", default_value_t = DEFAULT_COMPILE_MEMORY_MB,
           value_parser = clap::value_parser!(u64).range(64..))]
     pub compile_memory_mb: u64,
