@@ -199,12 +199,7 @@ impl ComponentCache {
         bytes: &ComponentBytes,
     ) -> Result<(Component, CacheOutcome), LoadError> {
         self.load_with(engine, function, bytes, |bytes| {
-            engine
-                .precompile_component(bytes)
-                .map_err(|err| LoadError::Compile {
-                    function: function.to_owned(),
-                    message: format!("{err:#}"),
-                })
+            crate::compiler::in_process(engine, function, bytes)
         })
     }
 

@@ -106,11 +106,24 @@ impl Compiler {
         bytes: &[u8],
     ) -> Result<Vec<u8>, LoadError> {
         match self {
-            Self::InProcess => compile_threads::run(|| engine.precompile_component(bytes))
-                .map_err(|err| compile_error(function, format!("{err:#}"))),
+            Self::InProcess => compile_threads::run(|| in_process(engine, function, bytes)),
             Self::Child { program, limits } => in_child(program, *limits, codegen, function, bytes),
         }
     }
+}
+
+/// Compiles `bytes` (the component of `function`) on the calling thread.
+///
+/// # Errors
+/// [`LoadError::Compile`] with Wasmtime's explanation.
+pub(crate) fn in_process(
+    engine: &Engine,
+    function: &str,
+    bytes: &[u8],
+) -> Result<Vec<u8>, LoadError> {
+    engine
+        .precompile_component(bytes)
+        .map_err(|err| compile_error(function, format!("{err:#}")))
 }
 
 fn compile_error(function: &str, message: String) -> LoadError {

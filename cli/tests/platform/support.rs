@@ -418,6 +418,18 @@ pub fn write_manifest(
     extra: &str,
 ) -> PathBuf {
     let component = faas_testing::component_path(package);
+    write_manifest_of(dir, name, tenant, &component, route, extra)
+}
+
+/// [`write_manifest`] for a component file at `component` (one a test made).
+pub fn write_manifest_of(
+    dir: &Path,
+    name: &str,
+    tenant: &str,
+    component: &Path,
+    route: &str,
+    extra: &str,
+) -> PathBuf {
     let text = format!(
         "name = \"{name}\"\ntenant = \"{tenant}\"\n\n[functions.main]\ncomponent = \"{}\"\n{extra}\n\n[[triggers.http]]\nroute = \"{route}\"\nfunction = \"main\"\n",
         component.display()

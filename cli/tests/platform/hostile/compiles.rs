@@ -5,7 +5,7 @@
 //! another tenant is served, and deploys after it go through.
 
 use super::{Watch, assert_bystander_served, deploy_bystander};
-use crate::support::{Platform, faas_at, write_manifest};
+use crate::support::{Platform, faas_at, write_manifest, write_manifest_of};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use wasm_encoder::{
@@ -64,16 +64,7 @@ fn expensive_component(seed: i32) -> Vec<u8> {
 fn deploy_expensive(platform: &Platform, dir: &Path, component: Vec<u8>) -> (String, Duration) {
     let path = dir.join(format!("expensive-{}.wasm", component.len()));
     std::fs::write(&path, component).unwrap();
-    let manifest = dir.join("expensive.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "name = \"expensive\"\ntenant = \"mallory\"\n\n[functions.main]\ncomponent = \
-             \"{}\"\n\n[[triggers.http]]\nroute = \"/expensive\"\nfunction = \"main\"\n",
-            path.display()
-        ),
-    )
-    .unwrap();
+    let manifest = write_manifest_of(dir, "expensive", "mallory", &path, "/expensive", "");
     let started = Instant::now();
     let output = faas_at(&platform.url, &["deploy", manifest.to_str().unwrap()]);
     let took = started.elapsed();
