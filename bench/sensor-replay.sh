@@ -7,6 +7,7 @@
 #
 #   bench/sensor-replay.sh
 #   SENSOR_RATES=4 SENSOR_TRACE_SECS=30 bench/sensor-replay.sh
+#   SENSOR_MODES=channels SENSOR_RATES=16 bench/sensor-replay.sh    # one mode alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${PORT:-3521}

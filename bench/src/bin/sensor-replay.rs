@@ -15,8 +15,9 @@
 //!
 //! Run through `bench/sensor-replay.sh`, which builds everything and starts Redis and
 //! the platform. Environment: FAAS_URL, FAAS_TOKEN, FAAS_BIN (see `Target`),
-//! REDIS_URL; optional SENSOR_TRACE_SECS (default 20) and SENSOR_RATES (default
-//! `1,2,4,16`).
+//! REDIS_URL; optional SENSOR_TRACE_SECS (default 20), SENSOR_RATES (default
+//! `1,2,4,16`) and SENSOR_MODES (default `workflow,channels`; one of them alone, say,
+//! to profile it).
 
 #[path = "../sensor_replay/encode.rs"]
 mod encode;
@@ -73,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
     let redis_url = std::env::var("REDIS_URL").context("REDIS_URL is not set")?;
     let seconds = env_or("SENSOR_TRACE_SECS", 20u32)?;
     let rates = rates()?;
+    let modes = modes()?;
     let encoder = encode::Encoder::new()?;
     let frames = trace::generate(SEED, seconds);
     describe(&frames, seconds);
@@ -106,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
         replays * ID_SPACE..(replays + 1) * ID_SPACE
     };
     let mut goal = Vec::new();
-    for mode in MODES {
+    for mode in modes {
         let warm_up = &frames[..WARM_UP_FRAMES.min(frames.len())];
         replay::replay(&client, &encoder, mode, warm_up, 4.0, next_ids()).await?;
         for &rate in &rates {
@@ -249,6 +251,22 @@ where
             .parse()
             .map_err(|err| anyhow::anyhow!("{name}={text:?}: {err}")),
     }
+}
+
+/// SENSOR_MODES: the deployments to replay into, by name, in [`MODES`]' order.
+fn modes() -> anyhow::Result<Vec<Mode>> {
+    let text = std::env::var("SENSOR_MODES").unwrap_or_else(|_| "workflow,channels".to_owned());
+    let named: Vec<&str> = text.split(',').map(str::trim).collect();
+    if let Some(unknown) = named
+        .iter()
+        .find(|name| !MODES.iter().any(|mode| mode.name == **name))
+    {
+        anyhow::bail!("SENSOR_MODES: {unknown:?} is not workflow or channels");
+    }
+    Ok(MODES
+        .into_iter()
+        .filter(|mode| named.contains(&mode.name))
+        .collect())
 }
 
 /// SENSOR_RATES: the speed-ups to replay at.
