@@ -34,6 +34,22 @@ start_faas() {
     wait_up "http://127.0.0.1:$port/readyz"
 }
 
+# start_redis [PORT]: starts a throwaway redis-server (no persistence) on 127.0.0.1, on
+# PORT or else the first free port from 6390 up (so a developer's own Redis is left
+# alone), sets REDIS_PORT and REDIS_URL and waits until it answers.
+start_redis() {
+    REDIS_PORT=${1:-6390}
+    if [ -z "${1:-}" ]; then
+        while (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; do REDIS_PORT=$((REDIS_PORT + 1)); done
+    fi
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$BENCH_DATA" >"$BENCH_DATA/redis-$REDIS_PORT.log" 2>&1 &
+    REDIS_PID=$!
+    bench_pids+=("$REDIS_PID")
+    for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    REDIS_URL=redis://127.0.0.1:$REDIS_PORT/
+}
+
 # wrk_measure THREADS CONNECTIONS DURATION URL: one wrk run against URL; prints
 # "req/s p50_ms p99_ms", and fails (exit 1) if any response was not 2xx.
 wrk_measure() {
@@ -42,6 +58,15 @@ wrk_measure() {
         /^ +50%/ { p50 = ms($2) } /^ +99%/ { p99 = ms($2) } /^Requests\/sec/ { rps = $2 }
         /Non-2xx/ { bad = $NF }
         END { if (bad) { print "non-2xx responses: " bad > "/dev/stderr"; exit 1 } printf "%.0f %.3f %.3f\n", rps, p50, p99 }'
+}
+
+# build_sensor_replay: builds the platform, the sensor replay driver and the sensor
+# pipeline's three components (release), for the scripts that replay its trace.
+build_sensor_replay() {
+    echo "building (release)"
+    cargo build --release -q -p faas-cli --bin faas
+    cargo build --release -q -p faas-bench --bin sensor-replay
+    (cd functions && cargo build --release -q -p sensor-collector -p sensor-assembler -p sensor-matcher)
 }
 
 # build_python_hello: builds the Python hello (bench/sizes/hello.py) with componentize-py

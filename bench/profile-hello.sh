@@ -48,33 +48,5 @@ echo
 echo "hello under wrk: $rps req/s; the platform's CPU time per request: $cpu_us_per_request us"
 echo
 printf '%7s %8s  %s\n' "share" "us/req" "stage (by the function a sample was taken in)"
-perf report -i "$BENCH_DATA/perf.data" --no-children --sort sym --stdio -g none 2>/dev/null |
-    grep -E '^ +[0-9.]+%' |
-    awk -v per="$cpu_us_per_request" '
-    {
-        share = $1; sub("%", "", share)
-        symbol = $0; sub(/^ *[0-9.]+% +/, "", symbol)
-        stage = "other (hashing, collections, std)"
-        if (symbol ~ /^\[k\]/) {
-            if (symbol ~ /finish_task_switch|spin_unlock_irq|schedule|futex|wake|enqueue|dequeue|select_task|update_curr|pick_next|switch|ttwu|psi_|irqentry_exit|sched/)
-                stage = "kernel: thread switches and wake-ups"
-            else if (symbol ~ /tcp|sock|skb|ep_|epoll|ip_|inet|net|copy_from_iter|copy_to_iter|recv|send|loopback|napi|softirq|dev_/)
-                stage = "kernel: sockets"
-            else if (symbol ~ /pagemap|page|pte|pmd|mm_|vma|fault|madvise|mt_find|tlb|clear_/)
-                stage = "kernel: memory (slot reset, page faults)"
-            else
-                stage = "kernel: other (syscall entry, timers)"
-        }
-        else if (symbol ~ /wasm\[/) stage = "guest code"
-        else if (symbol ~ /malloc|free|_int_|unlink_chunk|realloc|calloc|memalign|^_?mi_/) stage = "allocator (malloc, free)"
-        else if (symbol ~ /memmove|memcpy|memset/) stage = "memcpy, memset"
-        else if (symbol ~ /wasmtime_wasi|wasi/) stage = "WASI and wasi:http host"
-        else if (symbol ~ /wasmtime|cranelift|InstancePre|component/) stage = "wasmtime: instantiate, calls, teardown"
-        else if (symbol ~ /hyper|http::|h1::|httparse|bytes::/) stage = "hyper (HTTP/1.1)"
-        else if (symbol ~ /tokio|mio|parking_lot|std::sync|syscall|epoll_wait|clock_gettime/) stage = "tokio, wake-ups, clocks"
-        else if (symbol ~ /faas_/) stage = "platform code (faas_*)"
-        else if (symbol ~ /tracing|prometheus/) stage = "tracing, metrics"
-        total[stage] += share
-    }
-    END { for (stage in total) printf "%6.1f%% %8.1f  %s\n", total[stage], total[stage] * per / 100, stage }' |
-    sort -rn
+perf report -i "$BENCH_DATA/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null |
+    awk -v per="$cpu_us_per_request" -f bench/perf-stages.awk | sort -rn

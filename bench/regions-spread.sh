@@ -19,10 +19,7 @@ cargo build --release -q -p faas-bench --bin regions-spread
 (cd functions && cargo build --release -q -p region-transfer)
 
 source bench/lib.sh
-redis-server --port "$REDIS_PORT" --save '' --appendonly no --dir "$BENCH_DATA" \
-    >"$BENCH_DATA/redis.log" 2>&1 &
-bench_pids+=($!)
-for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+start_redis "$REDIS_PORT"
 
 # start_cluster NAME DB GATEWAY_PORT HOST_ID_A HOST_ID_B: a scheduler, a gateway and
 # two workers sharing Redis database DB.

@@ -12,21 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${PORT:-3521}
 
-echo "building (release)"
-cargo build --release -q -p faas-cli --bin faas
-cargo build --release -q -p faas-bench --bin sensor-replay
-(cd functions && cargo build --release -q -p sensor-collector -p sensor-assembler -p sensor-matcher)
-
-# The first free port from 6390 up, so a developer's own Redis is left alone.
-REDIS_PORT=6390
-while (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; do REDIS_PORT=$((REDIS_PORT + 1)); done
-
 source bench/lib.sh
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$BENCH_DATA" >"$BENCH_DATA/redis.log" 2>&1 &
-bench_pids+=($!)
-for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-REDIS_URL=redis://127.0.0.1:$REDIS_PORT/
+build_sensor_replay
+start_redis
 
 start_faas "$PORT" --no-demo --redis "$REDIS_URL"
 FAAS_LOG_FILE=$BENCH_DATA/faas-$PORT.log
