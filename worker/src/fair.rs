@@ -634,6 +634,20 @@ impl<T> GuestTask<T> {
     }
 }
 
+impl<T> GuestTask<T> {
+    /// The guest's output, like awaiting the task, except that dropping this future
+    /// before the guest ends drops the guest (its store, its slot) too: for a caller
+    /// that waits for all of it, such as a workflow step, whose run may end first (its
+    /// deadline, its caller gone). Not for an HTTP event, whose task goes on streaming
+    /// the body after the head was answered.
+    pub(crate) async fn stopped_if_dropped(self) -> Result<Option<T>, tokio::task::JoinError> {
+        match self {
+            Self::Finished(output) => Ok(output),
+            Self::Spawned(task) => AbortOnDrop(task).await,
+        }
+    }
+}
+
 // The output is only ever moved out whole, never pinned.
 impl<T> Unpin for GuestTask<T> {}
 
@@ -666,8 +680,9 @@ impl<F: Future, P: Fn(&Fair<F>) -> bool + Unpin> Future for PollUntil<'_, F, P> 
 }
 
 /// A task aborted when its handle is dropped: the guest's background part must end
-/// with the task that waits for it (an HTTP event aborts that one at its deadline).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+/// with the task that waits for it (an HTTP event aborts that one at its deadline), and
+/// a run's walk with the call that waits for it (`run/chain.rs`).
+pub(crate) struct AbortOnDrop<T>(pub(crate) tokio::task::JoinHandle<T>);
 
 impl<T> Future for AbortOnDrop<T> {
     type Output = Result<T, tokio::task::JoinError>;

@@ -49,7 +49,7 @@ pub struct Worker {
     /// that a tenant that is gone gets the defaults back.
     quota_tenants: std::sync::Mutex<HashSet<String>>,
     /// The threads guest code runs on, shared fairly between tenants.
-    guests: GuestPool,
+    pub(crate) guests: GuestPool,
     /// Region memory files open in this worker, against `max_region_files`.
     region_files: Arc<FileBudget>,
     /// Finished producers kept until their consumers placed their regions; torn down
@@ -174,7 +174,13 @@ impl Worker {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.guests.handle().spawn(future).await
+        self.guest_threads().spawn(future).await
+    }
+
+    /// The runtime of the threads this worker's guests run on (a workflow run's
+    /// orchestration runs there too: `run/chain.rs`).
+    pub(crate) fn guest_threads(&self) -> &tokio::runtime::Handle {
+        self.guests.handle()
     }
 
     /// Hands guests' log lines and stdout/stderr to `logs` (`faas logs`).

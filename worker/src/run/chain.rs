@@ -4,6 +4,7 @@ use super::record::Recorder;
 use super::spread::{BranchCall, BranchPeer, Peers};
 use super::step::{Position, run_step};
 use super::{RunError, RunOutcome};
+use crate::fair::AbortOnDrop;
 use crate::function::LoadedWorkflow;
 use crate::region::{Region, RegionOwner};
 use crate::worker::Worker;
@@ -79,7 +80,7 @@ pub(crate) async fn run(
         tenant = run.workflow.tenant(),
         message = run.message.as_ref().map(|message| message.source.as_str()),
     );
-    let result = match tokio::time::timeout(deadline, execute(&run, input))
+    let result = match tokio::time::timeout(deadline, execute_on_guest_threads(&run, input))
         .instrument(span)
         .await
     {
@@ -102,6 +103,28 @@ pub(crate) async fn run(
         steps: run.recorder.take(),
     };
     RunOutcome { record, result }
+}
+
+/// Runs [`execute`] on the worker's guest threads, where its steps run, and gives its
+/// result; dropping this future stops it there (at the run's deadline, say). Handing a
+/// step to a guest thread and its output back is then a task switch on one thread, not
+/// a wake-up of another: as one workflow, the sensor pipeline's platform CPU time per
+/// match fell by 11-17% (README, "Where a match's CPU time goes").
+async fn execute_on_guest_threads(
+    run: &Arc<RunShared>,
+    input: Region,
+) -> Result<Vec<Region>, RunError> {
+    let shared = run.clone();
+    let task = run
+        .worker
+        .guest_threads()
+        .spawn(async move { execute(&shared, input).await }.in_current_span());
+    match AbortOnDrop(task).await {
+        Ok(result) => result,
+        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        // Only the guest threads' runtime shutting down cancels the task otherwise.
+        Err(_) => Err(RunError::WorkerStopped),
+    }
 }
 
 async fn execute(run: &Arc<RunShared>, input: Region) -> Result<Vec<Region>, RunError> {

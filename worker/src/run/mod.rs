@@ -58,6 +58,9 @@ pub enum RunError {
     /// The run's output could not be read.
     #[error("cannot read the run's output: {0}")]
     Output(String),
+    /// The worker stopped (its guest threads with it) before the run finished.
+    #[error("the worker stopped before the run finished")]
+    WorkerStopped,
     /// A branch run by another replica's worker failed.
     #[error("branch {branch} on worker `{worker}`: {failure}")]
     RemoteBranch {
@@ -83,6 +86,7 @@ impl RunError {
                 ..
             } if err.status() == 504 => 504,
             Self::RemoteBranch { failure, .. } => failure.status,
+            Self::WorkerStopped => 503,
             _ => 500,
         }
     }
@@ -123,6 +127,7 @@ impl RunError {
             Self::JoinTimeout { .. } => FailureKind::JoinTimeout,
             Self::Timeout(_) => FailureKind::RunTimeout,
             Self::Output(_) => FailureKind::Output,
+            Self::WorkerStopped => FailureKind::Unavailable,
         }
     }
 }

@@ -241,7 +241,9 @@ async fn attempt_once(
             timeout: function.limits.timeout,
         })
     };
-    let (put_off, outputs, _) = match task.await {
+    // Dropped with its run (past the run's deadline, or its caller gone), the step's
+    // instance goes too, its slot free at once rather than at the step's own deadline.
+    let (put_off, outputs, _) = match task.stopped_if_dropped().await {
         Ok(Some(finished)) => finished,
         Ok(None) => return Err(timed_out()),
         Err(join) => {

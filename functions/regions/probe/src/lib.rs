@@ -21,6 +21,7 @@
 //!   memory file the size of the pages, invisible to its memory limit).
 //! - `flood`: creates one-page regions on fresh pages until the host stops it.
 //! - `huge-error`: fails with a 32 MiB error text, which the platform must not keep.
+//! - `spin`: computes forever (a run whose caller stops waiting must stop it).
 //! - `initial-data`: reports whether its initial data (a data segment of sevens) is
 //!   intact, then offers those pages to the host, to place its input in and to make a
 //!   region of, and reports what each answered. Under copy-on-write images, replacing
@@ -129,6 +130,9 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
             }
         }
         "huge-error" => return Err("E".repeat(32 << 20)),
+        "spin" => loop {
+            core::hint::black_box(&inputs);
+        },
         "initial-data" => {
             let intact = SEVENS.0.iter().all(|&byte| byte == 7);
             let input = inputs.first().ok_or("needs an input")?;
