@@ -632,9 +632,7 @@ impl<T> GuestTask<T> {
             Self::Spawned(task) => Some(task.abort_handle()),
         }
     }
-}
 
-impl<T> GuestTask<T> {
     /// The guest's output, like awaiting the task, except that dropping this future
     /// before the guest ends drops the guest (its store, its slot) too: for a caller
     /// that waits for all of it, such as a workflow step, whose run may end first (its

@@ -49,7 +49,7 @@ pub struct Worker {
     /// that a tenant that is gone gets the defaults back.
     quota_tenants: std::sync::Mutex<HashSet<String>>,
     /// The threads guest code runs on, shared fairly between tenants.
-    pub(crate) guests: GuestPool,
+    guests: GuestPool,
     /// Region memory files open in this worker, against `max_region_files`.
     region_files: Arc<FileBudget>,
     /// Finished producers kept until their consumers placed their regions; torn down
