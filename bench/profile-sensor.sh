@@ -9,6 +9,7 @@
 #   bench/profile-sensor.sh                        # 4x, an 80 s trace (20 s of replay)
 #   RATE=16 SENSOR_TRACE_SECS=160 bench/profile-sensor.sh
 #   PERF=0 bench/profile-sensor.sh                 # CPU time per match only, unsampled
+#   SENSOR_MODES=channels bench/profile-sensor.sh  # one of the two modes only
 #
 # With FAAS_BIN set to another build (bench/lib.sh), alternated with runs of this one,
 # it compares two builds' CPU time per match.
@@ -32,7 +33,7 @@ start_faas "$PORT" --no-demo --redis "$REDIS_URL"
 
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 ticks_per_second=$(getconf CLK_TCK)
-for mode in workflow channels; do
+for mode in ${SENSOR_MODES:-workflow channels}; do
     faas_before=$(cpu_ticks "$FAAS_PID")
     redis_before=$(cpu_ticks "$REDIS_PID")
     # perf samples the platform for as long as the driver runs.

@@ -341,6 +341,18 @@ pub(crate) struct MessageFailure {
     pub not_started: bool,
 }
 
+/// Where to drive the run of a message for `workflow` from: the threads its steps run
+/// on when its worker is in this process (embedded mode), so that the run's end wakes
+/// the task on the thread it ran on rather than handing it over to another; the
+/// current runtime otherwise. As three chained channel workflows, the sensor pipeline
+/// (README, "Where a match's CPU time goes") saves a hand-off per run.
+pub(crate) fn message_runtime(app: &App, workflow: &str) -> tokio::runtime::Handle {
+    app.registry
+        .get(workflow)
+        .and_then(|deployment| deployment.replicas.first()?.target.runtime())
+        .unwrap_or_else(tokio::runtime::Handle::current)
+}
+
 /// Runs the current version of `workflow` on a message from a Redis trigger, in a
 /// `message` span that continues `traceparent` (a stream entry's field: the trace of
 /// whoever appended it) when there is one.

@@ -68,6 +68,14 @@ pub trait Invoke: Send + Sync {
         payload: Bytes,
         message: Option<TriggerMessage>,
     ) -> BoxFuture<'a, RunReply>;
+
+    /// The runtime whose threads this replica's steps run on, when its worker is in
+    /// this process; `None` for a worker reached over the network. A task that
+    /// mostly waits on runs (a pub/sub message's) is best spawned there: each step's
+    /// end then wakes it on the same thread, not another.
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        None
+    }
 }
 
 /// A workflow loaded on a [`LocalWorker`].

@@ -80,6 +80,10 @@ impl Invoke for LocalReplica {
             }
         })
     }
+
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        Some(self.worker.guest_threads().clone())
+    }
 }
 
 /// The worker's quotas for a tenant from the contract's [`WorkerQuotas`].
@@ -122,5 +126,34 @@ impl LocalWorker for Worker {
                 .iter()
                 .map(|(name, quotas)| (name.as_str(), quotas_of(quotas))),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::WorkerConfig;
+
+    // A pub/sub message's run is driven from the runtime its replica names (the
+    // gateway's `message_runtime`): an in-process replica names the worker's guest
+    // threads, where the run's steps run.
+    #[tokio::test]
+    async fn an_in_process_replica_names_the_guest_threads_as_its_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let worker = Arc::new(Worker::new(WorkerConfig::new(dir.path())).unwrap());
+        let text = format!(
+            "name = \"hello\"\ntenant = \"t\"\n[functions.hello]\ncomponent = \"{}\"\n\
+             [[triggers.http]]\nroute = \"/hello\"\nfunction = \"hello\"\n",
+            faas_testing::component_path("hello").display()
+        );
+        let manifest = Workflow::parse("workflow.toml", &text).unwrap();
+        let components = BTreeMap::from([("hello".to_owned(), faas_testing::component("hello"))]);
+        let loaded = worker.load(&manifest, components).await.unwrap();
+        let runtime = loaded.replica.runtime().expect("an in-process replica");
+        let thread = runtime
+            .spawn(async { std::thread::current().name().map(str::to_owned) })
+            .await
+            .unwrap();
+        assert_eq!(thread.as_deref(), Some("faas-guest"));
     }
 }

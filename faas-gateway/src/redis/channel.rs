@@ -21,7 +21,7 @@
 
 use super::RedisBroker;
 use super::lease::{Lease, RENEW_EVERY};
-use crate::invoke::{log_dropped_message, run_message};
+use crate::invoke::{log_dropped_message, message_runtime, run_message};
 use crate::server::App;
 use faas_invoke::TriggerMessage;
 use futures_util::StreamExt;
@@ -138,7 +138,7 @@ async fn serve(
                 }
                 let app = app.clone();
                 let (workflow, channel) = (trigger.workflow.clone(), trigger.channel.clone());
-                tokio::spawn(async move {
+                message_runtime(&app, &workflow).spawn(async move {
                     let message = TriggerMessage {
                         source: channel.clone(),
                         id: String::new(),
