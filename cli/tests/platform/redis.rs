@@ -159,6 +159,37 @@ fn every_stream_entry_is_processed_and_acknowledged_including_those_before_the_d
     }
 }
 
+// An entry read as new is on its first delivery: the consumer runs it as such without
+// a round trip to ask Redis (XPENDING), which only a reclaimed entry needs.
+#[test]
+fn a_new_entry_runs_as_its_first_delivery_without_asking_redis_for_its_count() {
+    let redis = RedisServer::start();
+    let platform = platform_with(&redis);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.stream]]\nstream = \"fresh\"\nstep = \"relay\"\n";
+    platform.deploy(&relay_manifest(dir.path(), "fresh", triggers));
+    let ids: Vec<String> = (0..20)
+        .map(|i| xadd(&redis, &ns("fresh"), &format!("entry-{i}")))
+        .collect();
+    let mut out = payloads(&redis, &ns("fresh:out"), ids.len(), Duration::from_secs(30));
+    out.sort();
+    let mut expected: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| format!("fresh|{id}|1|entry-{i}"))
+        .collect();
+    expected.sort();
+    assert_eq!(out, expected);
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connect(&redis))
+        .unwrap();
+    assert!(
+        !stats.contains("cmdstat_xpending:"),
+        "the consumer asked for delivery counts: {stats}"
+    );
+}
+
 #[test]
 fn a_failed_delivery_is_redelivered_with_its_id_and_delivery_count() {
     let redis = RedisServer::start();

@@ -209,7 +209,10 @@ async fn round(
         )
         .await?;
     let mut entries = claimed.claimed;
-    if entries.is_empty() {
+    // An entry XAUTOCLAIM took may have been delivered any number of times (Redis has
+    // the count); one XREADGROUP's `>` hands out is delivered for the first time.
+    let fresh = entries.is_empty();
+    if fresh {
         let options = StreamReadOptions::default()
             .group(&trigger.group, broker.consumer())
             .count(trigger.batch as usize)
@@ -225,7 +228,14 @@ async fn round(
     for entry in entries {
         let (app, broker) = (app.clone(), broker.clone());
         let (connection, consumer) = (connection.clone(), consumer.clone());
-        tasks.spawn(async move { process(&app, &broker, connection, &consumer, entry).await });
+        tasks.spawn(async move {
+            let delivered = if fresh {
+                Delivered::First
+            } else {
+                Delivered::Claimed
+            };
+            process(&app, &broker, connection, &consumer, entry, delivered).await
+        });
     }
     let mut first_error = None;
     let mut unavailable = false;
@@ -257,6 +267,16 @@ enum Settled {
     NotStarted,
 }
 
+/// How an entry came to this consumer, which says whether its delivery count must be
+/// asked of Redis.
+#[derive(Clone, Copy)]
+enum Delivered {
+    /// Read as new (`XREADGROUP ... >`): this is its first delivery.
+    First,
+    /// Claimed while pending (`XAUTOCLAIM`): delivered before, as often as Redis says.
+    Claimed,
+}
+
 /// Runs the workflow on one entry and settles it: acknowledge on success, put it back
 /// uncounted if the run never started, leave it pending for a retry, or dead-letter it
 /// after too many deliveries.
@@ -266,15 +286,22 @@ async fn process(
     mut connection: ConnectionManager,
     consumer: &Consumer,
     entry: StreamId,
+    delivered: Delivered,
 ) -> redis::RedisResult<Settled> {
     let (workflow, trigger) = (consumer.workflow.as_str(), &consumer.trigger);
-    let pending: StreamPendingCountReply = connection
-        .xpending_count(&consumer.stream, &trigger.group, &entry.id, &entry.id, 1)
-        .await?;
-    let delivery_count = pending
-        .ids
-        .first()
-        .map_or(1, |pending| pending.times_delivered.max(1) as u32);
+    // A new entry's count is known: asking would cost a round trip to Redis per entry.
+    let delivery_count = match delivered {
+        Delivered::First => 1,
+        Delivered::Claimed => {
+            let pending: StreamPendingCountReply = connection
+                .xpending_count(&consumer.stream, &trigger.group, &entry.id, &entry.id, 1)
+                .await?;
+            pending
+                .ids
+                .first()
+                .map_or(1, |pending| pending.times_delivered.max(1) as u32)
+        }
+    };
     let payload: Option<Vec<u8>> = entry.get("payload");
     let result = match payload.clone() {
         None => Err(MessageFailure {
