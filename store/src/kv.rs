@@ -21,10 +21,10 @@
 //! Redis, so concurrent writers from any number of processes cannot overshoot.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, RwLock};
+use std::sync::{LazyLock, Mutex, RwLock};
 
 use redis::aio::ConnectionManager;
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind, RedisError, Script, ScriptInvocation, ServerErrorKind};
 
 use crate::Database;
 use crate::redis_connection::{self, Run, redact_url};
@@ -352,7 +352,7 @@ impl KeyValueStore {
                 .put(&quota, tenant, key, value),
             Backend::Sqlite(entries) => entries.set(&quota, tenant, key, &value),
             Backend::Redis(manager) => {
-                let status: String = script(SET_SCRIPT, &quota, tenant, key)
+                let status: String = script(&SET_SCRIPT, &quota, tenant, key)
                     .arg(value)
                     .run(manager)
                     .await
@@ -377,7 +377,7 @@ impl KeyValueStore {
                 Ok(())
             }
             Backend::Sqlite(entries) => entries.delete(tenant, key),
-            Backend::Redis(manager) => script(DELETE_SCRIPT, &self.quota, tenant, key)
+            Backend::Redis(manager) => script(&DELETE_SCRIPT, &self.quota, tenant, key)
                 .run::<String>(manager)
                 .await
                 .map(drop)
@@ -425,9 +425,9 @@ impl KeyValueStore {
             // on a dropped connection (see `Run`): it may have run.
             Backend::Redis(manager) => {
                 let (status, value): (String, String) =
-                    script(INCREMENT_SCRIPT, &quota, tenant, key)
+                    script(&INCREMENT_SCRIPT, &quota, tenant, key)
                         .arg(delta)
-                        .query_async(&mut manager.clone())
+                        .invoke_async(&mut manager.clone())
                         .await
                         .map_err(|err| increment_failed(key, &err))?;
                 quota_status(&quota, tenant, &status)?;
@@ -437,23 +437,29 @@ impl KeyValueStore {
     }
 }
 
-/// An `EVAL` of `script` for `key` in `tenant`'s namespace, checked against `quota`.
-/// Every script takes the same keys (the value's key, the tenant's usage hash) and
-/// first arguments (the key's length in bytes, the quota's two limits); the caller adds
-/// the rest.
-fn script(script: &str, quota: &KvQuota, tenant: &str, key: &str) -> redis::Cmd {
-    // Plain EVAL (not EVALSHA): Redis caches the compiled script by its hash, and
-    // sending a few hundred bytes of text costs less than a NOSCRIPT round trip after
-    // every Redis restart.
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(script)
-        .arg(2)
-        .arg(redis_key(tenant, key))
-        .arg(redis_usage_key(tenant))
+/// An invocation of `script` for `key` in `tenant`'s namespace, checked against
+/// `quota`. Every script takes the same keys (the value's key, the tenant's usage hash)
+/// and first arguments (the key's length in bytes, the quota's two limits); the caller
+/// adds the rest.
+///
+/// Sent as `EVALSHA`, by the script's hash: Redis then neither receives nor hashes the
+/// script's text (a kibibyte and a half) on every call. A server that does not know the
+/// script (after a restart) answers `NOSCRIPT`, and the invocation loads it and sends
+/// it again: a script that was not found did not run.
+fn script<'a>(
+    script: &'a Script,
+    quota: &KvQuota,
+    tenant: &str,
+    key: &str,
+) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    invocation
+        .key(redis_key(tenant, key))
+        .key(redis_usage_key(tenant))
         .arg(key.len())
         .arg(quota.max_keys.to_string())
         .arg(quota.max_bytes.to_string());
-    cmd
+    invocation
 }
 
 /// A script's status: `ok`, or the limit of `quota` (`keys` or `bytes`) that refused it.
@@ -513,9 +519,10 @@ end
 }
 
 /// `set`: `ARGV[4]` is the value. Answers `ok`, `keys` or `bytes`.
-const SET_SCRIPT: &str = concat!(
-    lua_prelude!(),
-    r#"
+static SET_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        lua_prelude!(),
+        r#"
 local old, existed = current()
 local dkeys = existed and 0 or 1
 local dbytes = klen + string.len(ARGV[4]) - old
@@ -525,12 +532,14 @@ redis.call('SET', KEYS[1], ARGV[4])
 account(dkeys, dbytes)
 return 'ok'
 "#
-);
+    ))
+});
 
 /// `delete`. Answers `ok`.
-const DELETE_SCRIPT: &str = concat!(
-    lua_prelude!(),
-    r#"
+static DELETE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        lua_prelude!(),
+        r#"
 local old, existed = current()
 if existed then
   redis.call('DEL', KEYS[1])
@@ -538,13 +547,15 @@ if existed then
 end
 return 'ok'
 "#
-);
+    ))
+});
 
 /// `increment`: `ARGV[4]` is the delta. Answers `{status, new value}`; INCRBY's own
 /// errors (not an integer, overflow) come back as Redis errors, before anything changed.
-const INCREMENT_SCRIPT: &str = concat!(
-    lua_prelude!(),
-    r#"
+static INCREMENT_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        lua_prelude!(),
+        r#"
 local before = redis.call('GET', KEYS[1])
 local result = redis.pcall('INCRBY', KEYS[1], ARGV[4])
 if type(result) == 'table' and result.err then return result end
@@ -564,7 +575,8 @@ end
 account(dkeys, dbytes)
 return {'ok', value}
 "#
-);
+    ))
+});
 
 /// Locks the in-memory map.
 fn lock(map: &Mutex<MemoryMap>) -> std::sync::MutexGuard<'_, MemoryMap> {

@@ -80,17 +80,18 @@ fn connection_dropped(err: &RedisError) -> bool {
     (err.is_io_error() && !err.is_timeout()) || err.is_connection_dropped()
 }
 
-// `Cmd` and `Pipeline` share no trait for `query_async`, so one body serves both.
+// `Cmd`, `Pipeline` and a script's invocation (`EVALSHA`, loaded on `NOSCRIPT`) share
+// no trait for sending, so one body serves all three, given each one's method.
 macro_rules! impl_run {
-    ($($command:ty),*) => {$(
+    ($send:ident: $($command:ty),*) => {$(
         impl Run for $command {
             async fn run<T: redis::FromRedisValue>(
                 &self,
                 connection: &ConnectionManager,
             ) -> Result<T, RedisError> {
-                match self.query_async(&mut connection.clone()).await {
+                match self.$send(&mut connection.clone()).await {
                     Err(err) if connection_dropped(&err) => {
-                        self.query_async(&mut connection.clone()).await
+                        self.$send(&mut connection.clone()).await
                     }
                     result => result,
                 }
@@ -99,7 +100,8 @@ macro_rules! impl_run {
     )*};
 }
 
-impl_run!(redis::Cmd, redis::Pipeline);
+impl_run!(query_async: redis::Cmd, redis::Pipeline);
+impl_run!(invoke_async: redis::ScriptInvocation<'_>);
 
 /// `url` for messages: user information and query (where Redis URLs carry
 /// passwords) are replaced by `***`, so connection errors can be logged safely.

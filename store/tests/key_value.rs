@@ -492,6 +492,50 @@ async fn redis_store_rides_over_a_restart_without_failing_repeatable_operations(
     }
 }
 
+// Writes go by the script's hash (EVALSHA); a server that forgot its scripts (flushed,
+// or restarted on the same connection's address) gets each loaded again, and every
+// operation, an increment included, succeeds the first time.
+#[tokio::test]
+async fn a_script_the_server_forgot_is_loaded_again() {
+    let server = RedisServer::start();
+    let store = redis_store(&server).await;
+    store.set("t", "k", b"1".to_vec()).await.unwrap();
+    assert_eq!(store.increment("t", "n", 2).await.unwrap(), 2);
+    let mut direct = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let flushed: String = ::redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut direct)
+        .await
+        .unwrap();
+    assert_eq!(flushed, "OK");
+    store.set("t", "k", b"22".to_vec()).await.unwrap();
+    assert_eq!(store.get("t", "k").await.unwrap(), Some(b"22".to_vec()));
+    assert_eq!(store.increment("t", "n", 3).await.unwrap(), 5);
+    store.delete("t", "k").await.unwrap();
+    assert_eq!(store.get("t", "k").await.unwrap(), None);
+    // The usage the scripts keep is still right: one key, `n` = "5".
+    let usage: Vec<Option<u64>> = ::redis::cmd("HMGET")
+        .arg("faas:kv-usage:1:t")
+        .arg("keys")
+        .arg("bytes")
+        .query_async(&mut direct)
+        .await
+        .unwrap();
+    assert_eq!(usage, vec![Some(1), Some(2)]);
+    // Never the script's whole text (EVAL): its hash, and a load where it was missing.
+    let stats: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut direct)
+        .await
+        .unwrap();
+    assert!(stats.contains("cmdstat_evalsha:"), "{stats}");
+    assert!(!stats.contains("cmdstat_eval:"), "{stats}");
+}
+
 #[tokio::test]
 async fn a_redis_command_that_timed_out_is_not_sent_again() {
     let server = RedisServer::start();
