@@ -211,8 +211,12 @@ async fn round(
     let mut entries = claimed.claimed;
     // An entry XAUTOCLAIM took may have been delivered any number of times (Redis has
     // the count); one XREADGROUP's `>` hands out is delivered for the first time.
-    let fresh = entries.is_empty();
-    if fresh {
+    let delivered = if entries.is_empty() {
+        Delivered::First
+    } else {
+        Delivered::Claimed
+    };
+    if entries.is_empty() {
         let options = StreamReadOptions::default()
             .group(&trigger.group, broker.consumer())
             .count(trigger.batch as usize)
@@ -229,11 +233,6 @@ async fn round(
         let (app, broker) = (app.clone(), broker.clone());
         let (connection, consumer) = (connection.clone(), consumer.clone());
         tasks.spawn(async move {
-            let delivered = if fresh {
-                Delivered::First
-            } else {
-                Delivered::Claimed
-            };
             process(&app, &broker, connection, &consumer, entry, delivered).await
         });
     }
