@@ -492,6 +492,15 @@ async fn redis_store_rides_over_a_restart_without_failing_repeatable_operations(
     }
 }
 
+/// The server's count of each command it ran so far (`INFO commandstats`).
+async fn command_stats(connection: &mut ::redis::aio::MultiplexedConnection) -> String {
+    ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(connection)
+        .await
+        .unwrap()
+}
+
 // Writes go by the script's hash (EVALSHA); a server that forgot its scripts (flushed,
 // or restarted on the same connection's address) gets each loaded again, and every
 // operation, an increment included, succeeds the first time.
@@ -527,11 +536,7 @@ async fn a_script_the_server_forgot_is_loaded_again() {
         .unwrap();
     assert_eq!(usage, vec![Some(1), Some(2)]);
     // Never the script's whole text (EVAL): its hash, and a load where it was missing.
-    let stats: String = ::redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut direct)
-        .await
-        .unwrap();
+    let stats = command_stats(&mut direct).await;
     assert!(stats.contains("cmdstat_evalsha:"), "{stats}");
     assert!(!stats.contains("cmdstat_eval:"), "{stats}");
 }
@@ -558,11 +563,7 @@ async fn a_redis_command_that_timed_out_is_not_sent_again() {
         .unwrap();
     let mut gets = 0;
     for _ in 0..50 {
-        let info: String = ::redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut direct)
-            .await
-            .unwrap();
+        let info = command_stats(&mut direct).await;
         gets = info
             .lines()
             .find_map(|line| line.strip_prefix("cmdstat_get:calls="))
@@ -574,11 +575,7 @@ async fn a_redis_command_that_timed_out_is_not_sent_again() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let info: String = ::redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut direct)
-        .await
-        .unwrap();
+    let info = command_stats(&mut direct).await;
     assert!(info.contains("cmdstat_get:calls=2,"), "{gets} {info}");
 }
 
