@@ -27,7 +27,10 @@
 //! kind `quota`, its message naming the quota and how an operator raises it. A tenant
 //! holding `max_deploys_per_tenant` deploys already (in progress or waiting) gets 429
 //! with kind `too_many_deploys` and `Retry-After` for one more, before its upload is
-//! read ([`crate::deploy_admission`]).
+//! read ([`crate::deploy_admission`]). A deploy whose functions did not load is 400
+//! `component` (the component is wrong), 422 `compile_limit` (compiling it went past a
+//! worker's `--compile-timeout-secs` or `--compile-memory-mb`), or 500 `cache` or
+//! `engine` (the worker's own failure), from the gateway's process or a worker's alike.
 //!
 //! In Kubernetes mode (`faas gateway --kubernetes`, [`crate::kubernetes`]) a deploy
 //! applies a Workflow resource and a removal deletes it; their own errors are kinds
@@ -44,7 +47,7 @@ use crate::response::{self, Body};
 use crate::server::App;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use faas_invoke::{LoadError, RunRecord};
+use faas_invoke::{LoadErrorKind, RunRecord};
 use faas_kube::status::reason;
 use faas_scheduler::WorkerId;
 pub use faas_store::{IssuedToken, QuotaChanges, Quotas, Tenant, TokenInfo};
@@ -685,10 +688,7 @@ fn deploy_error(err: DeployError) -> Response<Body> {
                 field: manifest.field().to_owned(),
             },
         ),
-        DeployError::Load(LoadError::Cache { .. }) => {
-            response::error(StatusCode::INTERNAL_SERVER_ERROR, "cache", message)
-        }
-        DeployError::Load(_) => response::error(StatusCode::BAD_REQUEST, "component", message),
+        DeployError::Load(err) => load_error(err.kind(), message),
         DeployError::Conflict(_) => response::error(StatusCode::CONFLICT, "conflict", message),
         DeployError::Forbidden(_) => forbidden(message),
         DeployError::Quota(_) => response::error(StatusCode::FORBIDDEN, "quota", message),
@@ -699,9 +699,7 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         DeployError::Placement(_) => {
             response::error(StatusCode::SERVICE_UNAVAILABLE, "placement", message)
         }
-        DeployError::RemoteLoad { .. } => {
-            response::error(StatusCode::BAD_REQUEST, "component", message)
-        }
+        DeployError::RemoteLoad { kind, .. } => load_error(kind, message),
         DeployError::SharedState(_) => {
             response::error(StatusCode::SERVICE_UNAVAILABLE, "shared_state", message)
         }
@@ -710,6 +708,17 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         }
         DeployError::Kubernetes(err) => kubernetes_error(err, message),
     }
+}
+
+/// A deploy whose functions did not load, in the gateway's process or a worker's.
+fn load_error(kind: LoadErrorKind, message: String) -> Response<Body> {
+    let status = match kind {
+        LoadErrorKind::Component => StatusCode::BAD_REQUEST,
+        // A valid component, more than this worker is set to compile.
+        LoadErrorKind::CompileLimit => StatusCode::UNPROCESSABLE_ENTITY,
+        LoadErrorKind::Cache | LoadErrorKind::Engine => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    response::error(status, kind.as_str(), message)
 }
 
 #[derive(Serialize)]

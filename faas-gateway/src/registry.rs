@@ -10,7 +10,9 @@ use crate::auth::Caller;
 use crate::kubernetes::KubeError;
 pub use crate::replica::Replica;
 use crate::services::ServicesBackend;
-use faas_invoke::{FunctionSummary, LoadError, LocalWorker, RunRecord, WorkerQuotas};
+use faas_invoke::{
+    FunctionSummary, LoadError, LoadErrorKind, LocalWorker, RunRecord, WorkerQuotas,
+};
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
 use faas_store::{
     DeploymentStore, IssuedToken, QuotaChanges, Quotas, SavedDeployment, StoreError, Tenant,
@@ -197,6 +199,8 @@ pub enum DeployError {
         worker: String,
         /// Its load error.
         message: String,
+        /// Whose the error is to fix.
+        kind: LoadErrorKind,
     },
     /// The shared state in Redis could not be read or written, or the workers did
     /// not answer in time (services mode).

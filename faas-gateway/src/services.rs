@@ -19,8 +19,8 @@ use crate::registry::{
     DeployError, DeployRequest, Deployment, DeploymentParts, Placed, PlacedState, Registry,
     Replica, check_owner, check_routes,
 };
-use faas_invoke::LoadError;
 use faas_invoke::{FunctionSummary, RemoteWorkers};
+use faas_invoke::{LoadError, LoadErrorKind};
 use faas_scheduler::WorkerId;
 use faas_shared_state::{
     DEPLOYMENTS, DeploymentRecord, LoadStatus, PlacementRecord, Promotion, SharedState,
@@ -479,13 +479,14 @@ impl ServicesBackend {
                     })
                     .collect();
                 for (worker, status) in &statuses {
-                    if let Some(error) = status
+                    if let Some(status) = status
                         .filter(|status| status.revision == record.revision)
-                        .and_then(|status| status.error.clone())
+                        .filter(|status| status.error.is_some())
                     {
                         return Err(DeployError::RemoteLoad {
                             worker: (*worker).clone(),
-                            message: error,
+                            message: status.error.clone().unwrap_or_default(),
+                            kind: status.error_kind.unwrap_or(LoadErrorKind::Component),
                         });
                     }
                 }

@@ -31,7 +31,7 @@ pub mod wire;
 
 pub use client::{RemoteWorker, RemoteWorkers};
 pub use failure::{EventFailure, FailureKind};
-pub use load::{FunctionSummary, LoadError};
+pub use load::{FunctionSummary, LoadError, LoadErrorKind};
 pub use logs::{LogLevel, LogLine, LogSink, LogSource, log_excerpt};
 pub use message::{BoxFuture, PublishError, Publisher, TriggerMessage};
 pub use record::{RunRecord, RunStatus, StepRecord};

@@ -77,6 +77,52 @@ pub enum LoadError {
     },
 }
 
+/// Whose a [`LoadError`] is to fix, as the admin API's error `kind` names it: a deploy
+/// reports it whether the load failed in the gateway's process or in a worker's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadErrorKind {
+    /// The component is wrong for this platform (invalid, missing, not linking, or
+    /// asking for more memory than a slot holds): the tenant's to fix.
+    Component,
+    /// Compiling a valid component went past a worker's limit (time or memory): the
+    /// tenant's to shrink, or the operator's to raise (the message names the flag).
+    CompileLimit,
+    /// The worker could not write its compiled-code cache: the operator's to fix.
+    Cache,
+    /// The worker could not start the engine the function needs (the fuel-metered
+    /// one): the operator's to fix.
+    Engine,
+}
+
+impl LoadErrorKind {
+    /// The name the admin API gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Component => "component",
+            Self::CompileLimit => "compile_limit",
+            Self::Cache => "cache",
+            Self::Engine => "engine",
+        }
+    }
+}
+
+impl LoadError {
+    /// Whose it is to fix.
+    pub fn kind(&self) -> LoadErrorKind {
+        match self {
+            Self::CompileLimit { .. } => LoadErrorKind::CompileLimit,
+            Self::Cache { .. } => LoadErrorKind::Cache,
+            Self::Engine { .. } => LoadErrorKind::Engine,
+            Self::Compile { .. }
+            | Self::NotAComponent { .. }
+            | Self::Link { .. }
+            | Self::MissingComponent { .. }
+            | Self::MemoryTooLarge { .. } => LoadErrorKind::Component,
+        }
+    }
+}
+
 /// One loaded function as the admin API shows it: its component and effective limits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FunctionSummary {

@@ -1,6 +1,6 @@
 //! The records kept in Redis, as JSON.
 
-use faas_invoke::FunctionSummary;
+use faas_invoke::{FunctionSummary, LoadErrorKind};
 use faas_workflow::Workflow;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -59,6 +59,10 @@ pub struct LoadStatus {
     /// Why loading failed; `None` when the revision is ready to serve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Whose the failure is to fix, for the deploy's error `kind`; `None` from a worker
+    /// older than this field, whose failures were all reported as `component`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<LoadErrorKind>,
     /// Each function as loaded, for the admin API.
     #[serde(default)]
     pub functions: Vec<FunctionSummary>,

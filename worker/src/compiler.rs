@@ -200,18 +200,37 @@ fn in_child(
 /// Which limit a compile child was killed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stopped {
-    Time,
+    /// The wall-clock limit, after the child had this much CPU time (all its threads;
+    /// `None` if it could not be read).
+    Time {
+        cpu: Option<Duration>,
+    },
     Memory,
 }
 
 impl Stopped {
     fn describe(self, limits: CompileLimits) -> String {
         match self {
-            Self::Time => format!(
-                "compiling took longer than the worker allows ({} s, \
-                 --compile-timeout-secs): the component is too large or too complex",
-                limits.time.as_secs_f64()
-            ),
+            // The limit is wall-clock time, so that a deploy holds the deploy lock no
+            // longer than it; a compile at nice 10 gets little CPU on a worker kept
+            // busy by events, and the message then says so rather than blame the
+            // component.
+            Self::Time { cpu } => {
+                let allowed = limits.time.as_secs_f64();
+                let head = format!(
+                    "compiling took longer than the worker allows ({allowed} s, \
+                     --compile-timeout-secs)"
+                );
+                match cpu {
+                    Some(cpu) if cpu < limits.time / 2 => format!(
+                        "{head}, but the compiler got only {:.1} s of CPU time in it: \
+                         the worker is busy serving events; deploy again when it is \
+                         quieter, or raise the limit",
+                        cpu.as_secs_f64()
+                    ),
+                    _ => format!("{head}: the component is too large or too complex"),
+                }
+            }
             Self::Memory => format!(
                 "compiling needed more memory than the worker allows ({} MiB, \
                  --compile-memory-mb): the component is too large or too complex",
@@ -234,7 +253,7 @@ fn watch(
             return None;
         }
         let stopped = if started.elapsed() >= limits.time {
-            Some(Stopped::Time)
+            Some(Stopped::Time { cpu: cpu_time(pid) })
         } else if resident_bytes(pid).is_some_and(|resident| resident > most) {
             Some(Stopped::Memory)
         } else {
@@ -252,6 +271,20 @@ fn resident_bytes(pid: rustix::process::Pid) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{}/statm", pid.as_raw_nonzero())).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages.saturating_mul(rustix::param::page_size() as u64))
+}
+
+/// The CPU time process `pid` has had, all its threads, from `/proc/<pid>/stat`.
+fn cpu_time(pid: rustix::process::Pid) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
+    // After the command's parentheses (which may hold spaces), utime and stime are the
+    // 12th and 13th fields.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let mut ticks = || fields.next()?.parse::<u64>().ok();
+    let (user, system) = (ticks()?, ticks()?);
+    let per_second = rustix::param::clock_ticks_per_second();
+    Some(Duration::from_secs_f64(
+        (user + system) as f64 / per_second as f64,
+    ))
 }
 
 /// What the child wrote on stderr, cut to what a message may carry (a component's
@@ -346,6 +379,64 @@ fn child(args: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compile_stopped_while_it_got_little_cpu_says_the_worker_was_busy() {
+        // A child that sleeps through its limit stands for a compile the worker's
+        // events kept off the cores: killed at the wall-clock limit, with next to no
+        // CPU time.
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = rustix::process::Pid::from_child(&child);
+        let limits = CompileLimits {
+            time: Duration::from_millis(300),
+            ..CompileLimits::default()
+        };
+        let (_finished, finish) = mpsc::channel::<()>();
+        let stopped = watch(pid, limits, &finish);
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "the child was not killed: {status}");
+        let Some(Stopped::Time { cpu: Some(cpu) }) = stopped else {
+            panic!("stopped: {stopped:?}");
+        };
+        assert!(cpu < Duration::from_millis(100), "{cpu:?}");
+        let message = stopped.unwrap().describe(limits);
+        assert!(message.contains("--compile-timeout-secs"), "{message}");
+        assert!(message.contains("the worker is busy"), "{message}");
+        assert!(!message.contains("too complex"), "{message}");
+    }
+
+    #[test]
+    fn a_compile_stopped_after_using_its_time_says_the_component_is_too_complex() {
+        let limits = CompileLimits::default();
+        let stopped = Stopped::Time {
+            cpu: Some(limits.time),
+        };
+        let message = stopped.describe(limits);
+        assert!(message.contains("too large or too complex"), "{message}");
+        assert!(!message.contains("busy"), "{message}");
+    }
+
+    #[test]
+    fn the_cpu_time_of_a_busy_process_is_read() {
+        let pid = rustix::process::getpid();
+        let before = cpu_time(pid).unwrap();
+        let started = std::time::Instant::now();
+        let mut read = before;
+        let mut spun = 0u64;
+        while read == before {
+            assert!(started.elapsed() < Duration::from_secs(10), "{read:?}");
+            spun = std::hint::black_box(spun.wrapping_add(1));
+            read = cpu_time(pid).unwrap();
+        }
+        // The kernel's own count for the process, read after: `/proc` rounds down to a
+        // clock tick, so it never says more.
+        let clock = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        let clock = Duration::new(clock.tv_sec as u64, clock.tv_nsec as u32);
+        assert!(
+            read > before && read <= clock,
+            "{before:?} -> {read:?}, clock {clock:?}"
+        );
+    }
 
     #[test]
     fn a_child_reads_back_the_settings_it_was_given() {

@@ -302,6 +302,7 @@ fn a_deploy_a_worker_cannot_load_is_refused_and_the_live_version_keeps_serving()
         stderr.contains("w1") && stderr.contains("memory_mb = 4000"),
         "{stderr}"
     );
+    assert!(stderr.contains("HTTP 400"), "{stderr}");
     let hello = services.get("/hello?name=still");
     assert_eq!(hello.text().unwrap().trim(), "Hello, still!");
     let status = faas_at(&services.url, &["status", "hello", "--output", "json"]);

@@ -16,7 +16,7 @@ use super::{metrics, serve, socket};
 use crate::function::LoadedWorkflow;
 use crate::run::{BranchPeer, BranchReply, Peers, RunError, owner_of, run_branch};
 use crate::worker::Worker;
-use faas_invoke::{EventFailure, RemoteWorkers};
+use faas_invoke::{EventFailure, LoadErrorKind, RemoteWorkers};
 use faas_shared_state::{DeploymentRecord, LoadStatus, SharedState, SharedStateError, WorkerInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
@@ -74,7 +74,7 @@ pub struct Node {
     staged: Slots,
     /// The revision whose load failed last, and why, so a bad deploy is reported and
     /// not retried.
-    failed: RwLock<HashMap<String, (u64, String)>>,
+    failed: RwLock<HashMap<String, (u64, Refusal)>>,
     /// For workflows that spread their branches: the other workers holding them.
     peers: RwLock<HashMap<String, Arc<[Peer]>>>,
     /// Clients of the other workers.
@@ -553,17 +553,19 @@ impl Node {
                     .insert(name.clone(), (revision, Arc::new(workflow)));
                 status
             }
-            Err(error) => {
+            Err(refusal) => {
                 if !retried {
+                    let error = &refusal.message;
                     tracing::warn!(workflow = name, revision, "loading failed: {error}");
                 }
                 self.failed
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(name.clone(), (revision, error.clone()));
+                    .insert(name.clone(), (revision, refusal.clone()));
                 LoadStatus {
                     revision,
-                    error: Some(error),
+                    error: Some(refusal.message),
+                    error_kind: Some(refusal.kind),
                     functions: Vec::new(),
                 }
             }
@@ -580,7 +582,10 @@ impl Node {
                 let error = format!("function `{function}`: {err}");
                 match err {
                     SharedStateError::Redis(_) => LoadFailure::Unreachable(error),
-                    _ => LoadFailure::Failed(error),
+                    _ => LoadFailure::Failed(Refusal {
+                        message: error,
+                        kind: LoadErrorKind::Component,
+                    }),
                 }
             })?;
             components.insert(function.clone(), bytes);
@@ -588,7 +593,12 @@ impl Node {
         self.worker
             .load_workflow(&record.workflow, components)
             .await
-            .map_err(|err| LoadFailure::Failed(err.to_string()))
+            .map_err(|err| {
+                LoadFailure::Failed(Refusal {
+                    message: err.to_string(),
+                    kind: err.kind(),
+                })
+            })
     }
 }
 
@@ -598,7 +608,14 @@ enum LoadFailure {
     /// revision (a restart, a network blip), so it is tried again, not reported.
     Unreachable(String),
     /// It cannot load (a component missing or refused): reported, and not tried again.
-    Failed(String),
+    Failed(Refusal),
+}
+
+/// Why a revision cannot load, as its [`LoadStatus`] reports it.
+#[derive(Debug, Clone)]
+struct Refusal {
+    message: String,
+    kind: LoadErrorKind,
 }
 
 /// What `slots` hold for workflow `name` at `revision`.
@@ -614,6 +631,7 @@ fn ready(revision: u64, workflow: &LoadedWorkflow) -> LoadStatus {
     LoadStatus {
         revision,
         error: None,
+        error_kind: None,
         functions: workflow.summaries(),
     }
 }

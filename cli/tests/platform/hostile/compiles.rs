@@ -5,7 +5,8 @@
 //! another tenant is served, and deploys after it go through.
 
 use super::{Watch, assert_bystander_served, deploy_bystander};
-use crate::support::{Platform, faas_at, write_manifest, write_manifest_of};
+use crate::services::Services;
+use crate::support::{Platform, deploy_at, faas_at, repo, write_manifest, write_manifest_of};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use wasm_encoder::{
@@ -111,6 +112,8 @@ fn a_component_that_compiles_too_long_fails_its_own_deploy() {
     watch.finish();
     assert!(error.contains("--compile-timeout-secs"), "{error}");
     assert!(error.contains("compiling took longer"), "{error}");
+    // A valid component, more than this worker compiles: not a bad component (400).
+    assert!(error.contains("HTTP 422"), "{error}");
     assert!(!error.contains("not a valid"), "{error}");
     assert!(took < Duration::from_secs(30), "the deploy took {took:?}");
     assert_platform_carries_on(&platform, dir.path());
@@ -127,9 +130,31 @@ fn a_component_that_needs_too_much_memory_to_compile_fails_its_own_deploy() {
     watch.finish();
     assert!(error.contains("--compile-memory-mb"), "{error}");
     assert!(error.contains("128 MiB"), "{error}");
+    assert!(error.contains("HTTP 422"), "{error}");
     // The compile's memory was the child's (about 250 MiB had it run to the end): the
     // platform's peak grew by little more than the 1.7 MiB upload.
     let grew = platform.memory("VmHWM").saturating_sub(resident_before);
     assert!(grew < 96 << 20, "the platform grew by {} MiB", grew >> 20);
     assert_platform_carries_on(&platform, dir.path());
+}
+
+#[test]
+fn a_worker_process_reports_a_compile_past_its_limit_as_such() {
+    let dir = faas_testing::temp_dir();
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &["--compile-memory-mb", "128"]);
+    let path = dir.path().join("expensive.wasm");
+    std::fs::write(&path, expensive_component(3)).unwrap();
+    let manifest = write_manifest_of(dir.path(), "expensive", "mallory", &path, "/expensive", "");
+    let output = faas_at(&services.url, &["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success(), "the expensive component deployed");
+    let error = String::from_utf8_lossy(&output.stderr);
+    // The worker's kind of failure reaches the deploy through the shared state, as
+    // the gateway's own would.
+    assert!(error.contains("worker `w1`"), "{error}");
+    assert!(error.contains("--compile-memory-mb"), "{error}");
+    assert!(error.contains("HTTP 422"), "{error}");
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    let hello = services.get("/hello?name=after");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, after!");
 }
