@@ -4,6 +4,9 @@
 use anyhow::Context;
 use faas_connections::ConnectionLimits;
 use faas_gateway::GatewayConfig;
+use faas_gateway::body_budget::{
+    BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB,
+};
 use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_DEPLOYS_PER_TENANT,
@@ -59,6 +62,14 @@ pub struct GatewayArgs {
     /// Largest request body an invocation may send, in bytes.
     #[arg(long, env = "FAAS_MAX_BODY_BYTES", default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
+    /// How much memory the request bodies the gateway holds may take in all, in MiB;
+    /// a body past it is refused with 503. 0 for no limit.
+    #[arg(long, env = "FAAS_BODY_BUDGET_MB", default_value_t = DEFAULT_BODY_BUDGET_MB)]
+    pub body_budget_mb: u64,
+    /// How much of that one client address's bodies may take, in MiB; a body past it is
+    /// refused with 429. 0 for no limit.
+    #[arg(long, env = "FAAS_CLIENT_BODY_BUDGET_MB", default_value_t = DEFAULT_CLIENT_BODY_BUDGET_MB)]
+    pub client_body_budget_mb: u64,
     /// How many workflows each tenant may have deployed, unless the operator set the
     /// tenant's own quota (`faas tenant set <name> --max-workflows N`). 0 for no limit.
     #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = DEFAULT_TENANT_MAX_WORKFLOWS)]
@@ -90,6 +101,14 @@ impl GatewayArgs {
         let mut config = GatewayConfig::new(token);
         config.listen = self.listen;
         config.max_body_bytes = self.max_body_bytes;
+        let mib = |mb: u64| match mb {
+            0 => u64::MAX,
+            mb => mb.saturating_mul(1 << 20),
+        };
+        config.body_budget = BodyBudgetLimits {
+            total: mib(self.body_budget_mb),
+            per_client: mib(self.client_body_budget_mb),
+        };
         config.max_deploys_per_tenant = self.max_deploys_per_tenant;
         config.connections = ConnectionLimits {
             per_client: self.max_connections_per_client.max(1),

@@ -135,6 +135,13 @@ pub struct Slot {
     client: IpAddr,
 }
 
+impl Slot {
+    /// The client address the connection came from.
+    pub fn client(&self) -> IpAddr {
+        self.client
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut open = self.admission.lock();

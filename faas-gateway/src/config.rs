@@ -1,5 +1,6 @@
 //! The gateway's settings, with safe defaults.
 
+use crate::body_budget::{BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB};
 use faas_connections::ConnectionLimits;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,6 +14,10 @@ pub struct GatewayConfig {
     pub token: String,
     /// Largest request body an invocation may send (default 8 MiB); larger gets 413.
     pub max_body_bytes: usize,
+    /// How much the request bodies the gateway holds may take, per client address and
+    /// in all (defaults: [`DEFAULT_CLIENT_BODY_BUDGET_MB`], [`DEFAULT_BODY_BUDGET_MB`];
+    /// see [`crate::body_budget`]).
+    pub body_budget: BodyBudgetLimits,
     /// Largest deploy upload (default 256 MiB).
     pub max_deploy_bytes: usize,
     /// How many deploys one tenant may have in the gateway at once, in progress or
@@ -51,6 +56,10 @@ impl GatewayConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 3000)),
             token: token.into(),
             max_body_bytes: 8 << 20,
+            body_budget: BodyBudgetLimits {
+                total: DEFAULT_BODY_BUDGET_MB << 20,
+                per_client: DEFAULT_CLIENT_BODY_BUDGET_MB << 20,
+            },
             max_deploy_bytes: 256 << 20,
             max_deploys_per_tenant: DEFAULT_MAX_DEPLOYS_PER_TENANT,
             read_timeout: Duration::from_secs(30),

@@ -3,6 +3,7 @@
 //! event into a JSON error.
 
 use crate::activator::{Activator, Look, Refusal};
+use crate::body_budget::{Claim, OverBudget};
 use crate::registry::Deployment;
 use crate::replica::copy_request;
 use crate::response::{self, Body};
@@ -15,8 +16,10 @@ use faas_invoke::{
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use serde::Serialize;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
@@ -34,7 +37,13 @@ struct RunFailureDetails<'a> {
 }
 
 /// Serves an invocation request: an HTTP function, or a run of a workflow's steps.
-pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Body> {
+/// `client` is the address the request came from, whose share of the body budget its
+/// body takes.
+pub(crate) async fn invoke(
+    app: &App,
+    client: IpAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let started = Instant::now();
     let path = request.uri().path();
     let Some((deployment, target)) = app.registry.route(path) else {
@@ -57,11 +66,11 @@ pub(crate) async fn invoke(app: &App, request: Request<Incoming>) -> Response<Bo
     );
     faas_invoke::trace::continue_from(&span, request.headers());
     // The body is read (within its limits) before any wait: a held event holds
-    // nothing more than its body.
+    // nothing more than its body, and its claim on the body budget until it is served.
     let response = async {
-        match read_body(app, request).await {
+        match read_body(app, client, request).await {
             Err(response) => response,
-            Ok(request) => serve(app, &deployment, target, request).await,
+            Ok((request, _claim)) => serve(app, &deployment, target, request).await,
         }
     }
     .instrument(span.clone())
@@ -508,12 +517,15 @@ fn content_type(schema_type: &str) -> &'static str {
     }
 }
 
-/// Reads the whole body within the size and time limits. Functions see a complete
-/// body, and a body over the limit is refused with 413 before any guest runs.
-async fn read_body(
-    app: &App,
+/// Reads the whole body within the size and time limits, and within the body budget
+/// ([`crate::body_budget`]), whose claim it returns to be held until the event is
+/// served. Functions see a complete body, and a body over the limit is refused with 413
+/// (or over the budget with 429 or 503) before any guest runs.
+async fn read_body<'a>(
+    app: &'a App,
+    client: IpAddr,
     request: Request<Incoming>,
-) -> Result<Request<Bytes>, Response<Body>> {
+) -> Result<(Request<Bytes>, Option<Claim<'a>>), Response<Body>> {
     let limit = app.config.max_body_bytes;
     let too_large = || {
         response::error(
@@ -531,8 +543,18 @@ async fn read_body(
         return Err(too_large());
     }
     let (parts, body) = request.into_parts();
-    let collected =
-        tokio::time::timeout(app.config.read_timeout, Limited::new(body, limit).collect());
+    if body.is_end_stream() {
+        return Ok((Request::from_parts(parts, Bytes::new()), None));
+    }
+    let mut claim = app.bodies.claim(client);
+    // Refused before a byte of it is read, when its length is known.
+    if let Some(declared) = declared {
+        claim.grow_to(declared).map_err(over_budget)?;
+    }
+    let collected = tokio::time::timeout(
+        app.config.read_timeout,
+        collect_claimed(Limited::new(body, limit), &mut claim),
+    );
     match collected.await {
         Err(_) => Err(response::error(
             StatusCode::REQUEST_TIMEOUT,
@@ -542,12 +564,60 @@ async fn read_body(
                 app.config.read_timeout.as_millis()
             ),
         )),
-        Ok(Err(err)) if err.is::<LengthLimitError>() => Err(too_large()),
-        Ok(Err(err)) => Err(response::error(
+        Ok(Err(ReadFailure::Budget(over))) => Err(over_budget(over)),
+        Ok(Err(ReadFailure::Body(err))) if err.is::<LengthLimitError>() => Err(too_large()),
+        Ok(Err(ReadFailure::Body(err))) => Err(response::error(
             StatusCode::BAD_REQUEST,
             "bad_body",
             format!("reading the request body: {err}"),
         )),
-        Ok(Ok(body)) => Ok(Request::from_parts(parts, body.to_bytes())),
+        Ok(Ok(body)) => Ok((Request::from_parts(parts, body), Some(claim))),
     }
+}
+
+/// Why a body could not be read whole.
+enum ReadFailure {
+    /// The body did not fit the body budget.
+    Budget(OverBudget),
+    /// The client's body failed, or passed the body limit ([`LengthLimitError`]).
+    Body(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Reads `body` whole, growing `claim` by each chunk as it arrives.
+async fn collect_claimed(
+    mut body: Limited<Incoming>,
+    claim: &mut Claim<'_>,
+) -> Result<Bytes, ReadFailure> {
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut received = 0u64;
+    while let Some(frame) = body.frame().await {
+        let Ok(chunk) = frame.map_err(ReadFailure::Body)?.into_data() else {
+            continue; // trailers, which functions are not given
+        };
+        received += chunk.len() as u64;
+        claim.grow_to(received).map_err(ReadFailure::Budget)?;
+        chunks.push(chunk);
+    }
+    if chunks.len() == 1 {
+        return Ok(chunks.swap_remove(0));
+    }
+    let mut whole = Vec::with_capacity(received as usize);
+    for chunk in &chunks {
+        whole.extend_from_slice(chunk);
+    }
+    Ok(whole.into())
+}
+
+/// The answer to a body the budget has no room for: 429 when its client holds its
+/// share, 503 when all clients hold the whole; either may be sent again shortly.
+fn over_budget(over: OverBudget) -> Response<Body> {
+    let status = match over {
+        OverBudget::Client { .. } => StatusCode::TOO_MANY_REQUESTS,
+        OverBudget::Total { .. } => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut response = response::error(status, "body_budget", over.to_string());
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
 }

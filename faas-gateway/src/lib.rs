@@ -24,6 +24,7 @@
 pub mod activator;
 pub mod admin;
 mod auth;
+pub mod body_budget;
 pub mod config;
 mod deploy_admission;
 mod invoke;

@@ -2,6 +2,7 @@
 //! shutting down gracefully.
 
 use crate::activator::Activator;
+use crate::body_budget::BodyBudget;
 use crate::config::GatewayConfig;
 use crate::deploy_admission::DeployAdmission;
 use crate::metrics::Metrics;
@@ -16,7 +17,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
@@ -43,6 +44,8 @@ pub(crate) struct App {
     pub logs: Option<crate::logs::LogStore>,
     /// The deploys each tenant has in the gateway (`max_deploys_per_tenant`).
     pub deploys: DeployAdmission,
+    /// The request bodies the gateway holds, by client (`body_budget`).
+    pub bodies: BodyBudget,
 }
 
 /// A gateway, configured but not yet listening.
@@ -60,6 +63,7 @@ impl Gateway {
         Self {
             app: Arc::new(App {
                 deploys: DeployAdmission::new(config.max_deploys_per_tenant),
+                bodies: BodyBudget::new(config.body_budget),
                 config,
                 registry,
                 metrics: Metrics::new(),
@@ -203,13 +207,14 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Recei
             _ = stopping.changed() => break,
         };
         let _ = stream.set_nodelay(true);
+        let client = slot.client();
         let activity = Activity::new();
         let service = {
             let (app, activity) = (app.clone(), activity.clone());
             service_fn(move |request| {
                 let (app, busy) = (app.clone(), activity.busy());
                 async move {
-                    let response = dispatch(&app, request).await;
+                    let response = dispatch(&app, client, request).await;
                     Ok::<_, Infallible>(response.map(|body| busy.track(body)))
                 }
             })
@@ -252,7 +257,7 @@ fn metrics_response(app: &App) -> Response<Body> {
         .expect("static response parts are valid")
 }
 
-async fn dispatch(app: &App, request: Request<Incoming>) -> Response<Body> {
+async fn dispatch(app: &App, client: IpAddr, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path();
     match path {
         "/healthz" => response::text(StatusCode::OK, "ok\n"),
@@ -270,6 +275,6 @@ async fn dispatch(app: &App, request: Request<Incoming>) -> Response<Body> {
         _ if path.starts_with(admin::PREFIX) || path == admin::PREFIX.trim_end_matches('/') => {
             admin::handle(app, request).await
         }
-        _ => invoke::invoke(app, request).await,
+        _ => invoke::invoke(app, client, request).await,
     }
 }

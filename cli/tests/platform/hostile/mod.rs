@@ -2,6 +2,7 @@
 //! asserts that the attack failed, and that another tenant's function kept answering
 //! during and after it. One module per kind of attack.
 
+mod bodies;
 mod compiles;
 mod connections;
 mod deadlines;
