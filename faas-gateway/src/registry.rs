@@ -18,7 +18,7 @@ use faas_store::{
     DeploymentStore, IssuedToken, QuotaChanges, Quotas, SavedDeployment, StoreError, Tenant,
     TenantError, TenantStore, TenantWorkflows, TokenInfo,
 };
-use faas_workflow::{ManifestError, Route, TenantScope, TriggerTarget, Workflow};
+use faas_workflow::{ManifestError, Route, RouteTable, TenantScope, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -262,8 +262,8 @@ pub struct RouteEntry {
 #[derive(Default)]
 struct State {
     deployments: BTreeMap<String, Arc<Deployment>>,
-    /// Most specific route first.
-    routes: Arc<Vec<RouteEntry>>,
+    /// Every deployment's routes.
+    routes: Arc<RouteTable<RouteEntry>>,
     last_revision: u64,
     /// Workers in this process (embedded mode), or the live worker processes as last
     /// seen in Redis (services mode; `None`, as they are not here).
@@ -1185,8 +1185,7 @@ impl Registry {
     pub fn route(&self, path: &str) -> Option<(Arc<Deployment>, TriggerTarget)> {
         let routes = self.read().routes.clone();
         routes
-            .iter()
-            .find(|entry| entry.route.matches(path))
+            .find(path)
             .map(|entry| (entry.deployment.clone(), entry.target.clone()))
     }
 
@@ -1241,24 +1240,18 @@ pub(crate) fn check_routes<'a>(
     }
 }
 
-/// The route table of `deployments`, most specific route first.
-fn route_table(deployments: &BTreeMap<String, Arc<Deployment>>) -> Vec<RouteEntry> {
-    let mut routes: Vec<RouteEntry> = deployments
-        .values()
-        .flat_map(|deployment| {
-            deployment
-                .workflow
-                .http_triggers
-                .iter()
-                .map(|trigger| RouteEntry {
-                    route: trigger.route.clone(),
-                    target: trigger.target.clone(),
-                    deployment: deployment.clone(),
-                })
+/// The route table of `deployments`.
+fn route_table(deployments: &BTreeMap<String, Arc<Deployment>>) -> RouteTable<RouteEntry> {
+    RouteTable::new(deployments.values().flat_map(|deployment| {
+        deployment.workflow.http_triggers.iter().map(|trigger| {
+            let entry = RouteEntry {
+                route: trigger.route.clone(),
+                target: trigger.target.clone(),
+                deployment: deployment.clone(),
+            };
+            (trigger.route.clone(), entry)
         })
-        .collect();
-    routes.sort_by_key(|entry| std::cmp::Reverse(entry.route.specificity()));
-    routes
+    }))
 }
 
 /// SHA-256 over the manifest, every component and every schema, so an identical

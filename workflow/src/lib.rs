@@ -56,6 +56,7 @@ mod model;
 pub mod outbound;
 mod raw;
 mod route;
+mod route_table;
 mod schema_type;
 mod validate;
 
@@ -72,5 +73,9 @@ pub use outbound::{
     AllowedOutboundHosts, OutboundAccess, OutboundHost, OutboundHostError, is_public_address,
 };
 pub use route::{Route, RouteError};
+pub use route_table::RouteTable;
 pub use schema_type::{SchemaType, SchemaTypeError};
-pub use validate::{MAX_NAME_LEN, MAX_REDIS_NAME_LEN, is_valid_name, is_valid_redis_name};
+pub use validate::{
+    MAX_EDGES, MAX_FUNCTIONS, MAX_HTTP_TRIGGERS, MAX_NAME_LEN, MAX_REDIS_NAME_LEN,
+    MAX_REDIS_TRIGGERS, MAX_STEPS, MAX_STREAM_TRIGGERS, is_valid_name, is_valid_redis_name,
+};

@@ -56,6 +56,26 @@ pub fn is_valid_redis_name(name: &str) -> bool {
     (1..=MAX_REDIS_NAME_LEN).contains(&len)
 }
 
+// The most items of each kind one workflow may declare: several times what a workflow
+// written by hand has, and few enough that what the platform does per item stays small
+// for every tenant (a route in every gateway's table and in the conflict check of every
+// later deploy, a consumer and a Redis lease per message trigger, a compile per
+// function).
+
+/// The most `[functions.<name>]` tables one workflow may declare.
+pub const MAX_FUNCTIONS: usize = 128;
+/// The most `[steps.<name>]` tables one workflow may declare.
+pub const MAX_STEPS: usize = 128;
+/// The most `[[edges]]` one workflow may declare.
+pub const MAX_EDGES: usize = 512;
+/// The most `[[triggers.http]]` one workflow may declare; a prefix route (`/api/...`)
+/// serves any number of paths.
+pub const MAX_HTTP_TRIGGERS: usize = 128;
+/// The most `[[triggers.redis]]` one workflow may declare.
+pub const MAX_REDIS_TRIGGERS: usize = 32;
+/// The most `[[triggers.stream]]` one workflow may declare.
+pub const MAX_STREAM_TRIGGERS: usize = 32;
+
 /// Parses and validates `source` for `scope`; with `schemas` (`.km` texts by file name
 /// as written), also resolves the steps' interface memories.
 pub(crate) fn parse(
@@ -204,11 +224,22 @@ impl<'a> Checker<'a> {
             self.name("tenant", written);
         }
 
+        if let Some(functions) = &raw.functions {
+            self.at_most_keys("functions", functions.get_ref(), MAX_FUNCTIONS);
+        }
+        if let Some(steps) = &raw.steps {
+            self.at_most_keys("steps", steps, MAX_STEPS);
+        }
+        let triggers = raw.triggers.unwrap_or_default();
+        self.at_most("edges", &raw.edges, MAX_EDGES);
+        self.at_most("triggers.http", &triggers.http, MAX_HTTP_TRIGGERS);
+        self.at_most("triggers.redis", &triggers.redis, MAX_REDIS_TRIGGERS);
+        self.at_most("triggers.stream", &triggers.stream, MAX_STREAM_TRIGGERS);
+
         let functions = self.functions(raw.functions);
         let steps = self.steps(&functions, raw.steps.unwrap_or_default());
         let edges = self.edges(&steps, raw.edges);
         let settings = self.settings(raw.workflow);
-        let triggers = raw.triggers.unwrap_or_default();
         let (http_triggers, mut step_triggers) =
             self.http_triggers(&functions, &steps, triggers.http);
         let redis_triggers = self.redis_triggers(&steps, triggers.redis, &mut step_triggers);
@@ -320,6 +351,33 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(workflow)
+    }
+
+    /// Reports the first of the array `field`'s items past `max`, at its place.
+    fn at_most<T>(&mut self, field: &str, items: &[Spanned<T>], max: usize) {
+        if let Some(first_past) = items.get(max) {
+            self.error(
+                first_past.span(),
+                format!("{field}[{max}]"),
+                too_many(field, items.len(), max),
+            );
+        }
+    }
+
+    /// Reports the first of the table `field`'s entries past `max`, in the order they
+    /// are written, at its name.
+    fn at_most_keys<V>(&mut self, field: &str, table: &BTreeMap<Spanned<String>, V>, max: usize) {
+        if table.len() <= max {
+            return;
+        }
+        let mut names: Vec<&Spanned<String>> = table.keys().collect();
+        names.sort_by_key(|name| name.span().start);
+        let first_past = names[max];
+        self.error(
+            first_past.span(),
+            format!("{field}.{}", first_past.get_ref()),
+            too_many(field, table.len(), max),
+        );
     }
 
     fn name(&mut self, field: &str, name: &Spanned<String>) {
@@ -1151,6 +1209,15 @@ where
         range.start(),
         range.end()
     )
+}
+
+fn too_many(field: &str, declared: usize, max: usize) -> String {
+    let hint = if field == "triggers.http" {
+        "; one prefix route (`/api/...`) serves any number of paths"
+    } else {
+        ""
+    };
+    format!("{declared} `{field}` entries; a workflow may declare at most {max}{hint}")
 }
 
 fn invalid_redis_name(what: &str, name: &str) -> String {

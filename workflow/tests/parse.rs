@@ -1116,3 +1116,47 @@ fn functions_without_allowed_outbound_hosts_may_reach_nothing() {
     let json = serde_json::to_string(&wf).unwrap();
     assert!(!json.contains("allowed_outbound_hosts"), "{json}");
 }
+
+/// A manifest with `functions` hello functions, each with one route.
+fn manifest_with_routes(functions: usize, routes_each: usize) -> String {
+    let mut text = String::from("name = \"big\"\ntenant = \"demo\"\n");
+    for f in 0..functions {
+        text.push_str(&format!("[functions.f{f}]\ncomponent = \"h.wasm\"\n"));
+    }
+    for f in 0..functions {
+        for r in 0..routes_each {
+            text.push_str(&format!(
+                "[[triggers.http]]\nroute = \"/f{f}/r{r}\"\nfunction = \"f{f}\"\n"
+            ));
+        }
+    }
+    text
+}
+
+#[test]
+fn a_workflow_declares_at_most_its_limit_of_routes_and_functions() {
+    // At the limits: accepted.
+    let wf = parse(&manifest_with_routes(1, faas_workflow::MAX_HTTP_TRIGGERS));
+    assert_eq!(wf.http_triggers.len(), faas_workflow::MAX_HTTP_TRIGGERS);
+    parse(&manifest_with_routes(faas_workflow::MAX_FUNCTIONS, 1));
+
+    // One route past: refused at that route, naming the limit and the way around it.
+    let text = manifest_with_routes(1, faas_workflow::MAX_HTTP_TRIGGERS + 1);
+    let err = parse_err(&text);
+    let max = faas_workflow::MAX_HTTP_TRIGGERS;
+    assert_eq!(err.field(), format!("triggers.http[{max}]"));
+    let line = text
+        .lines()
+        .position(|line| line == format!("route = \"/f0/r{max}\""))
+        .unwrap();
+    assert_eq!(err.line(), line, "the line of its `[[triggers.http]]`");
+    assert!(err.message().contains(&format!("at most {max}")), "{err}");
+    assert!(err.message().contains("prefix route"), "{err}");
+
+    // One function past: refused at the first function written past the limit, not
+    // the last in name order.
+    let err = parse_err(&manifest_with_routes(faas_workflow::MAX_FUNCTIONS + 1, 1));
+    let max = faas_workflow::MAX_FUNCTIONS;
+    assert_eq!(err.field(), format!("functions.f{max}"));
+    assert!(err.message().contains(&format!("at most {max}")), "{err}");
+}

@@ -124,3 +124,35 @@ fn services_mode_refuses_claims_and_route_takeovers() {
     .unwrap();
     assert_eq!(tenants["tenants"].as_array().unwrap().len(), 2, "{tenants}");
 }
+
+#[test]
+fn a_workflow_with_more_routes_than_one_may_have_is_refused_and_one_at_the_limit_is_served() {
+    let scene = Scene::embedded();
+    let max = faas_workflow::MAX_HTTP_TRIGGERS;
+    let routes: Vec<String> = (0..=max).map(|i| format!("/many/{i}")).collect();
+    let routes: Vec<&str> = routes.iter().map(String::as_str).collect();
+    let manifest = scene.manifest("many", None, &routes);
+    let stderr = refused(&scene.deploy(&scene.mallory, &manifest));
+    assert!(
+        stderr.contains(&format!("triggers.http[{max}]")),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("at most {max}")), "{stderr}");
+    assert!(
+        stderr.contains(manifest.file_name().unwrap().to_str().unwrap()),
+        "{stderr}"
+    );
+    scene.assert_victim_served();
+    // Straight to the admin API, past the CLI's own check: the gateway refuses it too.
+    let response = scene.upload(&scene.mallory, &manifest);
+    assert_eq!(response.status(), 400);
+    let error: serde_json::Value = response.json().unwrap();
+    assert_eq!(error["error"]["field"], format!("triggers.http[{max}]"));
+    scene.assert_victim_served();
+
+    let at_limit = scene.manifest("many", None, &routes[..max]);
+    assert_success(&scene.deploy(&scene.mallory, &at_limit), "128 routes");
+    let last = format!("{}?name=m", routes[max - 1]);
+    assert!(scene.get(&last).text().unwrap().contains("Hello, m"));
+    scene.assert_victim_served();
+}
