@@ -572,6 +572,7 @@ fn tenant_error(err: TenantError) -> Response<Body> {
         TenantError::NoSuchTenant(_) => (StatusCode::NOT_FOUND, "no_such_tenant"),
         TenantError::NoSuchToken(_) => (StatusCode::NOT_FOUND, "not_found"),
         TenantError::HasWorkflows { .. } => (StatusCode::CONFLICT, "has_workflows"),
+        TenantError::TooManyTokens(_) => (StatusCode::FORBIDDEN, "quota"),
         TenantError::Store(_) | TenantError::Redis(_) | TenantError::Malformed { .. } => {
             tracing::error!("tenant store: {err}");
             (StatusCode::SERVICE_UNAVAILABLE, "tenant_store")

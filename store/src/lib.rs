@@ -27,6 +27,6 @@ pub use db::{Database, StoreError};
 pub use deployments::{DeploymentStore, SavedDeployment};
 pub use kv::{KeyValueStore, KvError, KvQuota};
 pub use tenants::{
-    IssuedToken, QuotaChanges, Quotas, Tenant, TenantError, TenantStore, TenantWorkflows,
-    TenantsCopy, TokenInfo,
+    IssuedToken, MAX_TOKENS_PER_TENANT, QuotaChanges, Quotas, Tenant, TenantError, TenantStore,
+    TenantWorkflows, TenantsCopy, TokenInfo,
 };

@@ -58,6 +58,11 @@ pub const TOKEN_ID_PREFIX: &str = "tok_";
 /// The longest token label, in characters.
 pub const MAX_LABEL_CHARS: usize = 100;
 
+/// The most tokens one tenant may hold at once: plenty for a team's people, machines
+/// and rotations, and few enough that a tenant's token creates in a loop cannot grow
+/// the state database or Redis without bound.
+pub const MAX_TOKENS_PER_TENANT: usize = 100;
+
 /// How often the processes that enforce quotas (workers, brokers) re-read the tenants'
 /// quotas with [`TenantStore::follow`] in services mode: how long an operator's change
 /// takes to reach them.
@@ -69,6 +74,11 @@ pub const QUOTA_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 pub const TENANTS_KEY: &str = "faas:tenants";
 const TOKENS_KEY: &str = "faas:tokens";
 const HASHES_KEY: &str = "faas:token-hashes";
+/// How many tokens each tenant holds (field: the tenant's name), kept by the scripts
+/// that create and revoke tokens; a tenant missing from it is counted from the tokens
+/// themselves at its next token create (as after [`TenantStore::copy`] restored the
+/// other hashes).
+const TOKEN_COUNTS_KEY: &str = "faas:token-counts";
 
 /// The hashes [`TenantStore::copy`] keeps a copy of, tenants first.
 const COPIED_KEYS: [&str; 3] = [TENANTS_KEY, TOKENS_KEY, HASHES_KEY];
@@ -269,6 +279,12 @@ pub enum TenantError {
     /// No token with that id.
     #[error("no token `{0}`")]
     NoSuchToken(String),
+    /// The tenant holds as many tokens as a tenant may.
+    #[error(
+        "tenant `{0}` holds {MAX_TOKENS_PER_TENANT} tokens, the most a tenant may; revoke \
+         one it no longer uses first (`faas token ls`, `faas token revoke <id>`)"
+    )]
+    TooManyTokens(String),
     /// The tenant still has deployed workflows.
     #[error(
         "tenant `{tenant}` still has deployed workflows: {}; remove them first (`faas rm <name>`)",
@@ -327,24 +343,36 @@ pub struct TenantStore {
     backend: Backend,
 }
 
-/// Creates a tenant's token in one step, refusing a tenant that does not exist.
-/// KEYS: tenants, tokens, hashes. ARGV: tenant, id, record, hash.
+/// Creates a tenant's token in one step, refusing a tenant that does not exist (0) or
+/// holds `ARGV[5]` tokens already (-1); 1 when created. A tenant the counts miss is
+/// counted from its tokens, once. KEYS: tenants, tokens, hashes, token counts. ARGV:
+/// tenant, id, record, hash, the most tokens.
 const CREATE_TOKEN: &str = "
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local count = tonumber(redis.call('HGET', KEYS[4], ARGV[1]))
+if not count then
+  count = 0
+  for _, record in ipairs(redis.call('HVALS', KEYS[2])) do
+    if cjson.decode(record).tenant == ARGV[1] then count = count + 1 end
+  end
+end
+redis.call('HSET', KEYS[4], ARGV[1], count)
+if count >= tonumber(ARGV[5]) then return -1 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
+redis.call('HINCRBY', KEYS[4], ARGV[1], 1)
 return 1";
 
-/// Removes a tenant and revokes its tokens in one step, unless KEYS[4] (if given), a
+/// Removes a tenant and revokes its tokens in one step, unless KEYS[5] (if given), a
 /// hash of deployment records (JSON with `workflow.tenant`), holds a workflow of the
 /// tenant. Returns `{revoked, {}}`, `{-1, {}}` when there is no tenant, or `{-2,
-/// workflows}` when it has some. KEYS: tenants, tokens, hashes[, deployments].
-/// ARGV: tenant.
+/// workflows}` when it has some. KEYS: tenants, tokens, hashes, token counts[,
+/// deployments]. ARGV: tenant.
 const REMOVE_TENANT: &str = "
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {-1, {}} end
-if KEYS[4] then
+if KEYS[5] then
   local owned = {}
-  local records = redis.call('HGETALL', KEYS[4])
+  local records = redis.call('HGETALL', KEYS[5])
   for i = 1, #records, 2 do
     if cjson.decode(records[i + 1]).workflow.tenant == ARGV[1] then
       table.insert(owned, records[i])
@@ -353,6 +381,7 @@ if KEYS[4] then
   if #owned > 0 then return {-2, owned} end
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
 local revoked = 0
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
@@ -374,12 +403,17 @@ if current ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1";
 
-/// Revokes a token; returns its record, or nil. KEYS: tokens, hashes. ARGV: id.
+/// Revokes a token; returns its record, or nil. KEYS: tokens, hashes, token counts.
+/// ARGV: id.
 const REVOKE_TOKEN: &str = "
 local record = redis.call('HGET', KEYS[1], ARGV[1])
 if not record then return false end
+local token = cjson.decode(record)
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], cjson.decode(record).secret_sha256)
+redis.call('HDEL', KEYS[2], token.secret_sha256)
+if redis.call('HEXISTS', KEYS[3], token.tenant) == 1 then
+  redis.call('HINCRBY', KEYS[3], token.tenant, -1)
+end
 return record";
 
 /// The tenant of the token whose secret has this hash, while the tenant exists; else
@@ -663,7 +697,7 @@ impl TenantStore {
                 if removed == 0 { -1 } else { revoked as i64 }
             }
             Backend::Redis(connection) => {
-                let mut keys = vec![TENANTS_KEY, TOKENS_KEY, HASHES_KEY];
+                let mut keys = vec![TENANTS_KEY, TOKENS_KEY, HASHES_KEY, TOKEN_COUNTS_KEY];
                 if let TenantWorkflows::InRedisHash(hash) = deployed {
                     keys.push(hash);
                 }
@@ -686,7 +720,8 @@ impl TenantStore {
     /// Creates a token for `tenant`; the returned secret is not kept anywhere.
     ///
     /// # Errors
-    /// [`TenantError::NoSuchTenant`], [`TenantError::InvalidLabel`], or the backend's.
+    /// [`TenantError::NoSuchTenant`], [`TenantError::InvalidLabel`],
+    /// [`TenantError::TooManyTokens`], or the backend's.
     pub async fn create_token(
         &self,
         tenant: &str,
@@ -720,17 +755,30 @@ impl TenantStore {
                     .optional()
                     .map_err(doing())?
                     .is_some();
-                if exists {
-                    transaction
-                        .execute(
-                            "INSERT INTO tokens (id, tenant, label, created_at, secret_sha256) \
-                             VALUES (?1, ?2, ?3, ?4, ?5)",
-                            (&info.id, tenant, label, to_sql_time(info.created_at), &hash),
+                if !exists {
+                    0
+                } else {
+                    let held: i64 = transaction
+                        .query_row(
+                            "SELECT COUNT(*) FROM tokens WHERE tenant = ?1",
+                            [tenant],
+                            |row| row.get(0),
                         )
                         .map_err(doing())?;
-                    transaction.commit().map_err(doing())?;
+                    if held >= MAX_TOKENS_PER_TENANT as i64 {
+                        -1
+                    } else {
+                        transaction
+                            .execute(
+                                "INSERT INTO tokens (id, tenant, label, created_at, secret_sha256) \
+                                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                                (&info.id, tenant, label, to_sql_time(info.created_at), &hash),
+                            )
+                            .map_err(doing())?;
+                        transaction.commit().map_err(doing())?;
+                        1
+                    }
                 }
-                exists
             }
             Backend::Redis(connection) => {
                 let record = TokenRecord {
@@ -739,25 +787,27 @@ impl TenantStore {
                 };
                 redis::cmd("EVAL")
                     .arg(CREATE_TOKEN)
-                    .arg(3)
+                    .arg(4)
                     .arg(TENANTS_KEY)
                     .arg(TOKENS_KEY)
                     .arg(HASHES_KEY)
+                    .arg(TOKEN_COUNTS_KEY)
                     .arg(tenant)
                     .arg(&info.id)
                     .arg(to_json(&record))
                     .arg(&hash)
-                    .run::<bool>(connection)
+                    .arg(MAX_TOKENS_PER_TENANT)
+                    .run::<i64>(connection)
                     .await?
             }
         };
-        if created {
-            Ok(IssuedToken {
+        match created {
+            1 => Ok(IssuedToken {
                 token: info,
                 secret,
-            })
-        } else {
-            Err(TenantError::NoSuchTenant(tenant.to_owned()))
+            }),
+            -1 => Err(TenantError::TooManyTokens(tenant.to_owned())),
+            _ => Err(TenantError::NoSuchTenant(tenant.to_owned())),
         }
     }
 
@@ -838,9 +888,10 @@ impl TenantStore {
             Backend::Redis(connection) => {
                 let json: Option<String> = redis::cmd("EVAL")
                     .arg(REVOKE_TOKEN)
-                    .arg(2)
+                    .arg(3)
                     .arg(TOKENS_KEY)
                     .arg(HASHES_KEY)
+                    .arg(TOKEN_COUNTS_KEY)
                     .arg(id)
                     .run(connection)
                     .await?;
@@ -1152,6 +1203,64 @@ mod tests {
             assert_eq!(store.tokens(None).await.unwrap(), []);
         })
         .await;
+    }
+
+    #[tokio::test]
+    async fn a_tenant_holds_at_most_its_limit_of_tokens_and_a_revoke_makes_room() {
+        on_both(|store| async move {
+            store.create_tenant("mallory").await.unwrap();
+            store.create_tenant("other").await.unwrap();
+            let mut issued = Vec::new();
+            for i in 0..MAX_TOKENS_PER_TENANT {
+                let label = format!("{i}");
+                issued.push(store.create_token("mallory", &label).await.unwrap());
+            }
+            let err = store.create_token("mallory", "one more").await.unwrap_err();
+            assert!(matches!(&err, TenantError::TooManyTokens(t) if t == "mallory"));
+            assert!(err.to_string().contains("faas token revoke"), "{err}");
+            let held = store.tokens(Some("mallory")).await.unwrap();
+            assert_eq!(held.len(), MAX_TOKENS_PER_TENANT);
+            // Another tenant's tokens are its own count.
+            store.create_token("other", "").await.unwrap();
+            // A revoke makes room for one.
+            store.revoke_token(&issued[0].token.id).await.unwrap();
+            store.create_token("mallory", "again").await.unwrap();
+            assert!(store.create_token("mallory", "past").await.is_err());
+            // Removed and created again, the tenant starts from none.
+            store
+                .remove_tenant("mallory", TenantWorkflows::Listed(&[]))
+                .await
+                .unwrap();
+            store.create_tenant("mallory").await.unwrap();
+            store.create_token("mallory", "fresh").await.unwrap();
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn tokens_redis_lost_the_count_of_are_counted_again() {
+        let server = RedisServer::start();
+        let store = TenantStore::redis(&server.url()).await.unwrap();
+        store.create_tenant("mallory").await.unwrap();
+        for i in 0..MAX_TOKENS_PER_TENANT - 1 {
+            store
+                .create_token("mallory", &format!("{i}"))
+                .await
+                .unwrap();
+        }
+        // As after a restore of the tenants and tokens without their counts.
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(TOKEN_COUNTS_KEY)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        store.create_token("mallory", "last").await.unwrap();
+        assert!(matches!(
+            store.create_token("mallory", "past").await,
+            Err(TenantError::TooManyTokens(_))
+        ));
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 
 use super::scene::{Scene, VICTIM_WORKFLOW, assert_success, create_token, refused, write_hello};
 use crate::services::Services;
-use crate::support::{Platform, TOKEN, error_of};
+use crate::support::{Platform, TOKEN, client, error_of};
 use reqwest::Method;
 
 #[test]
@@ -139,6 +139,44 @@ fn own_tokens_only<P>(scene: &Scene<P>) {
     // A tenant may make itself another token.
     let second = create_token(&scene.url, &scene.mallory, "mallory");
     assert_eq!(scene.api(Method::GET, "workflows", &second).status(), 200);
+    scene.assert_victim_served();
+    // But not without end: past its limit a create is refused, and it holds no more.
+    let create = || {
+        client()
+            .post(format!("{}/admin/v1/tokens", scene.url))
+            .bearer_auth(&scene.mallory)
+            .json(&serde_json::json!({"tenant": "mallory", "label": "flood"}))
+            .send()
+            .unwrap()
+    };
+    let mut created = 2;
+    let refusal = loop {
+        let response = create();
+        if !response.status().is_success() {
+            break response;
+        }
+        created += 1;
+        assert!(
+            created <= faas_store::MAX_TOKENS_PER_TENANT,
+            "{created} tokens"
+        );
+    };
+    assert_eq!(created, faas_store::MAX_TOKENS_PER_TENANT);
+    assert_eq!(refusal.status(), 403);
+    let error = error_of(refusal);
+    assert_eq!(error["kind"], "quota", "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("revoke"),
+        "{error}"
+    );
+    let listed: serde_json::Value = serde_json::from_slice(
+        &scene
+            .faas(&scene.mallory, &["token", "ls", "--output", "json"])
+            .stdout,
+    )
+    .unwrap();
+    let held = listed["tokens"].as_array().unwrap().len();
+    assert_eq!(held, faas_store::MAX_TOKENS_PER_TENANT);
     scene.assert_victim_served();
 }
 
