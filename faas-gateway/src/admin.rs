@@ -616,6 +616,9 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
         Ok(upload) => upload,
         Err(response) => return response,
     };
+    if let Some(refusal) = oversized_text(&upload) {
+        return refusal;
+    }
     let mut components = BTreeMap::new();
     for (name, encoded) in upload.components {
         match BASE64.decode(encoded.as_bytes()) {
@@ -660,6 +663,32 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
         }
         Err(err) => deploy_error(err),
     }
+}
+
+/// The most bytes a deploy's manifest may have, and its Karmem schemas together: far
+/// more than any written by hand, and little enough that what a deployment keeps in
+/// every gateway's memory and in the state database stays small, however many a
+/// tenant deploys (its components are kept apart: compiled, on disk).
+pub const MAX_MANIFEST_BYTES: usize = 1 << 20;
+
+/// A 413 for an upload whose manifest, or schemas, are past [`MAX_MANIFEST_BYTES`].
+fn oversized_text(upload: &DeployBody) -> Option<Response<Body>> {
+    let schemas: usize = upload.schemas.values().map(String::len).sum();
+    let (what, size) = if upload.manifest.len() > MAX_MANIFEST_BYTES {
+        (
+            format!("manifest {}", upload.file_name),
+            upload.manifest.len(),
+        )
+    } else if schemas > MAX_MANIFEST_BYTES {
+        ("Karmem schemas (.km files, together)".to_owned(), schemas)
+    } else {
+        return None;
+    };
+    Some(response::error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the {what} is {size} bytes; a deploy's may have at most {MAX_MANIFEST_BYTES}"),
+    ))
 }
 
 #[derive(Serialize)]

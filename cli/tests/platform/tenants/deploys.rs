@@ -142,3 +142,63 @@ fn a_tenant_past_its_deploys_at_once_is_refused_before_its_upload_is_read() {
     assert_eq!(names, ["mallory-app"]);
     scene.assert_victim_served();
 }
+
+#[test]
+fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
+    let scene = Scene::embedded();
+    let manifest = scene.manifest("padded", None, &["/padded"]);
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    // A comment is as good as any field for taking the gateway's memory.
+    let padded = format!(
+        "{text}\n# {}\n",
+        "x".repeat(faas_gateway::admin::MAX_MANIFEST_BYTES)
+    );
+    std::fs::write(&manifest, &padded).unwrap();
+    let response = scene.upload(&scene.mallory, &manifest);
+    assert_eq!(response.status(), 413);
+    let error: serde_json::Value = response.json().unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("manifest"),
+        "{error}"
+    );
+    scene.assert_victim_served();
+
+    // Schemas are the deploy's text too, however many files they are cut into.
+    use base64::Engine as _;
+    let schema = "x".repeat(faas_gateway::admin::MAX_MANIFEST_BYTES / 2 + 1);
+    let body = serde_json::json!({
+        "file_name": "workflow.toml",
+        "manifest": text,
+        "components": {"main": base64::engine::general_purpose::STANDARD
+            .encode(faas_testing::component("hello"))},
+        "schemas": {"a.km": schema, "b.km": schema},
+    });
+    let response = client()
+        .post(format!("{}/admin/v1/workflows", scene.url))
+        .bearer_auth(&scene.mallory)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let error: serde_json::Value = response.json().unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("schemas"),
+        "{error}"
+    );
+    assert_eq!(scene.get("/padded").status(), 404, "nothing was deployed");
+    // Within the limits, the same workflow deploys.
+    assert_success(
+        &scene.deploy(
+            &scene.mallory,
+            &scene.manifest("padded", None, &["/padded"]),
+        ),
+        "deploy",
+    );
+    scene.assert_victim_served();
+}
