@@ -143,6 +143,14 @@ fn a_tenant_past_its_deploys_at_once_is_refused_before_its_upload_is_read() {
     scene.assert_victim_served();
 }
 
+/// Asserts that `response` refused an upload as too large, naming `what`.
+fn assert_too_large(response: reqwest::blocking::Response, what: &str) {
+    assert_eq!(response.status(), 413);
+    let error: serde_json::Value = response.json().unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains(what), "{error}");
+}
+
 #[test]
 fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
     let scene = Scene::embedded();
@@ -154,16 +162,7 @@ fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
         "x".repeat(faas_gateway::admin::MAX_MANIFEST_BYTES)
     );
     std::fs::write(&manifest, &padded).unwrap();
-    let response = scene.upload(&scene.mallory, &manifest);
-    assert_eq!(response.status(), 413);
-    let error: serde_json::Value = response.json().unwrap();
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("manifest"),
-        "{error}"
-    );
+    assert_too_large(scene.upload(&scene.mallory, &manifest), "manifest");
     scene.assert_victim_served();
 
     // Schemas are the deploy's text too, however many files they are cut into.
@@ -182,15 +181,7 @@ fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
         .json(&body)
         .send()
         .unwrap();
-    assert_eq!(response.status(), 413);
-    let error: serde_json::Value = response.json().unwrap();
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("schemas"),
-        "{error}"
-    );
+    assert_too_large(response, "schemas");
     assert_eq!(scene.get("/padded").status(), 404, "nothing was deployed");
     // Within the limits, the same workflow deploys.
     assert_success(
