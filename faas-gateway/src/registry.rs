@@ -479,6 +479,17 @@ impl Registry {
             )));
         }
         self.check_supported(&workflow)?;
+        // Kept with the deployment (state database, Redis): only what it runs.
+        if let Some(function) = request
+            .components
+            .keys()
+            .find(|function| !workflow.functions.contains_key(*function))
+        {
+            let function = function.clone();
+            return Err(DeployError::Load(LoadError::UndeclaredComponent {
+                function,
+            }));
+        }
         let digest = digest(&request.manifest, &request.components, &request.schemas);
         let current = self.get(&workflow.name);
         if let Some(current) = current.as_ref().filter(|current| current.digest == digest) {

@@ -49,6 +49,13 @@ pub enum LoadError {
         /// The function without a component.
         function: String,
     },
+    /// The deploy sent a component for a function its manifest does not declare (a
+    /// typo, or bytes that would be stored for nothing).
+    #[error("a component was uploaded for `{function}`, which the manifest does not declare")]
+    UndeclaredComponent {
+        /// The name it was sent under.
+        function: String,
+    },
     /// The function asks for more memory than the worker's instance slots hold.
     #[error("function `{function}`: memory_mb = {asked} exceeds this worker's maximum of {max}")]
     MemoryTooLarge {
@@ -118,6 +125,7 @@ impl LoadError {
             | Self::NotAComponent { .. }
             | Self::Link { .. }
             | Self::MissingComponent { .. }
+            | Self::UndeclaredComponent { .. }
             | Self::MemoryTooLarge { .. } => LoadErrorKind::Component,
         }
     }

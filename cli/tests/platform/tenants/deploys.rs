@@ -193,3 +193,29 @@ fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
     );
     scene.assert_victim_served();
 }
+
+#[test]
+fn a_component_for_no_declared_function_is_refused_not_stored() {
+    let scene = Scene::embedded();
+    let manifest = scene.manifest("stowaway", None, &["/stowaway"]);
+    use base64::Engine as _;
+    let hello = base64::engine::general_purpose::STANDARD.encode(faas_testing::component("hello"));
+    let body = serde_json::json!({
+        "file_name": "workflow.toml",
+        "manifest": std::fs::read_to_string(&manifest).unwrap(),
+        "components": {"main": hello, "stowaway": hello},
+    });
+    let response = client()
+        .post(format!("{}/admin/v1/workflows", scene.url))
+        .bearer_auth(&scene.mallory)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: serde_json::Value = response.json().unwrap();
+    assert_eq!(error["error"]["kind"], "component", "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`stowaway`"), "{error}");
+    assert_eq!(scene.get("/stowaway").status(), 404, "nothing was deployed");
+    scene.assert_victim_served();
+}
