@@ -175,12 +175,7 @@ fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
             .encode(faas_testing::component("hello"))},
         "schemas": {"a.km": schema, "b.km": schema},
     });
-    let response = client()
-        .post(format!("{}/admin/v1/workflows", scene.url))
-        .bearer_auth(&scene.mallory)
-        .json(&body)
-        .send()
-        .unwrap();
+    let response = scene.upload_body(&scene.mallory, &body);
     assert_too_large(response, "schemas");
     assert_eq!(scene.get("/padded").status(), 404, "nothing was deployed");
     // Within the limits, the same workflow deploys.
@@ -205,12 +200,7 @@ fn a_component_for_no_declared_function_is_refused_not_stored() {
         "manifest": std::fs::read_to_string(&manifest).unwrap(),
         "components": {"main": hello, "stowaway": hello},
     });
-    let response = client()
-        .post(format!("{}/admin/v1/workflows", scene.url))
-        .bearer_auth(&scene.mallory)
-        .json(&body)
-        .send()
-        .unwrap();
+    let response = scene.upload_body(&scene.mallory, &body);
     assert_eq!(response.status(), 400);
     let error: serde_json::Value = response.json().unwrap();
     assert_eq!(error["error"]["kind"], "component", "{error}");

@@ -101,10 +101,15 @@ impl<P> Scene<P> {
             "manifest": std::fs::read_to_string(manifest).expect("reading the manifest"),
             "components": {"main": base64::engine::general_purpose::STANDARD.encode(component)},
         });
+        self.upload_body(token, &body)
+    }
+
+    /// A raw deploy upload of `body` (the admin API's JSON) with `token`.
+    pub(crate) fn upload_body(&self, token: &str, body: &serde_json::Value) -> Response {
         client()
             .post(format!("{}/admin/v1/workflows", self.url))
             .bearer_auth(token)
-            .json(&body)
+            .json(body)
             .send()
             .expect("deploy upload")
     }
