@@ -91,7 +91,7 @@ for round in $(seq 1 "$ROUNDS"); do
     wait "$storm_pid"
     printf '%-6s %-28s %10s %9s\n' "$round" "alone" "$alone_rps" "$alone_p99"
     printf '%-6s %-28s %10s %9s\n' "$round" "while A redeploys" "$stormed_rps" "$stormed_p99"
-    ratios+=("$(awk -v a="$stormed_rps" -v b="$alone_rps" 'BEGIN { printf "%.2f", a / b }')")
+    ratios+=("$(ratio "$stormed_rps" "$alone_rps")")
 done
 echo
 echo "B's throughput during the storm / alone, per round: ${ratios[*]}"

@@ -50,6 +50,11 @@ start_redis() {
     REDIS_URL=redis://127.0.0.1:$REDIS_PORT/
 }
 
+# ratio A B: A / B to two decimals (a throughput under load against alone).
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
+}
+
 # wrk_measure THREADS CONNECTIONS DURATION URL: one wrk run against URL; prints
 # "req/s p50_ms p99_ms", and fails (exit 1) if any response was not 2xx.
 wrk_measure() {

@@ -47,7 +47,7 @@ for round in $(seq 1 "$ROUNDS"); do
     wait "$attack" || true
     printf '%-6s %-28s %10s %9s\n' "$round" "alone" "$alone_rps" "$alone_p99"
     printf '%-6s %-28s %10s %9s\n' "$round" "with $ATTACKERS busy loops of A" "$attacked_rps" "$attacked_p99"
-    ratios+=("$(awk -v a="$attacked_rps" -v b="$alone_rps" 'BEGIN { printf "%.2f", a / b }')")
+    ratios+=("$(ratio "$attacked_rps" "$alone_rps")")
 done
 echo
 echo "B's throughput under attack / alone, per round: ${ratios[*]} (goal: at least 0.5, p99 under 10 ms)"

@@ -68,7 +68,7 @@ for round in $(seq 1 "$ROUNDS"); do
     read -r many_rps _ many_p99 < <(measure)
     printf '%-6s %-34s %10s %9s\n' "$round" "$((WORKFLOWS * ROUTES)) routes of tenant many" "$many_rps" "$many_p99"
     remove_many
-    ratios+=("$(awk -v a="$many_rps" -v b="$alone_rps" 'BEGIN { printf "%.2f", a / b }')")
+    ratios+=("$(ratio "$many_rps" "$alone_rps")")
 done
 echo
 echo "req/s with the other tenant's routes / without, per round: ${ratios[*]}"

@@ -601,11 +601,7 @@ async fn collect_claimed(
     if chunks.len() == 1 {
         return Ok(chunks.swap_remove(0));
     }
-    let mut whole = Vec::with_capacity(received as usize);
-    for chunk in &chunks {
-        whole.extend_from_slice(chunk);
-    }
-    Ok(whole.into())
+    Ok(chunks.concat().into())
 }
 
 /// The answer to a body the budget has no room for: 429 when its client holds its
