@@ -8,9 +8,10 @@
 //! default), and two hundred times that over HTTP/2's concurrent streams, and the
 //! gateway every tenant shares would run out of memory. So a body is counted against
 //! the budget as its declared length before any of it is read (or chunk by chunk as it
-//! arrives, when no length is declared), and one that does not fit is refused at once:
-//! 429 when its client holds its share, 503 when all clients together hold the whole
-//! budget. A request without a body takes nothing from it.
+//! arrives, when no length is declared, and twice over while those chunks are joined),
+//! and one that does not fit is refused at once: 429 when its client holds its share,
+//! 503 when all clients together hold the whole budget. A request without a body takes
+//! nothing from it.
 //!
 //! Behind a proxy every client has the proxy's address, so the share per client is a
 //! generous part of the whole by default.
@@ -92,7 +93,7 @@ impl BodyBudget {
 
     /// What all clients hold, in bytes.
     #[cfg(test)]
-    fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.lock().total
     }
 
@@ -138,21 +139,28 @@ impl Claim<'_> {
         self.bytes = bytes;
         Ok(())
     }
-}
 
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if self.bytes == 0 {
+    /// Gives back what the claim holds past `bytes`; a larger `bytes` leaves it as it
+    /// is.
+    pub(crate) fn shrink_to(&mut self, bytes: u64) {
+        let Some(less) = self.bytes.checked_sub(bytes).filter(|&less| less > 0) else {
             return;
-        }
+        };
         let mut held = self.budget.lock();
-        held.total = held.total.saturating_sub(self.bytes);
+        held.total = held.total.saturating_sub(less);
         if let Some(client) = held.by_client.get_mut(&self.client) {
-            *client = client.saturating_sub(self.bytes);
+            *client = client.saturating_sub(less);
             if *client == 0 {
                 held.by_client.remove(&self.client);
             }
         }
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.shrink_to(0);
     }
 }
 
@@ -206,5 +214,20 @@ mod tests {
         assert_eq!(budget.held(), 0);
         assert!(budget.lock().by_client.is_empty());
         budget.claim(A).grow_to(60).unwrap();
+    }
+
+    #[test]
+    fn a_claim_shrinks_to_what_it_still_holds() {
+        let budget = budget();
+        let mut claim = budget.claim(A);
+        claim.grow_to(50).unwrap();
+        claim.shrink_to(20);
+        claim.shrink_to(30);
+        assert_eq!(budget.held(), 20, "a larger size leaves the claim as it is");
+        budget.claim(A).grow_to(40).unwrap();
+        claim.shrink_to(0);
+        assert!(budget.lock().by_client.is_empty());
+        drop(claim);
+        assert_eq!(budget.held(), 0);
     }
 }

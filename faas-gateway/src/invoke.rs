@@ -8,7 +8,7 @@ use crate::registry::Deployment;
 use crate::replica::copy_request;
 use crate::response::{self, Body};
 use crate::server::App;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use faas_invoke::{
     EventFailure, FailureKind, LogLevel, LogLine, LogSink as _, LogSource, OutputRegion, RunReply,
     TriggerMessage,
@@ -553,7 +553,7 @@ async fn read_body<'a>(
     }
     let collected = tokio::time::timeout(
         app.config.read_timeout,
-        collect_claimed(Limited::new(body, limit), &mut claim),
+        collect_claimed(Limited::new(body, limit), declared, &mut claim),
     );
     match collected.await {
         Err(_) => Err(response::error(
@@ -583,12 +583,22 @@ enum ReadFailure {
     Body(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// Reads `body` whole, growing `claim` by each chunk as it arrives.
-async fn collect_claimed(
-    mut body: Limited<Incoming>,
+/// Reads `body` whole, the claim growing with what arrives, so that the claim covers
+/// the memory the body takes. A body of one chunk is kept as it came. With a declared
+/// length, the chunks are copied into one buffer of that length as they come, so the
+/// body is held once; without one they are kept and joined at the end, and for that
+/// moment the claim covers both.
+async fn collect_claimed<B>(
+    mut body: Limited<B>,
+    declared: Option<u64>,
     claim: &mut Claim<'_>,
-) -> Result<Bytes, ReadFailure> {
+) -> Result<Bytes, ReadFailure>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut chunks: Vec<Bytes> = Vec::new();
+    let mut joined: Option<BytesMut> = None;
     let mut received = 0u64;
     while let Some(frame) = body.frame().await {
         let Ok(chunk) = frame.map_err(ReadFailure::Body)?.into_data() else {
@@ -596,12 +606,30 @@ async fn collect_claimed(
         };
         received += chunk.len() as u64;
         claim.grow_to(received).map_err(ReadFailure::Budget)?;
-        chunks.push(chunk);
+        if let Some(joined) = joined.as_mut() {
+            joined.extend_from_slice(&chunk);
+        } else if let (Some(declared), Some(first)) = (declared, chunks.first()) {
+            // The read stops at the body limit, which the declared length is within.
+            let mut buffer = BytesMut::with_capacity(declared.max(received) as usize);
+            buffer.extend_from_slice(first);
+            buffer.extend_from_slice(&chunk);
+            chunks.clear();
+            joined = Some(buffer);
+        } else {
+            chunks.push(chunk);
+        }
     }
-    if chunks.len() == 1 {
-        return Ok(chunks.swap_remove(0));
+    if let Some(joined) = joined {
+        return Ok(joined.freeze());
     }
-    Ok(chunks.concat().into())
+    if chunks.len() <= 1 {
+        return Ok(chunks.pop().unwrap_or_default());
+    }
+    claim.grow_to(2 * received).map_err(ReadFailure::Budget)?;
+    let body = Bytes::from(chunks.concat());
+    drop(chunks);
+    claim.shrink_to(received);
+    Ok(body)
 }
 
 /// The answer to a body the budget has no room for: 429 when its client holds its
@@ -616,4 +644,98 @@ fn over_budget(over: OverBudget) -> Response<Body> {
         .headers_mut()
         .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body_budget::{BodyBudget, BodyBudgetLimits};
+    use hyper::body::Frame;
+    use std::collections::VecDeque;
+    use std::convert::Infallible;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// A body of the given chunks, with no declared length.
+    struct Chunks(VecDeque<Bytes>);
+
+    impl hyper::body::Body for Chunks {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        }
+    }
+
+    const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    fn budget(per_client: u64) -> BodyBudget {
+        BodyBudget::new(BodyBudgetLimits {
+            total: 1 << 20,
+            per_client,
+        })
+    }
+
+    /// Collects `chunks` of `size` bytes each against `claim`, declaring their total
+    /// length or not.
+    async fn collect(
+        chunks: usize,
+        size: usize,
+        declare: bool,
+        claim: &mut Claim<'_>,
+    ) -> Result<Bytes, ReadFailure> {
+        let body = Chunks(
+            (0..chunks)
+                .map(|i| Bytes::from(vec![i as u8; size]))
+                .collect(),
+        );
+        let declared = declare.then_some((chunks * size) as u64);
+        if let Some(declared) = declared {
+            claim.grow_to(declared).map_err(ReadFailure::Budget)?;
+        }
+        collect_claimed(Limited::new(body, 1 << 20), declared, claim).await
+    }
+
+    #[tokio::test]
+    async fn a_declared_body_is_joined_as_it_comes_and_claimed_once() {
+        let budget = budget(100);
+        let mut claim = budget.claim(CLIENT);
+        // Joined at the end, it would need 180 bytes of the share of 100.
+        let body = collect(3, 30, true, &mut claim).await.ok().unwrap();
+        assert_eq!(body.len(), 90);
+        assert_eq!((body[0], body[30], body[89]), (0, 1, 2));
+        assert_eq!(budget.held(), 90);
+    }
+
+    #[tokio::test]
+    async fn joining_an_undeclared_body_claims_both_copies_for_the_moment() {
+        let budget = budget(100);
+        let mut claim = budget.claim(CLIENT);
+        let body = collect(3, 16, false, &mut claim).await.ok().unwrap();
+        assert_eq!(body.len(), 48);
+        assert_eq!(
+            budget.held(),
+            48,
+            "the claim is back to the body once joined"
+        );
+        drop(claim);
+
+        // 90 bytes fit the share of 100, but the chunks and their join do not.
+        let mut claim = budget.claim(CLIENT);
+        let refused = collect(3, 30, false, &mut claim).await;
+        assert!(matches!(
+            refused,
+            Err(ReadFailure::Budget(OverBudget::Client { .. }))
+        ));
+        drop(claim);
+
+        let mut claim = budget.claim(CLIENT);
+        let one = collect(1, 90, false, &mut claim).await.ok().unwrap();
+        assert_eq!(one.len(), 90, "a body of one chunk is kept as it came");
+        assert_eq!(budget.held(), 90);
+    }
 }
