@@ -19,6 +19,7 @@ pub mod broker;
 mod db;
 pub mod deployments;
 pub mod kv;
+mod log_queue;
 pub mod logs;
 pub mod redis_connection;
 pub mod tenants;

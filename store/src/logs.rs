@@ -4,20 +4,22 @@
 //!
 //! Workers write through [`RedisLogWriter`]: a guest's line goes into a bounded queue
 //! and a background task appends batches in one pipeline, so a slow or absent Redis
-//! never slows a guest; what does not fit is dropped and counted. Gateways read through
-//! [`RedisLogReader`].
+//! never slows a guest; what does not fit is dropped and counted. The queue is shared
+//! fairly by tenants (`log_queue`), so a tenant flooding its logs loses its own lines,
+//! not another's. Gateways read through [`RedisLogReader`].
 
+use crate::log_queue::LogQueue;
 use faas_invoke::{LogLine, LogSink};
 use redis::aio::MultiplexedConnection;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// The default number of lines each workflow's stream keeps (about).
 pub const DEFAULT_LOG_STREAM_LEN: usize = 10_000;
 
-/// Lines waiting for the writer task; more are dropped.
+/// Lines waiting for the writer task, all tenants' together; past it a line makes room
+/// from the tenant with the most waiting (`log_queue`).
 const QUEUE_LINES: usize = 4096;
 
 /// Most lines appended in one pipeline.
@@ -47,7 +49,7 @@ pub enum LogStoreError {
 
 /// A worker's log sink: queues lines for a background task that appends them.
 pub struct RedisLogWriter {
-    queue: mpsc::Sender<LogLine>,
+    queue: Arc<LogQueue>,
     dropped: Arc<AtomicU64>,
 }
 
@@ -59,9 +61,14 @@ impl RedisLogWriter {
     /// When Redis cannot be reached.
     pub async fn connect(url: &str, max_len: usize) -> Result<Self, LogStoreError> {
         let client = checked_client(url).await?;
-        let (queue, lines) = mpsc::channel(QUEUE_LINES);
+        let queue = Arc::new(LogQueue::new(QUEUE_LINES));
         let dropped = Arc::new(AtomicU64::new(0));
-        tokio::spawn(write_batches(client, lines, max_len, dropped.clone()));
+        tokio::spawn(write_batches(
+            client,
+            queue.clone(),
+            max_len,
+            dropped.clone(),
+        ));
         Ok(Self { queue, dropped })
     }
 
@@ -73,9 +80,15 @@ impl RedisLogWriter {
 
 impl LogSink for RedisLogWriter {
     fn push(&self, line: LogLine) {
-        if self.queue.try_send(line).is_err() {
+        if self.queue.push(line) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+impl Drop for RedisLogWriter {
+    fn drop(&mut self) {
+        self.queue.close();
     }
 }
 
@@ -101,18 +114,18 @@ async fn open(client: &redis::Client) -> redis::RedisResult<MultiplexedConnectio
         .await
 }
 
-/// Appends queued lines in batches until every writer is gone. It connects only when
+/// Appends queued lines in batches until the writer is gone. It connects only when
 /// it has lines to write and forgets a connection that failed, so an idle worker
 /// holds no reconnecting connection and a Redis that came back is found again.
 async fn write_batches(
     client: redis::Client,
-    mut lines: mpsc::Receiver<LogLine>,
+    queue: Arc<LogQueue>,
     max_len: usize,
     dropped: Arc<AtomicU64>,
 ) {
     let mut batch = Vec::with_capacity(BATCH_LINES);
     let mut connection: Option<MultiplexedConnection> = None;
-    while lines.recv_many(&mut batch, BATCH_LINES).await > 0 {
+    while queue.take(&mut batch, BATCH_LINES).await {
         let mut pipe = redis::pipe();
         for line in &batch {
             let Ok(json) = serde_json::to_string(line) else {

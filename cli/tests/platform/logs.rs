@@ -2,7 +2,7 @@
 //! to its own tenant, with its function or step and run, filtered, followed, bounded.
 
 use crate::support::{Platform, TOKEN, faas_as, repo};
-use crate::tenants::scene::{Scene, VICTIM_WORKFLOW, refused};
+use crate::tenants::scene::{Scene, VICTIM_WORKFLOW, assert_success, refused};
 use reqwest::Method;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -398,4 +398,96 @@ fn services_mode_step_lines_carry_their_run_and_go_with_their_workflow() {
         .query(&mut redis)
         .unwrap();
     assert!(!exists, "the workflow's logs outlived it");
+}
+
+/// Mallory's guests log in a loop on the worker the victim shares (services mode, where
+/// one queue per worker holds every tenant's lines for Redis): the flood overflows the
+/// queue, yet every line the victim's function printed meanwhile reaches its logs, and
+/// the victim is served throughout.
+#[test]
+fn services_mode_a_tenant_flooding_its_logs_loses_its_own_lines_not_anothers() {
+    const FLOODERS: usize = 4;
+    const SHOUTS: usize = 10;
+    const GREETINGS: usize = 20;
+    let mut services = crate::services::Services::start(&[]);
+    services.start_worker_with("w1", &["--log-stream-len", "0"]);
+    let redis_url = services.redis.url();
+    let scene = Scene::set_up(services.url.clone(), services);
+    let manifest = scene.dir.path().join("chatter.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"chatter\"\ntenant = \"mallory\"\n\n[functions.misbehave]\n\
+             component = \"{}\"\ntimeout_ms = 10000\n\n[[triggers.http]]\n\
+             route = \"/misbehave/...\"\nfunction = \"misbehave\"\n",
+            faas_testing::component_path("misbehave").display()
+        ),
+    )
+    .unwrap();
+    assert_success(&scene.deploy(&scene.mallory, &manifest), "mallory's deploy");
+
+    // Each shout logs 1,000 lines of 4 KiB (cut from 8).
+    let flooders: Vec<_> = (0..FLOODERS)
+        .map(|_| {
+            let url = format!("{}/misbehave/shout", scene.url);
+            std::thread::spawn(move || {
+                for _ in 0..SHOUTS {
+                    let response = crate::support::client().get(&url).send().unwrap();
+                    assert_eq!(response.status(), 200);
+                }
+            })
+        })
+        .collect();
+    for index in 0..GREETINGS {
+        let response = scene.get(&format!("/shop?name=v{index}"));
+        assert_eq!(
+            response.status(),
+            200,
+            "the victim is served during the flood"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for flooder in flooders {
+        flooder.join().unwrap();
+    }
+    scene.assert_victim_served();
+
+    // The queue overflowed: the stream (not trimmed here) holds fewer lines than were
+    // logged...
+    let logged = FLOODERS * SHOUTS * 1000;
+    let mut redis = redis::Client::open(redis_url)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut kept = 0;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        let now: usize = redis::cmd("XLEN")
+            .arg("faas:logs:chatter")
+            .query(&mut redis)
+            .unwrap();
+        if now == kept {
+            break;
+        }
+        kept = now;
+    }
+    assert!(
+        kept > 0 && kept < logged,
+        "{kept} of {logged} flooded lines kept"
+    );
+    // ...but none of the victim's lines was lost.
+    let victim = wait_for_line(
+        &scene.url,
+        &scene.victim,
+        &[VICTIM_WORKFLOW],
+        &format!("greeting v{}", GREETINGS - 1),
+    );
+    for index in 0..GREETINGS {
+        let greeting = format!("greeting v{index}");
+        assert!(
+            victim.iter().any(|line| line["text"] == greeting.as_str()),
+            "`{greeting}` is missing from the victim's logs"
+        );
+    }
 }
