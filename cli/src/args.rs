@@ -12,6 +12,7 @@ use faas_gateway::config::{
     DEFAULT_MAX_DEPLOYS_PER_TENANT,
 };
 use faas_store::broker::{DEFAULT_STREAM_MAX_LEN, RedisBroker};
+use faas_workflow::DEFAULT_MAX_REDIS_CONSUMERS_PER_TENANT;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,6 +75,11 @@ pub struct GatewayArgs {
     /// tenant's own quota (`faas tenant set <name> --max-workflows N`). 0 for no limit.
     #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = DEFAULT_TENANT_MAX_WORKFLOWS)]
     pub tenant_max_workflows: u64,
+    /// How many channel and stream triggers one tenant's workflows may have in all:
+    /// each is a Redis connection in every gateway (Redis refuses connections past its
+    /// `maxclients`). A deploy past it is refused with 403. 0 for no limit.
+    #[arg(long, env = "FAAS_MAX_REDIS_CONSUMERS_PER_TENANT", default_value_t = DEFAULT_MAX_REDIS_CONSUMERS_PER_TENANT)]
+    pub max_redis_consumers_per_tenant: usize,
     /// How many deploys one tenant may have in the gateway at once, in progress or
     /// waiting their turn; one more is refused with 429 before its upload is read
     /// (`faas deploy` waits and sends it again). 0 for no limit.

@@ -68,6 +68,11 @@ struct RunArgs {
     /// How many workflows a tenant may have when its quota is the default (0: no limit).
     #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = 0)]
     tenant_max_workflows: u64,
+    /// How many channel and stream triggers one tenant's Workflows may have in all
+    /// (each is a Redis connection in every gateway); one past it is refused. 0 for no
+    /// limit.
+    #[arg(long, env = "FAAS_MAX_REDIS_CONSUMERS_PER_TENANT", default_value_t = faas_workflow::DEFAULT_MAX_REDIS_CONSUMERS_PER_TENANT)]
+    max_redis_consumers_per_tenant: usize,
     /// Delete from Redis the components no deployment names that were stored more than
     /// this many seconds ago.
     #[arg(long, env = "FAAS_COMPONENT_TTL_S", default_value_t = 600)]
@@ -105,6 +110,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         max_component_bytes: run.max_component_bytes,
         fetch_timeout: Duration::from_secs(run.fetch_timeout_s.max(1)),
         tenant_max_workflows: run.tenant_max_workflows,
+        max_redis_consumers_per_tenant: run.max_redis_consumers_per_tenant,
         component_ttl: Duration::from_secs(run.component_ttl_s),
     };
     let metrics = Arc::new(OperatorMetrics::new());

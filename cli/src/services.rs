@@ -274,7 +274,8 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
         Registry::services_mode(backend)
             .with_redis_triggers()
             .with_tenants(tenants)
-            .with_max_workflows(args.gateway.tenant_max_workflows),
+            .with_max_workflows(args.gateway.tenant_max_workflows)
+            .with_max_redis_consumers(args.gateway.max_redis_consumers_per_tenant),
     );
     let reader = faas_store::logs::RedisLogReader::connect(&args.redis.redis)
         .await

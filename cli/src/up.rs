@@ -115,7 +115,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut registry = Registry::new(workers, Arc::new(placement))
         .with_saved_deployments(DeploymentStore::new(database.clone()))
         .with_tenants(tenants.clone())
-        .with_max_workflows(args.gateway.tenant_max_workflows);
+        .with_max_workflows(args.gateway.tenant_max_workflows)
+        .with_max_redis_consumers(args.gateway.max_redis_consumers_per_tenant);
     if broker.is_some() {
         registry = registry.with_redis_triggers();
     }

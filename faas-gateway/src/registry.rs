@@ -336,6 +336,9 @@ pub struct Registry {
     /// How many workflows a tenant without a quota of its own may have deployed; 0
     /// for no limit.
     max_workflows: u64,
+    /// How many channel and stream triggers one tenant's workflows may have in all
+    /// ([`faas_workflow::redis_consumers_over`]); 0 for no limit.
+    max_redis_consumers: usize,
 }
 
 /// What [`Registry::restore_saved`] did.
@@ -386,6 +389,7 @@ impl Registry {
             tenants: None,
             saved: None,
             max_workflows: 0,
+            max_redis_consumers: 0,
         }
     }
 
@@ -393,6 +397,13 @@ impl Registry {
     /// no limit; the default).
     pub fn with_max_workflows(mut self, max: u64) -> Self {
         self.max_workflows = max;
+        self
+    }
+
+    /// Lets one tenant's workflows have at most `max` channel and stream triggers in
+    /// all, each a Redis connection in every gateway (0 for no limit; the default).
+    pub fn with_max_redis_consumers(mut self, max: usize) -> Self {
+        self.max_redis_consumers = max;
         self
     }
 
@@ -506,7 +517,12 @@ impl Registry {
         }
         {
             let state = self.read();
-            check_routes(&workflow, state.deployments.values().map(|d| &d.workflow))?;
+            let deployed = || state.deployments.values().map(|d| &d.workflow);
+            check_routes(&workflow, deployed())?;
+            let max = self.max_redis_consumers;
+            if let Some(message) = faas_workflow::redis_consumers_over(&workflow, deployed(), max) {
+                return Err(DeployError::Quota(message));
+            }
         }
         let deployed_at = SystemTime::now();
         let placed = match &self.backend {

@@ -49,6 +49,7 @@
 
 mod component;
 mod conflict;
+mod consumers;
 mod error;
 mod locate;
 pub mod memory;
@@ -62,6 +63,9 @@ mod validate;
 
 pub use component::{NotAComponent, check_component_header};
 pub use conflict::route_conflict;
+pub use consumers::{
+    DEFAULT_MAX_REDIS_CONSUMERS_PER_TENANT, redis_consumers, redis_consumers_over,
+};
 pub use error::{Diagnostic, ManifestError};
 pub use memory::{InterfaceRef, InterfaceRefError, MemoryLimit, StepMemories};
 pub use model::{

@@ -195,6 +195,17 @@ impl Cluster {
 
     /// Waits until condition `kind` of Workflow `name` has status `is` and reason
     /// `reason`, and returns the Workflow.
+    /// Waits for Workflow `name` to be `Degraded` for `reason`; returns it and the
+    /// condition's message.
+    fn wait_degraded(&self, name: &str, reason: &str) -> (Value, String) {
+        let workflow = self.wait_condition(name, "Degraded", "True", reason);
+        let message = condition(&workflow, "Degraded").unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (workflow, message)
+    }
+
     fn wait_condition(&self, name: &str, kind: &str, is: &str, reason: &str) -> Value {
         let mut last = Value::Null;
         let deadline = Instant::now() + PATIENCE;
@@ -514,11 +525,7 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
         Some(&url),
         "",
     ));
-    let degraded = cluster.wait_condition("mismatch", "Degraded", "True", "DigestMismatch");
-    let message = condition(&degraded, "Degraded").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (degraded, message) = cluster.wait_degraded("mismatch", "DigestMismatch");
     assert!(
         message.contains(&sha) && message.contains("spec.functions.hello.component"),
         "{message}"
@@ -540,11 +547,7 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
         None,
         "  workflow:\n    replicas: 0\n",
     ));
-    let invalid = cluster.wait_condition("invalid", "Degraded", "True", "InvalidSpec");
-    let message = condition(&invalid, "Degraded").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, message) = cluster.wait_degraded("invalid", "InvalidSpec");
     assert!(message.starts_with("spec.workflow.replicas"), "{message}");
 
     // A route another workflow serves.
@@ -556,11 +559,7 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
         None,
         "",
     ));
-    let conflict = cluster.wait_condition("copycat", "Degraded", "True", "RouteConflict");
-    let message = condition(&conflict, "Degraded").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, message) = cluster.wait_degraded("copycat", "RouteConflict");
     assert!(
         message.contains("/fetched") && message.contains("fetched"),
         "{message}"
@@ -581,8 +580,8 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
 }
 
 #[test]
-fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quota_are_refused() {
-    let cluster = Cluster::start(1, &[]);
+fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
+    let cluster = Cluster::start(1, &["--max-redis-consumers-per-tenant", "1"]);
     let (bytes, sha) = hello();
     let shared = cluster.shared();
     cluster
@@ -617,11 +616,7 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quota_are_refused() {
         None,
         "",
     ));
-    let over = cluster.wait_condition("two", "Degraded", "True", "Quota");
-    let message = condition(&over, "Degraded").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, message) = cluster.wait_degraded("two", "Quota");
     assert!(message.contains("max_workflows = 1"), "{message}");
 
     // A namespace the platform has no tenant for.
@@ -668,6 +663,30 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quota_are_refused() {
     assert_eq!(deployments.keys().collect::<Vec<_>>(), ["one"]);
     let one = cluster.workflow("one").unwrap();
     assert_eq!(condition(&one, "Ready").unwrap()["status"], "True");
+
+    // A new version of `one` with two stream triggers: past the tenant's Redis
+    // consumers in all (one here), while the version before keeps serving.
+    let streams =
+        "    stream:\n      - { stream: a, step: relay }\n      - { stream: b, step: relay }\n";
+    let one = hello_workflow(&cluster.tenant, "one", "/one", &sha, None, streams).replace(
+        "  triggers:\n",
+        &format!(
+            "    relay:\n      component: {{ sha256: \"{sha}\" }}\n      kind: step\n  \
+             steps:\n    relay: {{ function: relay, input: bytes, output: text }}\n  triggers:\n"
+        ),
+    );
+    cluster.apply(&one);
+    let (over, message) = cluster.wait_degraded("one", "Quota");
+    assert!(
+        message.contains("spec.triggers: ") && message.contains("--max-redis-consumers-per-tenant"),
+        "{message}"
+    );
+    assert_eq!(over["status"]["revision"], 1, "{:#}", over["status"]);
+    let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
+    assert!(
+        deployments["one"].workflow.stream_triggers.is_empty(),
+        "the refused version was not deployed"
+    );
 }
 
 #[test]

@@ -73,6 +73,9 @@ pub struct OperatorConfig {
     /// The workflows a tenant may have when its quota is the platform's default (0: no
     /// limit).
     pub tenant_max_workflows: u64,
+    /// How many channel and stream triggers one tenant's Workflows may have in all
+    /// ([`faas_workflow::redis_consumers_over`]; 0: no limit).
+    pub max_redis_consumers_per_tenant: usize,
     /// Components no deployment names are deleted from Redis once this old.
     pub component_ttl: Duration,
 }

@@ -373,6 +373,13 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
             format!("spec.triggers.http: {message}"),
         );
     }
+    if let Some(message) = faas_workflow::redis_consumers_over(
+        &valid.workflow,
+        deployments.values().map(|record| &record.workflow),
+        context.config.max_redis_consumers_per_tenant,
+    ) {
+        return refuse(reason::QUOTA, format!("spec.triggers: {message}"));
+    }
     let digest = digest(workflow);
     if let Some(record) = ours.as_ref().filter(|record| record.digest == digest) {
         return Ok(Checked::Settled(Deployed {

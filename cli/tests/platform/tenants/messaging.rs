@@ -421,3 +421,61 @@ fn messages_that_keep_failing_cannot_grow_the_dead_letter_stream_without_bound()
     let hello = platform.get("/shop?name=victim");
     assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
 }
+
+/// Mallory's workflows take a Redis connection per channel and stream trigger (in
+/// every gateway), so a tenant could take every connection Redis allows: past its
+/// tenant's limit in all, mallory's next workflow is refused (403 `quota`, naming the
+/// flag) and starts no consumer, while victim, a tenant of its own, deploys as many
+/// and its entries are relayed.
+#[test]
+fn a_tenants_redis_triggers_are_bounded_in_all_and_anothers_are_served() {
+    let redis = RedisServer::start();
+    let platform = platform(&redis, &["--max-redis-consumers-per-tenant", "3"]);
+    let dir = faas_testing::temp_dir();
+    let streams = |names: &[&str]| -> String {
+        names
+            .iter()
+            .map(|name| format!("[[triggers.stream]]\nstream = \"{name}\"\nstep = \"relay\"\n\n"))
+            .collect()
+    };
+    let first = relay_manifest_for(dir.path(), "mallory", "m1", "", &streams(&["a", "b"]));
+    deploy_at(&platform.url, &first);
+    let past = relay_manifest_for(
+        dir.path(),
+        "mallory",
+        "m2",
+        "",
+        &format!(
+            "[[triggers.redis]]\nchannel = \"c\"\nstep = \"relay\"\n\n{}",
+            streams(&["d"])
+        ),
+    );
+    let refused = faas_at(
+        &platform.url,
+        &["deploy", "--no-build", past.to_str().unwrap()],
+    );
+    assert!(!refused.status.success(), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("HTTP 403"), "{stderr}");
+    assert!(
+        stderr.contains("4 channel and stream triggers in all, past the limit of 3 (--max-redis-consumers-per-tenant)"),
+        "{stderr}"
+    );
+
+    // Victim's three are its own tenant's, and served.
+    let victim = relay_manifest_for(dir.path(), "victim", "v1", "", &streams(&["a", "b", "e"]));
+    deploy_at(&platform.url, &victim);
+    for index in 0..5 {
+        xadd(&redis, &key("victim", "e"), &format!("entry-{index}"));
+    }
+    let out = payloads(&redis, &key("victim", "v1:out"), 5, Duration::from_secs(30));
+    assert_eq!(distinct_messages(&out).len(), 5, "{out:?}");
+
+    // The refused workflow started no consumer: its stream never got a group (a
+    // consumer makes the stream as it makes its group).
+    let mut connection = connect(&redis);
+    let made: bool = connection.exists(key("mallory", "d")).unwrap();
+    assert!(!made, "the refused workflow's stream consumer ran");
+    let runs = faas_at(&platform.url, &["runs", "m2"]);
+    assert!(!runs.status.success(), "m2 is not deployed");
+}
