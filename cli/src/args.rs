@@ -63,12 +63,14 @@ pub struct GatewayArgs {
     /// Largest request body an invocation may send, in bytes.
     #[arg(long, env = "FAAS_MAX_BODY_BYTES", default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
-    /// How much memory the request bodies the gateway holds may take in all, in MiB;
-    /// a body past it is refused with 503. 0 for no limit.
+    /// How much memory the request bodies and pub/sub messages the gateway holds may
+    /// take in all, in MiB; a body past it is refused with 503 (a message dropped). 0
+    /// for no limit.
     #[arg(long, env = "FAAS_BODY_BUDGET_MB", default_value_t = DEFAULT_BODY_BUDGET_MB)]
     pub body_budget_mb: u64,
-    /// How much of that one client address's bodies may take, in MiB; a body past it is
-    /// refused with 429. 0 for no limit.
+    /// How much of that one client address's bodies, or one tenant's pub/sub messages,
+    /// may take, in MiB; a body past it is refused with 429 (a message dropped). 0 for
+    /// no limit.
     #[arg(long, env = "FAAS_CLIENT_BODY_BUDGET_MB", default_value_t = DEFAULT_CLIENT_BODY_BUDGET_MB)]
     pub client_body_budget_mb: u64,
     /// How many workflows each tenant may have deployed, unless the operator set the

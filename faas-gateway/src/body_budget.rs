@@ -1,5 +1,6 @@
-//! How much memory the request bodies the gateway holds may take: those of one client
-//! address, and those of all clients together.
+//! How much memory the events' bodies the gateway holds may take: those of one holder
+//! (a client address's request bodies, or a tenant's channel messages), and those of
+//! all holders together.
 //!
 //! An invocation's body is read whole before its event starts, and held until the
 //! event's response is ready (an event waiting for a replica holds its body too). The
@@ -10,22 +11,27 @@
 //! the budget as its declared length before any of it is read (or chunk by chunk as it
 //! arrives, when no length is declared, and twice over while those chunks are joined),
 //! and one that does not fit is refused at once: 429 when its client holds its share,
-//! 503 when all clients together hold the whole budget. A request without a body takes
+//! 503 when all holders together hold the whole budget. A request without a body takes
 //! nothing from it.
 //!
-//! Behind a proxy every client has the proxy's address, so the share per client is a
+//! A pub/sub message is a body too, held from when it arrives until its run ends, and
+//! messages arrive as fast as a tenant's guests publish them, whatever its runs keep
+//! up with: its tenant holds it (`redis/channel.rs`), and one that does not fit is
+//! dropped, as pub/sub may drop messages.
+//!
+//! Behind a proxy every client has the proxy's address, so the share per holder is a
 //! generous part of the whole by default.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The budget's sizes, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyBudgetLimits {
-    /// All clients' bodies together.
+    /// All holders' bodies together.
     pub total: u64,
-    /// One client address's bodies.
+    /// One holder's bodies: one client address's, or one tenant's channel messages.
     pub per_client: u64,
 }
 
@@ -36,25 +42,24 @@ pub const DEFAULT_BODY_BUDGET_MB: u64 = 256;
 /// The default [`BodyBudgetLimits::per_client`]: a quarter of the whole.
 pub const DEFAULT_CLIENT_BODY_BUDGET_MB: u64 = 64;
 
+/// Who holds a body.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Holder {
+    /// The client address that sent a request.
+    Client(IpAddr),
+    /// The tenant whose channel a message came on.
+    Tenant(String),
+}
+
 /// Why a body did not fit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OverBudget {
-    /// Its client's bodies would exceed the share of one client.
-    #[error(
-        "this client's request bodies in the gateway would exceed {} MiB \
-         (--client-body-budget-mb); try again when one has been served",
-        .limit >> 20
-    )]
-    Client {
-        /// The share per client, in bytes.
+    /// Its holder's bodies would exceed the share of one holder.
+    Share {
+        /// The share per holder, in bytes.
         limit: u64,
     },
-    /// All clients' bodies would exceed the budget.
-    #[error(
-        "the gateway holds {} MiB of request bodies, its budget \
-         (--body-budget-mb); try again shortly",
-        .limit >> 20
-    )]
+    /// All holders' bodies would exceed the budget.
     Total {
         /// The whole budget, in bytes.
         limit: u64,
@@ -64,10 +69,10 @@ pub(crate) enum OverBudget {
 #[derive(Default)]
 struct Held {
     total: u64,
-    by_client: HashMap<IpAddr, u64>,
+    by_holder: HashMap<Holder, u64>,
 }
 
-/// The request bodies the gateway holds, by client address.
+/// The bodies the gateway holds, by holder.
 pub(crate) struct BodyBudget {
     limits: BodyBudgetLimits,
     held: Mutex<Held>,
@@ -82,11 +87,11 @@ impl BodyBudget {
         }
     }
 
-    /// An empty claim of `client`'s, to grow as its body arrives.
-    pub(crate) fn claim(&self, client: IpAddr) -> Claim<'_> {
+    /// An empty claim of `holder`'s, to grow as its body arrives.
+    pub(crate) fn claim(self: &Arc<Self>, holder: Holder) -> Claim {
         Claim {
-            budget: self,
-            client,
+            budget: self.clone(),
+            holder,
             bytes: 0,
         }
     }
@@ -103,19 +108,19 @@ impl BodyBudget {
     }
 }
 
-/// The part of the budget one request's body holds; given back when dropped.
-pub(crate) struct Claim<'a> {
-    budget: &'a BodyBudget,
-    client: IpAddr,
+/// The part of the budget one body holds; given back when dropped.
+pub(crate) struct Claim {
+    budget: Arc<BodyBudget>,
+    holder: Holder,
     bytes: u64,
 }
 
-impl Claim<'_> {
+impl Claim {
     /// Grows the claim to `bytes` in all, if the budget has room; a smaller `bytes`
     /// leaves it as it is.
     ///
     /// # Errors
-    /// [`OverBudget`] when the client's share, or the whole budget, has no room; the
+    /// [`OverBudget`] when the holder's share, or the whole budget, has no room; the
     /// claim keeps what it held.
     pub(crate) fn grow_to(&mut self, bytes: u64) -> Result<(), OverBudget> {
         let Some(more) = bytes.checked_sub(self.bytes).filter(|&more| more > 0) else {
@@ -123,9 +128,9 @@ impl Claim<'_> {
         };
         let limits = self.budget.limits;
         let mut held = self.budget.lock();
-        let client = held.by_client.get(&self.client).copied().unwrap_or(0);
-        if client.saturating_add(more) > limits.per_client {
-            return Err(OverBudget::Client {
+        let holder = held.by_holder.get(&self.holder).copied().unwrap_or(0);
+        if holder.saturating_add(more) > limits.per_client {
+            return Err(OverBudget::Share {
                 limit: limits.per_client,
             });
         }
@@ -135,7 +140,7 @@ impl Claim<'_> {
             });
         }
         held.total += more;
-        *held.by_client.entry(self.client).or_default() += more;
+        *held.by_holder.entry(self.holder.clone()).or_default() += more;
         self.bytes = bytes;
         Ok(())
     }
@@ -148,17 +153,17 @@ impl Claim<'_> {
         };
         let mut held = self.budget.lock();
         held.total = held.total.saturating_sub(less);
-        if let Some(client) = held.by_client.get_mut(&self.client) {
-            *client = client.saturating_sub(less);
-            if *client == 0 {
-                held.by_client.remove(&self.client);
+        if let Some(holder) = held.by_holder.get_mut(&self.holder) {
+            *holder = holder.saturating_sub(less);
+            if *holder == 0 {
+                held.by_holder.remove(&self.holder);
             }
         }
         self.bytes = bytes;
     }
 }
 
-impl Drop for Claim<'_> {
+impl Drop for Claim {
     fn drop(&mut self) {
         self.shrink_to(0);
     }
@@ -168,15 +173,18 @@ impl Drop for Claim<'_> {
 mod tests {
     use super::*;
 
-    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
-    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
-    const C: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 3));
+    const A: Holder = Holder::Client(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)));
+    const B: Holder = Holder::Client(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)));
 
-    fn budget() -> BodyBudget {
-        BodyBudget::new(BodyBudgetLimits {
+    fn tenant(name: &str) -> Holder {
+        Holder::Tenant(name.to_owned())
+    }
+
+    fn budget() -> Arc<BodyBudget> {
+        Arc::new(BodyBudget::new(BodyBudgetLimits {
             total: 100,
             per_client: 60,
-        })
+        }))
     }
 
     #[test]
@@ -187,7 +195,7 @@ mod tests {
         let mut second = budget.claim(A);
         assert_eq!(
             second.grow_to(30),
-            Err(OverBudget::Client { limit: 60 }),
+            Err(OverBudget::Share { limit: 60 }),
             "40 + 30 is past A's 60"
         );
         second.grow_to(20).unwrap();
@@ -195,7 +203,7 @@ mod tests {
         other.grow_to(40).unwrap();
         assert_eq!(budget.held(), 100);
         assert_eq!(
-            budget.claim(C).grow_to(1),
+            budget.claim(tenant("shop")).grow_to(1),
             Err(OverBudget::Total { limit: 100 })
         );
     }
@@ -212,7 +220,7 @@ mod tests {
         assert_eq!(budget.held(), 25, "a refused growth takes nothing");
         drop(claim);
         assert_eq!(budget.held(), 0);
-        assert!(budget.lock().by_client.is_empty());
+        assert!(budget.lock().by_holder.is_empty());
         budget.claim(A).grow_to(60).unwrap();
     }
 
@@ -226,7 +234,7 @@ mod tests {
         assert_eq!(budget.held(), 20, "a larger size leaves the claim as it is");
         budget.claim(A).grow_to(40).unwrap();
         claim.shrink_to(0);
-        assert!(budget.lock().by_client.is_empty());
+        assert!(budget.lock().by_holder.is_empty());
         drop(claim);
         assert_eq!(budget.held(), 0);
     }

@@ -14,8 +14,8 @@ pub struct GatewayConfig {
     pub token: String,
     /// Largest request body an invocation may send (default 8 MiB); larger gets 413.
     pub max_body_bytes: usize,
-    /// How much the request bodies the gateway holds may take, per client address and
-    /// in all (defaults: [`DEFAULT_CLIENT_BODY_BUDGET_MB`], [`DEFAULT_BODY_BUDGET_MB`];
+    /// How much the request bodies and pub/sub messages the gateway holds may take, per
+    /// client address (or tenant, for messages) and in all (defaults: [`DEFAULT_CLIENT_BODY_BUDGET_MB`], [`DEFAULT_BODY_BUDGET_MB`];
     /// see [`crate::body_budget`]).
     pub body_budget: BodyBudgetLimits,
     /// Largest deploy upload (default 256 MiB).

@@ -3,7 +3,7 @@
 //! event into a JSON error.
 
 use crate::activator::{Activator, Look, Refusal};
-use crate::body_budget::{Claim, OverBudget};
+use crate::body_budget::{Claim, Holder, OverBudget};
 use crate::registry::Deployment;
 use crate::replica::copy_request;
 use crate::response::{self, Body};
@@ -219,13 +219,26 @@ pub(crate) fn log_unserved(
 /// Tells `workflow`'s tenant, in `faas logs`, that a message on its pub/sub channel
 /// `channel` was dropped unrun because no worker took it (pub/sub is at most once).
 pub(crate) fn log_dropped_message(app: &App, workflow: &str, channel: &str, why: &EventFailure) {
+    log_dropped_messages(app, workflow, channel, 1, &why.message);
+}
+
+/// Leaves a line in `workflow`'s logs saying that `count` messages on `channel` were
+/// dropped, and `why`.
+pub(crate) fn log_dropped_messages(
+    app: &App,
+    workflow: &str,
+    channel: &str,
+    count: u64,
+    why: &str,
+) {
     // Gone with its workflow (removed meanwhile): its logs went with it.
     if let Some(deployment) = app.registry.get(workflow) {
-        let why = format!(
-            "a message on channel `{channel}` was dropped: {}",
-            why.message
-        );
-        log_unserved(app, &deployment, &entry_target(&deployment), why);
+        let what = match count {
+            1 => format!("a message on channel `{channel}` was dropped"),
+            _ => format!("{count} messages on channel `{channel}` were dropped"),
+        };
+        let target = entry_target(&deployment);
+        log_unserved(app, &deployment, &target, format!("{what}: {why}"));
     }
 }
 
@@ -521,11 +534,11 @@ fn content_type(schema_type: &str) -> &'static str {
 /// ([`crate::body_budget`]), whose claim it returns to be held until the event is
 /// served. Functions see a complete body, and a body over the limit is refused with 413
 /// (or over the budget with 429 or 503) before any guest runs.
-async fn read_body<'a>(
-    app: &'a App,
+async fn read_body(
+    app: &App,
     client: IpAddr,
     request: Request<Incoming>,
-) -> Result<(Request<Bytes>, Option<Claim<'a>>), Response<Body>> {
+) -> Result<(Request<Bytes>, Option<Claim>), Response<Body>> {
     let limit = app.config.max_body_bytes;
     let too_large = || {
         response::error(
@@ -546,7 +559,7 @@ async fn read_body<'a>(
     if body.is_end_stream() {
         return Ok((Request::from_parts(parts, Bytes::new()), None));
     }
-    let mut claim = app.bodies.claim(client);
+    let mut claim = app.bodies.claim(Holder::Client(client));
     // Refused before a byte of it is read, when its length is known.
     if let Some(declared) = declared {
         claim.grow_to(declared).map_err(over_budget)?;
@@ -591,7 +604,7 @@ enum ReadFailure {
 async fn collect_claimed<B>(
     mut body: Limited<B>,
     declared: Option<u64>,
-    claim: &mut Claim<'_>,
+    claim: &mut Claim,
 ) -> Result<Bytes, ReadFailure>
 where
     B: hyper::body::Body<Data = Bytes> + Unpin,
@@ -633,13 +646,27 @@ where
 }
 
 /// The answer to a body the budget has no room for: 429 when its client holds its
-/// share, 503 when all clients hold the whole; either may be sent again shortly.
+/// share, 503 when all holders hold the whole; either may be sent again shortly.
 fn over_budget(over: OverBudget) -> Response<Body> {
-    let status = match over {
-        OverBudget::Client { .. } => StatusCode::TOO_MANY_REQUESTS,
-        OverBudget::Total { .. } => StatusCode::SERVICE_UNAVAILABLE,
+    let (status, message) = match over {
+        OverBudget::Share { limit } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this client's request bodies in the gateway would exceed {} MiB \
+                 (--client-body-budget-mb); try again when one has been served",
+                limit >> 20
+            ),
+        ),
+        OverBudget::Total { limit } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the gateway holds {} MiB of request bodies and messages, its budget \
+                 (--body-budget-mb); try again shortly",
+                limit >> 20
+            ),
+        ),
     };
-    let mut response = response::error(status, "body_budget", over.to_string());
+    let mut response = response::error(status, "body_budget", message);
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
@@ -673,11 +700,11 @@ mod tests {
 
     const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
-    fn budget(per_client: u64) -> BodyBudget {
-        BodyBudget::new(BodyBudgetLimits {
+    fn budget(per_client: u64) -> Arc<BodyBudget> {
+        Arc::new(BodyBudget::new(BodyBudgetLimits {
             total: 1 << 20,
             per_client,
-        })
+        }))
     }
 
     /// Collects `chunks` of `size` bytes each against `claim`, declaring their total
@@ -686,7 +713,7 @@ mod tests {
         chunks: usize,
         size: usize,
         declare: bool,
-        claim: &mut Claim<'_>,
+        claim: &mut Claim,
     ) -> Result<Bytes, ReadFailure> {
         let body = Chunks(
             (0..chunks)
@@ -703,7 +730,7 @@ mod tests {
     #[tokio::test]
     async fn a_declared_body_is_joined_as_it_comes_and_claimed_once() {
         let budget = budget(100);
-        let mut claim = budget.claim(CLIENT);
+        let mut claim = budget.claim(Holder::Client(CLIENT));
         // Joined at the end, it would need 180 bytes of the share of 100.
         let body = collect(3, 30, true, &mut claim).await.ok().unwrap();
         assert_eq!(body.len(), 90);
@@ -714,7 +741,7 @@ mod tests {
     #[tokio::test]
     async fn joining_an_undeclared_body_claims_both_copies_for_the_moment() {
         let budget = budget(100);
-        let mut claim = budget.claim(CLIENT);
+        let mut claim = budget.claim(Holder::Client(CLIENT));
         let body = collect(3, 16, false, &mut claim).await.ok().unwrap();
         assert_eq!(body.len(), 48);
         assert_eq!(
@@ -725,15 +752,15 @@ mod tests {
         drop(claim);
 
         // 90 bytes fit the share of 100, but the chunks and their join do not.
-        let mut claim = budget.claim(CLIENT);
+        let mut claim = budget.claim(Holder::Client(CLIENT));
         let refused = collect(3, 30, false, &mut claim).await;
         assert!(matches!(
             refused,
-            Err(ReadFailure::Budget(OverBudget::Client { .. }))
+            Err(ReadFailure::Budget(OverBudget::Share { .. }))
         ));
         drop(claim);
 
-        let mut claim = budget.claim(CLIENT);
+        let mut claim = budget.claim(Holder::Client(CLIENT));
         let one = collect(1, 90, false, &mut claim).await.ok().unwrap();
         assert_eq!(one.len(), 90, "a body of one chunk is kept as it came");
         assert_eq!(budget.held(), 90);

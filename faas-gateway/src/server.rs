@@ -44,8 +44,8 @@ pub(crate) struct App {
     pub logs: Option<crate::logs::LogStore>,
     /// The deploys each tenant has in the gateway (`max_deploys_per_tenant`).
     pub deploys: DeployAdmission,
-    /// The request bodies the gateway holds, by client (`body_budget`).
-    pub bodies: BodyBudget,
+    /// The bodies the gateway holds, by client or tenant (`body_budget`).
+    pub bodies: Arc<BodyBudget>,
 }
 
 /// A gateway, configured but not yet listening.
@@ -63,7 +63,7 @@ impl Gateway {
         Self {
             app: Arc::new(App {
                 deploys: DeployAdmission::new(config.max_deploys_per_tenant),
-                bodies: BodyBudget::new(config.body_budget),
+                bodies: Arc::new(BodyBudget::new(config.body_budget)),
                 config,
                 registry,
                 metrics: Metrics::new(),

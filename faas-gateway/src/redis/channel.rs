@@ -18,24 +18,40 @@
 //! longer than the lease (three seconds) between the check and the run's start, with
 //! Redis's clock running that much faster than the gateway's. Use a stream trigger when
 //! messages must not be lost.
+//!
+//! Messages arrive as fast as they are published, whatever the runs keep up with (the
+//! Redis client reads them into a queue without bound), so the subscription is read on
+//! at once: a message waits here for one of the channel's runs in flight, and it and
+//! its run hold its bytes against its tenant's share of the body budget
+//! (`body_budget.rs`). A message that does not fit is dropped, and the tenant's logs
+//! say how many were (at most a line a second), so a tenant's guests publishing faster
+//! than its runs take their messages cannot fill the gateway's memory.
 
 use super::RedisBroker;
 use super::lease::{Lease, RENEW_EVERY};
-use crate::invoke::{log_dropped_message, message_runtime, run_message};
+use crate::body_budget::{Claim, Holder, OverBudget};
+use crate::invoke::{log_dropped_message, log_dropped_messages, message_runtime, run_message};
 use crate::server::App;
 use faas_invoke::TriggerMessage;
 use futures_util::StreamExt;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// Runs started from one channel at once, at most; the subscription waits beyond that.
+/// Runs started from one channel at once, at most; more messages wait for one.
 const MAX_RUNS_IN_FLIGHT: usize = 256;
+
+/// What a message claims of the body budget beyond its payload: what holding it costs
+/// besides, so that empty messages are bounded too.
+const MESSAGE_OVERHEAD: u64 = 256;
 
 /// One channel trigger of one workflow.
 struct Trigger {
     workflow: String,
+    /// The workflow's tenant, who holds its messages.
+    tenant: String,
     /// The channel as the workflow names it (what the run's message says).
     channel: String,
     /// Its Redis key, in the tenant's namespace.
@@ -60,6 +76,7 @@ pub(super) async fn consume(
     );
     let trigger = Trigger {
         workflow,
+        tenant,
         channel,
         key,
     };
@@ -106,19 +123,33 @@ async fn serve(
         "subscribed"
     );
     let mut messages = pubsub.on_message();
+    let mut waiting: VecDeque<(Vec<u8>, Claim)> = VecDeque::new();
+    let mut dropped = Dropped::default();
     let mut renew = tokio::time::interval_at(Instant::now() + RENEW_EVERY, RENEW_EVERY);
     loop {
         tokio::select! {
-            _ = renew.tick() => match lease.take_or_renew().await? {
-                Some(renewed) => until = renewed,
-                None => {
-                    tracing::info!(channel = trigger.key, "another gateway took the lease over");
-                    return Ok(());
+            _ = renew.tick() => {
+                dropped.report(app, trigger);
+                match lease.take_or_renew().await? {
+                    Some(renewed) => until = renewed,
+                    None => {
+                        tracing::info!(channel = trigger.key, "another gateway took the lease over");
+                        return Ok(());
+                    }
                 }
-            },
+            }
             () = tokio::time::sleep_until(until) => {
                 tracing::warn!(channel = trigger.key, "the lease ran out before it was renewed");
                 return Ok(());
+            }
+            permit = in_flight.clone().acquire_owned(), if !waiting.is_empty() => {
+                // Waiting for a permit may have outlasted the lease: then another
+                // gateway may be running the channel's messages already.
+                if Instant::now() >= until {
+                    return Ok(());
+                }
+                let (payload, claim) = waiting.pop_front().expect("a message waits");
+                start_run(app, trigger, payload, claim, permit.expect("never closed"));
             }
             message = messages.next() => {
                 let Some(message) = message else {
@@ -126,42 +157,96 @@ async fn serve(
                     return Ok(());
                 };
                 let payload: Vec<u8> = message.get_payload()?;
-                let permit = in_flight
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("never closed");
-                // Waiting for a permit may have outlasted the lease: then another
-                // gateway may be running the channel's messages already.
-                if Instant::now() >= until {
-                    return Ok(());
+                let mut claim = app.bodies.claim(Holder::Tenant(trigger.tenant.clone()));
+                if let Err(over) = claim.grow_to(payload.len() as u64 + MESSAGE_OVERHEAD) {
+                    dropped.note(over);
+                    continue;
                 }
-                let app = app.clone();
-                let (workflow, channel) = (trigger.workflow.clone(), trigger.channel.clone());
-                message_runtime(&app, &workflow).spawn(async move {
-                    let message = TriggerMessage {
-                        source: channel.clone(),
-                        id: String::new(),
-                        delivery_count: 1,
-                    };
-                    if let Err(err) = run_message(&app, &workflow, payload, message, None).await {
-                        let message = faas_invoke::log_excerpt(&err.failure.message);
-                        tracing::warn!(
-                            workflow,
-                            channel,
-                            kind = err.failure.kind.as_str(),
-                            detail = ?message,
-                            "run from pub/sub message failed"
-                        );
-                        // A run that started was reported by its worker; this one
-                        // never reached one, and the message is gone.
-                        if err.not_started && err.failure.is_unavailable() {
-                            log_dropped_message(&app, &workflow, &channel, &err.failure);
-                        }
+                match in_flight.clone().try_acquire_owned() {
+                    Ok(permit) if waiting.is_empty() && Instant::now() < until => {
+                        start_run(app, trigger, payload, claim, permit);
                     }
-                    drop(permit);
-                });
+                    _ => waiting.push_back((payload, claim)),
+                }
             }
         }
+    }
+}
+
+/// Starts the run of a message's `payload`, holding `permit` and the message's `claim`
+/// until it ends.
+fn start_run(
+    app: &Arc<App>,
+    trigger: &Trigger,
+    payload: Vec<u8>,
+    claim: Claim,
+    permit: OwnedSemaphorePermit,
+) {
+    let app = app.clone();
+    let (workflow, channel) = (trigger.workflow.clone(), trigger.channel.clone());
+    message_runtime(&app, &workflow).spawn(async move {
+        let message = TriggerMessage {
+            source: channel.clone(),
+            id: String::new(),
+            delivery_count: 1,
+        };
+        if let Err(err) = run_message(&app, &workflow, payload, message, None).await {
+            let message = faas_invoke::log_excerpt(&err.failure.message);
+            tracing::warn!(
+                workflow,
+                channel,
+                kind = err.failure.kind.as_str(),
+                detail = ?message,
+                "run from pub/sub message failed"
+            );
+            // A run that started was reported by its worker; this one
+            // never reached one, and the message is gone.
+            if err.not_started && err.failure.is_unavailable() {
+                log_dropped_message(&app, &workflow, &channel, &err.failure);
+            }
+        }
+        drop((permit, claim));
+    });
+}
+
+/// The messages of a channel dropped for want of budget since the tenant's logs last
+/// said so, and why the last one was.
+#[derive(Default)]
+struct Dropped {
+    count: u64,
+    why: Option<OverBudget>,
+}
+
+impl Dropped {
+    fn note(&mut self, over: OverBudget) {
+        self.count += 1;
+        self.why = Some(over);
+    }
+
+    /// Tells the tenant, in its workflow's logs, how many were dropped and why.
+    fn report(&mut self, app: &App, trigger: &Trigger) {
+        let Some(why) = self.why.take() else {
+            return;
+        };
+        let why = match why {
+            OverBudget::Share { limit } => format!(
+                "the gateway held {} MiB of this tenant's channel messages, waiting for \
+                 their runs or in them, its share (--client-body-budget-mb)",
+                limit >> 20
+            ),
+            OverBudget::Total { limit } => format!(
+                "the gateway held {} MiB of request bodies and messages, its budget \
+                 (--body-budget-mb)",
+                limit >> 20
+            ),
+        };
+        let count = std::mem::take(&mut self.count);
+        tracing::warn!(
+            workflow = trigger.workflow,
+            channel = trigger.key,
+            count,
+            "pub/sub messages dropped: {why}"
+        );
+        log_dropped_messages(app, &trigger.workflow, &trigger.channel, count, &why);
     }
 }

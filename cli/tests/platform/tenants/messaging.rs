@@ -5,9 +5,10 @@
 //! dead-letter stream. Each test checks that the attack failed and that victim kept
 //! being served.
 
+use crate::logs::wait_for_line;
 use crate::redis::{connect, distinct_messages, payloads, pending, relay_manifest_for, xadd};
 use crate::services::{Services, subscribers};
-use crate::support::{Platform, deploy_at, faas_at, write_manifest};
+use crate::support::{Platform, TOKEN, deploy_at, faas_at, write_manifest};
 use faas_testing::RedisServer;
 use redis::Commands;
 use std::path::Path;
@@ -478,4 +479,67 @@ fn a_tenants_redis_triggers_are_bounded_in_all_and_anothers_are_served() {
     assert!(!made, "the refused workflow's stream consumer ran");
     let runs = faas_at(&platform.url, &["runs", "m2"]);
     assert!(!runs.status.success(), "m2 is not deployed");
+}
+
+/// Mallory's guest publishes to mallory's own channel far faster than its runs take the
+/// messages: what the gateway holds of them is bounded by mallory's share of the body
+/// budget, past which they are dropped and mallory's logs say so, while victim's
+/// messages on its own channel all run.
+#[test]
+fn a_tenant_publishing_faster_than_its_runs_holds_its_share_and_anothers_messages_run() {
+    let redis = RedisServer::start();
+    let platform = platform(
+        &redis,
+        &["--client-body-budget-mb", "2", "--body-budget-mb", "16"],
+    );
+    let url = platform.url.as_str();
+    let dir = faas_testing::temp_dir();
+    let channel =
+        |name: &str| format!("[[triggers.redis]]\nchannel = \"{name}\"\nstep = \"relay\"\n");
+    let flood = relay_manifest_for(dir.path(), "mallory", "flood", "", &channel("flood"));
+    deploy_at(url, &flood);
+    let news = relay_manifest_for(dir.path(), "victim", "news", "", &channel("news"));
+    deploy_at(url, &news);
+    deploy_messenger(url, dir.path());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while subscribers(&redis, &key("mallory", "flood")) == 0
+        || subscribers(&redis, &key("victim", "news")) == 0
+    {
+        assert!(Instant::now() < deadline, "the triggers never subscribed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // 20 batches of 1,000 messages of 4 KiB: 80 MB, far past mallory's 2 MiB.
+    let body = "x".repeat(4 << 10);
+    for _ in 0..20 {
+        let (status, answer) = send(url, "publish-all", "flood", 1000, &body);
+        assert_eq!(status, 200, "{answer}");
+    }
+    let lines = wait_for_line(url, TOKEN, &["flood"], "were dropped");
+    let line = lines
+        .iter()
+        .map(|line| line["text"].as_str().unwrap())
+        .find(|text| text.contains("were dropped"))
+        .unwrap();
+    assert!(
+        line.contains("messages on channel `flood` were dropped")
+            && line.contains("--client-body-budget-mb"),
+        "{line}"
+    );
+
+    // Victim's messages, published while mallory's still drain, all run.
+    let mut connection = connect(&redis);
+    for index in 0..20 {
+        let receivers: i64 = connection
+            .publish(key("victim", "news"), format!("news-{index}"))
+            .unwrap();
+        assert_eq!(receivers, 1);
+    }
+    let out = payloads(
+        &redis,
+        &key("victim", "news:out"),
+        20,
+        Duration::from_secs(30),
+    );
+    assert_eq!(distinct_messages(&out).len(), 20, "{out:?}");
 }
