@@ -81,10 +81,25 @@ pub(super) async fn consume(
         key,
     };
     let in_flight = Arc::new(Semaphore::new(MAX_RUNS_IN_FLIGHT));
+    let mut dropped = Dropped::default();
     let mut backoff = Duration::from_millis(100);
     loop {
         let result = match lease.take_or_renew().await {
-            Ok(Some(until)) => serve(&app, &broker, &mut lease, until, &trigger, &in_flight).await,
+            Ok(Some(until)) => {
+                let served = serve(
+                    &app,
+                    &broker,
+                    &mut lease,
+                    until,
+                    &trigger,
+                    &in_flight,
+                    &mut dropped,
+                )
+                .await;
+                // What was dropped since the last report, before the lease went.
+                dropped.report(&app, &trigger);
+                served
+            }
             Ok(None) => Ok(()),
             Err(err) => Err(err),
         };
@@ -106,7 +121,8 @@ pub(super) async fn consume(
 }
 
 /// Subscribes and starts a run per message while the lease, held until `until`, is
-/// renewed; returns when it is lost (or the subscription ends).
+/// renewed; returns when it is lost (or the subscription ends). Messages dropped are
+/// counted in `dropped`, and reported every second.
 async fn serve(
     app: &Arc<App>,
     broker: &RedisBroker,
@@ -114,6 +130,7 @@ async fn serve(
     mut until: Instant,
     trigger: &Trigger,
     in_flight: &Arc<Semaphore>,
+    dropped: &mut Dropped,
 ) -> redis::RedisResult<()> {
     let mut pubsub = broker.client().get_async_pubsub().await?;
     pubsub.subscribe(&trigger.key).await?;
@@ -124,7 +141,6 @@ async fn serve(
     );
     let mut messages = pubsub.on_message();
     let mut waiting: VecDeque<(Vec<u8>, Claim)> = VecDeque::new();
-    let mut dropped = Dropped::default();
     let mut renew = tokio::time::interval_at(Instant::now() + RENEW_EVERY, RENEW_EVERY);
     loop {
         tokio::select! {

@@ -1,7 +1,7 @@
 //! Name resolution, validation and wire layout (sizes and offsets), following the
 //! reference compiler's rules so generated code reads and writes the same bytes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::ast::*;
 use crate::error::SchemaError;
@@ -15,6 +15,26 @@ struct Resolver<'a> {
     enums: Vec<EnumDef>,
     structs: Vec<StructDef>,
     names: HashSet<String>,
+    /// `enums` and `structs` by name: a schema is a tenant's upload, parsed by the
+    /// gateway at deploy, so every lookup and duplicate check is a hash, never a scan
+    /// (a scan per field would make a 1 MiB schema cost billions of comparisons).
+    enum_index: HashMap<String, usize>,
+    struct_index: HashMap<String, usize>,
+}
+
+/// Names seen so far in one scope (fields of a struct, variants of an enum, ...).
+#[derive(Default)]
+struct Seen(HashSet<String>);
+
+impl Seen {
+    /// Whether `name` is new in the scope; it is then seen.
+    fn first(&mut self, name: &str) -> bool {
+        self.0.insert(name.to_owned())
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
 }
 
 fn plain_tags(tags: &[RawTag]) -> Vec<Tag> {
@@ -64,16 +84,20 @@ pub(crate) fn resolve(file: &str, raw: RawSchema) -> Result<Schema, SchemaError>
         enums: Vec::new(),
         structs: Vec::new(),
         names: HashSet::new(),
+        enum_index: HashMap::new(),
+        struct_index: HashMap::new(),
     };
     let mut raw_interfaces = Vec::new();
     for item in raw.items {
         match item {
             RawItem::Enum(e) => {
                 let e = r.enum_def(e)?;
+                r.enum_index.insert(e.name.clone(), r.enums.len());
                 r.enums.push(e);
             }
             RawItem::Struct(s) => {
                 let s = r.struct_def(s)?;
+                r.struct_index.insert(s.name.clone(), r.structs.len());
                 r.structs.push(s);
             }
             RawItem::Interface(i) => raw_interfaces.push(i),
@@ -81,8 +105,9 @@ pub(crate) fn resolve(file: &str, raw: RawSchema) -> Result<Schema, SchemaError>
     }
     // Interfaces may refer to structs declared anywhere in the file.
     let mut interfaces: Vec<Interface> = Vec::new();
+    let mut interface_names = Seen::default();
     for i in raw_interfaces {
-        if interfaces.iter().any(|o| o.name == i.name) {
+        if !interface_names.first(&i.name) {
             return Err(SchemaError::new(
                 file,
                 i.span,
@@ -127,9 +152,10 @@ impl Resolver<'_> {
         };
         let (min, max) = repr.integer_range().unwrap_or((0, 0));
         let mut variants: Vec<EnumVariant> = Vec::new();
+        let mut variant_names = Seen::default();
         for (index, v) in e.variants.into_iter().enumerate() {
             check_type_name(self.file, &v.name, v.span, "enum variant name")?;
-            if variants.iter().any(|o| o.name == v.name) {
+            if !variant_names.first(&v.name) {
                 return self.err(v.span, format!("duplicated enum variant `{}`", v.name));
             }
             // Implicit values are the variant's position, not previous + 1: that is what
@@ -197,16 +223,17 @@ impl Resolver<'_> {
         // Tables start with their u32 size header.
         let mut content: u64 = if is_table { 4 } else { 0 };
         let mut fields: Vec<FieldDef> = Vec::new();
+        let mut field_names = Seen::default();
         for f in s.fields {
             check_type_name(self.file, &f.name, f.span, "field name")?;
-            if fields.iter().any(|o| o.name == f.name) {
+            if !field_names.first(&f.name) {
                 return self.err(f.span, format!("duplicated field name `{}`", f.name));
             }
             let (base, elem) = if let Some(p) = Primitive::from_schema_name(&f.base) {
                 (BaseType::Primitive(p), p.size())
-            } else if let Some(e) = self.enums.iter().find(|e| e.name == f.base) {
+            } else if let Some(e) = self.enum_index.get(&f.base).map(|&i| &self.enums[i]) {
                 (BaseType::Enum(e.name.clone()), e.repr.size())
-            } else if let Some(st) = self.structs.iter().find(|st| st.name == f.base) {
+            } else if let Some(st) = self.struct_index.get(&f.base).map(|&i| &self.structs[i]) {
                 if st.is_table() {
                     (BaseType::Table(st.name.clone()), st.size.total)
                 } else {
@@ -300,8 +327,9 @@ impl Resolver<'_> {
 
     fn interface(&self, i: RawInterface) -> Result<Interface, SchemaError> {
         let mut memories: Vec<MemoryDef> = Vec::new();
+        let mut memory_names = Seen::default();
         for m in i.memories {
-            if memories.iter().any(|o| o.name == m.name) {
+            if !memory_names.first(&m.name) {
                 return self.err(m.span, format!("duplicated memory `{}`", m.name));
             }
             if !m.importer.can_write() && !m.exporter.can_write() {
@@ -319,21 +347,21 @@ impl Resolver<'_> {
             });
         }
         let mut functions: Vec<FunctionDef> = Vec::new();
+        let mut function_names = Seen::default();
         for f in i.functions {
-            if functions.iter().any(|o| o.name == f.name)
-                || memories.iter().any(|m| m.name == f.name)
-            {
+            if memory_names.contains(&f.name) || !function_names.first(&f.name) {
                 return self.err(f.span, format!("duplicated member name `{}`", f.name));
             }
             let mut args: Vec<ArgDef> = Vec::new();
+            let mut arg_names = Seen::default();
             for a in f.args {
-                if args.iter().any(|o| o.name == a.name) {
+                if !arg_names.first(&a.name) {
                     return self.err(a.span, format!("duplicated argument `{}`", a.name));
                 }
-                args.push(self.arg(&i.name, &memories, a)?);
+                args.push(self.arg(&i.name, &memory_names, a)?);
             }
             let result = match f.result {
-                Some(a) => Some(self.arg(&i.name, &memories, a)?),
+                Some(a) => Some(self.arg(&i.name, &memory_names, a)?),
                 None => None,
             };
             functions.push(FunctionDef {
@@ -354,19 +382,14 @@ impl Resolver<'_> {
     }
 
     /// Checks that an argument's type is a struct and its memory is declared.
-    fn arg(
-        &self,
-        interface: &str,
-        memories: &[MemoryDef],
-        a: RawArg,
-    ) -> Result<ArgDef, SchemaError> {
-        if !self.structs.iter().any(|s| s.name == a.type_name) {
+    fn arg(&self, interface: &str, memories: &Seen, a: RawArg) -> Result<ArgDef, SchemaError> {
+        if !self.struct_index.contains_key(&a.type_name) {
             return self.err(
                 a.type_span,
                 format!("unknown struct type `{}`", a.type_name),
             );
         }
-        if !memories.iter().any(|m| m.name == a.memory) {
+        if !memories.contains(&a.memory) {
             return self.err(
                 a.memory_span,
                 format!(

@@ -62,7 +62,18 @@ fn the_admin_token_opens_nothing_on_a_workers_internal_api() {
     let refused = call(TOKEN);
     assert_eq!(refused.status(), 401);
     assert!(refused.text().unwrap().contains("internal token"));
-    let accepted = call(INTERNAL_TOKEN);
+    // The internal token is let in. A 503 says the worker had no instance for the
+    // event in time (the suite's other tests load the two cores), not that the token
+    // was refused: asked again once.
+    let mut accepted = call(INTERNAL_TOKEN);
+    if accepted.status() == 503 {
+        eprintln!(
+            "503 from the worker, asking again: {}",
+            accepted.text().unwrap()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        accepted = call(INTERNAL_TOKEN);
+    }
     assert_eq!(accepted.status(), 200);
     assert_eq!(accepted.text().unwrap().trim(), "Hello, direct!");
     assert_victim_served(&services);
