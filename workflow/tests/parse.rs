@@ -1160,3 +1160,26 @@ fn a_workflow_declares_at_most_its_limit_of_routes_and_functions() {
     assert_eq!(err.field(), format!("functions.f{max}"));
     assert!(err.message().contains(&format!("at most {max}")), "{err}");
 }
+
+/// A manifest is a tenant's upload, parsed by the gateway: one nested a hundred
+/// thousand deep (arrays, inline tables) is refused at its line, not parsed by
+/// recursion deep enough to overflow the gateway's stack.
+#[test]
+fn a_manifest_nested_past_reason_is_refused_at_its_line() {
+    const DEPTH: usize = 100_000;
+    for (open, close) in [("[", "]"), ("{ a = ", " }")] {
+        let text = format!(
+            "name = \"deep\"\nvalue = {}1{}\n",
+            open.repeat(DEPTH),
+            close.repeat(DEPTH)
+        );
+        let err = Workflow::parse("workflow.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("workflow.toml:2:"),
+            "{}",
+            &err[..err.len().min(300)]
+        );
+    }
+}
