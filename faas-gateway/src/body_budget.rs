@@ -17,7 +17,8 @@
 //! A pub/sub message is a body too, held from when it arrives until its run ends, and
 //! messages arrive as fast as a tenant's guests publish them, whatever its runs keep
 //! up with: its tenant holds it (`redis/channel.rs`), and one that does not fit is
-//! dropped, as pub/sub may drop messages.
+//! dropped, as pub/sub may drop messages. A stream consumer reserves room before it
+//! reads (`redis/stream.rs`), so entries wait in Redis instead.
 //!
 //! Behind a proxy every client has the proxy's address, so the share per holder is a
 //! generous part of the whole by default.
@@ -41,6 +42,10 @@ pub const DEFAULT_BODY_BUDGET_MB: u64 = 256;
 
 /// The default [`BodyBudgetLimits::per_client`]: a quarter of the whole.
 pub const DEFAULT_CLIENT_BODY_BUDGET_MB: u64 = 64;
+
+/// What a pub/sub message or stream entry claims beyond its bytes: what holding it
+/// costs besides, so that empty messages are bounded too.
+pub(crate) const MESSAGE_OVERHEAD: u64 = 256;
 
 /// Who holds a body.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -145,6 +150,32 @@ impl Claim {
         Ok(())
     }
 
+    /// Grows the claim by as many `unit`s as the budget has room for, `max` at most;
+    /// returns how many.
+    pub(crate) fn grow_by_units(&mut self, unit: u64, max: u64) -> u64 {
+        let limits = self.budget.limits;
+        let mut held = self.budget.lock();
+        let holder = held.by_holder.get(&self.holder).copied().unwrap_or(0);
+        let room = limits
+            .per_client
+            .saturating_sub(holder)
+            .min(limits.total.saturating_sub(held.total));
+        let units = (room / unit.max(1)).min(max);
+        let more = units * unit;
+        if more > 0 {
+            held.total += more;
+            *held.by_holder.entry(self.holder.clone()).or_default() += more;
+            self.bytes += more;
+        }
+        units
+    }
+
+    /// What the claim holds, in bytes.
+    #[cfg(test)]
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Gives back what the claim holds past `bytes`; a larger `bytes` leaves it as it
     /// is.
     pub(crate) fn shrink_to(&mut self, bytes: u64) {
@@ -222,6 +253,24 @@ mod tests {
         assert_eq!(budget.held(), 0);
         assert!(budget.lock().by_holder.is_empty());
         budget.claim(A).grow_to(60).unwrap();
+    }
+
+    #[test]
+    fn a_claim_grows_by_the_units_that_fit() {
+        let budget = budget();
+        let mut other = budget.claim(B);
+        other.grow_to(30).unwrap();
+        let mut claim = budget.claim(tenant("shop"));
+        assert_eq!(claim.grow_by_units(25, 10), 2, "60 of the share: two of 25");
+        assert_eq!(claim.bytes(), 50);
+        assert_eq!(claim.grow_by_units(25, 10), 0);
+        assert_eq!(
+            budget.claim(A).grow_by_units(15, 10),
+            1,
+            "20 left of the whole"
+        );
+        claim.shrink_to(10);
+        assert_eq!(claim.grow_by_units(25, 1), 1, "at most `max`");
     }
 
     #[test]

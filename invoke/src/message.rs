@@ -9,6 +9,10 @@
 use std::future::Future;
 use std::pin::Pin;
 
+/// Largest message a function may publish or append: so also the largest stream entry
+/// a guest can make, which the gateway's stream consumers reserve room for.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
 /// A boxed future, so [`Publisher`] can be used as a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -29,7 +29,7 @@
 
 use super::RedisBroker;
 use super::lease::{Lease, RENEW_EVERY};
-use crate::body_budget::{Claim, Holder, OverBudget};
+use crate::body_budget::{Claim, Holder, MESSAGE_OVERHEAD, OverBudget};
 use crate::invoke::{log_dropped_message, log_dropped_messages, message_runtime, run_message};
 use crate::server::App;
 use faas_invoke::TriggerMessage;
@@ -42,10 +42,6 @@ use tokio::time::Instant;
 
 /// Runs started from one channel at once, at most; more messages wait for one.
 const MAX_RUNS_IN_FLIGHT: usize = 256;
-
-/// What a message claims of the body budget beyond its payload: what holding it costs
-/// besides, so that empty messages are bounded too.
-const MESSAGE_OVERHEAD: u64 = 256;
 
 /// One channel trigger of one workflow.
 struct Trigger {

@@ -19,8 +19,19 @@
 //! again after [`NOT_STARTED_RETRY`] rather than `reclaim_idle_ms`. So only runs that
 //! ran count towards `max_deliveries`, and a noisy neighbour cannot push another
 //! tenant's entries to the dead-letter stream: they wait, pending, for capacity.
+//!
+//! **What a batch holds is the tenant's.** A guest can append entries of up to
+//! [`faas_invoke::MAX_MESSAGE_BYTES`], and a batch (up to 1,024 entries) is read and
+//! run at once, so one tenant's consumers could hold gigabytes of the gateway every
+//! tenant shares. So before it reads, a consumer reserves room for that many entries
+//! of that size in its tenant's share of the body budget (`body_budget.rs`) and reads
+//! only as many as fit, none while the share is held: the entries wait in Redis. The
+//! reservation shrinks to what was read and is held until the batch's runs end. Only
+//! the read that waits for new entries reserves nothing (so idle consumers do not hold
+//! the share): it takes one entry.
 
 use super::{RedisBroker, namespaced};
+use crate::body_budget::{Holder, MESSAGE_OVERHEAD};
 use crate::invoke::{MessageFailure, run_message};
 use crate::metrics::WorkflowMetrics;
 use crate::server::App;
@@ -46,6 +57,9 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 const NOT_STARTED_RETRY: Duration = Duration::from_secs(1);
 /// How often a consumer samples its group's lag for `faas_stream_lag_entries`.
 const LAG_EVERY: Duration = Duration::from_secs(1);
+/// How long a consumer waits before it looks again while its tenant's entries in flight
+/// hold all of its share of the body budget.
+const SHARE_HELD_WAIT: Duration = Duration::from_millis(50);
 
 /// One stream trigger of a workflow, with its Redis keys.
 struct Consumer {
@@ -198,6 +212,13 @@ async fn round(
         tokio::time::sleep(BLOCK).await;
         return Ok(());
     }
+    let entry_room = faas_invoke::MAX_MESSAGE_BYTES as u64 + MESSAGE_OVERHEAD;
+    let mut held = app.bodies.claim(Holder::Tenant(consumer.tenant.clone()));
+    let room = held.grow_by_units(entry_room, u64::from(trigger.batch)) as usize;
+    if room == 0 {
+        tokio::time::sleep(SHARE_HELD_WAIT).await;
+        return Ok(());
+    }
     let claimed: StreamAutoClaimReply = connection
         .xautoclaim_options(
             &consumer.stream,
@@ -205,7 +226,7 @@ async fn round(
             broker.consumer(),
             trigger.reclaim_idle_ms,
             "0-0",
-            StreamAutoClaimOptions::default().count(trigger.batch as usize),
+            StreamAutoClaimOptions::default().count(room),
         )
         .await?;
     let mut entries = claimed.claimed;
@@ -217,16 +238,20 @@ async fn round(
         Delivered::Claimed
     };
     if entries.is_empty() {
-        let options = StreamReadOptions::default()
-            .group(&trigger.group, broker.consumer())
-            .count(trigger.batch as usize)
-            .block(BLOCK.as_millis() as usize);
-        let reply: Option<StreamReadReply> = connection
-            .xread_options(&[&consumer.stream], &[">"], &options)
-            .await?;
-        entries = reply
-            .map(|reply| reply.keys.into_iter().flat_map(|key| key.ids).collect())
-            .unwrap_or_default();
+        entries = read_new(connection, broker, consumer, room, None).await?;
+    }
+    if entries.is_empty() {
+        held.shrink_to(0);
+        entries = read_new(connection, broker, consumer, 1, Some(BLOCK)).await?;
+    }
+    // What was read, rather than the room for it; the blocking read's one entry is
+    // held beyond the share if it must (one per consumer).
+    let bytes: u64 = entries
+        .iter()
+        .map(|entry| entry_bytes(entry) + MESSAGE_OVERHEAD)
+        .sum();
+    if held.grow_to(bytes).is_ok() {
+        held.shrink_to(bytes);
     }
     let mut tasks = JoinSet::new();
     for entry in entries {
@@ -247,6 +272,7 @@ async fn round(
             _ => {}
         }
     }
+    drop(held);
     if unavailable {
         // No worker could run the entries: give the scheduler time to place the
         // workflow again, or the worker time to free slots, rather than failing entry
@@ -254,6 +280,42 @@ async fn round(
         tokio::time::sleep(BLOCK).await;
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Reads up to `count` new entries for `consumer`, waiting up to `block` for one.
+async fn read_new(
+    connection: &mut ConnectionManager,
+    broker: &RedisBroker,
+    consumer: &Consumer,
+    count: usize,
+    block: Option<Duration>,
+) -> redis::RedisResult<Vec<StreamId>> {
+    let mut options = StreamReadOptions::default()
+        .group(&consumer.trigger.group, broker.consumer())
+        .count(count);
+    if let Some(block) = block {
+        options = options.block(block.as_millis() as usize);
+    }
+    let reply: Option<StreamReadReply> = connection
+        .xread_options(&[&consumer.stream], &[">"], &options)
+        .await?;
+    Ok(reply
+        .map(|reply| reply.keys.into_iter().flat_map(|key| key.ids).collect())
+        .unwrap_or_default())
+}
+
+/// The bytes of `entry`'s fields and values, as read.
+fn entry_bytes(entry: &StreamId) -> u64 {
+    let value_bytes = |value: &redis::Value| match value {
+        redis::Value::BulkString(bytes) => bytes.len(),
+        redis::Value::SimpleString(text) => text.len(),
+        _ => 0,
+    };
+    entry
+        .map
+        .iter()
+        .map(|(field, value)| (field.len() + value_bytes(value)) as u64)
+        .sum()
 }
 
 /// How an entry was settled.

@@ -4,11 +4,8 @@
 
 use super::platform::messaging::Host;
 use crate::state::{EventContext, InstanceState};
-use faas_invoke::{PublishError, Publisher};
+use faas_invoke::{MAX_MESSAGE_BYTES, PublishError, Publisher};
 use tracing::Instrument as _;
-
-/// Largest message a function may send.
-const MAX_MESSAGE_BYTES: usize = 1 << 20;
 
 /// Most messages one `publish-all` may send.
 const MAX_BATCH_MESSAGES: usize = 1024;

@@ -543,3 +543,63 @@ fn a_tenant_publishing_faster_than_its_runs_holds_its_share_and_anothers_message
     );
     assert_eq!(distinct_messages(&out).len(), 20, "{out:?}");
 }
+
+/// Mallory's guest appends 300 entries of about 1 MiB to mallory's own stream, then
+/// mallory deploys a trigger on it that reads 256 at a time: its consumer reads only
+/// as many as mallory's share of the body budget has room for (3 MiB here), so the
+/// gateway holds a few at once, not the batch (a quarter of a gigabyte); none is lost
+/// or dead-lettered, and victim's entries run meanwhile.
+#[test]
+fn a_tenants_stream_entries_are_read_within_its_share_and_none_is_lost() {
+    const ENTRIES: usize = 300;
+    let redis = RedisServer::start();
+    let platform = platform(
+        &redis,
+        &["--client-body-budget-mb", "3", "--body-budget-mb", "32"],
+    );
+    let url = platform.url.as_str();
+    let dir = faas_testing::temp_dir();
+    let stream = |name: &str, batch: u32| {
+        format!("[[triggers.stream]]\nstream = \"{name}\"\nstep = \"relay\"\nbatch = {batch}\n")
+    };
+    let jobs = relay_manifest_for(dir.path(), "victim", "jobs", "", &stream("jobs", 16));
+    deploy_at(url, &jobs);
+    deploy_messenger(url, dir.path());
+    let entry = "x".repeat((1 << 20) - 64);
+    for _ in 0..ENTRIES / 100 {
+        let (status, answer) = send(url, "append", "bulk", 100, &entry);
+        assert_eq!(status, 200, "{answer}");
+    }
+
+    // The group reads from the start: the whole backlog is there for its first read.
+    let before = platform.memory("VmHWM");
+    let bulk = relay_manifest_for(dir.path(), "mallory", "bulk", "", &stream("bulk", 256));
+    deploy_at(url, &bulk);
+    for index in 0..20 {
+        xadd(&redis, &key("victim", "jobs"), &format!("job-{index}"));
+    }
+    let out = payloads(
+        &redis,
+        &key("victim", "jobs:out"),
+        20,
+        Duration::from_secs(60),
+    );
+    assert_eq!(distinct_messages(&out).len(), 20, "{out:?}");
+    let relayed = payloads(
+        &redis,
+        &key("mallory", "bulk:out"),
+        ENTRIES,
+        Duration::from_secs(120),
+    );
+    let grew = (platform.memory("VmHWM") - before) >> 20;
+    // Reading the batch whole would hold 256 MiB at once.
+    assert!(grew < 128, "the gateway's peak memory grew by {grew} MiB");
+    // Its lines are `source|id|deliveries|message`.
+    let ids: std::collections::BTreeSet<&str> = relayed
+        .iter()
+        .filter_map(|line| line.split('|').nth(1))
+        .collect();
+    assert_eq!(ids.len(), ENTRIES, "every entry ran");
+    let dead: usize = connect(&redis).xlen(key("mallory", "bulk:dead")).unwrap();
+    assert_eq!(dead, 0, "no entry was dead-lettered");
+}
