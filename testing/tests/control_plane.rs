@@ -168,8 +168,16 @@ fn kubectl_reaches_the_control_plane() {
         serde_json::from_str(&plane.kubectl_ok(["version", "-o", "json"])).expect("JSON");
     assert_eq!(version["serverVersion"]["gitVersion"], "v1.36.3");
     assert_eq!(version["clientVersion"]["gitVersion"], "v1.36.3");
-    // The controller-manager fills the aggregated built-in ClusterRoles.
-    let view = plane.kubectl_ok(["get", "clusterrole", "view", "-o", "jsonpath={.rules}"]);
+    // The controller-manager fills the aggregated built-in ClusterRoles, a while after
+    // it starts when the machine is busy.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let view = loop {
+        let view = plane.kubectl_ok(["get", "clusterrole", "view", "-o", "jsonpath={.rules}"]);
+        if view.contains("pods") || Instant::now() > deadline {
+            break view;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(
         view.contains("pods"),
         "the view ClusterRole has no rules: {view}"
