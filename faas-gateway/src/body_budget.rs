@@ -77,6 +77,36 @@ struct Held {
     by_holder: HashMap<Holder, u64>,
 }
 
+impl Held {
+    /// What `holder` holds.
+    fn of(&self, holder: &Holder) -> u64 {
+        self.by_holder.get(holder).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, holder: &Holder, more: u64) {
+        if more == 0 {
+            return;
+        }
+        self.total += more;
+        match self.by_holder.get_mut(holder) {
+            Some(held) => *held += more,
+            None => {
+                self.by_holder.insert(holder.clone(), more);
+            }
+        }
+    }
+
+    fn remove(&mut self, holder: &Holder, less: u64) {
+        self.total = self.total.saturating_sub(less);
+        if let Some(held) = self.by_holder.get_mut(holder) {
+            *held = held.saturating_sub(less);
+            if *held == 0 {
+                self.by_holder.remove(holder);
+            }
+        }
+    }
+}
+
 /// The bodies the gateway holds, by holder.
 pub(crate) struct BodyBudget {
     limits: BodyBudgetLimits,
@@ -133,8 +163,7 @@ impl Claim {
         };
         let limits = self.budget.limits;
         let mut held = self.budget.lock();
-        let holder = held.by_holder.get(&self.holder).copied().unwrap_or(0);
-        if holder.saturating_add(more) > limits.per_client {
+        if held.of(&self.holder).saturating_add(more) > limits.per_client {
             return Err(OverBudget::Share {
                 limit: limits.per_client,
             });
@@ -144,8 +173,7 @@ impl Claim {
                 limit: limits.total,
             });
         }
-        held.total += more;
-        *held.by_holder.entry(self.holder.clone()).or_default() += more;
+        held.add(&self.holder, more);
         self.bytes = bytes;
         Ok(())
     }
@@ -155,18 +183,13 @@ impl Claim {
     pub(crate) fn grow_by_units(&mut self, unit: u64, max: u64) -> u64 {
         let limits = self.budget.limits;
         let mut held = self.budget.lock();
-        let holder = held.by_holder.get(&self.holder).copied().unwrap_or(0);
         let room = limits
             .per_client
-            .saturating_sub(holder)
+            .saturating_sub(held.of(&self.holder))
             .min(limits.total.saturating_sub(held.total));
         let units = (room / unit.max(1)).min(max);
-        let more = units * unit;
-        if more > 0 {
-            held.total += more;
-            *held.by_holder.entry(self.holder.clone()).or_default() += more;
-            self.bytes += more;
-        }
+        held.add(&self.holder, units * unit);
+        self.bytes += units * unit;
         units
     }
 
@@ -182,14 +205,7 @@ impl Claim {
         let Some(less) = self.bytes.checked_sub(bytes).filter(|&less| less > 0) else {
             return;
         };
-        let mut held = self.budget.lock();
-        held.total = held.total.saturating_sub(less);
-        if let Some(holder) = held.by_holder.get_mut(&self.holder) {
-            *holder = holder.saturating_sub(less);
-            if *holder == 0 {
-                held.by_holder.remove(&self.holder);
-            }
-        }
+        self.budget.lock().remove(&self.holder, less);
         self.bytes = bytes;
     }
 }
