@@ -11,7 +11,8 @@ use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_DEPLOYS_PER_TENANT,
 };
-use faas_store::broker::{DEFAULT_STREAM_MAX_LEN, RedisBroker};
+use faas_store::broker::RedisBroker;
+use faas_store::stream_quota::{DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAM_MAX_LEN, StreamQuota};
 use faas_workflow::DEFAULT_MAX_REDIS_CONSUMERS_PER_TENANT;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -130,10 +131,18 @@ impl GatewayArgs {
 /// How the processes that use Redis as a message broker treat its streams.
 #[derive(Debug, clap::Args)]
 pub struct BrokerArgs {
-    /// About how many entries a stream keeps when a function appends to it or an entry
-    /// is dead-lettered (`XADD ... MAXLEN ~ N`); the oldest go first. 0 for no limit.
+    /// How many entries a stream keeps when a function appends to it or an entry is
+    /// dead-lettered; the oldest go first. 0 for no limit. A tenant's own quota
+    /// (`faas tenant set --stream-max-len`) replaces it.
     #[arg(long, env = "FAAS_STREAM_MAX_LEN", default_value_t = DEFAULT_STREAM_MAX_LEN)]
-    pub stream_max_len: usize,
+    pub stream_max_len: u64,
+    /// How many bytes a tenant's streams hold in all (entries appended by functions and
+    /// dead-letter moves, plus 16 bytes per entry and 4.5 KiB per stream). An append
+    /// over it trims the oldest entries of the tenant's largest streams, and is refused
+    /// only when trimming every entry would not make room. 0 for no limit. A tenant's own quota
+    /// (`faas tenant set --stream-max-bytes`) replaces it.
+    #[arg(long, env = "FAAS_STREAM_MAX_BYTES", default_value_t = DEFAULT_STREAM_MAX_BYTES)]
+    pub stream_max_bytes: u64,
 }
 
 impl BrokerArgs {
@@ -144,7 +153,10 @@ impl BrokerArgs {
     pub async fn connect(&self, url: &str) -> anyhow::Result<RedisBroker> {
         Ok(RedisBroker::connect(url)
             .await?
-            .with_stream_max_len(self.stream_max_len))
+            .with_stream_quota(StreamQuota {
+                max_len: self.stream_max_len,
+                max_bytes: self.stream_max_bytes,
+            }))
     }
 }
 

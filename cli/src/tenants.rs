@@ -27,10 +27,13 @@ pub struct QuotaArgs {
     /// --kv-max-bytes).
     #[arg(long, value_name = "N|default", value_parser = parse_limit)]
     pub kv_max_bytes: Option<Limit>,
-    /// About how many entries each of the tenant's streams and dead-letter streams
-    /// keeps when appended to (default: --stream-max-len).
+    /// How many entries each of the tenant's streams and dead-letter streams keeps
+    /// when appended to (default: --stream-max-len).
     #[arg(long, value_name = "N|default", value_parser = parse_limit)]
     pub stream_max_len: Option<Limit>,
+    /// How many bytes the tenant's streams hold in all (default: --stream-max-bytes).
+    #[arg(long, value_name = "N|default", value_parser = parse_limit)]
+    pub stream_max_bytes: Option<Limit>,
 }
 
 /// One limit on the command line: a number, or `default` (`None`).
@@ -65,6 +68,7 @@ impl QuotaArgs {
             kv_max_keys: limit(self.kv_max_keys),
             kv_max_bytes: limit(self.kv_max_bytes),
             stream_max_len: limit(self.stream_max_len),
+            stream_max_bytes: limit(self.stream_max_bytes),
         })
     }
 }
@@ -194,7 +198,8 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
             if changes == QuotaChanges::default() {
                 anyhow::bail!(
                     "nothing to change: give at least one of --max-workflows, \
-                     --max-instances, --kv-max-keys, --kv-max-bytes, --stream-max-len"
+                     --max-instances, --kv-max-keys, --kv-max-bytes, --stream-max-len, \
+                     --stream-max-bytes"
                 );
             }
             let tenant = Client::new(&server)?
@@ -208,13 +213,19 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
             let list = Client::new(&server)?.tenants().await?;
             print(&list, output.output, |list| {
                 println!(
-                    "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} STREAM-MAX-LEN",
-                    "TENANT", "CREATED", "WORKFLOWS", "INSTANCES", "KV-KEYS", "KV-BYTES"
+                    "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} STREAM-BYTES",
+                    "TENANT",
+                    "CREATED",
+                    "WORKFLOWS",
+                    "INSTANCES",
+                    "KV-KEYS",
+                    "KV-BYTES",
+                    "STREAM-MAX-LEN"
                 );
                 for tenant in &list.tenants {
                     let quotas = &tenant.quotas;
                     println!(
-                        "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {}",
+                        "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {}",
                         tenant.name,
                         tenant.created_at,
                         shown(quotas.max_workflows),
@@ -222,6 +233,7 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
                         shown(quotas.kv_max_keys),
                         shown(quotas.kv_max_bytes),
                         shown(quotas.stream_max_len),
+                        shown(quotas.stream_max_bytes),
                     );
                 }
             })

@@ -5,23 +5,19 @@
 //! tenant's: `orders` of tenant `shop` is the Redis key `t:shop:orders`
 //! ([`namespaced`]). Tenant names are DNS labels (no `:`), so no two tenants' names
 //! meet, and no guest reaches the platform's own `faas:*` keys. Streams appended to
-//! are trimmed (`XADD MAXLEN ~`) to the tenant's `stream_max_len` quota or the
-//! broker's default.
+//! are kept within the tenant's stream quota or the broker's default: entries per
+//! stream, and bytes of all the tenant's streams ([`crate::stream_quota`]).
 //!
 //! It lives with the store's other Redis backends so that a worker process, which
 //! publishes through it, does not link the gateway.
 
 use crate::Tenant;
 use crate::redis_connection::{Run, manage, redact_url};
+use crate::stream_quota::{self, AppendError, StreamQuota};
 use faas_invoke::{BoxFuture, PublishError, Publisher};
 use redis::aio::ConnectionManager;
-use redis::streams::StreamMaxlen;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-
-/// How many entries a stream keeps by default when appended to by a guest or a
-/// dead-letter move (`XADD ... MAXLEN ~ N`).
-pub const DEFAULT_STREAM_MAX_LEN: usize = 10_000;
 
 /// The Redis key of channel or stream `name` of `tenant`.
 pub fn namespaced(tenant: &str, name: &str) -> String {
@@ -45,11 +41,11 @@ pub struct RedisBroker {
     connection: ConnectionManager,
     /// Names this process in stream groups and channel leases.
     consumer: String,
-    /// Most entries kept by the streams this broker appends to; 0 for no limit.
-    stream_max_len: usize,
-    /// The tenants whose quota sets their own `stream_max_len`; shared by every clone,
-    /// so the gateway's and the workers' copies in one process agree.
-    tenant_stream_max_len: Arc<RwLock<HashMap<String, usize>>>,
+    /// What the streams of a tenant without quotas of its own may hold.
+    stream_quota: StreamQuota,
+    /// The tenants whose quotas set their own stream limits; shared by every clone, so
+    /// the gateway's and the workers' copies in one process agree.
+    tenant_stream_quotas: Arc<RwLock<HashMap<String, StreamQuota>>>,
 }
 
 impl RedisBroker {
@@ -68,8 +64,8 @@ impl RedisBroker {
             client,
             connection,
             consumer: format!("faas-{}-{:08x}", std::process::id(), rand::random::<u32>()),
-            stream_max_len: DEFAULT_STREAM_MAX_LEN,
-            tenant_stream_max_len: Arc::default(),
+            stream_quota: StreamQuota::default(),
+            tenant_stream_quotas: Arc::default(),
         })
     }
 
@@ -109,68 +105,74 @@ impl RedisBroker {
         &self.consumer
     }
 
-    /// Trims every stream appended to (by guests, and by dead-lettering) to about
-    /// `max_len` entries; 0 keeps them whole.
-    pub fn with_stream_max_len(mut self, max_len: usize) -> Self {
-        self.stream_max_len = max_len;
+    /// Keeps the streams appended to (by guests, and by dead-lettering) of every tenant
+    /// without quotas of its own within `quota`.
+    #[must_use]
+    pub fn with_stream_quota(mut self, quota: StreamQuota) -> Self {
+        self.stream_quota = quota;
         self
     }
 
-    /// Takes each tenant's `stream_max_len` quota from `tenants`, the whole list as the
-    /// tenant store has it (a tenant missing, or without one, gets the default).
+    /// Takes each tenant's `stream_max_len` and `stream_max_bytes` quotas from
+    /// `tenants`, the whole list as the tenant store has it (a tenant missing, or a
+    /// limit it does not set, gets the broker's default).
     pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
         let own = tenants
             .iter()
-            .filter_map(|tenant| {
-                let max_len = tenant.quotas.stream_max_len?;
-                Some((
-                    tenant.name.clone(),
-                    usize::try_from(max_len).unwrap_or(usize::MAX),
-                ))
+            .filter(|tenant| {
+                tenant.quotas.stream_max_len.is_some() || tenant.quotas.stream_max_bytes.is_some()
+            })
+            .map(|tenant| {
+                let quota = StreamQuota {
+                    max_len: tenant
+                        .quotas
+                        .stream_max_len
+                        .unwrap_or(self.stream_quota.max_len),
+                    max_bytes: tenant
+                        .quotas
+                        .stream_max_bytes
+                        .unwrap_or(self.stream_quota.max_bytes),
+                };
+                (tenant.name.clone(), quota)
             })
             .collect();
         *self
-            .tenant_stream_max_len
+            .tenant_stream_quotas
             .write()
             .unwrap_or_else(|p| p.into_inner()) = own;
     }
 
-    /// About how many entries `tenant`'s streams keep; 0 for no limit.
-    fn stream_max_len_of(&self, tenant: &str) -> usize {
-        self.tenant_stream_max_len
+    /// What `tenant`'s streams may hold.
+    fn stream_quota_of(&self, tenant: &str) -> StreamQuota {
+        self.tenant_stream_quotas
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(tenant)
             .copied()
-            .unwrap_or(self.stream_max_len)
+            .unwrap_or(self.stream_quota)
     }
 
-    /// `XADD key MAXLEN ~ <stream max len of tenant> * fields...` on `connection`.
+    /// Appends `fields` to stream `stream` of `tenant` within the tenant's stream quota
+    /// ([`crate::stream_quota`]), and returns the entry's id.
     ///
     /// # Errors
-    /// Redis's error.
-    pub async fn append_trimmed(
+    /// [`AppendError::Quota`] when no trimming makes room; [`AppendError::Redis`] for
+    /// Redis's own errors.
+    pub async fn append_within_quota(
         &self,
-        connection: &mut ConnectionManager,
         tenant: &str,
-        key: &str,
+        stream: &str,
         fields: &[(&str, &[u8])],
-    ) -> redis::RedisResult<String> {
-        self.append_command(tenant, key, fields)
-            .query_async(connection)
-            .await
-    }
-
-    /// The `XADD` of [`Self::append_trimmed`].
-    fn append_command(&self, tenant: &str, key: &str, fields: &[(&str, &[u8])]) -> redis::Cmd {
-        let mut command = redis::cmd("XADD");
-        command.arg(key);
-        let max_len = self.stream_max_len_of(tenant);
-        if max_len > 0 {
-            command.arg(StreamMaxlen::Approx(max_len));
-        }
-        command.arg("*").arg(fields);
-        command
+    ) -> Result<String, AppendError> {
+        stream_quota::append(
+            &self.connection,
+            self.stream_quota_of(tenant),
+            tenant,
+            stream,
+            &namespaced(tenant, stream),
+            fields,
+        )
+        .await
     }
 }
 
@@ -234,15 +236,13 @@ impl Publisher for RedisBroker {
         payload: &'a [u8],
     ) -> BoxFuture<'a, Result<String, PublishError>> {
         Box::pin(async move {
-            let key = namespaced(tenant, stream);
             // The entry carries the appender's trace, which its consumer continues.
             let traceparent = faas_invoke::trace::traceparent(&tracing::Span::current());
             let mut fields: Vec<(&str, &[u8])> = vec![("payload", payload)];
             if let Some(traceparent) = &traceparent {
                 fields.push((faas_invoke::trace::TRACEPARENT, traceparent.as_bytes()));
             }
-            self.append_command(tenant, &key, &fields)
-                .run::<String>(&self.connection)
+            self.append_within_quota(tenant, stream, &fields)
                 .await
                 .map_err(|err| PublishError::Broker {
                     operation: "appending to",
@@ -334,8 +334,7 @@ mod tests {
         let mut connection = broker.connection();
         let small: usize = connection.xlen("t:small:s").await.unwrap();
         let other: usize = connection.xlen("t:other:s").await.unwrap();
-        // `MAXLEN ~` trims whole nodes (100 entries by default).
-        assert!((100..=200).contains(&small), "kept {small}");
+        assert_eq!(small, 100);
         assert_eq!(other, 1_000);
     }
 }

@@ -12,7 +12,7 @@
 //!
 //! The Redis backends live here too, beside their SQLite counterparts: the key-value
 //! store's (`kv`), the tenants' (`tenants`), and the message broker functions publish
-//! through (`broker`), all connected as `redis_connection` says (as is services mode's
+//! through (`broker`, which keeps tenants' streams within `stream_quota`), all connected as `redis_connection` says (as is services mode's
 //! shared state, `faas-shared-state`).
 
 pub mod broker;
@@ -22,6 +22,7 @@ pub mod kv;
 mod log_queue;
 pub mod logs;
 pub mod redis_connection;
+pub mod stream_quota;
 pub mod tenants;
 
 pub use db::{Database, StoreError};

@@ -127,10 +127,14 @@ pub struct Quotas {
     /// How many bytes of key-value keys and values it may keep (`--kv-max-bytes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_max_bytes: Option<u64>,
-    /// About how many entries each of its streams keeps when appended to by a guest or
-    /// a dead-letter move (`--stream-max-len`).
+    /// How many entries each of its streams keeps when appended to by a guest or a
+    /// dead-letter move (`--stream-max-len`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_max_len: Option<u64>,
+    /// How many bytes its streams hold in all (`--stream-max-bytes`; how they are
+    /// counted: `crate::stream_quota`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_max_bytes: Option<u64>,
 }
 
 impl Quotas {
@@ -196,6 +200,13 @@ pub struct QuotaChanges {
         skip_serializing_if = "Option::is_none"
     )]
     pub stream_max_len: Option<Option<u64>>,
+    /// See [`Quotas::stream_max_bytes`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub stream_max_bytes: Option<Option<u64>>,
 }
 
 impl QuotaChanges {
@@ -211,6 +222,7 @@ impl QuotaChanges {
         change(&mut quotas.kv_max_keys, self.kv_max_keys);
         change(&mut quotas.kv_max_bytes, self.kv_max_bytes);
         change(&mut quotas.stream_max_len, self.stream_max_len);
+        change(&mut quotas.stream_max_bytes, self.stream_max_bytes);
         quotas
     }
 }
@@ -1333,7 +1345,8 @@ mod tests {
 
             // Left out: unchanged; a number: set; null: the default again.
             let changes: QuotaChanges = serde_json::from_str(
-                r#"{"max_workflows": null, "max_instances": 2, "stream_max_len": 0}"#,
+                r#"{"max_workflows": null, "max_instances": 2, "stream_max_len": 0,
+                    "stream_max_bytes": 4096}"#,
             )
             .unwrap();
             let changed = store.update_quotas("small", &changes).await.unwrap();
@@ -1341,6 +1354,7 @@ mod tests {
                 max_instances: Some(2),
                 kv_max_bytes: Some(1 << 40),
                 stream_max_len: Some(0),
+                stream_max_bytes: Some(4096),
                 ..Quotas::default()
             };
             assert_eq!(changed.quotas, expected);

@@ -386,7 +386,7 @@ const MESSAGES: usize = 100_000;
 #[test]
 fn no_stream_entry_is_lost_when_a_worker_is_killed_mid_stream() {
     // The relay's output stream must keep every entry to be checked: no trimming.
-    let untrimmed = ["--stream-max-len", "0"];
+    let untrimmed = ["--stream-max-len", "0", "--stream-max-bytes", "0"];
     let mut services = Services::start(&[]);
     services.start_worker_with("w1", &untrimmed);
     let dir = faas_testing::temp_dir();

@@ -37,6 +37,7 @@ use crate::metrics::WorkflowMetrics;
 use crate::server::App;
 use faas_invoke::TriggerMessage;
 use faas_invoke::{EventFailure, FailureKind};
+use faas_store::stream_quota::AppendError;
 use faas_workflow::StreamTrigger;
 use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -435,14 +436,24 @@ async fn process(
         ("deliveries", deliveries.as_bytes()),
         ("workflow", workflow.as_bytes()),
     ];
-    broker
-        .append_trimmed(
-            &mut connection,
-            &consumer.tenant,
-            &consumer.dead_letter,
-            &fields,
-        )
-        .await?;
+    match broker
+        .append_within_quota(&consumer.tenant, &trigger.dead_letter, &fields)
+        .await
+    {
+        Ok(_) => {}
+        Err(AppendError::Redis(err)) => return Err(err),
+        Err(quota @ AppendError::Quota { .. }) => {
+            // Not acknowledged, so not lost: it is reclaimed, run and offered to the
+            // dead-letter stream again, which may have room by then.
+            tracing::warn!(
+                workflow,
+                stream = consumer.stream,
+                id = entry.id,
+                "the entry stays pending: {quota}"
+            );
+            return Ok(Settled::Pending);
+        }
+    }
     let _: i64 = connection
         .xack(&consumer.stream, &trigger.group, &[&entry.id])
         .await?;

@@ -1,5 +1,5 @@
 //! Quotas per tenant, set by the operator (`faas tenant create|set ... --max-workflows
-//! --max-instances --kv-max-keys --stream-max-len`): a tenant over one of its quotas is
+//! --max-instances --kv-max-keys --stream-max-len --stream-max-bytes`): a tenant over one of its quotas is
 //! refused with an error naming the quota and how an operator raises it (its streams
 //! are trimmed), a change takes effect without a restart, and another tenant keeps
 //! being served at its defaults throughout. In embedded mode, and through the shared
@@ -127,9 +127,9 @@ fn a_tenant_at_its_workflow_quota_deploys_no_new_workflow_but_redeploys_its_own(
     };
     assert_eq!(
         line("mallory"),
-        ["1", "default", "default", "default", "default"]
+        ["1", "default", "default", "default", "default", "default"]
     );
-    assert_eq!(line("victim"), ["default"; 5]);
+    assert_eq!(line("victim"), ["default"; 6]);
 
     // Raised, the refused deploy goes through.
     operator(&scene.url, &["set", "mallory", "--max-workflows", "2"]);
@@ -343,12 +343,25 @@ fn a_tenants_own_stream_quota_trims_its_streams_only() {
     let mut len = |tenant: &str| -> usize {
         redis::Commands::xlen(&mut redis, format!("t:{tenant}:flood")).unwrap()
     };
-    // `MAXLEN ~` trims whole nodes of the stream (100 entries each by default).
-    let trimmed = len("mallory");
-    assert!(
-        (200..=400).contains(&trimmed),
-        "mallory's stream kept {trimmed}"
-    );
+    assert_eq!(len("mallory"), 200);
     // The victim, at the default (10,000), keeps every entry.
     assert_eq!(len("victim"), 1_000);
+
+    // A byte quota smaller than a stream's own count refuses mallory's next new stream
+    // once the worker has read it, and victim's goes on.
+    operator(url, &["set", "mallory", "--stream-max-bytes", "1000"]);
+    let path = "/mallory/messenger?op=append&name=another";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        let (status, answer) = send(url, "POST", path, "x");
+        if status == 502 {
+            break answer;
+        }
+        assert_eq!(status, 200, "{answer}");
+        assert!(Instant::now() < deadline, "the byte quota never applied");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_names_quota(&answer, "mallory", "stream-max-bytes", "at most 1000 bytes");
+    append("victim", 1);
+    assert_eq!(len("victim"), 1_001);
 }
