@@ -52,10 +52,15 @@ impl RedisArgs {
 /// lines, gateways a line for each event no worker took (`faas worker`, `faas gateway`).
 #[derive(Debug, clap::Args)]
 pub struct LogStreamArgs {
-    /// About how many log lines (`faas logs`) each workflow's Redis stream keeps
-    /// (`XADD ... MAXLEN ~ N`). 0 for no limit.
+    /// How many log lines (`faas logs`) each workflow's Redis stream keeps; the oldest
+    /// go first. 0 for no limit.
     #[arg(long, env = "FAAS_LOG_STREAM_LEN", default_value_t = faas_store::logs::DEFAULT_LOG_STREAM_LEN)]
-    pub(crate) log_stream_len: usize,
+    pub(crate) log_stream_len: u64,
+    /// How many bytes the log streams of one tenant's workflows hold in all (each line
+    /// counted with 16 bytes more, each stream with 4.5 KiB); past it a line trims the
+    /// oldest lines of the tenant's largest log streams. 0 for no limit.
+    #[arg(long, env = "FAAS_LOG_MAX_BYTES", default_value_t = faas_store::logs::DEFAULT_LOG_MAX_BYTES)]
+    pub(crate) log_max_bytes: u64,
 }
 
 impl LogStreamArgs {
@@ -64,7 +69,11 @@ impl LogStreamArgs {
         &self,
         redis: &RedisArgs,
     ) -> anyhow::Result<faas_store::logs::RedisLogWriter> {
-        faas_store::logs::RedisLogWriter::connect(&redis.redis, self.log_stream_len)
+        let quota = faas_store::stream_quota::StreamQuota {
+            max_len: self.log_stream_len,
+            max_bytes: self.log_max_bytes,
+        };
+        faas_store::logs::RedisLogWriter::connect(&redis.redis, quota)
             .await
             .context("connecting to Redis for function logs")
     }

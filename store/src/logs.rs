@@ -1,6 +1,10 @@
 //! Guests' log lines in Redis (services mode): one stream per workflow,
 //! `faas:logs:<workflow>` (a platform key: guests' names are all under `t:<tenant>:`,
-//! so no guest reaches it), trimmed by length (`XADD ... MAXLEN ~`).
+//! so no guest reaches it). Each keeps a number of lines, and a tenant's log streams
+//! together a number of bytes, by the append script of `stream_quota` (counted apart
+//! from its message streams): a tenant's 100 workflows of 10,000 lines of 4 KiB would
+//! otherwise hold 4 GiB of the Redis every tenant shares. Past its bytes, a line trims
+//! the oldest lines of the tenant's largest log streams.
 //!
 //! Workers write through [`RedisLogWriter`]: a guest's line goes into a bounded queue
 //! and a background task appends batches in one pipeline, so a slow or absent Redis
@@ -9,14 +13,19 @@
 //! not another's. Gateways read through [`RedisLogReader`].
 
 use crate::log_queue::LogQueue;
+use crate::stream_quota::{self, Counted, StreamQuota};
 use faas_invoke::{LogLine, LogSink};
 use redis::aio::MultiplexedConnection;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The default number of lines each workflow's stream keeps (about).
-pub const DEFAULT_LOG_STREAM_LEN: usize = 10_000;
+/// The default number of lines each workflow's stream keeps.
+pub const DEFAULT_LOG_STREAM_LEN: u64 = 10_000;
+/// The default number of bytes a tenant's log streams hold in all (as `stream_quota`
+/// counts them): 16 MiB, 4,096 of the longest lines (4 KiB), or ten thousands of
+/// usual ones.
+pub const DEFAULT_LOG_MAX_BYTES: u64 = 16 << 20;
 
 /// Lines waiting for the writer task, all tenants' together; past it a line makes room
 /// from the tenant with the most waiting (`log_queue`).
@@ -54,25 +63,21 @@ pub struct RedisLogWriter {
 }
 
 impl RedisLogWriter {
-    /// Connects to `url` and starts the writer task; each stream keeps about
-    /// `max_len` lines.
+    /// Connects to `url` and starts the writer task; each stream keeps `quota.max_len`
+    /// lines, and each tenant's streams `quota.max_bytes` in all.
     ///
     /// # Errors
     /// When Redis cannot be reached.
-    pub async fn connect(url: &str, max_len: usize) -> Result<Self, LogStoreError> {
+    pub async fn connect(url: &str, quota: StreamQuota) -> Result<Self, LogStoreError> {
         let client = checked_client(url).await?;
         let queue = Arc::new(LogQueue::new(QUEUE_LINES));
         let dropped = Arc::new(AtomicU64::new(0));
-        tokio::spawn(write_batches(
-            client,
-            queue.clone(),
-            max_len,
-            dropped.clone(),
-        ));
+        tokio::spawn(write_batches(client, queue.clone(), quota, dropped.clone()));
         Ok(Self { queue, dropped })
     }
 
-    /// How many lines were dropped (queue full or Redis too slow) since start.
+    /// How many lines were dropped (queue full, Redis too slow, or a line its tenant's
+    /// quota has no room for) since start.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
@@ -120,22 +125,23 @@ async fn open(client: &redis::Client) -> redis::RedisResult<MultiplexedConnectio
 async fn write_batches(
     client: redis::Client,
     queue: Arc<LogQueue>,
-    max_len: usize,
+    quota: StreamQuota,
     dropped: Arc<AtomicU64>,
 ) {
     let mut batch = Vec::with_capacity(BATCH_LINES);
     let mut connection: Option<MultiplexedConnection> = None;
     while queue.take(&mut batch, BATCH_LINES).await {
         let mut pipe = redis::pipe();
+        stream_quota::load_into(&mut pipe);
         for line in &batch {
             let Ok(json) = serde_json::to_string(line) else {
                 continue;
             };
-            let command = pipe.cmd("XADD").arg(log_key(&line.workflow));
-            if max_len > 0 {
-                command.arg("MAXLEN").arg("~").arg(max_len);
-            }
-            command.arg("*").arg("line").arg(json).ignore();
+            let fields: [(&str, &[u8]); 1] = [("line", json.as_bytes())];
+            let key = log_key(&line.workflow);
+            let invocation =
+                stream_quota::invocation(Counted::Logs, quota, &line.tenant, &key, &fields);
+            pipe.invoke_script(&invocation);
         }
         let sent = tokio::time::timeout(BATCH_TIMEOUT, async {
             let live = match connection.take() {
@@ -143,9 +149,15 @@ async fn write_batches(
                 None => open(&client).await?,
             };
             let mut live = connection.insert(live).clone();
-            pipe.query_async::<()>(&mut live).await
+            pipe.query_async::<Vec<stream_quota::Answer>>(&mut live)
+                .await
         });
-        if !matches!(sent.await, Ok(Ok(()))) {
+        if let Ok(Ok(answers)) = &sent.await {
+            let refused = answers
+                .iter()
+                .filter(|answer| stream_quota::appended(answer).is_none());
+            dropped.fetch_add(refused.count() as u64, Ordering::Relaxed);
+        } else {
             connection = None;
             dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
             tracing::debug!(

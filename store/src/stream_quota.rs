@@ -25,11 +25,14 @@
 //! trusted) are not counted; trimming them credits back no more than their stream was
 //! counted for. A stream deleted outside the platform is credited back when the script
 //! next meets it.
+//!
+//! The log streams of a tenant's workflows (`crate::logs`) are counted by the same
+//! script, apart ([`Counted::Logs`]), against a quota of their own.
 
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionManager;
-use redis::{RedisError, Script};
+use redis::{RedisError, Script, ScriptInvocation};
 
 use crate::redis_connection::Run;
 
@@ -46,10 +49,6 @@ pub const ENTRY_OVERHEAD: u64 = 16;
 /// What a stream counts for beyond its entries: Redis 7.0 takes about 4.4 KB for a
 /// stream key with a few entries (its first node is allocated at 4 KiB).
 pub const STREAM_OVERHEAD: u64 = 4_608;
-
-/// Prefix of the keys that count each tenant's streams, outside the `t:` namespace
-/// guests name.
-const PREFIX: &str = "faas:";
 
 /// What one tenant's streams may hold; 0 means no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +98,38 @@ pub enum AppendError {
     Redis(#[from] RedisError),
 }
 
+/// Which of a tenant's counts an append goes to. Its guests' message streams and its
+/// workflows' log streams (`crate::logs`) are counted apart, each against its own
+/// quota, so a tenant's logs never trim its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// Streams guests append to, and their dead-letter streams.
+    Messages,
+    /// The log streams of the tenant's workflows.
+    Logs,
+}
+
+impl Counted {
+    /// The start of this count's keys, outside the `t:` namespace guests name.
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Messages => "faas:stream-",
+            Self::Logs => "faas:log-",
+        }
+    }
+
+    /// The Redis key of `tenant`'s sorted set of streams by the bytes of their entries.
+    /// Tenant names are DNS labels (no `:`), so no two tenants' keys meet.
+    pub fn sizes_key(self, tenant: &str) -> String {
+        format!("{}sizes:{tenant}", self.prefix())
+    }
+
+    /// The Redis key of `tenant`'s usage hash (`bytes`, `entries`).
+    pub fn usage_key(self, tenant: &str) -> String {
+        format!("{}usage:{tenant}", self.prefix())
+    }
+}
+
 /// Appends `fields` to `key`, stream `stream` of `tenant`, trimmed to `quota` (see the
 /// module's documentation), and returns the new entry's id.
 ///
@@ -116,11 +147,42 @@ pub async fn append(
     key: &str,
     fields: &[(&str, &[u8])],
 ) -> Result<String, AppendError> {
+    let invocation = invocation(Counted::Messages, quota, tenant, key, fields);
+    let answer: Answer = invocation.run(connection).await?;
+    appended(&answer)
+        .map(str::to_owned)
+        .ok_or_else(|| AppendError::Quota {
+            tenant: tenant.to_owned(),
+            stream: stream.to_owned(),
+            held: answer.1.parse().unwrap_or_default(),
+            bytes: answer.2,
+            max_bytes: quota.max_bytes,
+        })
+}
+
+/// The script's answer: `("ok", id, bytes)` or `("quota", bytes held, bytes)`.
+pub type Answer = (String, String, u64);
+
+/// The new entry's id in `answer`, or `None` if the quota refused it.
+pub fn appended(answer: &Answer) -> Option<&str> {
+    (answer.0 == "ok").then_some(answer.1.as_str())
+}
+
+/// The invocation of the append script that appends `fields` to stream `key` of
+/// `tenant`, counted in `counted` against `quota`: what [`append`] sends, and what the
+/// log writer pipelines many of (after [`load_into`]).
+pub fn invocation(
+    counted: Counted,
+    quota: StreamQuota,
+    tenant: &str,
+    key: &str,
+    fields: &[(&str, &[u8])],
+) -> ScriptInvocation<'static> {
     let mut invocation = APPEND_SCRIPT.prepare_invoke();
     invocation
         .key(key)
-        .key(sizes_key(tenant))
-        .key(usage_key(tenant))
+        .key(counted.sizes_key(tenant))
+        .key(counted.usage_key(tenant))
         .arg(quota.max_len)
         .arg(quota.max_bytes)
         .arg(ENTRY_OVERHEAD)
@@ -128,28 +190,14 @@ pub async fn append(
     for (field, value) in fields {
         invocation.arg(*field).arg(*value);
     }
-    let (status, value, bytes): (String, String, u64) = invocation.run(connection).await?;
-    match status.as_str() {
-        "ok" => Ok(value),
-        _ => Err(AppendError::Quota {
-            tenant: tenant.to_owned(),
-            stream: stream.to_owned(),
-            held: value.parse().unwrap_or_default(),
-            bytes,
-            max_bytes: quota.max_bytes,
-        }),
-    }
+    invocation
 }
 
-/// The Redis key of `tenant`'s sorted set of streams by the bytes of their entries.
-/// Tenant names are DNS labels (no `:`), so no two tenants' keys meet.
-pub fn sizes_key(tenant: &str) -> String {
-    format!("{PREFIX}stream-sizes:{tenant}")
-}
-
-/// The Redis key of `tenant`'s usage hash (`bytes`, `entries`).
-pub fn usage_key(tenant: &str) -> String {
-    format!("{PREFIX}stream-usage:{tenant}")
+/// Loads the append script first in `pipeline`, whose invocations (`EVALSHA`) would
+/// otherwise fail on a server that does not know it yet: a pipeline cannot load it on
+/// `NOSCRIPT` and send them again, as one invocation does.
+pub fn load_into(pipeline: &mut redis::Pipeline) {
+    pipeline.load_script(&APPEND_SCRIPT).ignore();
 }
 
 /// The append. `KEYS[1]` is the stream, `KEYS[2]` the tenant's sorted set of streams,
@@ -337,7 +385,7 @@ mod tests {
     async fn held(connection: &ConnectionManager, tenant: &str) -> u64 {
         let bytes: Option<u64> = connection
             .clone()
-            .hget(usage_key(tenant), "bytes")
+            .hget(Counted::Messages.usage_key(tenant), "bytes")
             .await
             .unwrap();
         bytes.unwrap_or(0)

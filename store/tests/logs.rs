@@ -1,16 +1,27 @@
 //! The Redis log store against a real redis-server: lines written by a worker come
-//! back to a reader, streams are trimmed by length, and a Redis that goes away costs
-//! dropped (counted) lines, never a waiting guest.
+//! back to a reader, streams are trimmed by length and a tenant's by bytes, and a
+//! Redis that goes away costs dropped (counted) lines, never a waiting guest.
 
 use faas_invoke::{LogLevel, LogLine, LogSink, LogSource};
 use faas_store::logs::{RedisLogReader, RedisLogWriter};
+use faas_store::stream_quota::{Counted, StreamQuota};
 use faas_testing::RedisServer;
 use std::time::{Duration, Instant};
 
+/// 100 lines per stream, and no byte limit.
+const HUNDRED_LINES: StreamQuota = StreamQuota {
+    max_len: 100,
+    max_bytes: 0,
+};
+
 fn line(workflow: &str, text: &str) -> LogLine {
+    line_of("t", workflow, text)
+}
+
+fn line_of(tenant: &str, workflow: &str, text: &str) -> LogLine {
     LogLine {
         time_ms: 1,
-        tenant: "t".into(),
+        tenant: tenant.into(),
         workflow: workflow.into(),
         function: "f".into(),
         step: Some("s".into()),
@@ -36,7 +47,9 @@ async fn wait_for(reader: &RedisLogReader, workflow: &str, count: usize) -> Vec<
 #[tokio::test]
 async fn lines_come_back_in_order_per_workflow_and_streams_are_trimmed() {
     let server = RedisServer::start();
-    let writer = RedisLogWriter::connect(&server.url(), 100).await.unwrap();
+    let writer = RedisLogWriter::connect(&server.url(), HUNDRED_LINES)
+        .await
+        .unwrap();
     let reader = RedisLogReader::connect(&server.url()).await.unwrap();
     writer.push(line("a", "first"));
     writer.push(line("b", "other"));
@@ -61,7 +74,6 @@ async fn lines_come_back_in_order_per_workflow_and_streams_are_trimmed() {
     assert_eq!(after.lines.len(), 1);
     assert_eq!(after.lines[0].text, "third");
 
-    // `MAXLEN ~ 100` keeps about 100 (Redis trims whole macro nodes).
     for index in 0..2000 {
         writer.push(line("c", &index.to_string()));
         if index % 500 == 0 {
@@ -70,7 +82,7 @@ async fn lines_come_back_in_order_per_workflow_and_streams_are_trimmed() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let kept = reader.recent("c").await.unwrap().lines;
-    assert!(!kept.is_empty() && kept.len() < 400, "{} kept", kept.len());
+    assert_eq!(kept.len(), 100);
     assert_eq!(kept.last().unwrap().text, "1999", "the newest are kept");
 
     reader.remove("a").await.unwrap();
@@ -81,7 +93,9 @@ async fn lines_come_back_in_order_per_workflow_and_streams_are_trimmed() {
 #[tokio::test]
 async fn a_redis_that_went_away_costs_counted_lines_not_time() {
     let server = RedisServer::start();
-    let writer = RedisLogWriter::connect(&server.url(), 100).await.unwrap();
+    let writer = RedisLogWriter::connect(&server.url(), HUNDRED_LINES)
+        .await
+        .unwrap();
     drop(server);
     let started = Instant::now();
     for index in 0..20_000 {
@@ -99,4 +113,67 @@ async fn a_redis_that_went_away_costs_counted_lines_not_time() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(writer.dropped(), 20_000, "every line is counted as dropped");
+}
+
+#[tokio::test]
+async fn a_tenants_log_streams_hold_its_bytes_in_all_and_anothers_lines_stay() {
+    const MAX_BYTES: u64 = 256 << 10;
+    let server = RedisServer::start();
+    let quota = StreamQuota {
+        max_len: 10_000,
+        max_bytes: MAX_BYTES,
+    };
+    let writer = RedisLogWriter::connect(&server.url(), quota).await.unwrap();
+    let reader = RedisLogReader::connect(&server.url()).await.unwrap();
+    for index in 0..10 {
+        writer.push(line_of("quiet", "news", &format!("quiet {index}")));
+    }
+    // Twenty workflows' 100 lines of 4 KiB: 8 MiB asked of a quota of 256 KiB.
+    let long = "x".repeat(4 << 10);
+    for round in 0..100 {
+        for workflow in 0..20 {
+            writer.push(line_of("loud", &format!("loud-{workflow}"), &long));
+        }
+        if round % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    writer.push(line_of("loud", "loud-0", "last"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reader
+        .recent("loud-0")
+        .await
+        .unwrap()
+        .lines
+        .last()
+        .map(|l| l.text.as_str())
+        != Some("last")
+    {
+        assert!(Instant::now() < deadline, "the last line never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut connection = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let held: u64 = redis::cmd("HGET")
+        .arg(Counted::Logs.usage_key("loud"))
+        .arg("bytes")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert!(held <= MAX_BYTES, "loud's logs hold {held} bytes");
+    let mut kept = 0;
+    for workflow in 0..20 {
+        kept += reader
+            .recent(&format!("loud-{workflow}"))
+            .await
+            .unwrap()
+            .lines
+            .len();
+    }
+    assert!(kept < 64, "{kept} lines of 4 KiB kept");
+    // The other tenant's lines are counted apart: all there.
+    assert_eq!(reader.recent("news").await.unwrap().lines.len(), 10);
 }
