@@ -131,8 +131,9 @@ impl GatewayArgs {
 /// How the processes that use Redis as a message broker treat its streams.
 #[derive(Debug, clap::Args)]
 pub struct BrokerArgs {
-    /// How many entries a stream keeps when a function appends to it or an entry is
-    /// dead-lettered; the oldest go first. 0 for no limit. A tenant's own quota
+    /// How many entries a stream keeps at most when a function appends to it or an
+    /// entry is dead-lettered; the oldest go first (1/64 of it, up to 64, at a time). 0
+    /// for no limit. A tenant's own quota
     /// (`faas tenant set --stream-max-len`) replaces it.
     #[arg(long, env = "FAAS_STREAM_MAX_LEN", default_value_t = DEFAULT_STREAM_MAX_LEN)]
     pub stream_max_len: u64,

@@ -52,8 +52,8 @@ impl RedisArgs {
 /// lines, gateways a line for each event no worker took (`faas worker`, `faas gateway`).
 #[derive(Debug, clap::Args)]
 pub struct LogStreamArgs {
-    /// How many log lines (`faas logs`) each workflow's Redis stream keeps; the oldest
-    /// go first. 0 for no limit.
+    /// How many log lines (`faas logs`) each workflow's Redis stream keeps at most; the
+    /// oldest go first (1/64 of it, up to 64, at a time). 0 for no limit.
     #[arg(long, env = "FAAS_LOG_STREAM_LEN", default_value_t = faas_store::logs::DEFAULT_LOG_STREAM_LEN)]
     pub(crate) log_stream_len: u64,
     /// How many bytes the log streams of one tenant's workflows hold in all (each line

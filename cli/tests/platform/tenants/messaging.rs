@@ -367,7 +367,8 @@ fn a_guest_cannot_grow_a_stream_without_bound() {
     let (status, answer) = send(&platform.url, "append", "flood", 5_000, "x");
     assert_eq!(status, 200, "{answer}");
     let len: usize = connect(&redis).xlen(key("mallory", "flood")).unwrap();
-    assert_eq!(len, 200, "the stream kept {len} entries");
+    // Trimmed 1/64 below the limit at a time, so it holds 197 to 200.
+    assert!((197..=200).contains(&len), "the stream kept {len} entries");
     let hello = platform.get("/shop?name=victim");
     assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
 }
@@ -413,7 +414,10 @@ fn messages_that_keep_failing_cannot_grow_the_dead_letter_stream_without_bound()
         std::thread::sleep(Duration::from_millis(50));
     }
     let len: usize = connect(&redis).xlen(&dead).unwrap();
-    assert_eq!(len, 200, "the dead-letter stream kept {len} entries");
+    assert!(
+        (197..=200).contains(&len),
+        "the dead-letter stream kept {len} entries"
+    );
     let hello = platform.get("/shop?name=victim");
     assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
 }

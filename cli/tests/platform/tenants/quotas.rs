@@ -343,7 +343,9 @@ fn a_tenants_own_stream_quota_trims_its_streams_only() {
     let mut len = |tenant: &str| -> usize {
         redis::Commands::xlen(&mut redis, format!("t:{tenant}:flood")).unwrap()
     };
-    assert_eq!(len("mallory"), 200);
+    // Trimmed 1/64 below the limit at a time, so it holds 197 to 200.
+    let kept = len("mallory");
+    assert!((197..=200).contains(&kept), "mallory's stream kept {kept}");
     // The victim, at the default (10,000), keeps every entry.
     assert_eq!(len("victim"), 1_000);
 
