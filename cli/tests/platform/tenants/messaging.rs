@@ -422,6 +422,21 @@ fn messages_that_keep_failing_cannot_grow_the_dead_letter_stream_without_bound()
     assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
 }
 
+/// Appends 20 entries to victim's stream `jobs` and asserts that victim's relay (the
+/// workflow `jobs` on it) relays every one within a minute.
+fn assert_victims_jobs_relayed(redis: &RedisServer) {
+    for index in 0..20 {
+        xadd(redis, &key("victim", "jobs"), &format!("job-{index}"));
+    }
+    let out = payloads(
+        redis,
+        &key("victim", "jobs:out"),
+        20,
+        Duration::from_secs(60),
+    );
+    assert_eq!(distinct_messages(&out).len(), 20, "{out:?}");
+}
+
 /// Mallory's workflows take a Redis connection per channel and stream trigger (in
 /// every gateway), so a tenant could take every connection Redis allows: past its
 /// tenant's limit in all, mallory's next workflow is refused (403 `quota`, naming the
@@ -582,16 +597,7 @@ fn a_tenants_stream_entries_are_read_within_its_share_and_none_is_lost() {
     let before = platform.memory("VmHWM");
     let bulk = relay_manifest_for(dir.path(), "mallory", "bulk", "", &stream("bulk", 256));
     deploy_at(url, &bulk);
-    for index in 0..20 {
-        xadd(&redis, &key("victim", "jobs"), &format!("job-{index}"));
-    }
-    let out = payloads(
-        &redis,
-        &key("victim", "jobs:out"),
-        20,
-        Duration::from_secs(60),
-    );
-    assert_eq!(distinct_messages(&out).len(), 20, "{out:?}");
+    assert_victims_jobs_relayed(&redis);
     let relayed = payloads(
         &redis,
         &key("mallory", "bulk:out"),
@@ -665,14 +671,5 @@ fn a_tenants_streams_hold_its_stream_bytes_in_all_and_anothers_appends_go_on() {
     assert!((1..16).contains(&kept), "{kept} entries of 1 MiB kept");
     assert_eq!(len(&mut connection, NAMES - 1), 1, "the newest is kept");
 
-    for index in 0..20 {
-        xadd(&redis, &key("victim", "jobs"), &format!("job-{index}"));
-    }
-    let out = payloads(
-        &redis,
-        &key("victim", "jobs:out"),
-        20,
-        Duration::from_secs(30),
-    );
-    assert_eq!(distinct_messages(&out).len(), 20, "{out:?}");
+    assert_victims_jobs_relayed(&redis);
 }
