@@ -110,13 +110,9 @@ impl GatewayArgs {
         let mut config = GatewayConfig::new(token);
         config.listen = self.listen;
         config.max_body_bytes = self.max_body_bytes;
-        let mib = |mb: u64| match mb {
-            0 => u64::MAX,
-            mb => mb.saturating_mul(1 << 20),
-        };
         config.body_budget = BodyBudgetLimits {
-            total: mib(self.body_budget_mb),
-            per_client: mib(self.client_body_budget_mb),
+            total: mib_or_unlimited(self.body_budget_mb),
+            per_holder: mib_or_unlimited(self.client_body_budget_mb),
         };
         config.max_deploys_per_tenant = self.max_deploys_per_tenant;
         config.connections = ConnectionLimits {
@@ -158,6 +154,14 @@ impl BrokerArgs {
                 max_len: self.stream_max_len,
                 max_bytes: self.stream_max_bytes,
             }))
+    }
+}
+
+/// A size flag in MiB as bytes, where 0 means no limit.
+pub(crate) fn mib_or_unlimited(mb: u64) -> u64 {
+    match mb {
+        0 => u64::MAX,
+        mb => mb.saturating_mul(1 << 20),
     }
 }
 

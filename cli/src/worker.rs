@@ -4,7 +4,7 @@
 //! `worker` feature, `no_worker.rs` stands in for this module, so that a `faas` for the
 //! gateway and operator images carries no compiler.
 
-use crate::args::{BrokerArgs, IdentityArgs};
+use crate::args::{BrokerArgs, IdentityArgs, mib_or_unlimited};
 use crate::services::{InternalTokenArgs, LogStreamArgs, MetricsArgs, RedisArgs, wait_for_signal};
 use anyhow::Context;
 use faas_store::broker::RedisBroker;
@@ -96,6 +96,17 @@ pub struct WorkerArgs {
     /// `--max-instances`.
     #[arg(long, env = "FAAS_MAX_INSTANCES_PER_TENANT")]
     pub max_instances_per_tenant: Option<u32>,
+    /// How much guest memory (instances' linear memory, and region bytes they copy into
+    /// the host) all instances of a worker may hold at once, in MiB; a guest whose
+    /// memory would grow past it traps, and its event fails with 503 `memory_budget`.
+    /// Defaults to half the memory the process may use (its cgroup's limit, else the
+    /// machine's). 0 for no limit.
+    #[arg(long, env = "FAAS_GUEST_MEMORY_MB")]
+    pub guest_memory_mb: Option<u64>,
+    /// How much of `--guest-memory-mb` one tenant's instances may hold at once, in MiB.
+    /// Defaults to half of it. 0 for no limit.
+    #[arg(long, env = "FAAS_TENANT_GUEST_MEMORY_MB")]
+    pub tenant_guest_memory_mb: Option<u64>,
     /// How many regions one instance may create.
     #[arg(long, env = "FAAS_MAX_REGIONS_PER_INSTANCE", default_value_t = DEFAULT_MAX_REGIONS_PER_INSTANCE)]
     pub max_regions_per_instance: usize,
@@ -184,6 +195,13 @@ impl WorkerArgs {
             .max_instances_per_tenant
             .unwrap_or(self.max_instances.div_ceil(2))
             .max(1);
+        if let Some(total) = self.guest_memory_mb {
+            config.guest_memory.total = mib_or_unlimited(total);
+            config.guest_memory.per_holder = config.guest_memory.total / 2;
+        }
+        if let Some(share) = self.tenant_guest_memory_mb {
+            config.guest_memory.per_holder = mib_or_unlimited(share);
+        }
         config.max_regions_per_instance = self.max_regions_per_instance;
         config.max_handles_per_instance = self.max_handles_per_instance;
         config.max_outbound_connections_per_instance = self.max_outbound_connections_per_instance;

@@ -58,7 +58,7 @@ impl GatewayConfig {
             max_body_bytes: 8 << 20,
             body_budget: BodyBudgetLimits {
                 total: DEFAULT_BODY_BUDGET_MB << 20,
-                per_client: DEFAULT_CLIENT_BODY_BUDGET_MB << 20,
+                per_holder: DEFAULT_CLIENT_BODY_BUDGET_MB << 20,
             },
             max_deploy_bytes: 256 << 20,
             max_deploys_per_tenant: DEFAULT_MAX_DEPLOYS_PER_TENANT,

@@ -703,7 +703,7 @@ mod tests {
     fn budget(per_client: u64) -> Arc<BodyBudget> {
         Arc::new(BodyBudget::new(BodyBudgetLimits {
             total: 1 << 20,
-            per_client,
+            per_holder: per_client,
         }))
     }
 

@@ -16,6 +16,9 @@ pub enum FailureKind {
     Timeout,
     /// The guest tried to grow its memory past its limit.
     MemoryLimit,
+    /// The worker's guest memory, or the tenant's share of it, was held by other
+    /// instances when the guest's memory had to grow.
+    MemoryBudget,
     /// The guest created more regions, or held more memory files, than allowed.
     RegionLimit,
     /// The guest held as many resource handles at once as an instance may.
@@ -62,6 +65,7 @@ impl FailureKind {
             Self::Trap => "trap",
             Self::Timeout => "timeout",
             Self::MemoryLimit => "memory_limit",
+            Self::MemoryBudget => "memory_budget",
             Self::RegionLimit => "region_limit",
             Self::HandleLimit => "handle_limit",
             Self::FieldsLimit => "fields_limit",

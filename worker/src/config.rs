@@ -63,6 +63,11 @@ pub struct WorkerConfig {
     /// How many instances one tenant may hold at once, so that one tenant cannot take
     /// every instance slot. Defaults to half of `max_instances`.
     pub max_instances_per_tenant: u32,
+    /// How much guest memory (linear memory, and region bytes copied into the host) all
+    /// instances may hold at once, and one tenant's (`per_holder`), so that one
+    /// tenant's instances cannot take the machine's memory (`crate::memory_budget`).
+    /// Defaults to half the memory the process may use, and half of that per tenant.
+    pub guest_memory: faas_budget::BudgetLimits,
     /// How many regions one instance may create (`create-in` and `from-bytes`).
     pub max_regions_per_instance: usize,
     /// How many resource handles one instance may hold at once, its regions among them
@@ -189,6 +194,7 @@ impl WorkerConfig {
             region_map_threshold: DEFAULT_REGION_MAP_THRESHOLD,
             guest_turns: std::thread::available_parallelism().map_or(1, usize::from),
             max_instances_per_tenant: 500,
+            guest_memory: crate::memory_budget::default_guest_memory(),
             max_regions_per_instance: DEFAULT_MAX_REGIONS_PER_INSTANCE,
             max_handles_per_instance: DEFAULT_MAX_HANDLES_PER_INSTANCE,
             max_outbound_connections_per_instance: DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,

@@ -37,6 +37,15 @@ pub enum InvokeError {
         /// Its limit in MiB.
         limit_mb: u32,
     },
+    /// The worker's guest memory, or its tenant's share of it, was held by other
+    /// instances when the guest's memory had to grow (`crate::memory_budget`).
+    #[error("function `{function}` could not have more memory: {message}")]
+    MemoryBudget {
+        /// The function stopped.
+        function: String,
+        /// Which budget, and the flag that sets it.
+        message: String,
+    },
     /// The guest created more regions, or held more region memory files, than allowed.
     #[error("function `{function}` exceeded a region limit: {message}")]
     RegionLimit {
@@ -106,13 +115,13 @@ pub enum InvokeError {
 
 impl InvokeError {
     /// The HTTP status this failure maps to: 504 for a timeout, 503 when overloaded
-    /// (or the worker can no longer start instances),
+    /// (or the worker can no longer start instances, or has no guest memory left),
     /// 404 for an unknown function, 500 otherwise.
     pub fn status(&self) -> u16 {
         match self {
             Self::UnknownFunction { .. } => 404,
             Self::Timeout { .. } => 504,
-            Self::Overloaded { .. } | Self::SwapTurnedOn { .. } => 503,
+            Self::Overloaded { .. } | Self::SwapTurnedOn { .. } | Self::MemoryBudget { .. } => 503,
             _ => 500,
         }
     }
@@ -124,6 +133,7 @@ impl InvokeError {
             Self::Trap { .. } => FailureKind::Trap,
             Self::Timeout { .. } => FailureKind::Timeout,
             Self::MemoryLimit { .. } => FailureKind::MemoryLimit,
+            Self::MemoryBudget { .. } => FailureKind::MemoryBudget,
             Self::RegionLimit { .. } => FailureKind::RegionLimit,
             Self::HandleLimit { .. } => FailureKind::HandleLimit,
             Self::FieldsLimit { .. } => FailureKind::FieldsLimit,
@@ -142,6 +152,7 @@ impl InvokeError {
             | Self::Trap { function, .. }
             | Self::Timeout { function, .. }
             | Self::MemoryLimit { function, .. }
+            | Self::MemoryBudget { function, .. }
             | Self::RegionLimit { function, .. }
             | Self::HandleLimit { function }
             | Self::FieldsLimit { function }

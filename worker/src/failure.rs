@@ -3,6 +3,7 @@
 
 use crate::error::InvokeError;
 use crate::function::LoadedFunction;
+use crate::memory_budget::GuestMemoryHeld;
 use crate::region::RegionLimitExceeded;
 use crate::state::MemoryLimitExceeded;
 use wasmtime::Trap;
@@ -77,6 +78,12 @@ pub(crate) fn classify(
     // most fields a header map holds), not with a header error the guest could handle.
     if err.is::<wasmtime_wasi_http::FieldMapError>() {
         return InvokeError::FieldsLimit { function: name };
+    }
+    if let Some(held) = err.downcast_ref::<GuestMemoryHeld>() {
+        return InvokeError::MemoryBudget {
+            function: name,
+            message: held.to_string(),
+        };
     }
     if err.is::<MemoryLimitExceeded>() {
         return InvokeError::MemoryLimit {

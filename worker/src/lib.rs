@@ -32,6 +32,7 @@ pub mod host_limits;
 mod http;
 mod limits;
 mod linked;
+pub mod memory_budget;
 pub mod metrics;
 mod outbound;
 mod placement;

@@ -2,6 +2,7 @@
 //! the memory limiter. A store lives for exactly one event.
 
 use crate::kv::KeyValueStore;
+use crate::memory_budget::{GuestMemoryClaim, GuestMemoryHeld};
 use crate::region::{RegionScope, StoreRegions};
 use faas_invoke::{LogLevel, LogLine, LogSink, LogSource, Publisher};
 use std::collections::BTreeMap;
@@ -113,7 +114,7 @@ impl InstanceState {
     /// A fresh state whose guest output goes to `output`.
     pub fn new(
         event: EventContext,
-        max_memory_bytes: usize,
+        limiter: MemoryLimiter,
         output: MemoryOutputPipe,
         slots: [OwnedSemaphorePermit; 2],
         regions: RegionScope,
@@ -128,10 +129,7 @@ impl InstanceState {
             wasi,
             http,
             table: ResourceTable::new(),
-            limiter: MemoryLimiter {
-                max_memory_bytes,
-                memory_bytes: 0,
-            },
+            limiter,
             event,
             regions: StoreRegions::new(regions),
             output,
@@ -190,11 +188,41 @@ pub(crate) struct MemoryLimitExceeded {
     pub desired: usize,
 }
 
-/// Caps the linear memory of one instance.
+/// Caps the linear memory of one instance, and claims it against the worker's guest
+/// memory budget (`memory_budget.rs`).
 pub(crate) struct MemoryLimiter {
     pub max_memory_bytes: usize,
     /// The bytes the instance's linear memories have, all together.
     pub memory_bytes: usize,
+    /// What the instance holds of the worker's guest memory: its memories, and the
+    /// region bytes it copied into the host.
+    pub claim: GuestMemoryClaim,
+}
+
+impl MemoryLimiter {
+    /// A limiter of `max_memory_bytes` per memory that claims against `claim`.
+    pub(crate) fn new(max_memory_bytes: usize, claim: GuestMemoryClaim) -> Self {
+        Self {
+            max_memory_bytes,
+            memory_bytes: 0,
+            claim,
+        }
+    }
+
+    /// Claims `bytes` more of the worker's guest memory for this instance.
+    ///
+    /// # Errors
+    /// [`GuestMemoryHeld`] when the budget, or the tenant's share, has no room.
+    pub(crate) fn claim_more(&mut self, bytes: usize) -> wasmtime::Result<()> {
+        let wanted = self.claim.bytes().saturating_add(bytes as u64);
+        self.claim.grow_to(wanted).map_err(|over| {
+            GuestMemoryHeld {
+                tenant: self.claim.holder().clone(),
+                over,
+            }
+            .into()
+        })
+    }
 }
 
 impl ResourceLimiter for MemoryLimiter {
@@ -212,9 +240,9 @@ impl ResourceLimiter for MemoryLimiter {
             .into());
         }
         // Called for each memory as it is created too (from 0), so this is the total.
-        self.memory_bytes = self
-            .memory_bytes
-            .saturating_add(desired.saturating_sub(current));
+        let grown = desired.saturating_sub(current);
+        self.claim_more(grown)?;
+        self.memory_bytes = self.memory_bytes.saturating_add(grown);
         Ok(true)
     }
 
@@ -232,6 +260,17 @@ impl ResourceLimiter for MemoryLimiter {
 #[cfg(test)]
 mod tests {
     use super::MemoryLimiter;
+    use crate::memory_budget::{GuestMemory, GuestMemoryHeld};
+    use faas_budget::{BudgetLimits, OverBudget};
+    use std::sync::Arc;
+
+    /// A budget of `total` bytes, `per_tenant` of them one tenant's.
+    fn budget(total: usize, per_tenant: usize) -> Arc<GuestMemory> {
+        Arc::new(GuestMemory::new(BudgetLimits {
+            total: total as u64,
+            per_holder: per_tenant as u64,
+        }))
+    }
 
     /// `(module (memory 3) (func (export "grow") (result i32) (memory.grow (i32.const 2))))`
     const GROWS_BY_TWO_PAGES: &[u8] = &[
@@ -250,10 +289,8 @@ mod tests {
         let engine = wasmtime::Engine::default();
         let module = wasmtime::Module::new(&engine, GROWS_BY_TWO_PAGES).unwrap();
         for (limit, after_grow) in [(8 * PAGE, 5 * PAGE), (4 * PAGE, 3 * PAGE)] {
-            let limiter = MemoryLimiter {
-                max_memory_bytes: limit,
-                memory_bytes: 0,
-            };
+            let budget = budget(usize::MAX, usize::MAX);
+            let limiter = MemoryLimiter::new(limit, budget.claim(Arc::from("t")));
             let mut store = wasmtime::Store::new(&engine, limiter);
             store.limiter(|limiter| limiter);
             let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
@@ -264,6 +301,45 @@ mod tests {
             let grown = grow.call(&mut store, ());
             assert_eq!(grown.is_ok(), after_grow > 3 * PAGE, "limit {limit}");
             assert_eq!(store.data().memory_bytes, after_grow, "limit {limit}");
+            assert_eq!(budget.held(), after_grow as u64, "claimed as it grew");
+            drop(store);
+            assert_eq!(budget.held(), 0, "given back with the store");
         }
+    }
+
+    #[test]
+    fn an_instance_cannot_grow_past_its_tenants_share_of_the_workers_memory() {
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, GROWS_BY_TWO_PAGES).unwrap();
+        // A share of 4 pages: the first instance's 3 fit, its growth to 5 does not.
+        let budget = budget(100 * PAGE, 4 * PAGE);
+        let limiter = MemoryLimiter::new(usize::MAX, budget.claim(Arc::from("mallory")));
+        let mut store = wasmtime::Store::new(&engine, limiter);
+        store.limiter(|limiter| limiter);
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+        let grow = instance
+            .get_typed_func::<(), i32>(&mut store, "grow")
+            .unwrap();
+        let refused = grow.call(&mut store, ()).unwrap_err();
+        let held = refused
+            .downcast_ref::<GuestMemoryHeld>()
+            .unwrap_or_else(|| panic!("{refused:?}"));
+        assert_eq!(
+            held.over,
+            OverBudget::Share {
+                limit: 4 * PAGE as u64
+            }
+        );
+        // Nor can a second instance of the tenant start: its 3 pages do not fit.
+        let second = MemoryLimiter::new(usize::MAX, budget.claim(Arc::from("mallory")));
+        let mut second = wasmtime::Store::new(&engine, second);
+        second.limiter(|limiter| limiter);
+        assert!(wasmtime::Instance::new(&mut second, &module, &[]).is_err());
+        // Another tenant's does.
+        let other = MemoryLimiter::new(usize::MAX, budget.claim(Arc::from("victim")));
+        let mut other = wasmtime::Store::new(&engine, other);
+        other.limiter(|limiter| limiter);
+        wasmtime::Instance::new(&mut other, &module, &[]).unwrap();
+        assert_eq!(budget.held(), 6 * PAGE as u64);
     }
 }

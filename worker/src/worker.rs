@@ -9,11 +9,12 @@ use crate::fair::{FirstPoll, GuestPool, GuestTask};
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::kv::KeyValueStore;
 use crate::limits::FileBudget;
+use crate::memory_budget::GuestMemory;
 use crate::metrics::{FunctionCounters, GuestMetrics};
 use crate::placement::Placement;
 use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::runtimes::{Flavor, Runtimes};
-use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState, LineOwner};
+use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState, LineOwner, MemoryLimiter};
 use crate::swap::SwapWatch;
 use faas_invoke::{LoadError, LogLevel, LogSource, Publisher};
 use faas_store::{Quotas, Tenant};
@@ -52,6 +53,8 @@ pub struct Worker {
     guests: GuestPool,
     /// Region memory files open in this worker, against `max_region_files`.
     region_files: Arc<FileBudget>,
+    /// The guest memory its instances hold, by tenant, against `guest_memory`.
+    guest_memory: Arc<GuestMemory>,
     /// Finished producers kept until their consumers placed their regions; torn down
     /// early when an event needs their slots.
     retired: std::sync::Mutex<Vec<std::sync::Weak<Retired>>>,
@@ -136,6 +139,7 @@ impl Worker {
             tenant_slots: std::sync::Mutex::default(),
             quota_tenants: std::sync::Mutex::default(),
             region_files: FileBudget::new(config.max_region_files),
+            guest_memory: Arc::new(GuestMemory::new(config.guest_memory)),
             retired: std::sync::Mutex::default(),
             swap: runtimes.first().scans_written_pages.then_some(swap),
             runtimes: Arc::new(runtimes),
@@ -604,7 +608,7 @@ impl Worker {
             entry.engine(),
             InstanceState::new(
                 event,
-                max_memory,
+                MemoryLimiter::new(max_memory, self.guest_memory.claim(workflow.tenant.clone())),
                 output.clone(),
                 [tenant_slot, slot],
                 regions,

@@ -4,7 +4,9 @@
 //! hoards host memory through regions (which count against the same limit),
 //! `/misbehave/ok` answers.
 //! `/misbehave/slow?ms=N` sleeps N ms, then answers with its config's `label`: tests use
-//! it to hold a request in flight across a redeploy or a shutdown. `/misbehave/count`
+//! it to hold a request in flight across a redeploy or a shutdown.
+//! `/misbehave/hold?mb=N&ms=M` writes N MiB of fresh memory and holds it M ms: many at
+//! once hold many times that, within the instance's memory limit each. `/misbehave/count`
 //! counts the requests its instance has seen. `/misbehave/shout` logs 8 MB.
 //! `/misbehave/forge` logs one line whose text holds a line break and a forged line of
 //! the platform's log after it.
@@ -48,6 +50,19 @@ fn handle(req: Request) -> Response {
             std::thread::sleep(std::time::Duration::from_millis(ms));
             let label = faas_sdk::config::get("label").unwrap_or_default();
             Response::text(200, format!("slept {ms} ms as {label}\n"))
+        }
+        "/misbehave/hold" => {
+            let param = |name: &str| {
+                req.query_param(name)
+                    .and_then(|value| value.parse().ok())
+                    .unwrap_or(1u64)
+            };
+            let held = vec![1u8; (param("mb") as usize) << 20];
+            std::thread::sleep(std::time::Duration::from_millis(param("ms")));
+            Response::text(
+                200,
+                format!("held {} MiB\n", std::hint::black_box(held).len() >> 20),
+            )
         }
         "/misbehave/hoard" => {
             let chunk = vec![7u8; 1 << 20];

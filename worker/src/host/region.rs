@@ -34,6 +34,7 @@ impl HostRegion for InstanceState {
             .into());
         }
         self.regions.count_created()?;
+        self.limiter.claim_more(bytes.len())?;
         self.regions.copied_bytes = total;
         let region = Region::copied(&self.regions.scope, schema_type, bytes);
         Ok(self.table.push(region)?)

@@ -7,6 +7,7 @@ mod compiles;
 mod connections;
 mod deadlines;
 mod fairness;
+mod guest_memory;
 mod history;
 mod outbound;
 mod platform_log;
