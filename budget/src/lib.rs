@@ -90,11 +90,6 @@ impl<H: Eq + Hash + Clone> Budget<H> {
         }
     }
 
-    /// The budget's limits.
-    pub fn limits(&self) -> BudgetLimits {
-        self.limits
-    }
-
     /// An empty claim of `holder`'s, to grow as what it stands for grows.
     pub fn claim(self: &Arc<Self>, holder: H) -> Claim<H> {
         Claim {
@@ -107,11 +102,6 @@ impl<H: Eq + Hash + Clone> Budget<H> {
     /// What all holders hold, in bytes.
     pub fn held(&self) -> u64 {
         self.lock().total
-    }
-
-    /// What `holder` holds, in bytes.
-    pub fn held_by(&self, holder: &H) -> u64 {
-        self.lock().of(holder)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Held<H>> {
@@ -223,7 +213,7 @@ mod tests {
         let mut other = budget.claim("b");
         other.grow_to(40).unwrap();
         assert_eq!(budget.held(), 100);
-        assert_eq!(budget.held_by(&"a"), 60);
+        assert_eq!(budget.lock().of(&"a"), 60);
         assert_eq!(
             budget.claim("c").grow_to(1),
             Err(OverBudget::Total { limit: 100 })

@@ -214,11 +214,13 @@ pub fn load_into(pipeline: &mut redis::Pipeline) {
 /// it need none: a stream at its length loses 1/64 of `max_len` more (up to 64 entries,
 /// none under 64), and a tenant at its bytes up to 64 entries and 1/64 of `max_bytes`
 /// more. A trim reads and deletes in a few commands what an append at the limit would
-/// otherwise read and delete one by one: with `redis-benchmark` on Redis 7.0 and
-/// 200-byte entries, appends at a stream's length went from 52-56k a second to 71-79k.
-/// The script costs Redis three to four times what a plain `XADD` does
-/// (`bench/stream-append.sh`). The streams it trims for bytes are other keys than those it declares,
-/// which standalone Redis allows (Redis Cluster, which would not, is not supported).
+/// otherwise read and delete one by one (in one measurement with `redis-benchmark` on
+/// Redis 7.0 and 200-byte entries, appends at a stream's length went from 52-56k a
+/// second to 71-79k). The script costs Redis three to four times what a plain `XADD`
+/// does (`bench/stream-append.sh`).
+///
+/// The streams it trims for bytes are other keys than those it declares, which
+/// standalone Redis allows (Redis Cluster, which would not, is not supported).
 static APPEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
