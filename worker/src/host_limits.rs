@@ -8,6 +8,11 @@
 //! (those hold no host memory: their bytes are in guest memory, which the memory limit
 //! counts): past either, the guest is stopped (the event fails as `handle_limit` or
 //! `fields_limit`).
+//!
+//! That bounds one instance, but a tenant runs hundreds at once, so each also claims
+//! [`HANDLE_CHARGE_BYTES`] per handle it holds against the worker's guest memory
+//! budget (`memory_budget.rs`), at the most it has held at once: many instances that
+//! each stay under their own limits cannot hold more than their tenant's share.
 
 /// The most one set of header fields may hold (Wasmtime counts its in-memory size, a
 /// little over the bytes on the wire): four times the 16 KiB that common proxies and
@@ -17,3 +22,12 @@ pub const MAX_FIELDS_BYTES: usize = 64 << 10;
 /// The most one write to an outgoing body takes, which is what each such body buffers
 /// (one write's worth) until it is sent. The SDK writes 4 KiB at a time.
 pub const MAX_BODY_WRITE_BYTES: usize = 64 << 10;
+
+/// What one handle other than a region's is claimed as, in the worker's guest memory
+/// budget: the most it can hold (a set of header fields, or a body's buffered write),
+/// since the host cannot cheaply tell what it does hold.
+pub const HANDLE_CHARGE_BYTES: usize = if MAX_FIELDS_BYTES > MAX_BODY_WRITE_BYTES {
+    MAX_FIELDS_BYTES
+} else {
+    MAX_BODY_WRITE_BYTES
+};

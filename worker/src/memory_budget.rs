@@ -5,8 +5,9 @@
 //! instances of 512 MiB would ask for 250 GiB, and the first few dozen that touched
 //! their memory would take a machine's, so one tenant's guests could have the worker,
 //! and every other tenant's events on it, killed for memory. So every instance claims
-//! its linear memory (from its creation, as it grows) and the region bytes it copies
-//! into the host against a budget of the worker's (`--guest-memory-mb`), of which one
+//! its linear memory (from its creation, as it grows), the region bytes it copies into
+//! the host, and the most its handles can hold in the host (`host_limits.rs`) against
+//! a budget of the worker's (`--guest-memory-mb`), of which one
 //! tenant's instances may hold a share (`--tenant-guest-memory-mb`). A growth that does
 //! not fit traps its guest ([`GuestMemoryHeld`]): that event fails, with kind
 //! `memory_budget` and status 503, and the next finds room as instances end. The claim
@@ -68,8 +69,8 @@ fn describe(tenant: &str, over: OverBudget) -> String {
     match over {
         OverBudget::Share { limit } => format!(
             "the instances of tenant `{tenant}` on this worker hold its whole share of \
-             guest memory ({} MiB, the worker's --tenant-guest-memory-mb); try again as \
-             they end",
+             guest memory ({} MiB of linear memory, copied regions and host handles, the \
+             worker's --tenant-guest-memory-mb); try again as they end",
             limit >> 20
         ),
         OverBudget::Total { limit } => format!(

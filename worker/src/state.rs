@@ -1,9 +1,10 @@
 //! What one instance's store holds: WASI state, the platform's per-event context and
 //! the memory limiter. A store lives for exactly one event.
 
+use crate::host_limits::HANDLE_CHARGE_BYTES;
 use crate::kv::KeyValueStore;
 use crate::memory_budget::{GuestMemoryClaim, GuestMemoryHeld};
-use crate::region::{RegionScope, StoreRegions};
+use crate::region::{Region, RegionScope, StoreRegions};
 use faas_invoke::{LogLevel, LogLine, LogSink, LogSource, Publisher};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -144,6 +145,28 @@ impl InstanceState {
         self.limiter.memory_bytes <= crate::engine::KEEP_RESIDENT_BYTES
             && self.regions.mapped.is_empty()
     }
+
+    /// Claims [`HANDLE_CHARGE_BYTES`] of guest memory for each handle the host holds
+    /// for this instance beyond the most it held before (`host_limits.rs`). Regions are
+    /// not counted: their bytes are claimed as guest memory or as copies already.
+    /// Called as each host call returns, the only place handles are made.
+    ///
+    /// # Errors
+    /// [`GuestMemoryHeld`] when the budget, or the tenant's share, has no room.
+    pub(crate) fn claim_handles(&mut self) -> wasmtime::Result<()> {
+        let held = self
+            .table
+            .iter_mut()
+            .filter(|entry| !entry.is::<Region>())
+            .count();
+        let claimed = self.limiter.handles_claimed;
+        if held > claimed {
+            self.limiter
+                .claim_more((held - claimed) * HANDLE_CHARGE_BYTES)?;
+            self.limiter.handles_claimed = held;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for InstanceState {
@@ -194,9 +217,11 @@ pub(crate) struct MemoryLimiter {
     pub max_memory_bytes: usize,
     /// The bytes the instance's linear memories have, all together.
     pub memory_bytes: usize,
-    /// What the instance holds of the worker's guest memory: its memories, and the
-    /// region bytes it copied into the host.
+    /// What the instance holds of the worker's guest memory: its memories, the
+    /// region bytes it copied into the host, and its handles.
     pub claim: GuestMemoryClaim,
+    /// The most handles the host has held for it at once, claimed in `claim`.
+    pub handles_claimed: usize,
 }
 
 impl MemoryLimiter {
@@ -206,6 +231,7 @@ impl MemoryLimiter {
             max_memory_bytes,
             memory_bytes: 0,
             claim,
+            handles_claimed: 0,
         }
     }
 

@@ -614,14 +614,22 @@ impl Worker {
                 regions,
             ),
         );
-        if places_read_only {
-            // Read-only region pages must be writable while the host runs (it writes
-            // call results into guest memory): see `MappedPages::on_call`.
-            store.call_hook(|mut store, hook| store.data_mut().regions.mapped.on_call(hook));
-        }
+        store.call_hook(move |mut store, hook| {
+            let state = store.data_mut();
+            if places_read_only {
+                // Read-only region pages must be writable while the host runs (it
+                // writes call results into guest memory): see `MappedPages::on_call`.
+                state.regions.mapped.on_call(hook)?;
+            }
+            if let wasmtime::CallHook::ReturningFromHost = hook {
+                state.claim_handles()?;
+            }
+            Ok(())
+        });
         store.limiter(|state| &mut state.limiter);
         // Host memory held through handles is bounded per handle (`host_limits`); this
-        // bounds the handles. Regions have a limit of their own.
+        // bounds the handles, and the hook above claims them in the guest memory
+        // budget. Regions have a limit of their own.
         store.set_max_component_handles(self.config.max_handles_per_instance);
         // A list argument can be at most the guest's whole memory, which the memory
         // limit already bounds; region pages are passed as lists without being copied.

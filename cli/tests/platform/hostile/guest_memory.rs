@@ -1,31 +1,41 @@
-//! Guest memory in all: each instance is bounded by its `memory_mb`, but a tenant may
-//! run hundreds of instances on a worker at once, and together they could take the
-//! machine's memory. A tenant's instances hold at most its share of the worker's guest
-//! memory (`--tenant-guest-memory-mb`): past it a guest's growth traps, its event fails
-//! with 503 `memory_budget` naming the flag, the platform's memory grows by the share
-//! at most, and another tenant is served throughout.
+//! Guest memory in all: each instance is bounded by its `memory_mb` and its handles, but
+//! a tenant may run hundreds of instances on a worker at once, and together they could
+//! take the machine's memory. A tenant's instances hold at most its share of the
+//! worker's guest memory (`--tenant-guest-memory-mb`), their linear memory and what
+//! they hold in the host through handles alike: past it a guest's growth traps, its
+//! event fails with 503 `memory_budget` naming the flag, the platform's memory grows by
+//! the share at most, and another tenant is served throughout.
 
 use super::{Watch, assert_bystander_served, deploy_bystander};
 use crate::support::{Platform, client, write_manifest};
 
-/// Each hold's memory, in MiB: within the function's default limit (128 MiB).
-const HOLD_MB: u64 = 100;
-/// How many holds run at once: 800 MiB in all, more than three times the share.
+/// How many holds run at once: each holds 70-100 MiB, so together more than twice the
+/// share.
 const HOLDS: usize = 8;
+/// The share of guest memory the attacking tenant gets.
+const SHARE_MB: &str = "256";
 
-#[test]
-fn a_tenants_instances_hold_at_most_its_share_of_guest_memory_and_another_is_served() {
-    let dir = faas_testing::temp_dir();
-    let platform = Platform::start_with(&["--tenant-guest-memory-mb", "256"]);
-    deploy_bystander(&platform, dir.path());
-    let manifest = write_manifest(dir.path(), "hog", "hog", "misbehave", "/misbehave/...", "");
-    platform.deploy(&manifest);
+/// A platform with the attacker's `function` deployed at `route` beside the bystander,
+/// its tenant's share at [`SHARE_MB`]. Its deadline is far above what a hold takes
+/// (2 s), so that only the budget can fail a hold, however slow a parallel test run
+/// makes the machine.
+fn platform_with(dir: &std::path::Path, function: &str, route: &str) -> Platform {
+    let platform = Platform::start_with(&["--tenant-guest-memory-mb", SHARE_MB]);
+    deploy_bystander(&platform, dir);
+    let extra = "timeout_ms = 60000";
+    platform.deploy(&write_manifest(dir, "hog", "hog", function, route, extra));
+    platform
+}
+
+/// Sends [`HOLDS`] requests to `path` at once, while the bystander is watched. Each
+/// either runs (200) or fails with 503 `memory_budget` naming the flag. Returns how
+/// many ran and how much the platform's peak memory grew, in MiB.
+fn hold_at_once(platform: &Platform, path: &str) -> (usize, u64) {
     let peak_before = platform.memory("VmHWM");
-
-    let watch = Watch::start(&platform);
+    let watch = Watch::start(platform);
     let holds: Vec<_> = (0..HOLDS)
         .map(|_| {
-            let url = platform.at(&format!("/misbehave/hold?mb={HOLD_MB}&ms=2000"));
+            let url = platform.at(path);
             std::thread::spawn(move || {
                 let response = client().get(url).send().unwrap();
                 (response.status().as_u16(), response.text().unwrap())
@@ -45,12 +55,35 @@ fn a_tenants_instances_hold_at_most_its_share_of_guest_memory_and_another_is_ser
         }
     }
     watch.finish();
-    assert_bystander_served(&platform);
-
+    assert_bystander_served(platform);
     let grew = platform.memory("VmHWM").saturating_sub(peak_before) >> 20;
+    (held, grew)
+}
+
+#[test]
+fn a_tenants_instances_hold_at_most_its_share_of_guest_memory_and_another_is_served() {
+    let dir = faas_testing::temp_dir();
+    let platform = platform_with(dir.path(), "misbehave", "/misbehave/...");
+    // Each hold writes 100 MiB of fresh linear memory, within the function's default
+    // limit (128 MiB).
+    let (held, grew) = hold_at_once(&platform, "/misbehave/hold?mb=100&ms=2000");
     // Without the budget all eight run, and it grows by about 800 MiB.
     assert!(grew < 400, "the platform's peak memory grew by {grew} MiB");
     // Two of 100 MiB (and their instances' own few MiB) fit a share of 256 MiB; a
     // third does not.
-    assert!((1..=2).contains(&held), "{held} holds of {HOLD_MB} MiB ran");
+    assert!((1..=2).contains(&held), "{held} holds of 100 MiB ran");
+}
+
+#[test]
+fn what_a_tenants_instances_hold_through_handles_counts_in_its_share_too() {
+    let dir = faas_testing::temp_dir();
+    let platform = platform_with(dir.path(), "resource-hog", "/resource-hog/...");
+    // Each hold keeps 1,500 header fields of 48 KiB in the host, within the instance's
+    // handle limit (2,048) and outside its linear memory; each handle is claimed as
+    // 64 KiB, so a hold claims about 94 MiB.
+    let (held, grew) = hold_at_once(&platform, "/resource-hog/hold?count=1500&ms=2000");
+    // Without the claim all eight run, and it grows by about 600 MiB.
+    assert!(grew < 300, "the platform's peak memory grew by {grew} MiB");
+    // Two fit a share of 256 MiB; a third does not.
+    assert!((1..=2).contains(&held), "{held} holds of 1,500 fields ran");
 }

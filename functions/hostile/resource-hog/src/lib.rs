@@ -8,6 +8,8 @@
 //!   written until the host would block.
 //! - `/resource-hog/wide-headers`: one set of header fields, 8 KiB values appended to it
 //!   without end.
+//! - `/resource-hog/hold?count=N&ms=M`: N header fields of 48 KiB each, within the
+//!   instance's handle limit, held M ms: many instances at once hold many times that.
 //! - anything else: answers `still here`.
 
 use wasip2::exports::http::incoming_handler::Guest;
@@ -48,6 +50,19 @@ fn filled_body(chunk: &[u8]) -> Option<(OutgoingRequest, OutgoingBody, OutputStr
     Some((request, body, stream))
 }
 
+/// The number `name=` gives in `path`'s query, 0 where there is none.
+fn query(path: &str, name: &str) -> usize {
+    let Some((_, query)) = path.split_once('?') else {
+        return 0;
+    };
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == name)
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
+}
+
 impl Guest for ResourceHog {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
         let path = request.path_with_query().unwrap_or_default();
@@ -79,6 +94,14 @@ impl Guest for ResourceHog {
             while kept.len() < AS_MANY_AS {
                 kept.push(full_fields(&value));
             }
+            kept.len()
+        } else if path.starts_with("/resource-hog/hold") {
+            let value = vec![b'h'; 8 << 10];
+            let kept: Vec<Fields> = (0..query(&path, "count"))
+                .map(|_| full_fields(&value))
+                .collect();
+            let nanos = query(&path, "ms").saturating_mul(1_000_000);
+            wasip2::clocks::monotonic_clock::subscribe_duration(nanos as u64).block();
             kept.len()
         } else if path.starts_with("/resource-hog/bodies") {
             let chunk = vec![b'b'; 64 << 10];
