@@ -279,10 +279,17 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
     let tenants = TenantStore::redis(&args.redis.redis)
         .await
         .context("connecting to the tenant store")?;
+    // A removed tenant's data goes with it: its key-value entries and streams, all
+    // in this Redis.
+    let key_value = faas_store::KeyValueStore::redis(&args.redis.redis)
+        .await
+        .context("connecting to Redis for tenants' key-value data")?;
+    let tenant_data = faas_store::TenantData::new(Arc::new(key_value), Some(broker.connection()));
     let registry = Arc::new(
         Registry::services_mode(backend)
             .with_redis_triggers()
             .with_tenants(tenants)
+            .with_tenant_data(tenant_data)
             .with_max_workflows(args.gateway.tenant_max_workflows)
             .with_max_redis_consumers(args.gateway.max_redis_consumers_per_tenant),
     );

@@ -246,8 +246,11 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
             let removed = Client::new(&server)?.remove_tenant(&name).await?;
             print(&removed, output.output, |removed| {
                 println!(
-                    "removed tenant {name} (revoked {} tokens)",
-                    removed["revoked_tokens"]
+                    "removed tenant {name} (revoked {} tokens; removed {} key-value entries \
+                     and {} stream keys)",
+                    removed["revoked_tokens"],
+                    removed["removed_kv_entries"],
+                    removed["removed_stream_keys"]
                 );
                 if let Some(note) = removed["note"].as_str() {
                     println!("  {note}");

@@ -13,7 +13,7 @@ use faas_gateway::registry::Deployment;
 use faas_gateway::{DeployOutcome, Gateway, Registry};
 use faas_invoke::LocalWorker;
 use faas_scheduler::{EmbeddedPlacement, WorkerId, WorkerSpec};
-use faas_store::{Database, DeploymentStore, TenantStore};
+use faas_store::{Database, DeploymentStore, TenantData, TenantStore};
 use faas_worker::{GuestMetrics, KeyValueStore, Worker};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,6 +61,10 @@ pub struct UpArgs {
     /// oldest go first.
     #[arg(long, env = "FAAS_LOG_BUDGET_BYTES", default_value_t = faas_gateway::logs::DEFAULT_LOG_BUDGET_BYTES)]
     log_budget_bytes: usize,
+    /// How many bytes of log lines the workflows of one tenant keep together; past it
+    /// the oldest lines of the tenant's largest buffer go first. 0 for no limit.
+    #[arg(long, env = "FAAS_LOG_MAX_BYTES", default_value_t = faas_gateway::logs::DEFAULT_TENANT_LOG_BYTES)]
+    log_max_bytes: usize,
 }
 
 /// Runs the platform until Ctrl-C or SIGTERM.
@@ -81,7 +85,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         None => None,
     };
     // The workers write guests' lines straight into the buffers the gateway reads.
-    let logs = Arc::new(faas_gateway::logs::MemoryLogs::new(args.log_budget_bytes));
+    let logs = Arc::new(faas_gateway::logs::MemoryLogs::new(
+        faas_gateway::logs::LogBudgets {
+            per_workflow: args.log_budget_bytes,
+            per_tenant: args.log_max_bytes,
+        },
+    ));
     // The workers' series (instance starts, compiles, regions), served by the gateway.
     let guest_metrics = GuestMetrics::default();
     let mut locals = Vec::new();
@@ -120,6 +129,19 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if broker.is_some() {
         registry = registry.with_redis_triggers();
     }
+    // A removed tenant's data goes with it, from wherever its guests kept it.
+    let tenants_key_value = match &args.redis {
+        Some(url) => Arc::new(
+            KeyValueStore::redis(url)
+                .await
+                .context("connecting to Redis for tenants' key-value data")?,
+        ),
+        None => key_value.clone(),
+    };
+    registry = registry.with_tenant_data(TenantData::new(
+        tenants_key_value,
+        broker.as_ref().map(|broker| broker.connection()),
+    ));
     let registry = Arc::new(registry);
     // Each tenant's own quotas hold from the first event on.
     registry

@@ -259,7 +259,7 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
         (Method::DELETE, ["workflows", name]) => match app.registry.remove(name, &caller).await {
             Ok(Some(tenant)) => {
                 if let Some(logs) = &app.logs {
-                    logs.remove(name).await;
+                    logs.remove(&tenant, name).await;
                 }
                 app.metrics.set_workflows(app.registry.list().len());
                 tracing::info!(workflow = *name, %tenant, "workflow removed");
@@ -333,9 +333,22 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
         },
         (Method::PATCH, ["tenants", name]) => set_quotas(app, name, request).await,
         (Method::DELETE, ["tenants", name]) => match app.registry.remove_tenant(name).await {
-            Ok(revoked) => {
-                tracing::info!(tenant = *name, revoked, "tenant removed");
-                let mut answer = serde_json::json!({"status": "deleted", "name": name, "revoked_tokens": revoked});
+            Ok(removed) => {
+                let (revoked, forgotten) = (removed.revoked, removed.forgotten);
+                tracing::info!(
+                    tenant = *name,
+                    revoked,
+                    kv_entries = forgotten.kv_entries,
+                    stream_keys = forgotten.stream_keys,
+                    "tenant removed"
+                );
+                let mut answer = serde_json::json!({
+                    "status": "deleted",
+                    "name": name,
+                    "revoked_tokens": revoked,
+                    "removed_kv_entries": forgotten.kv_entries,
+                    "removed_stream_keys": forgotten.stream_keys,
+                });
                 if app.registry.has_tenant_namespaces() {
                     // It may hold more than workflows; deleting it is the cluster
                     // admin's decision.
@@ -379,13 +392,7 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
 /// A workflow's log lines, or a follow stream of them.
 async fn logs(app: &App, name: &str, tenant: &str, query: Option<&str>) -> Response<Body> {
     let (query, follow) = match crate::logs::parse_query(query) {
-        Ok((query, follow)) => (
-            LogQuery {
-                tenant: Some(tenant.to_owned()),
-                ..query
-            },
-            follow,
-        ),
+        Ok(parsed) => parsed,
         Err(message) => return response::error(StatusCode::BAD_REQUEST, "bad_request", message),
     };
     let Some(store) = &app.logs else {
@@ -395,7 +402,7 @@ async fn logs(app: &App, name: &str, tenant: &str, query: Option<&str>) -> Respo
             "this gateway keeps no function logs",
         );
     };
-    let stream = match store.read(name, query, follow).await {
+    let stream = match store.read(tenant, name, query, follow).await {
         Ok(crate::logs::ReadOutcome::Lines(read)) => {
             return response::json(StatusCode::OK, &read);
         }
@@ -735,6 +742,9 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         }
         DeployError::Store(_) => {
             response::error(StatusCode::INTERNAL_SERVER_ERROR, "store", message)
+        }
+        DeployError::TenantData { .. } => {
+            response::error(StatusCode::SERVICE_UNAVAILABLE, "store", message)
         }
         DeployError::Kubernetes(err) => kubernetes_error(err, message),
     }

@@ -1,8 +1,10 @@
 //! Where guests' log lines are kept for `faas logs` in embedded mode: a bounded buffer
-//! per workflow, in memory. Each buffer holds at most its byte budget (the oldest lines
-//! go first, and are counted); a follower gets new lines through a bounded channel and
-//! is told how many it missed when it falls behind, so no reader makes the gateway
-//! buffer without bound either.
+//! per workflow, in memory. Each buffer holds at most its byte budget, and the buffers
+//! of one tenant's workflows hold at most the tenant's (the oldest lines of its largest
+//! buffer go first, so a buffer that stopped growing cannot starve a new one; dropped
+//! lines are counted); a follower gets new lines through a bounded channel and is told
+//! how many it missed when it falls behind, so no reader makes the gateway buffer
+//! without bound either.
 
 use faas_invoke::{LogLine, LogSink};
 use serde::{Deserialize, Serialize};
@@ -12,6 +14,10 @@ use tokio::sync::broadcast;
 
 /// The default byte budget of one workflow's buffer.
 pub const DEFAULT_LOG_BUDGET_BYTES: usize = 1 << 20;
+
+/// The default byte budget of one tenant's buffers together: as in services mode,
+/// where the same flag bounds a tenant's log streams in Redis.
+pub const DEFAULT_TENANT_LOG_BYTES: usize = faas_store::logs::DEFAULT_LOG_MAX_BYTES as usize;
 
 /// How many lines a follower may be behind before it is told it missed some.
 const FOLLOW_LAG_LINES: usize = 256;
@@ -28,8 +34,9 @@ pub struct LogQuery {
     /// Only lines taken at or after this time (milliseconds since the Unix epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<u64>,
-    /// Only lines of this tenant: the gateway sets it to the workflow's, so lines a
-    /// removed workflow's last events wrote never reach a new owner of its name.
+    /// Only lines of this tenant: [`LogStore::read`] sets it to the workflow's, so
+    /// lines a removed workflow's last events wrote never reach a new owner of its
+    /// name.
     #[serde(skip)]
     pub tenant: Option<String>,
 }
@@ -81,43 +88,96 @@ impl Buffer {
     }
 }
 
-/// Every workflow's buffer, each within the same byte budget.
+/// One tenant's buffers, by workflow, and what they hold together.
+#[derive(Default)]
+struct TenantBuffers {
+    bytes: usize,
+    by_workflow: HashMap<String, Buffer>,
+}
+
+impl TenantBuffers {
+    /// Drops the oldest lines of its largest buffer until it holds at most `budget`:
+    /// so a buffer that stopped growing gives first, and a new one is not starved.
+    fn trim_to(&mut self, budget: usize) {
+        while self.bytes > budget {
+            let Some(largest) = self.by_workflow.values_mut().max_by_key(|b| b.bytes) else {
+                return;
+            };
+            let Some(oldest) = largest.lines.pop_front() else {
+                return;
+            };
+            largest.bytes -= oldest.cost();
+            largest.dropped += 1;
+            self.bytes -= oldest.cost();
+        }
+    }
+}
+
+/// The byte budgets of [`MemoryLogs`].
+#[derive(Debug, Clone, Copy)]
+pub struct LogBudgets {
+    /// What one workflow's buffer may hold.
+    pub per_workflow: usize,
+    /// What the buffers of one tenant's workflows may hold together; 0 for no limit.
+    pub per_tenant: usize,
+}
+
+impl Default for LogBudgets {
+    fn default() -> Self {
+        Self {
+            per_workflow: DEFAULT_LOG_BUDGET_BYTES,
+            per_tenant: DEFAULT_TENANT_LOG_BYTES,
+        }
+    }
+}
+
+/// Every tenant's buffers, by workflow: each buffer within one byte budget, each
+/// tenant's together within another. Keyed by tenant first, so that a line a removed
+/// workflow's last event wrote never lands in a new owner's buffer of the same name.
 pub struct MemoryLogs {
-    budget: usize,
-    buffers: Mutex<HashMap<String, Buffer>>,
+    budgets: LogBudgets,
+    by_tenant: Mutex<HashMap<String, TenantBuffers>>,
 }
 
 impl MemoryLogs {
-    /// Buffers of at most `budget` bytes each.
-    pub fn new(budget: usize) -> Self {
+    /// Buffers within `budgets`.
+    pub fn new(budgets: LogBudgets) -> Self {
         Self {
-            budget,
-            buffers: Mutex::default(),
+            budgets,
+            by_tenant: Mutex::default(),
         }
     }
 
-    /// The lines of `workflow` that match `query`, oldest first, and the dropped count.
-    pub fn read(&self, workflow: &str, query: &LogQuery) -> LogsResponse {
-        self.read_and_follow(workflow, query, false).0
+    /// The lines of `tenant`'s `workflow` that match `query`, oldest first, and the
+    /// dropped count.
+    pub fn read(&self, tenant: &str, workflow: &str, query: &LogQuery) -> LogsResponse {
+        self.read_and_follow(tenant, workflow, query, false).0
     }
 
     /// As [`Self::read`] and, when `follow`, a receiver of the lines pushed after the
     /// read (taken under the same lock, so none is missed or seen twice).
     pub fn read_and_follow(
         &self,
+        tenant: &str,
         workflow: &str,
         query: &LogQuery,
         follow: bool,
     ) -> (LogsResponse, Option<broadcast::Receiver<Arc<LogLine>>>) {
-        let mut buffers = self.lock();
+        let mut by_tenant = self.lock();
         let receiver = follow.then(|| {
-            buffers
+            by_tenant
+                .entry(tenant.to_owned())
+                .or_default()
+                .by_workflow
                 .entry(workflow.to_owned())
                 .or_insert_with(Buffer::new)
                 .follow
                 .subscribe()
         });
-        let response = match buffers.get(workflow) {
+        let buffer = by_tenant
+            .get(tenant)
+            .and_then(|buffers| buffers.by_workflow.get(workflow));
+        let response = match buffer {
             Some(buffer) => LogsResponse {
                 lines: buffer
                     .lines
@@ -135,19 +195,29 @@ impl MemoryLogs {
         (response, receiver)
     }
 
-    /// How many bytes `workflow`'s buffer holds.
-    pub fn bytes(&self, workflow: &str) -> usize {
-        self.lock().get(workflow).map_or(0, |buffer| buffer.bytes)
+    /// How many bytes `tenant`'s buffers hold, all together.
+    pub fn tenant_bytes(&self, tenant: &str) -> usize {
+        self.lock().get(tenant).map_or(0, |buffers| buffers.bytes)
     }
 
-    /// Forgets `workflow`'s lines (it was removed); its followers' streams end.
-    pub fn remove(&self, workflow: &str) {
-        self.lock().remove(workflow);
+    /// Forgets the lines of `tenant`'s `workflow` (it was removed); its followers'
+    /// streams end.
+    pub fn remove(&self, tenant: &str, workflow: &str) {
+        let mut by_tenant = self.lock();
+        let Some(buffers) = by_tenant.get_mut(tenant) else {
+            return;
+        };
+        if let Some(buffer) = buffers.by_workflow.remove(workflow) {
+            buffers.bytes -= buffer.bytes;
+        }
+        if buffers.by_workflow.is_empty() {
+            by_tenant.remove(tenant);
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Buffer>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TenantBuffers>> {
         // A panic while holding the lock leaves the buffers consistent enough to read.
-        self.buffers
+        self.by_tenant
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -157,25 +227,35 @@ impl LogSink for MemoryLogs {
     fn push(&self, line: LogLine) {
         let cost = line.cost();
         let line = Arc::new(line);
-        let mut buffers = self.lock();
-        // Looked up before the entry API, which would copy the name for every line.
-        let buffer = match buffers.get_mut(&line.workflow) {
+        let mut by_tenant = self.lock();
+        // Looked up before the entry API, which would copy the names for every line.
+        let buffers = match by_tenant.get_mut(&line.tenant) {
+            Some(buffers) => buffers,
+            None => by_tenant.entry(line.tenant.clone()).or_default(),
+        };
+        let buffer = match buffers.by_workflow.get_mut(&line.workflow) {
             Some(buffer) => buffer,
             None => buffers
+                .by_workflow
                 .entry(line.workflow.clone())
                 .or_insert_with(Buffer::new),
         };
         buffer.bytes += cost;
+        buffers.bytes += cost;
         buffer.lines.push_back(line.clone());
-        while buffer.bytes > self.budget {
+        while buffer.bytes > self.budgets.per_workflow {
             let Some(oldest) = buffer.lines.pop_front() else {
                 break;
             };
             buffer.bytes -= oldest.cost();
+            buffers.bytes -= oldest.cost();
             buffer.dropped += 1;
         }
         // No follower is not an error; a slow one sees `Lagged` on its side.
         let _ = buffer.follow.send(line);
+        if self.budgets.per_tenant > 0 {
+            buffers.trim_to(self.budgets.per_tenant);
+        }
     }
 }
 
@@ -200,25 +280,79 @@ mod tests {
 
     #[test]
     fn a_buffer_stays_within_its_budget_and_counts_what_it_dropped() {
-        let logs = MemoryLogs::new(4096);
+        let logs = MemoryLogs::new(LogBudgets {
+            per_workflow: 4096,
+            per_tenant: usize::MAX,
+        });
         for _ in 0..1000 {
             logs.push(line("a", "f", None, &"x".repeat(100)));
         }
         logs.push(line("b", "g", None, "other"));
-        assert!(logs.bytes("a") <= 4096);
-        let read = logs.read("a", &LogQuery::default());
+        let read = logs.read("t", "a", &LogQuery::default());
+        let kept: usize = read.lines.iter().map(LogLine::cost).sum();
+        assert!(kept <= 4096, "{kept}");
         assert_eq!(read.dropped as usize + read.lines.len(), 1000);
-        assert_eq!(logs.read("b", &LogQuery::default()).lines.len(), 1);
+        assert_eq!(logs.read("t", "b", &LogQuery::default()).lines.len(), 1);
+        assert_eq!(
+            logs.tenant_bytes("t"),
+            kept + line("b", "g", None, "other").cost()
+        );
+    }
+
+    #[test]
+    fn a_tenants_buffers_stay_within_its_budget_and_its_largest_gives_first() {
+        let logs = MemoryLogs::new(LogBudgets {
+            per_workflow: 1 << 20,
+            per_tenant: 64 << 10,
+        });
+        let text = "x".repeat(1000);
+        // A buffer that filled the tenant's budget and stopped growing...
+        for _ in 0..200 {
+            logs.push(line("idle", "f", None, &text));
+        }
+        assert!(logs.tenant_bytes("t") <= 64 << 10);
+        // ...gives way to a new one, which keeps every line of its own.
+        for _ in 0..20 {
+            logs.push(line("new", "f", None, &text));
+        }
+        assert_eq!(logs.read("t", "new", &LogQuery::default()).lines.len(), 20);
+        let idle = logs.read("t", "idle", &LogQuery::default());
+        assert!(idle.dropped > 0 && !idle.lines.is_empty());
+        assert!(logs.tenant_bytes("t") <= 64 << 10);
+        // Another tenant's lines are neither trimmed for it nor counted against it.
+        let mut theirs = line("theirs", "f", None, &text);
+        theirs.tenant = "other".into();
+        logs.push(theirs.clone());
+        for _ in 0..100 {
+            logs.push(line("new", "f", None, &text));
+        }
+        assert_eq!(logs.tenant_bytes("other"), theirs.cost());
+        assert_eq!(
+            logs.read("other", "theirs", &LogQuery::default())
+                .lines
+                .len(),
+            1
+        );
+        // A removed workflow's lines are no longer counted.
+        let before = logs.tenant_bytes("t");
+        let removed: usize = logs
+            .read("t", "idle", &LogQuery::default())
+            .lines
+            .iter()
+            .map(LogLine::cost)
+            .sum();
+        logs.remove("t", "idle");
+        assert_eq!(logs.tenant_bytes("t"), before - removed);
     }
 
     #[test]
     fn queries_filter_by_function_step_and_run() {
-        let logs = MemoryLogs::new(1 << 20);
+        let logs = MemoryLogs::new(LogBudgets::default());
         logs.push(line("a", "f", None, "1"));
         logs.push(line("a", "s", Some("r1"), "2"));
         logs.push(line("a", "s", Some("r2"), "3"));
         let texts = |query: LogQuery| -> Vec<String> {
-            logs.read("a", &query)
+            logs.read("t", "a", &query)
                 .lines
                 .into_iter()
                 .map(|line| line.text)
@@ -239,17 +373,13 @@ mod tests {
         let mut theirs = line("a", "f", None, "4");
         theirs.tenant = "other".into();
         logs.push(theirs);
-        let own = LogQuery {
-            tenant: Some("t".into()),
-            ..LogQuery::default()
-        };
-        assert_eq!(texts(own), ["1", "2", "3"]);
+        assert_eq!(texts(LogQuery::default()), ["1", "2", "3"]);
     }
 
     #[tokio::test]
     async fn a_follower_sees_new_lines_and_is_told_what_it_missed() {
-        let logs = MemoryLogs::new(1 << 20);
-        let (_, receiver) = logs.read_and_follow("a", &LogQuery::default(), true);
+        let logs = MemoryLogs::new(LogBudgets::default());
+        let (_, receiver) = logs.read_and_follow("t", "a", &LogQuery::default(), true);
         let mut receiver = receiver.unwrap();
         logs.push(line("a", "f", None, "new"));
         assert_eq!(receiver.recv().await.unwrap().text, "new");
@@ -301,20 +431,25 @@ impl LogSink for LogStore {
 }
 
 impl LogStore {
-    /// The lines of `workflow` matching `query` and, when `follow`, a stream of NDJSON
-    /// chunks: those lines and then new ones as they come.
+    /// The lines of `tenant`'s `workflow` matching `query` and, when `follow`, a
+    /// stream of NDJSON chunks: those lines and then new ones as they come.
     ///
     /// # Errors
     /// When Redis fails.
     pub(crate) async fn read(
         &self,
+        tenant: &str,
         workflow: &str,
         query: LogQuery,
         follow: bool,
     ) -> Result<ReadOutcome, faas_store::logs::LogStoreError> {
+        let query = LogQuery {
+            tenant: Some(tenant.to_owned()),
+            ..query
+        };
         match self {
             Self::Memory(logs) => {
-                let (read, receiver) = logs.read_and_follow(workflow, &query, follow);
+                let (read, receiver) = logs.read_and_follow(tenant, workflow, &query, follow);
                 Ok(match receiver {
                     Some(receiver) => {
                         ReadOutcome::Follow(Box::pin(follow_stream(read.lines, receiver, query)))
@@ -369,9 +504,9 @@ impl LogStore {
     }
 
     /// Forgets `workflow`'s lines (it was removed).
-    pub(crate) async fn remove(&self, workflow: &str) {
+    pub(crate) async fn remove(&self, tenant: &str, workflow: &str) {
         match self {
-            Self::Memory(logs) => logs.remove(workflow),
+            Self::Memory(logs) => logs.remove(tenant, workflow),
             Self::Redis(RedisLogs { reader, .. }) => {
                 if let Err(err) = reader.remove(workflow).await {
                     tracing::warn!(workflow, "removing the workflow's logs: {err}");

@@ -15,8 +15,8 @@ use faas_invoke::{
 };
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
 use faas_store::{
-    DeploymentStore, IssuedToken, QuotaChanges, Quotas, SavedDeployment, StoreError, Tenant,
-    TenantError, TenantStore, TenantWorkflows, TokenInfo,
+    DeploymentStore, Forgotten, IssuedToken, QuotaChanges, Quotas, SavedDeployment, StoreError,
+    Tenant, TenantData, TenantError, TenantStore, TenantWorkflows, TokenInfo,
 };
 use faas_workflow::{ManifestError, Route, RouteTable, TenantScope, TriggerTarget, Workflow};
 use sha2::{Digest, Sha256};
@@ -209,6 +209,14 @@ pub enum DeployError {
     /// The state database could not save or delete the deployment (embedded mode).
     #[error(transparent)]
     Store(StoreError),
+    /// A tenant's data could not all be removed, so the tenant was kept.
+    #[error("tenant `{tenant}` is kept: {source}; removing it again removes the rest")]
+    TenantData {
+        /// The tenant.
+        tenant: String,
+        /// What failed.
+        source: faas_store::ForgetError,
+    },
     /// The Workflow resource could not be applied or deleted, or the operator
     /// refused it (Kubernetes mode).
     #[error(transparent)]
@@ -339,6 +347,17 @@ pub struct Registry {
     /// How many channel and stream triggers one tenant's workflows may have in all
     /// ([`faas_workflow::redis_consumers_over`]); 0 for no limit.
     max_redis_consumers: usize,
+    /// Where tenants' data is, removed with a tenant.
+    tenant_data: Option<TenantData>,
+}
+
+/// What [`Registry::remove_tenant`] did.
+#[derive(Debug, Clone, Copy)]
+pub struct TenantRemoved {
+    /// How many of its tokens were revoked.
+    pub revoked: u64,
+    /// What of its data was removed.
+    pub forgotten: Forgotten,
 }
 
 /// What [`Registry::restore_saved`] did.
@@ -390,6 +409,7 @@ impl Registry {
             saved: None,
             max_workflows: 0,
             max_redis_consumers: 0,
+            tenant_data: None,
         }
     }
 
@@ -419,6 +439,12 @@ impl Registry {
     /// tokens against it.
     pub fn with_tenants(mut self, tenants: TenantStore) -> Self {
         self.tenants = Some(tenants);
+        self
+    }
+
+    /// Removes a removed tenant's data from `data` ([`Self::remove_tenant`]).
+    pub fn with_tenant_data(mut self, data: TenantData) -> Self {
+        self.tenant_data = Some(data);
         self
     }
 
@@ -916,29 +942,55 @@ impl Registry {
         Ok(Some(tenant))
     }
 
-    /// Removes tenant `name` and revokes its tokens; refused while it has deployed
-    /// workflows (in services mode, as every gateway deployed them). Returns how many
-    /// tokens were revoked. Holding the deploy lock, no deploy through this registry
-    /// slips in between the check and the removal; in services mode the check and the
+    /// Removes tenant `name`, its data ([`Self::with_tenant_data`]) and its tokens;
+    /// refused while it has deployed workflows (in services mode, as every gateway
+    /// deployed them). Holding the deploy lock, no deploy through this registry slips
+    /// in between the check and the removal; in services mode the check and the
     /// removal are one step in Redis, and a deploy through another gateway that makes
     /// its version live after it fails ([`ServicesBackend::remove_tenant`]).
     ///
     /// # Errors
     /// [`DeployError::Tenant`] naming the workflows still deployed, or when there is
-    /// no such tenant; [`DeployError::Unsupported`] without a tenant store.
-    pub async fn remove_tenant(&self, name: &str) -> Result<u64, DeployError> {
+    /// no such tenant; [`DeployError::TenantData`] when its data could not all be
+    /// removed (the tenant is kept); [`DeployError::Unsupported`] without a tenant
+    /// store.
+    pub async fn remove_tenant(&self, name: &str) -> Result<TenantRemoved, DeployError> {
         let Some(tenants) = &self.tenants else {
             return Err(no_tenant_store());
         };
         let _guard = self.deploy_lock.lock().await;
+        let deployed: Vec<String> = self
+            .list()
+            .iter()
+            .filter(|deployment| deployment.key.tenant == name)
+            .map(|deployment| deployment.workflow.name.clone())
+            .collect();
+        // Its data goes before the tenant: a failure then leaves a tenant to remove
+        // again, never a removed tenant's data for whoever gets its name next. Only
+        // once it exists with no workflows, so no guest of its writes meanwhile and
+        // no mistaken removal loses a live tenant's data.
+        let mut forgotten = Forgotten::default();
+        if let Some(data) = &self.tenant_data {
+            if tenants.tenant(name).await?.is_none() {
+                return Err(TenantError::NoSuchTenant(name.to_owned()).into());
+            }
+            if !deployed.is_empty() {
+                return Err(TenantError::HasWorkflows {
+                    tenant: name.to_owned(),
+                    workflows: deployed,
+                }
+                .into());
+            }
+            forgotten = data
+                .forget(name)
+                .await
+                .map_err(|source| DeployError::TenantData {
+                    tenant: name.to_owned(),
+                    source,
+                })?;
+        }
         let revoked = match &self.backend {
             Backend::Embedded(_) => {
-                let deployed: Vec<String> = self
-                    .list()
-                    .iter()
-                    .filter(|deployment| deployment.key.tenant == name)
-                    .map(|deployment| deployment.workflow.name.clone())
-                    .collect();
                 tenants
                     .remove_tenant(name, TenantWorkflows::Listed(&deployed))
                     .await?
@@ -948,7 +1000,7 @@ impl Registry {
         // A tenant created again under this name starts with the defaults.
         self.apply_quotas_here(name, &Quotas::default());
         self.tenants_changed().await;
-        Ok(revoked)
+        Ok(TenantRemoved { revoked, forgotten })
     }
 
     /// Takes a worker out (it went away or is drained): every workflow with a replica

@@ -385,6 +385,36 @@ impl KeyValueStore {
         }
     }
 
+    /// Removes every entry of `tenant`'s, and its usage, and returns how many entries
+    /// there were: for a removed tenant, so that a tenant created again under its name
+    /// starts empty. Run once nothing of the tenant's runs (it has no workflows).
+    ///
+    /// # Errors
+    /// [`KvError::Store`] when the backend fails; what was removed stays removed, and
+    /// running it again removes the rest.
+    pub async fn forget_tenant(&self, tenant: &str) -> Result<u64, KvError> {
+        match &self.backend {
+            Backend::Memory(map) => Ok(lock(map)
+                .remove(tenant)
+                .map_or(0, |entries| entries.entries.len() as u64)),
+            Backend::Sqlite(entries) => entries.forget_tenant(tenant),
+            Backend::Redis(manager) => {
+                let mut manager = manager.clone();
+                let prefix = redis_key(tenant, "");
+                let pattern = format!("{}*", redis_connection::glob_escape(&prefix));
+                let removed = redis_connection::unlink_matching(&mut manager, &pattern)
+                    .await
+                    .map_err(|err| redis_failed("SCAN and UNLINK", &err))?;
+                redis::cmd("DEL")
+                    .arg(redis_usage_key(tenant))
+                    .query_async::<u64>(&mut manager)
+                    .await
+                    .map_err(|err| redis_failed("DEL", &err))?;
+                Ok(removed)
+            }
+        }
+    }
+
     /// Adds `delta` to the decimal integer under `key` and returns the result. A
     /// missing key counts as 0.
     ///

@@ -13,7 +13,8 @@
 //! The Redis backends live here too, beside their SQLite counterparts: the key-value
 //! store's (`kv`), the tenants' (`tenants`), and the message broker functions publish
 //! through (`broker`, which keeps tenants' streams within `stream_quota`), all connected as `redis_connection` says (as is services mode's
-//! shared state, `faas-shared-state`).
+//! shared state, `faas-shared-state`). `tenant_data` removes a removed tenant's data
+//! from them.
 
 pub mod broker;
 mod db;
@@ -23,11 +24,13 @@ mod log_queue;
 pub mod logs;
 pub mod redis_connection;
 pub mod stream_quota;
+pub mod tenant_data;
 pub mod tenants;
 
 pub use db::{Database, StoreError};
 pub use deployments::{DeploymentStore, SavedDeployment};
 pub use kv::{KeyValueStore, KvError, KvQuota};
+pub use tenant_data::{ForgetError, Forgotten, TenantData};
 pub use tenants::{
     IssuedToken, MAX_TOKENS_PER_TENANT, QuotaChanges, Quotas, Tenant, TenantError, TenantStore,
     TenantWorkflows, TenantsCopy, TokenInfo,

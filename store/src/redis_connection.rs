@@ -123,6 +123,50 @@ pub(crate) fn redact_url(url: &str) -> String {
     format!("{scheme}://{host}{path}{query}")
 }
 
+/// Removes every key matching the `SCAN` pattern `pattern`, a batch at a time (`UNLINK`
+/// frees the values off Redis's main thread), and returns how many there were. Keys
+/// written while it runs may be left; callers run it once nothing writes them.
+pub(crate) async fn unlink_matching(
+    manager: &mut ConnectionManager,
+    pattern: &str,
+) -> Result<u64, RedisError> {
+    let mut cursor: u64 = 0;
+    let mut removed = 0;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(manager)
+            .await?;
+        if !keys.is_empty() {
+            removed += redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async::<u64>(manager)
+                .await?;
+        }
+        if next == 0 {
+            return Ok(removed);
+        }
+        cursor = next;
+    }
+}
+
+/// `text` with the characters `SCAN MATCH` patterns give a meaning to escaped, so a
+/// pattern built from it matches it literally.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact_url;

@@ -95,6 +95,19 @@ impl SqliteEntries {
 
     /// Runs `change` in one immediate transaction, committed only if it succeeds (an
     /// error, or a panic, rolls everything back when the transaction is dropped).
+    /// Removes `tenant`'s entries and usage in one transaction; returns how many
+    /// entries there were.
+    pub(super) fn forget_tenant(&self, tenant: &str) -> Result<u64, KvError> {
+        self.write(|tx| {
+            let removed = tx
+                .execute("DELETE FROM kv_entries WHERE tenant = ?1", [tenant])
+                .map_err(failed("removing a tenant's entries"))?;
+            tx.execute("DELETE FROM kv_usage WHERE tenant = ?1", [tenant])
+                .map_err(failed("removing a tenant's usage"))?;
+            Ok(removed as u64)
+        })
+    }
+
     fn write<T>(
         &self,
         change: impl FnOnce(&Transaction<'_>) -> Result<T, KvError>,

@@ -10,5 +10,6 @@ mod deploys;
 mod internal_api;
 mod messaging;
 mod quotas;
+mod removal;
 mod routes;
 pub(crate) mod scene;

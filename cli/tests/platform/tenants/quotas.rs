@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// `faas tenant <args>` with the admin token, asserting success.
-fn operator(url: &str, args: &[&str]) {
+pub(super) fn operator(url: &str, args: &[&str]) {
     let mut all = vec!["tenant"];
     all.extend(args);
     assert_success(
@@ -22,7 +22,7 @@ fn operator(url: &str, args: &[&str]) {
 }
 
 /// Status and body text of `method path` with `body`.
-fn send(url: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+pub(super) fn send(url: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
     let response = client()
         .request(method, format!("{url}{path}"))
@@ -140,7 +140,7 @@ fn a_tenant_at_its_workflow_quota_deploys_no_new_workflow_but_redeploys_its_own(
 }
 
 /// Deploys `kv-filler` for tenant `hog` and `kv-counter` for tenant `victim`.
-fn deploy_kv(url: &str, dir: &Path) {
+pub(super) fn deploy_kv(url: &str, dir: &Path) {
     let hog = write_manifest(dir, "filler", "hog", "kv-filler", "/kv-filler/...", "");
     deploy_at(url, &hog);
     let victim = write_manifest(dir, "counter", "victim", "kv-counter", "/counter/...", "");
@@ -148,7 +148,7 @@ fn deploy_kv(url: &str, dir: &Path) {
 }
 
 /// Increments the victim's counter `key` `times` times, asserting every answer.
-fn count(url: &str, key: &str, times: u64) {
+pub(super) fn count(url: &str, key: &str, times: u64) {
     for expected in 1..=times {
         assert_eq!(
             send(url, "POST", &format!("/counter/{key}"), ""),
