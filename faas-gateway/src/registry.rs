@@ -974,10 +974,17 @@ impl Registry {
             if tenants.tenant(name).await?.is_none() {
                 return Err(TenantError::NoSuchTenant(name.to_owned()).into());
             }
-            if !deployed.is_empty() {
+            // In services mode, as every gateway deployed them (this registry's copy
+            // may be a sync behind).
+            let mut workflows = match &self.backend {
+                Backend::Embedded(_) => deployed.clone(),
+                Backend::Services(shared) => shared.workflows_of(name).await?,
+            };
+            workflows.sort();
+            if !workflows.is_empty() {
                 return Err(TenantError::HasWorkflows {
                     tenant: name.to_owned(),
-                    workflows: deployed,
+                    workflows,
                 }
                 .into());
             }
