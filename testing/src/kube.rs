@@ -550,6 +550,7 @@ fn start() -> Result<ControlPlane, String> {
         output.status.success() && output.stdout == b"True"
     })?;
     plane.check_running("kube-scheduler")?;
+    warm_up_pod_ips(&plane)?;
     plane.startup = began.elapsed();
     let startup = plane.startup;
     eprintln!(
@@ -889,6 +890,48 @@ fn kubeconfig_json(server: &str, ca_pem: &str, identity: &Identity) -> String {
         "current-context": "faas-test",
     })
     .to_string()
+}
+
+/// Has kwok give one pod an IP, alone, before any test makes pods. kwok 0.8 makes a
+/// range's pool of pod IPs on first use without a lock (`PodController::ipPool` loads,
+/// then stores, a new pool), so the first pods it readies at once could each get a
+/// pool of their own, and the same IP (seen once in CI: two replicas at 127.1.0.2).
+fn warm_up_pod_ips(plane: &ControlPlane) -> Result<(), String> {
+    const POD: &str = "faas-pod-ip-warm-up";
+    let created = plane.kubectl([
+        "-n",
+        "default",
+        "run",
+        POD,
+        "--image=example.invalid/warm-up:1",
+        "--restart=Never",
+    ]);
+    if !created.status.success() {
+        return Err(format!(
+            "creating the pod that warms up kwok's pod IPs failed: {}",
+            String::from_utf8_lossy(&created.stderr)
+        ));
+    }
+    plane.wait_for("kwok", COMPONENTS_TIMEOUT, &["kube-scheduler"], || {
+        let output = plane.kubectl([
+            "-n",
+            "default",
+            "get",
+            "pod",
+            POD,
+            "-o",
+            "jsonpath={.status.podIP}",
+        ]);
+        output.status.success() && !output.stdout.is_empty()
+    })?;
+    let deleted = plane.kubectl(["-n", "default", "delete", "pod", POD, "--timeout=60s"]);
+    if !deleted.status.success() {
+        return Err(format!(
+            "deleting the pod that warmed up kwok's pod IPs failed: {}",
+            String::from_utf8_lossy(&deleted.stderr)
+        ));
+    }
+    Ok(())
 }
 
 /// The fake node kwok manages: untainted, so any pod may be scheduled onto it.
