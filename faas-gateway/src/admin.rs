@@ -576,6 +576,7 @@ fn tenant_error(err: TenantError) -> Response<Body> {
             (StatusCode::BAD_REQUEST, "bad_request")
         }
         TenantError::TenantExists(_) => (StatusCode::CONFLICT, "conflict"),
+        TenantError::Leaving(_) => (StatusCode::CONFLICT, "tenant_leaving"),
         TenantError::NoSuchTenant(_) => (StatusCode::NOT_FOUND, "no_such_tenant"),
         TenantError::NoSuchToken(_) => (StatusCode::NOT_FOUND, "not_found"),
         TenantError::HasWorkflows { .. } => (StatusCode::CONFLICT, "has_workflows"),

@@ -86,6 +86,15 @@ impl Buffer {
             follow: broadcast::channel(FOLLOW_LAG_LINES).0,
         }
     }
+
+    /// Drops its oldest line, counting it as dropped; returns the bytes that freed
+    /// (for its tenant's count), or `None` when it holds no line.
+    fn drop_oldest(&mut self) -> Option<usize> {
+        let cost = self.lines.pop_front()?.cost();
+        self.bytes -= cost;
+        self.dropped += 1;
+        Some(cost)
+    }
 }
 
 /// One tenant's buffers, by workflow, and what they hold together.
@@ -103,12 +112,10 @@ impl TenantBuffers {
             let Some(largest) = self.by_workflow.values_mut().max_by_key(|b| b.bytes) else {
                 return;
             };
-            let Some(oldest) = largest.lines.pop_front() else {
+            let Some(freed) = largest.drop_oldest() else {
                 return;
             };
-            largest.bytes -= oldest.cost();
-            largest.dropped += 1;
-            self.bytes -= oldest.cost();
+            self.bytes -= freed;
         }
     }
 }
@@ -244,12 +251,10 @@ impl LogSink for MemoryLogs {
         buffers.bytes += cost;
         buffer.lines.push_back(line.clone());
         while buffer.bytes > self.budgets.per_workflow {
-            let Some(oldest) = buffer.lines.pop_front() else {
+            let Some(freed) = buffer.drop_oldest() else {
                 break;
             };
-            buffer.bytes -= oldest.cost();
-            buffers.bytes -= oldest.cost();
-            buffer.dropped += 1;
+            buffers.bytes -= freed;
         }
         // No follower is not an error; a slow one sees `Lagged` on its side.
         let _ = buffer.follow.send(line);

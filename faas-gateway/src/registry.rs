@@ -209,8 +209,11 @@ pub enum DeployError {
     /// The state database could not save or delete the deployment (embedded mode).
     #[error(transparent)]
     Store(StoreError),
-    /// A tenant's data could not all be removed, so the tenant was kept.
-    #[error("tenant `{tenant}` is kept: {source}; removing it again removes the rest")]
+    /// A removed tenant's data could not all be removed, so its name stays leaving.
+    #[error(
+        "tenant `{tenant}` is removed but not all of its data: {source}; removing it again \
+         removes the rest (until then its name cannot be created again)"
+    )]
     TenantData {
         /// The tenant.
         tenant: String,
@@ -942,71 +945,69 @@ impl Registry {
         Ok(Some(tenant))
     }
 
-    /// Removes tenant `name`, its data ([`Self::with_tenant_data`]) and its tokens;
+    /// Removes tenant `name`, its tokens and its data ([`Self::with_tenant_data`]);
     /// refused while it has deployed workflows (in services mode, as every gateway
     /// deployed them). Holding the deploy lock, no deploy through this registry slips
     /// in between the check and the removal; in services mode the check and the
     /// removal are one step in Redis, and a deploy through another gateway that makes
     /// its version live after it fails ([`ServicesBackend::remove_tenant`]).
     ///
+    /// The tenant goes first, in that one step, and its data after: nothing of it can
+    /// run or be deployed by then to write more, and its name stays leaving (not to be
+    /// created again) until the data is gone ([`TenantStore::remove_tenant`]). A
+    /// removal that failed half-way is finished by removing the tenant again.
+    ///
     /// # Errors
     /// [`DeployError::Tenant`] naming the workflows still deployed, or when there is
     /// no such tenant; [`DeployError::TenantData`] when its data could not all be
-    /// removed (the tenant is kept); [`DeployError::Unsupported`] without a tenant
+    /// removed (its name stays leaving); [`DeployError::Unsupported`] without a tenant
     /// store.
     pub async fn remove_tenant(&self, name: &str) -> Result<TenantRemoved, DeployError> {
         let Some(tenants) = &self.tenants else {
             return Err(no_tenant_store());
         };
         let _guard = self.deploy_lock.lock().await;
-        let deployed: Vec<String> = self
-            .list()
-            .iter()
-            .filter(|deployment| deployment.key.tenant == name)
-            .map(|deployment| deployment.workflow.name.clone())
-            .collect();
-        // Its data goes before the tenant: a failure then leaves a tenant to remove
-        // again, never a removed tenant's data for whoever gets its name next. Only
-        // once it exists with no workflows, so no guest of its writes meanwhile and
-        // no mistaken removal loses a live tenant's data.
-        let mut forgotten = Forgotten::default();
-        if let Some(data) = &self.tenant_data {
-            if tenants.tenant(name).await?.is_none() {
-                return Err(TenantError::NoSuchTenant(name.to_owned()).into());
+        let removed = match &self.backend {
+            Backend::Embedded(_) => {
+                let deployed: Vec<String> = self
+                    .list()
+                    .iter()
+                    .filter(|deployment| deployment.key.tenant == name)
+                    .map(|deployment| deployment.workflow.name.clone())
+                    .collect();
+                tenants
+                    .remove_tenant(name, TenantWorkflows::Listed(&deployed))
+                    .await
+                    .map_err(DeployError::from)
             }
-            // In services mode, as every gateway deployed them (this registry's copy
-            // may be a sync behind).
-            let mut workflows = match &self.backend {
-                Backend::Embedded(_) => deployed.clone(),
-                Backend::Services(shared) => shared.workflows_of(name).await?,
-            };
-            workflows.sort();
-            if !workflows.is_empty() {
-                return Err(TenantError::HasWorkflows {
-                    tenant: name.to_owned(),
-                    workflows,
-                }
-                .into());
+            Backend::Services(shared) => shared.remove_tenant(tenants, name).await,
+        };
+        let revoked = match removed {
+            Ok(revoked) => {
+                // A tenant created again under this name starts with the defaults.
+                self.apply_quotas_here(name, &Quotas::default());
+                self.tenants_changed().await;
+                revoked
             }
-            forgotten = data
+            // Removed before, but not all of its data: this removal finishes that one.
+            Err(DeployError::Tenant(TenantError::NoSuchTenant(_)))
+                if tenants.is_leaving(name).await? =>
+            {
+                0
+            }
+            Err(err) => return Err(err),
+        };
+        let forgotten = match &self.tenant_data {
+            Some(data) => data
                 .forget(name)
                 .await
                 .map_err(|source| DeployError::TenantData {
                     tenant: name.to_owned(),
                     source,
-                })?;
-        }
-        let revoked = match &self.backend {
-            Backend::Embedded(_) => {
-                tenants
-                    .remove_tenant(name, TenantWorkflows::Listed(&deployed))
-                    .await?
-            }
-            Backend::Services(shared) => shared.remove_tenant(tenants, name).await?,
+                })?,
+            None => Forgotten::default(),
         };
-        // A tenant created again under this name starts with the defaults.
-        self.apply_quotas_here(name, &Quotas::default());
-        self.tenants_changed().await;
+        tenants.release_name(name).await?;
         Ok(TenantRemoved { revoked, forgotten })
     }
 

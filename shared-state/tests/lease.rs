@@ -57,6 +57,7 @@ async fn a_tenants_removal_and_a_deploy_for_it_through_another_gateway_never_bot
     assert!(cluster.deployments().await.unwrap().is_empty());
 
     // The deploy comes first: the removal sees its live version and is refused.
+    tenants.release_name("t").await.unwrap();
     tenants.create_tenant("t").await.unwrap();
     let token = tenants.create_token("t", "").await.unwrap();
     assert_eq!(

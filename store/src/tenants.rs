@@ -46,6 +46,9 @@ CREATE TABLE IF NOT EXISTS tokens (
     secret_sha256 TEXT NOT NULL UNIQUE
 );
 CREATE INDEX IF NOT EXISTS tokens_by_tenant ON tokens (tenant);
+CREATE TABLE IF NOT EXISTS leaving_tenants (
+    name TEXT PRIMARY KEY
+);
 ";
 
 /// What every token secret starts with, so that a leaked one is recognisable (secret
@@ -79,6 +82,9 @@ const HASHES_KEY: &str = "faas:token-hashes";
 /// themselves at its next token create (as after [`TenantStore::copy`] restored the
 /// other hashes).
 const TOKEN_COUNTS_KEY: &str = "faas:token-counts";
+/// The Redis set of removed tenants whose data is still being removed
+/// ([`TenantStore::remove_tenant`], [`TenantStore::release_name`]).
+const LEAVING_KEY: &str = "faas:tenants-leaving";
 
 /// The hashes [`TenantStore::copy`] keeps a copy of, tenants first.
 const COPIED_KEYS: [&str; 3] = [TENANTS_KEY, TOKENS_KEY, HASHES_KEY];
@@ -285,6 +291,12 @@ pub enum TenantError {
     /// A tenant of that name exists already.
     #[error("tenant `{0}` already exists")]
     TenantExists(String),
+    /// A tenant of that name was removed and its data is not all removed yet.
+    #[error(
+        "tenant `{0}` was removed but not all of its data yet; finish with `faas tenant rm \
+         {0}`, then create it"
+    )]
+    Leaving(String),
     /// No tenant of that name.
     #[error("tenant `{0}` does not exist; an operator creates it with `faas tenant create {0}`")]
     NoSuchTenant(String),
@@ -355,6 +367,12 @@ pub struct TenantStore {
     backend: Backend,
 }
 
+/// Creates a tenant unless it exists (0) or its name is still leaving (-1); 1 when
+/// created. KEYS: tenants, leaving. ARGV: tenant, record.
+const CREATE_TENANT: &str = "
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return -1 end
+return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])";
+
 /// Creates a tenant's token in one step, refusing a tenant that does not exist (0) or
 /// holds `ARGV[5]` tokens already (-1); 1 when created. A tenant the counts miss is
 /// counted from its tokens, once. KEYS: tenants, tokens, hashes, token counts. ARGV:
@@ -375,16 +393,16 @@ redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
 redis.call('HINCRBY', KEYS[4], ARGV[1], 1)
 return 1";
 
-/// Removes a tenant and revokes its tokens in one step, unless KEYS[5] (if given), a
-/// hash of deployment records (JSON with `workflow.tenant`), holds a workflow of the
-/// tenant. Returns `{revoked, {}}`, `{-1, {}}` when there is no tenant, or `{-2,
-/// workflows}` when it has some. KEYS: tenants, tokens, hashes, token counts[,
-/// deployments]. ARGV: tenant.
+/// Removes a tenant, revokes its tokens and marks its name leaving in one step, unless
+/// KEYS[6] (if given), a hash of deployment records (JSON with `workflow.tenant`),
+/// holds a workflow of the tenant. Returns `{revoked, {}}`, `{-1, {}}` when there is no
+/// tenant, or `{-2, workflows}` when it has some. KEYS: tenants, tokens, hashes, token
+/// counts, leaving[, deployments]. ARGV: tenant.
 const REMOVE_TENANT: &str = "
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {-1, {}} end
-if KEYS[5] then
+if KEYS[6] then
   local owned = {}
-  local records = redis.call('HGETALL', KEYS[5])
+  local records = redis.call('HGETALL', KEYS[6])
   for i = 1, #records, 2 do
     if cjson.decode(records[i + 1]).workflow.tenant == ARGV[1] then
       table.insert(owned, records[i])
@@ -394,6 +412,7 @@ if KEYS[5] then
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('SADD', KEYS[5], ARGV[1])
 local revoked = 0
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
@@ -491,34 +510,46 @@ impl TenantStore {
             created_at: now(),
             quotas,
         };
-        let created = match &self.backend {
+        // 1 created, 0 exists, -1 leaving: as `CREATE_TENANT` answers.
+        let created: i64 = match &self.backend {
             Backend::Sqlite(db) => {
-                db.lock()
-                    .execute(
-                        "INSERT OR IGNORE INTO tenants (name, created_at, quotas) \
-                         VALUES (?1, ?2, ?3)",
-                        (
-                            &tenant.name,
-                            to_sql_time(tenant.created_at),
-                            to_json(&tenant.quotas),
-                        ),
-                    )
-                    .map_err(StoreError::sql(format!("creating tenant {name}")))?
-                    == 1
+                let mut connection = db.lock();
+                let doing = || StoreError::sql(format!("creating tenant {name}"));
+                let transaction = connection.transaction().map_err(doing())?;
+                if is_leaving_in(&transaction, name).map_err(doing())? {
+                    -1
+                } else {
+                    let inserted = transaction
+                        .execute(
+                            "INSERT OR IGNORE INTO tenants (name, created_at, quotas) \
+                             VALUES (?1, ?2, ?3)",
+                            (
+                                &tenant.name,
+                                to_sql_time(tenant.created_at),
+                                to_json(&tenant.quotas),
+                            ),
+                        )
+                        .map_err(doing())?;
+                    transaction.commit().map_err(doing())?;
+                    i64::from(inserted == 1)
+                }
             }
             Backend::Redis(connection) => {
-                redis::cmd("HSETNX")
+                redis::cmd("EVAL")
+                    .arg(CREATE_TENANT)
+                    .arg(2)
                     .arg(TENANTS_KEY)
+                    .arg(LEAVING_KEY)
                     .arg(name)
                     .arg(to_json(&tenant))
-                    .run::<bool>(connection)
+                    .run(connection)
                     .await?
             }
         };
-        if created {
-            Ok(tenant)
-        } else {
-            Err(TenantError::TenantExists(name.to_owned()))
+        match created {
+            1 => Ok(tenant),
+            0 => Err(TenantError::TenantExists(name.to_owned())),
+            _ => Err(TenantError::Leaving(name.to_owned())),
         }
     }
 
@@ -671,6 +702,11 @@ impl TenantStore {
     /// Removes tenant `name` and revokes its tokens, unless it has deployed workflows
     /// (`deployed` says where they are known). Returns how many tokens were revoked.
     ///
+    /// Its name then stays *leaving*, not to be created again, until
+    /// [`Self::release_name`]: its caller removes the tenant's data first, so that
+    /// whoever gets the name next never reads it, even when that removal fails
+    /// half-way (and is then run again) or a process stops in between.
+    ///
     /// # Errors
     /// [`TenantError::HasWorkflows`], [`TenantError::NoSuchTenant`], or the backend's;
     /// [`TenantError::WrongBackend`] for [`TenantWorkflows::InRedisHash`] on a store in
@@ -702,14 +738,29 @@ impl TenantStore {
                 let removed = transaction
                     .execute("DELETE FROM tenants WHERE name = ?1", [name])
                     .map_err(doing())?;
+                if removed == 0 {
+                    return Err(TenantError::NoSuchTenant(name.to_owned()));
+                }
                 let revoked = transaction
                     .execute("DELETE FROM tokens WHERE tenant = ?1", [name])
                     .map_err(doing())?;
+                transaction
+                    .execute(
+                        "INSERT OR IGNORE INTO leaving_tenants (name) VALUES (?1)",
+                        [name],
+                    )
+                    .map_err(doing())?;
                 transaction.commit().map_err(doing())?;
-                if removed == 0 { -1 } else { revoked as i64 }
+                revoked as i64
             }
             Backend::Redis(connection) => {
-                let mut keys = vec![TENANTS_KEY, TOKENS_KEY, HASHES_KEY, TOKEN_COUNTS_KEY];
+                let mut keys = vec![
+                    TENANTS_KEY,
+                    TOKENS_KEY,
+                    HASHES_KEY,
+                    TOKEN_COUNTS_KEY,
+                    LEAVING_KEY,
+                ];
                 if let TenantWorkflows::InRedisHash(hash) = deployed {
                     keys.push(hash);
                 }
@@ -727,6 +778,45 @@ impl TenantStore {
             }
         };
         u64::try_from(revoked).map_err(|_| TenantError::NoSuchTenant(name.to_owned()))
+    }
+
+    /// Whether tenant `name` was removed and its name is not released yet
+    /// ([`Self::remove_tenant`]).
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn is_leaving(&self, name: &str) -> Result<bool, TenantError> {
+        match &self.backend {
+            Backend::Sqlite(db) => Ok(is_leaving_in(&db.lock(), name)
+                .map_err(StoreError::sql(format!("reading tenant {name}")))?),
+            Backend::Redis(connection) => Ok(redis::cmd("SISMEMBER")
+                .arg(LEAVING_KEY)
+                .arg(name)
+                .run(connection)
+                .await?),
+        }
+    }
+
+    /// Lets a removed tenant's name be created again, once its data is gone.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn release_name(&self, name: &str) -> Result<(), TenantError> {
+        match &self.backend {
+            Backend::Sqlite(db) => {
+                db.lock()
+                    .execute("DELETE FROM leaving_tenants WHERE name = ?1", [name])
+                    .map_err(StoreError::sql(format!("releasing tenant name {name}")))?;
+            }
+            Backend::Redis(connection) => {
+                redis::cmd("SREM")
+                    .arg(LEAVING_KEY)
+                    .arg(name)
+                    .run::<()>(connection)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Creates a token for `tenant`; the returned secret is not kept anywhere.
@@ -1032,6 +1122,15 @@ fn add_quotas_column(database: &Database) {
     }
 }
 
+/// Whether `name` is in the state database's leaving tenants.
+fn is_leaving_in(connection: &rusqlite::Connection, name: &str) -> rusqlite::Result<bool> {
+    connection.query_row(
+        "SELECT count(*) > 0 FROM leaving_tenants WHERE name = ?1",
+        [name],
+        |row| row.get(0),
+    )
+}
+
 /// A tenant from a row of `name, created_at, quotas`.
 fn tenant_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Tenant> {
     let quotas: String = row.get(2)?;
@@ -1243,6 +1342,7 @@ mod tests {
                 .remove_tenant("mallory", TenantWorkflows::Listed(&[]))
                 .await
                 .unwrap();
+            store.release_name("mallory").await.unwrap();
             store.create_tenant("mallory").await.unwrap();
             store.create_token("mallory", "fresh").await.unwrap();
         })
@@ -1316,12 +1416,51 @@ mod tests {
                 Err(TenantError::NoSuchTenant(_))
             ));
             // Recreating the name does not bring the old tokens back.
+            store.release_name("victim").await.unwrap();
             store.create_tenant("victim").await.unwrap();
             assert_eq!(store.authenticate(&first.secret).await.unwrap(), None);
             assert_eq!(
                 store.authenticate(&kept.secret).await.unwrap().as_deref(),
                 Some("other")
             );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_removed_tenants_name_is_not_created_again_until_released() {
+        on_both(|store| async move {
+            store.create_tenant("victim").await.unwrap();
+            store.create_tenant("other").await.unwrap();
+            store
+                .remove_tenant("victim", TenantWorkflows::Listed(&[]))
+                .await
+                .unwrap();
+            assert!(store.is_leaving("victim").await.unwrap());
+            assert!(!store.is_leaving("other").await.unwrap());
+            let err = store.create_tenant("victim").await.unwrap_err();
+            assert!(matches!(&err, TenantError::Leaving(name) if name == "victim"));
+            assert_eq!(
+                err.to_string(),
+                "tenant `victim` was removed but not all of its data yet; finish with \
+                 `faas tenant rm victim`, then create it"
+            );
+            assert!(store.ensure_tenant("victim").await.is_err());
+            assert_eq!(store.tenant("victim").await.unwrap(), None);
+            // Other names are created as before.
+            store.create_tenant("third").await.unwrap();
+
+            store.release_name("victim").await.unwrap();
+            assert!(!store.is_leaving("victim").await.unwrap());
+            store.create_tenant("victim").await.unwrap();
+            // A removal refused for its workflows leaves the name as it was.
+            assert!(
+                store
+                    .remove_tenant("victim", TenantWorkflows::Listed(&["shop".to_owned()]))
+                    .await
+                    .is_err()
+            );
+            assert!(!store.is_leaving("victim").await.unwrap());
         })
         .await;
     }

@@ -2,14 +2,18 @@
 //! removed tenant's name (for someone else, perhaps) would read the removed one's
 //! key-value entries and streams. Here tenant `victim`'s counters are removed with it,
 //! a `victim` created again counts from nothing, and tenant `hog`'s entries, written
-//! throughout, are all still there.
+//! throughout, are all still there. A removal whose data step fails keeps the name
+//! from being created again until a second removal finishes it.
 
 use super::quotas::{count, deploy_kv, operator, send};
 use crate::services::Services;
 use crate::support::{Platform, TOKEN, deploy_at, faas_as, write_manifest};
+use faas_testing::RedisServer;
+use std::path::Path;
 
-/// Runs the removal on the platform at `url`.
-fn check_removal(url: &str) {
+/// Tenants `hog` and `victim`, each with key-value entries, and `victim` with no
+/// workflow left: ready to be removed. Returns the manifests' folder.
+fn victim_with_data(url: &str) -> tempfile::TempDir {
     operator(url, &["create", "hog"]);
     operator(url, &["create", "victim"]);
     let dir = faas_testing::temp_dir();
@@ -17,22 +21,26 @@ fn check_removal(url: &str) {
     count(url, "visits", 3);
     count(url, "orders", 1);
     assert_eq!(send(url, "PUT", "/kv-filler/key/kept", "v").0, 204);
-
     assert!(faas_as(url, TOKEN, &["rm", "counter"]).status.success());
+    dir
+}
+
+/// Runs the removal on the platform at `url`.
+fn check_removal(url: &str) {
+    let dir = victim_with_data(url);
     let removed = faas_as(url, TOKEN, &["tenant", "rm", "victim", "--output", "json"]);
     assert!(removed.status.success(), "{removed:?}");
     let removed: serde_json::Value = serde_json::from_slice(&removed.stdout).unwrap();
     assert_eq!(removed["removed_kv_entries"], 2, "{removed}");
 
     operator(url, &["create", "victim"]);
-    let again = write_manifest(
-        dir.path(),
-        "counter",
-        "victim",
-        "kv-counter",
-        "/counter/...",
-        "",
-    );
+    check_victim_starts_afresh(url, dir.path());
+}
+
+/// Deploys the victim's counter again, created again, and checks that its counters
+/// start from nothing while `hog`'s entry is still there.
+fn check_victim_starts_afresh(url: &str, dir: &Path) {
+    let again = write_manifest(dir, "counter", "victim", "kv-counter", "/counter/...", "");
     deploy_at(url, &again);
     // From nothing: the first increment of each counter gives 1.
     count(url, "visits", 1);
@@ -54,4 +62,45 @@ fn a_removed_tenants_key_value_entries_go_with_it_and_anothers_stay() {
 fn services_mode_a_removed_tenants_key_value_entries_go_with_it_and_anothers_stay() {
     let services = Services::start(&["w1"]);
     check_removal(&services.url);
+}
+
+/// Embedded mode with Redis: the tenant is in the state database, its entries in Redis.
+/// With Redis stopped, the tenant goes and its entries cannot: the name cannot be
+/// created again (which would hand the next owner the entries) until a second removal,
+/// with Redis back, removes them.
+#[test]
+fn a_removal_whose_data_step_fails_keeps_the_name_until_it_is_finished() {
+    let redis = RedisServer::start();
+    let platform = Platform::start_with(&["--no-demo", "--redis", &redis.url()]);
+    let url = &platform.url;
+    let dir = victim_with_data(url);
+
+    redis.pause();
+    let failed = faas_as(url, TOKEN, &["tenant", "rm", "victim"]);
+    redis.resume();
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "{failed:?}");
+    assert!(
+        stderr.contains("tenant `victim` is removed but not all of its data"),
+        "{stderr}"
+    );
+    let refused = faas_as(url, TOKEN, &["tenant", "create", "victim"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        stderr.contains("finish with `faas tenant rm victim`"),
+        "{stderr}"
+    );
+    // Another tenant kept being served meanwhile, its data whole.
+    assert_eq!(
+        send(url, "GET", "/kv-filler/key/kept", ""),
+        (200, "v".into())
+    );
+
+    let finished = faas_as(url, TOKEN, &["tenant", "rm", "victim", "--output", "json"]);
+    assert!(finished.status.success(), "{finished:?}");
+    let finished: serde_json::Value = serde_json::from_slice(&finished.stdout).unwrap();
+    assert_eq!(finished["removed_kv_entries"], 2, "{finished}");
+    operator(url, &["create", "victim"]);
+    check_victim_starts_afresh(url, dir.path());
 }
