@@ -20,6 +20,14 @@ pub struct BudgetLimits {
     pub per_holder: u64,
 }
 
+/// A size in MiB (a flag's, a quota's) as bytes, where 0 means no limit.
+pub fn mib_or_unlimited(mb: u64) -> u64 {
+    match mb {
+        0 => u64::MAX,
+        mb => mb.saturating_mul(1 << 20),
+    }
+}
+
 /// Why a claim could not grow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OverBudget {
@@ -39,12 +47,23 @@ pub enum OverBudget {
 struct Held<H> {
     total: u64,
     by_holder: HashMap<H, u64>,
+    /// The holders whose share is not [`BudgetLimits::per_holder`]
+    /// ([`Budget::set_share`]).
+    own_shares: HashMap<H, u64>,
 }
 
 impl<H: Eq + Hash + Clone> Held<H> {
     /// What `holder` holds.
     fn of(&self, holder: &H) -> u64 {
         self.by_holder.get(holder).copied().unwrap_or(0)
+    }
+
+    /// The most `holder` may hold.
+    fn share_of(&self, holder: &H, limits: BudgetLimits) -> u64 {
+        self.own_shares
+            .get(holder)
+            .copied()
+            .unwrap_or(limits.per_holder)
     }
 
     fn add(&mut self, holder: &H, more: u64) {
@@ -86,7 +105,24 @@ impl<H: Eq + Hash + Clone> Budget<H> {
             held: Mutex::new(Held {
                 total: 0,
                 by_holder: HashMap::new(),
+                own_shares: HashMap::new(),
             }),
+        }
+    }
+
+    /// Gives `holder` a share of its own (`Some`), larger or smaller than
+    /// [`BudgetLimits::per_holder`] but still within the whole budget, or the
+    /// default back (`None`). What its claims hold already stays held; a smaller
+    /// share refuses their growth until they are back under it.
+    pub fn set_share(&self, holder: H, share: Option<u64>) {
+        let mut held = self.lock();
+        match share {
+            Some(share) => {
+                held.own_shares.insert(holder, share);
+            }
+            None => {
+                held.own_shares.remove(&holder);
+            }
         }
     }
 
@@ -130,10 +166,9 @@ impl<H: Eq + Hash + Clone> Claim<H> {
         };
         let limits = self.budget.limits;
         let mut held = self.budget.lock();
-        if held.of(&self.holder).saturating_add(more) > limits.per_holder {
-            return Err(OverBudget::Share {
-                limit: limits.per_holder,
-            });
+        let share = held.share_of(&self.holder, limits);
+        if held.of(&self.holder).saturating_add(more) > share {
+            return Err(OverBudget::Share { limit: share });
         }
         if held.total.saturating_add(more) > limits.total {
             return Err(OverBudget::Total {
@@ -150,8 +185,8 @@ impl<H: Eq + Hash + Clone> Claim<H> {
     pub fn grow_by_units(&mut self, unit: u64, max: u64) -> u64 {
         let limits = self.budget.limits;
         let mut held = self.budget.lock();
-        let room = limits
-            .per_holder
+        let room = held
+            .share_of(&self.holder, limits)
             .saturating_sub(held.of(&self.holder))
             .min(limits.total.saturating_sub(held.total));
         let units = (room / unit.max(1)).min(max);
@@ -218,6 +253,32 @@ mod tests {
             budget.claim("c").grow_to(1),
             Err(OverBudget::Total { limit: 100 })
         );
+    }
+
+    #[test]
+    fn a_holder_with_a_share_of_its_own_is_held_to_it_within_the_whole() {
+        let budget = budget();
+        budget.set_share("small", Some(20));
+        budget.set_share("large", Some(90));
+        let mut small = budget.claim("small");
+        assert_eq!(small.grow_to(21), Err(OverBudget::Share { limit: 20 }));
+        small.grow_to(20).unwrap();
+        assert_eq!(budget.claim("small").grow_by_units(1, 10), 0);
+        // Past the default share of 60, and then past what the whole has left.
+        let mut large = budget.claim("large");
+        large.grow_to(70).unwrap();
+        assert_eq!(large.grow_to(90), Err(OverBudget::Total { limit: 100 }));
+        // The others keep the default.
+        drop(large);
+        let mut other = budget.claim("other");
+        assert_eq!(other.grow_to(61), Err(OverBudget::Share { limit: 60 }));
+        // Given the default back, what it holds stays and it grows to 60.
+        budget.set_share("small", None);
+        small.grow_to(60).unwrap();
+        // A smaller share keeps what is held, and refuses growth.
+        budget.set_share("small", Some(10));
+        assert_eq!(budget.held(), 60);
+        assert_eq!(small.grow_to(61), Err(OverBudget::Share { limit: 10 }));
     }
 
     #[test]

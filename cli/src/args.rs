@@ -2,6 +2,7 @@
 //! up` (everything in one process) and `faas gateway` / `faas worker` (services mode).
 
 use anyhow::Context;
+use faas_budget::mib_or_unlimited;
 use faas_connections::ConnectionLimits;
 use faas_gateway::GatewayConfig;
 use faas_gateway::body_budget::{
@@ -154,14 +155,6 @@ impl BrokerArgs {
                 max_len: self.stream_max_len,
                 max_bytes: self.stream_max_bytes,
             }))
-    }
-}
-
-/// A size flag in MiB as bytes, where 0 means no limit.
-pub(crate) fn mib_or_unlimited(mb: u64) -> u64 {
-    match mb {
-        0 => u64::MAX,
-        mb => mb.saturating_mul(1 << 20),
     }
 }
 

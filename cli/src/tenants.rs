@@ -34,6 +34,11 @@ pub struct QuotaArgs {
     /// How many bytes the tenant's streams hold in all (default: --stream-max-bytes).
     #[arg(long, value_name = "N|default", value_parser = parse_limit)]
     pub stream_max_bytes: Option<Limit>,
+    /// How many MiB of guest memory the tenant's instances may hold at once, per
+    /// worker; 0 for no share of its own, only the worker's whole --guest-memory-mb
+    /// (default: the worker's --tenant-guest-memory-mb).
+    #[arg(long, value_name = "N|default", value_parser = parse_limit)]
+    pub guest_memory_mb: Option<Limit>,
 }
 
 /// One limit on the command line: a number, or `default` (`None`).
@@ -69,6 +74,7 @@ impl QuotaArgs {
             kv_max_bytes: limit(self.kv_max_bytes),
             stream_max_len: limit(self.stream_max_len),
             stream_max_bytes: limit(self.stream_max_bytes),
+            guest_memory_mb: limit(self.guest_memory_mb),
         })
     }
 }
@@ -213,19 +219,20 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
             let list = Client::new(&server)?.tenants().await?;
             print(&list, output.output, |list| {
                 println!(
-                    "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} STREAM-BYTES",
+                    "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} GUEST-MEM-MB",
                     "TENANT",
                     "CREATED",
                     "WORKFLOWS",
                     "INSTANCES",
                     "KV-KEYS",
                     "KV-BYTES",
-                    "STREAM-MAX-LEN"
+                    "STREAM-MAX-LEN",
+                    "STREAM-BYTES"
                 );
                 for tenant in &list.tenants {
                     let quotas = &tenant.quotas;
                     println!(
-                        "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {}",
+                        "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} {}",
                         tenant.name,
                         tenant.created_at,
                         shown(quotas.max_workflows),
@@ -234,6 +241,7 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
                         shown(quotas.kv_max_bytes),
                         shown(quotas.stream_max_len),
                         shown(quotas.stream_max_bytes),
+                        shown(quotas.guest_memory_mb),
                     );
                 }
             })

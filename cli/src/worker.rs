@@ -4,9 +4,10 @@
 //! `worker` feature, `no_worker.rs` stands in for this module, so that a `faas` for the
 //! gateway and operator images carries no compiler.
 
-use crate::args::{BrokerArgs, IdentityArgs, mib_or_unlimited};
+use crate::args::{BrokerArgs, IdentityArgs};
 use crate::services::{InternalTokenArgs, LogStreamArgs, MetricsArgs, RedisArgs, wait_for_signal};
 use anyhow::Context;
+use faas_budget::mib_or_unlimited;
 use faas_store::broker::RedisBroker;
 use faas_worker::cache::DEFAULT_CACHE_MAX_BYTES;
 use faas_worker::compiler::{

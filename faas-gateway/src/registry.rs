@@ -290,6 +290,7 @@ fn worker_quotas(quotas: &Quotas) -> WorkerQuotas {
         max_instances: quotas.max_instances,
         kv_max_keys: quotas.kv_max_keys,
         kv_max_bytes: quotas.kv_max_bytes,
+        guest_memory_mb: quotas.guest_memory_mb,
     }
 }
 

@@ -95,6 +95,9 @@ pub struct WorkerQuotas {
     pub kv_max_keys: Option<u64>,
     /// Bytes of key-value keys and values the tenant may keep.
     pub kv_max_bytes: Option<u64>,
+    /// MiB of guest memory the tenant's instances may hold at once on this worker (0
+    /// for no share of its own).
+    pub guest_memory_mb: Option<u64>,
 }
 
 /// A worker in the gateway's own process (embedded mode): the registry loads

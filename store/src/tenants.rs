@@ -141,6 +141,11 @@ pub struct Quotas {
     /// counted: `crate::stream_quota`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_max_bytes: Option<u64>,
+    /// How many MiB of guest memory its instances may hold at once, per worker: their
+    /// linear memory, copied regions and host handles (`--tenant-guest-memory-mb`;
+    /// 0 for no share of its own, only the worker's whole `--guest-memory-mb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_memory_mb: Option<u64>,
 }
 
 impl Quotas {
@@ -213,6 +218,13 @@ pub struct QuotaChanges {
         skip_serializing_if = "Option::is_none"
     )]
     pub stream_max_bytes: Option<Option<u64>>,
+    /// See [`Quotas::guest_memory_mb`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub guest_memory_mb: Option<Option<u64>>,
 }
 
 impl QuotaChanges {
@@ -229,6 +241,7 @@ impl QuotaChanges {
         change(&mut quotas.kv_max_bytes, self.kv_max_bytes);
         change(&mut quotas.stream_max_len, self.stream_max_len);
         change(&mut quotas.stream_max_bytes, self.stream_max_bytes);
+        change(&mut quotas.guest_memory_mb, self.guest_memory_mb);
         quotas
     }
 }

@@ -69,8 +69,10 @@ fn describe(tenant: &str, over: OverBudget) -> String {
     match over {
         OverBudget::Share { limit } => format!(
             "the instances of tenant `{tenant}` on this worker hold its whole share of \
-             guest memory ({} MiB of linear memory, copied regions and host handles, the \
-             worker's --tenant-guest-memory-mb); try again as they end",
+             guest memory ({} MiB of linear memory, copied regions and host handles: the \
+             worker's --tenant-guest-memory-mb, or the tenant's own quota, which an \
+             operator sets with `faas tenant set {tenant} --guest-memory-mb N`); try again \
+             as they end",
             limit >> 20
         ),
         OverBudget::Total { limit } => format!(
@@ -106,6 +108,10 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("--tenant-guest-memory-mb"), "{message}");
+        assert!(
+            message.contains("`faas tenant set shop --guest-memory-mb N`"),
+            "{message}"
+        );
         let total = GuestMemoryHeld {
             tenant,
             over: OverBudget::Total { limit: 1 << 30 },

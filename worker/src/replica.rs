@@ -92,6 +92,7 @@ fn quotas_of(quotas: &WorkerQuotas) -> Quotas {
         max_instances: quotas.max_instances,
         kv_max_keys: quotas.kv_max_keys,
         kv_max_bytes: quotas.kv_max_bytes,
+        guest_memory_mb: quotas.guest_memory_mb,
         ..Quotas::default()
     }
 }

@@ -343,8 +343,9 @@ impl Worker {
         self.config.max_instances_per_tenant.max(1) as usize
     }
 
-    /// Applies `tenant`'s quotas on this worker: its instance slots (`max_instances`)
-    /// and its key-value quota; a limit left unset is the worker's default, so
+    /// Applies `tenant`'s quotas on this worker: its instance slots (`max_instances`),
+    /// its key-value quota and its share of guest memory (`guest_memory_mb`, 0 for
+    /// none of its own); a limit left unset is the worker's default, so
     /// `Quotas::default()` gives every default back. A lowered instance limit holds
     /// for new events at once while the events running keep their slots.
     pub fn set_tenant_quotas(&self, tenant: &str, quotas: &Quotas) {
@@ -359,6 +360,8 @@ impl Worker {
             .resize(limit);
         self.kv
             .set_tenant_quota(tenant, quotas.kv_max_keys, quotas.kv_max_bytes);
+        let share = quotas.guest_memory_mb.map(faas_budget::mib_or_unlimited);
+        self.guest_memory.set_share(tenant.into(), share);
     }
 
     /// Applies the quotas of every tenant in `tenants`, the whole list as the tenant

@@ -4,7 +4,8 @@
 //! worker's guest memory (`--tenant-guest-memory-mb`), their linear memory and what
 //! they hold in the host through handles alike: past it a guest's growth traps, its
 //! event fails with 503 `memory_budget` naming the flag, the platform's memory grows by
-//! the share at most, and another tenant is served throughout.
+//! the share at most, and another tenant is served throughout. An operator may give a
+//! tenant a share of its own, smaller or larger (`faas tenant set --guest-memory-mb`).
 
 use super::{Watch, assert_bystander_served, deploy_bystander};
 use crate::support::{Platform, client, write_manifest};
@@ -27,13 +28,13 @@ fn platform_with(dir: &std::path::Path, function: &str, route: &str) -> Platform
     platform
 }
 
-/// Sends [`HOLDS`] requests to `path` at once, while the bystander is watched. Each
+/// Sends `holds` requests to `path` at once, while the bystander is watched. Each
 /// either runs (200) or fails with 503 `memory_budget` naming the flag. Returns how
 /// many ran and how much the platform's peak memory grew, in MiB.
-fn hold_at_once(platform: &Platform, path: &str) -> (usize, u64) {
+fn hold_at_once(platform: &Platform, path: &str, holds: usize) -> (usize, u64) {
     let peak_before = platform.memory("VmHWM");
     let watch = Watch::start(platform);
-    let holds: Vec<_> = (0..HOLDS)
+    let holds: Vec<_> = (0..holds)
         .map(|_| {
             let url = platform.at(path);
             std::thread::spawn(move || {
@@ -66,7 +67,7 @@ fn a_tenants_instances_hold_at_most_its_share_of_guest_memory_and_another_is_ser
     let platform = platform_with(dir.path(), "misbehave", "/misbehave/...");
     // Each hold writes 100 MiB of fresh linear memory, within the function's default
     // limit (128 MiB).
-    let (held, grew) = hold_at_once(&platform, "/misbehave/hold?mb=100&ms=2000");
+    let (held, grew) = hold_at_once(&platform, "/misbehave/hold?mb=100&ms=2000", HOLDS);
     // Without the budget all eight run, and it grows by about 800 MiB.
     assert!(grew < 400, "the platform's peak memory grew by {grew} MiB");
     // Two of 100 MiB (and their instances' own few MiB) fit a share of 256 MiB; a
@@ -81,9 +82,46 @@ fn what_a_tenants_instances_hold_through_handles_counts_in_its_share_too() {
     // Each hold keeps 1,500 header fields of 48 KiB in the host, within the instance's
     // handle limit (2,048) and outside its linear memory; each handle is claimed as
     // 64 KiB, so a hold claims about 94 MiB.
-    let (held, grew) = hold_at_once(&platform, "/resource-hog/hold?count=1500&ms=2000");
+    let (held, grew) = hold_at_once(&platform, "/resource-hog/hold?count=1500&ms=2000", HOLDS);
     // Without the claim all eight run, and it grows by about 600 MiB.
     assert!(grew < 300, "the platform's peak memory grew by {grew} MiB");
     // Two fit a share of 256 MiB; a third does not.
     assert!((1..=2).contains(&held), "{held} holds of 1,500 fields ran");
+}
+
+/// Gives the attacking tenant a share of guest memory of its own, or (`default`) the
+/// worker's back.
+fn set_share(platform: &Platform, mb: &str) {
+    let set = platform.faas(&["tenant", "set", "hog", "--guest-memory-mb", mb]);
+    assert!(set.status.success(), "{set:?}");
+}
+
+#[test]
+fn a_tenants_own_share_of_guest_memory_holds_in_place_of_the_workers() {
+    let dir = faas_testing::temp_dir();
+    let platform = platform_with(dir.path(), "misbehave", "/misbehave/...");
+    let hold = "/misbehave/hold?mb=100&ms=2000";
+    // Below the worker's share (256 MiB), one hold of 100 MiB no longer fits, and the
+    // refusal says how the tenant's share is raised.
+    set_share(&platform, "64");
+    let response = client()
+        .get(platform.at("/misbehave/hold?mb=100&ms=10"))
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    let body = response.text().unwrap();
+    assert!(body.contains("64 MiB"), "{body}");
+    assert!(
+        body.contains("`faas tenant set hog --guest-memory-mb N`"),
+        "{body}"
+    );
+    assert_bystander_served(&platform);
+    // Above it, three holds at once fit, where the worker's share fits two.
+    set_share(&platform, "400");
+    let (held, _) = hold_at_once(&platform, hold, 3);
+    assert_eq!(held, 3, "holds of 100 MiB that ran in a share of 400 MiB");
+    // Given the worker's share back, a third does not fit again.
+    set_share(&platform, "default");
+    let (held, _) = hold_at_once(&platform, hold, 3);
+    assert!((1..=2).contains(&held), "{held} holds of 100 MiB ran");
 }

@@ -127,9 +127,11 @@ fn a_tenant_at_its_workflow_quota_deploys_no_new_workflow_but_redeploys_its_own(
     };
     assert_eq!(
         line("mallory"),
-        ["1", "default", "default", "default", "default", "default"]
+        [
+            "1", "default", "default", "default", "default", "default", "default"
+        ]
     );
-    assert_eq!(line("victim"), ["default"; 6]);
+    assert_eq!(line("victim"), ["default"; 7]);
 
     // Raised, the refused deploy goes through.
     operator(&scene.url, &["set", "mallory", "--max-workflows", "2"]);
