@@ -293,6 +293,12 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
             .with_max_workflows(args.gateway.tenant_max_workflows)
             .with_max_redis_consumers(args.gateway.max_redis_consumers_per_tenant),
     );
+    // A name whose removal stopped half-way (through any gateway) is released once
+    // its data is gone.
+    registry
+        .finish_tenant_removals()
+        .await
+        .context("finishing tenant removals")?;
     let reader = faas_store::logs::RedisLogReader::connect(&args.redis.redis)
         .await
         .context("connecting to Redis for function logs")?;

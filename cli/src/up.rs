@@ -143,6 +143,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         broker.as_ref().map(|broker| broker.connection()),
     ));
     let registry = Arc::new(registry);
+    // Before any tenant is created: a name whose removal stopped half-way is released
+    // once its data is gone.
+    registry
+        .finish_tenant_removals()
+        .await
+        .context("finishing tenant removals")?;
     // Each tenant's own quotas hold from the first event on.
     registry
         .apply_tenant_quotas()

@@ -1012,6 +1012,36 @@ impl Registry {
         Ok(TenantRemoved { revoked, forgotten })
     }
 
+    /// Finishes the removals of tenants whose data is not all removed yet (a store
+    /// failure, or a process stopped half-way: [`Self::remove_tenant`]), so that their
+    /// names can be created again; run at start. Returns those it finished; one that
+    /// fails again is logged and stays leaving, for the next start or an operator's
+    /// `faas tenant rm`.
+    ///
+    /// # Errors
+    /// When the tenant store cannot list them.
+    pub async fn finish_tenant_removals(&self) -> Result<Vec<String>, DeployError> {
+        let Some(tenants) = &self.tenants else {
+            return Ok(Vec::new());
+        };
+        let mut finished = Vec::new();
+        for name in tenants.leaving_tenants().await? {
+            match self.remove_tenant(&name).await {
+                Ok(removed) => {
+                    tracing::info!(
+                        tenant = %name,
+                        kv_entries = removed.forgotten.kv_entries,
+                        stream_keys = removed.forgotten.stream_keys,
+                        "finished removing a removed tenant's data"
+                    );
+                    finished.push(name);
+                }
+                Err(err) => tracing::warn!(tenant = %name, "{err}"),
+            }
+        }
+        Ok(finished)
+    }
+
     /// Takes a worker out (it went away or is drained): every workflow with a replica
     /// on it gets a replica on another worker, loaded before the swap, so requests keep
     /// being served throughout. Returns the workflows that could not be placed again

@@ -810,6 +810,36 @@ impl TenantStore {
         }
     }
 
+    /// The removed tenants whose names are not released yet, by name: removals a
+    /// store failure or a stopped process left half-way.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn leaving_tenants(&self) -> Result<Vec<String>, TenantError> {
+        let mut names: Vec<String> = match &self.backend {
+            Backend::Sqlite(db) => {
+                let doing = || StoreError::sql("listing leaving tenants");
+                let connection = db.lock();
+                let mut statement = connection
+                    .prepare("SELECT name FROM leaving_tenants")
+                    .map_err(doing())?;
+                statement
+                    .query_map([], |row| row.get(0))
+                    .map_err(doing())?
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(doing())?
+            }
+            Backend::Redis(connection) => {
+                redis::cmd("SMEMBERS")
+                    .arg(LEAVING_KEY)
+                    .run(connection)
+                    .await?
+            }
+        };
+        names.sort();
+        Ok(names)
+    }
+
     /// Lets a removed tenant's name be created again, once its data is gone.
     ///
     /// # Errors
@@ -1465,6 +1495,7 @@ mod tests {
 
             store.release_name("victim").await.unwrap();
             assert!(!store.is_leaving("victim").await.unwrap());
+            assert!(store.leaving_tenants().await.unwrap().is_empty());
             store.create_tenant("victim").await.unwrap();
             // A removal refused for its workflows leaves the name as it was.
             assert!(

@@ -3,7 +3,7 @@
 //! key-value entries and streams. Here tenant `victim`'s counters are removed with it,
 //! a `victim` created again counts from nothing, and tenant `hog`'s entries, written
 //! throughout, are all still there. A removal whose data step fails keeps the name
-//! from being created again until a second removal finishes it.
+//! from being created again until a second removal, or the next start, finishes it.
 
 use super::quotas::{count, deploy_kv, operator, send};
 use crate::services::Services;
@@ -64,17 +64,16 @@ fn services_mode_a_removed_tenants_key_value_entries_go_with_it_and_anothers_sta
     check_removal(&services.url);
 }
 
-/// Embedded mode with Redis: the tenant is in the state database, its entries in Redis.
-/// With Redis stopped, the tenant goes and its entries cannot: the name cannot be
-/// created again (which would hand the next owner the entries) until a second removal,
-/// with Redis back, removes them.
-#[test]
-fn a_removal_whose_data_step_fails_keeps_the_name_until_it_is_finished() {
-    let redis = RedisServer::start();
-    let platform = Platform::start_with(&["--no-demo", "--redis", &redis.url()]);
-    let url = &platform.url;
-    let dir = victim_with_data(url);
+/// Embedded mode with Redis, keeping its state in `data`: the tenant is in the state
+/// database, its entries in Redis.
+fn platform_with_redis(data: &Path, redis: &RedisServer) -> Platform {
+    Platform::start_in(data, &["--no-demo", "--redis", &redis.url()])
+}
 
+/// Removes `victim` while Redis is stopped: the tenant goes and its entries cannot, so
+/// the name cannot be created again (which would hand the next owner the entries).
+/// Another tenant is served meanwhile, its data whole.
+fn fail_victims_removal(url: &str, redis: &RedisServer) {
     redis.pause();
     let failed = faas_as(url, TOKEN, &["tenant", "rm", "victim"]);
     redis.resume();
@@ -91,16 +90,42 @@ fn a_removal_whose_data_step_fails_keeps_the_name_until_it_is_finished() {
         stderr.contains("finish with `faas tenant rm victim`"),
         "{stderr}"
     );
-    // Another tenant kept being served meanwhile, its data whole.
     assert_eq!(
         send(url, "GET", "/kv-filler/key/kept", ""),
         (200, "v".into())
     );
+}
+
+/// A second removal, with Redis back, removes the rest and releases the name.
+#[test]
+fn a_removal_whose_data_step_fails_keeps_the_name_until_it_is_finished() {
+    let redis = RedisServer::start();
+    let data = faas_testing::temp_dir();
+    let platform = platform_with_redis(data.path(), &redis);
+    let url = &platform.url;
+    let dir = victim_with_data(url);
+    fail_victims_removal(url, &redis);
 
     let finished = faas_as(url, TOKEN, &["tenant", "rm", "victim", "--output", "json"]);
     assert!(finished.status.success(), "{finished:?}");
     let finished: serde_json::Value = serde_json::from_slice(&finished.stdout).unwrap();
     assert_eq!(finished["removed_kv_entries"], 2, "{finished}");
+    operator(url, &["create", "victim"]);
+    check_victim_starts_afresh(url, dir.path());
+}
+
+/// A removal left half-way is finished when the platform starts again.
+#[test]
+fn a_removal_left_half_way_is_finished_at_the_next_start() {
+    let redis = RedisServer::start();
+    let data = faas_testing::temp_dir();
+    let platform = platform_with_redis(data.path(), &redis);
+    let dir = victim_with_data(&platform.url);
+    fail_victims_removal(&platform.url, &redis);
+    drop(platform);
+
+    let platform = platform_with_redis(data.path(), &redis);
+    let url = &platform.url;
     operator(url, &["create", "victim"]);
     check_victim_starts_afresh(url, dir.path());
 }
