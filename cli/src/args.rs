@@ -79,6 +79,11 @@ pub struct GatewayArgs {
     /// tenant's own quota (`faas tenant set <name> --max-workflows N`). 0 for no limit.
     #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = DEFAULT_TENANT_MAX_WORKFLOWS)]
     pub tenant_max_workflows: u64,
+    /// How many MiB the components of each tenant's deployed workflows may take in all
+    /// (every gateway keeps them in memory), unless the operator set the tenant's own
+    /// quota (`faas tenant set <name> --code-max-mb N`). 0 for no limit.
+    #[arg(long, env = "FAAS_TENANT_CODE_MAX_MB", default_value_t = DEFAULT_TENANT_CODE_MAX_MB)]
+    pub tenant_code_max_mb: u64,
     /// How many channel and stream triggers one tenant's workflows may have in all:
     /// each is a Redis connection in every gateway (Redis refuses connections past its
     /// `maxclients`). A deploy past it is refused with 403. 0 for no limit.
@@ -104,6 +109,11 @@ pub struct GatewayArgs {
 /// Default of `--tenant-max-workflows`: far more than a team deploys by hand, few
 /// enough that a runaway script cannot fill the cluster's placement and Redis.
 pub const DEFAULT_TENANT_MAX_WORKFLOWS: u64 = 100;
+
+/// What the components of one tenant's deployed workflows may take by default, in MiB:
+/// the largest of this repository's example components (18 MiB, a Python hello) some
+/// 28 times over, and a bound on what each tenant's deploys keep in every gateway.
+pub const DEFAULT_TENANT_CODE_MAX_MB: u64 = 512;
 
 impl GatewayArgs {
     /// The gateway's configuration with admin token `token`.

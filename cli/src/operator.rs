@@ -68,6 +68,10 @@ struct RunArgs {
     /// How many workflows a tenant may have when its quota is the default (0: no limit).
     #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = 0)]
     tenant_max_workflows: u64,
+    /// How many MiB the components of a tenant's Workflows may take in all when its
+    /// quota is the default (0: no limit).
+    #[arg(long, env = "FAAS_TENANT_CODE_MAX_MB", default_value_t = crate::args::DEFAULT_TENANT_CODE_MAX_MB)]
+    tenant_code_max_mb: u64,
     /// How many channel and stream triggers one tenant's Workflows may have in all
     /// (each is a Redis connection in every gateway); one past it is refused. 0 for no
     /// limit.
@@ -110,6 +114,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         max_component_bytes: run.max_component_bytes,
         fetch_timeout: Duration::from_secs(run.fetch_timeout_s.max(1)),
         tenant_max_workflows: run.tenant_max_workflows,
+        tenant_code_max_mb: run.tenant_code_max_mb,
         max_redis_consumers_per_tenant: run.max_redis_consumers_per_tenant,
         component_ttl: Duration::from_secs(run.component_ttl_s),
     };

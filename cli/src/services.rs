@@ -291,6 +291,7 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
             .with_tenants(tenants)
             .with_tenant_data(tenant_data)
             .with_max_workflows(args.gateway.tenant_max_workflows)
+            .with_max_code_mb(args.gateway.tenant_code_max_mb)
             .with_max_redis_consumers(args.gateway.max_redis_consumers_per_tenant),
     );
     // A name whose removal stopped half-way (through any gateway) is released once

@@ -39,6 +39,10 @@ pub struct QuotaArgs {
     /// (default: the worker's --tenant-guest-memory-mb).
     #[arg(long, value_name = "N|default", value_parser = parse_limit)]
     pub guest_memory_mb: Option<Limit>,
+    /// How many MiB the components of the tenant's deployed workflows may take in all
+    /// (default: the gateway's --tenant-code-max-mb).
+    #[arg(long, value_name = "N|default", value_parser = parse_limit)]
+    pub code_max_mb: Option<Limit>,
 }
 
 /// One limit on the command line: a number, or `default` (`None`).
@@ -75,6 +79,7 @@ impl QuotaArgs {
             stream_max_len: limit(self.stream_max_len),
             stream_max_bytes: limit(self.stream_max_bytes),
             guest_memory_mb: limit(self.guest_memory_mb),
+            code_max_mb: limit(self.code_max_mb),
         })
     }
 }
@@ -219,7 +224,7 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
             let list = Client::new(&server)?.tenants().await?;
             print(&list, output.output, |list| {
                 println!(
-                    "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} GUEST-MEM-MB",
+                    "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} {:<13} CODE-MB",
                     "TENANT",
                     "CREATED",
                     "WORKFLOWS",
@@ -227,12 +232,13 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
                     "KV-KEYS",
                     "KV-BYTES",
                     "STREAM-MAX-LEN",
-                    "STREAM-BYTES"
+                    "STREAM-BYTES",
+                    "GUEST-MEM-MB"
                 );
                 for tenant in &list.tenants {
                     let quotas = &tenant.quotas;
                     println!(
-                        "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} {}",
+                        "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} {:<13} {}",
                         tenant.name,
                         tenant.created_at,
                         shown(quotas.max_workflows),
@@ -242,6 +248,7 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
                         shown(quotas.stream_max_len),
                         shown(quotas.stream_max_bytes),
                         shown(quotas.guest_memory_mb),
+                        shown(quotas.code_max_mb),
                     );
                 }
             })

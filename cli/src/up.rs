@@ -125,6 +125,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .with_saved_deployments(DeploymentStore::new(database.clone()))
         .with_tenants(tenants.clone())
         .with_max_workflows(args.gateway.tenant_max_workflows)
+        .with_max_code_mb(args.gateway.tenant_code_max_mb)
         .with_max_redis_consumers(args.gateway.max_redis_consumers_per_tenant);
     if broker.is_some() {
         registry = registry.with_redis_triggers();

@@ -348,6 +348,9 @@ pub struct Registry {
     /// How many workflows a tenant without a quota of its own may have deployed; 0
     /// for no limit.
     max_workflows: u64,
+    /// How many MiB the components of a tenant's deployed workflows may take in all,
+    /// for a tenant without a quota of its own; 0 for no limit.
+    max_code_mb: u64,
     /// How many channel and stream triggers one tenant's workflows may have in all
     /// ([`faas_workflow::redis_consumers_over`]); 0 for no limit.
     max_redis_consumers: usize,
@@ -412,6 +415,7 @@ impl Registry {
             tenants: None,
             saved: None,
             max_workflows: 0,
+            max_code_mb: 0,
             max_redis_consumers: 0,
             tenant_data: None,
         }
@@ -421,6 +425,13 @@ impl Registry {
     /// no limit; the default).
     pub fn with_max_workflows(mut self, max: u64) -> Self {
         self.max_workflows = max;
+        self
+    }
+
+    /// Lets the components of the deployed workflows of a tenant without a quota of its
+    /// own take at most `max` MiB in all (0 for no limit; the default).
+    pub fn with_max_code_mb(mut self, max: u64) -> Self {
+        self.max_code_mb = max;
         self
     }
 
@@ -545,6 +556,7 @@ impl Registry {
         if current.is_none() {
             self.check_workflow_quota(&workflow.tenant, &quotas).await?;
         }
+        self.check_code_quota(&workflow, &request.components, &quotas)?;
         {
             let state = self.read();
             let deployed = || state.deployments.values().map(|d| &d.workflow);
@@ -658,6 +670,53 @@ impl Registry {
             "tenant `{tenant}` has {deployed} workflows deployed, {whose} (max_workflows = \
              {max}); remove one (`faas rm <name>`), or have an operator raise it with \
              `faas tenant set {tenant} --max-workflows N`"
+        )))
+    }
+
+    /// Refuses a deploy of `workflow` with `components` when, in place of its current
+    /// version, the components of its tenant's deployed workflows would take more than
+    /// its quota (its own, else the platform's default). Every gateway keeps each
+    /// deployment's components in memory (to place it again, or write it back to
+    /// Redis), so without this one tenant's deploys of large components could take the
+    /// gateways' memory. Counted as each deployment holds them, a component two
+    /// workflows share twice. In services mode the count is of this gateway's view of
+    /// the shared state, which may be a sync behind.
+    fn check_code_quota(
+        &self,
+        workflow: &Workflow,
+        components: &BTreeMap<String, Vec<u8>>,
+        quotas: &Quotas,
+    ) -> Result<(), DeployError> {
+        let (max_mb, whose) = match quotas.code_max_mb {
+            Some(max) => (max, "its quota"),
+            None => (self.max_code_mb, "the platform's default quota"),
+        };
+        if max_mb == 0 {
+            return Ok(());
+        }
+        let bytes = |components: &BTreeMap<String, Vec<u8>>| -> u64 {
+            components.values().map(|bytes| bytes.len() as u64).sum()
+        };
+        let new = bytes(components);
+        let others: u64 = self
+            .read()
+            .deployments
+            .values()
+            .filter(|d| d.key.tenant == workflow.tenant && d.workflow.name != workflow.name)
+            .map(|d| bytes(d.components()))
+            .sum();
+        if new.saturating_add(others) <= faas_budget::mib_or_unlimited(max_mb) {
+            return Ok(());
+        }
+        let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+        let tenant = &workflow.tenant;
+        Err(DeployError::Quota(format!(
+            "the components of tenant `{tenant}`'s workflows would take {:.1} MiB with this \
+             deploy ({:.1} MiB of it), over {whose} (code_max_mb = {max_mb}); remove a \
+             workflow (`faas rm <name>`), or have an operator raise it with `faas tenant \
+             set {tenant} --code-max-mb N`",
+            mib(new + others),
+            mib(new),
         )))
     }
 

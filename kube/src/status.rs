@@ -25,7 +25,8 @@ pub mod reason {
     pub const UNKNOWN_TENANT: &str = "UnknownTenant";
     /// Another tenant's workflow has the name.
     pub const NAME_CONFLICT: &str = "NameConflict";
-    /// The tenant is at its `max_workflows` quota.
+    /// The tenant is at one of its quotas (`max_workflows`, `code_max_mb`, its Redis
+    /// consumers).
     pub const QUOTA: &str = "Quota";
     /// A route overlaps another tenant's.
     pub const ROUTE_CONFLICT: &str = "RouteConflict";

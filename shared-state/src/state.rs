@@ -317,6 +317,23 @@ impl SharedState {
         Ok(self.conn().exists(component_key(digest)).await?)
     }
 
+    /// How many bytes the components whose SHA-256s are `digests` take, each counted
+    /// as often as it is named; one not stored counts 0.
+    ///
+    /// # Errors
+    /// [`SharedStateError::Redis`].
+    pub async fn components_bytes<'a>(
+        &self,
+        digests: impl IntoIterator<Item = &'a String>,
+    ) -> Result<u64, SharedStateError> {
+        let mut pipe = redis::pipe();
+        for digest in digests {
+            pipe.strlen(component_key(digest));
+        }
+        let lengths: Vec<u64> = pipe.query_async(&mut self.conn()).await?;
+        Ok(lengths.iter().sum())
+    }
+
     /// The component whose SHA-256 is `digest`.
     ///
     /// # Errors

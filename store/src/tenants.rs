@@ -146,6 +146,11 @@ pub struct Quotas {
     /// 0 for no share of its own, only the worker's whole `--guest-memory-mb`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_memory_mb: Option<u64>,
+    /// How many MiB the components of its deployed workflows may take in all
+    /// (`--tenant-code-max-mb`): every gateway keeps them in memory, and the state
+    /// database or Redis at rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_max_mb: Option<u64>,
 }
 
 impl Quotas {
@@ -225,6 +230,13 @@ pub struct QuotaChanges {
         skip_serializing_if = "Option::is_none"
     )]
     pub guest_memory_mb: Option<Option<u64>>,
+    /// See [`Quotas::code_max_mb`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub code_max_mb: Option<Option<u64>>,
 }
 
 impl QuotaChanges {
@@ -242,6 +254,7 @@ impl QuotaChanges {
         change(&mut quotas.stream_max_len, self.stream_max_len);
         change(&mut quotas.stream_max_bytes, self.stream_max_bytes);
         change(&mut quotas.guest_memory_mb, self.guest_memory_mb);
+        change(&mut quotas.code_max_mb, self.code_max_mb);
         quotas
     }
 }

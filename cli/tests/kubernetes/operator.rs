@@ -150,6 +150,14 @@ impl Cluster {
             .unwrap()
     }
 
+    /// Changes the test tenant's quotas, as `faas tenant set` would.
+    fn set_quotas(&self, changes: QuotaChanges) {
+        self.runtime.block_on(async {
+            let tenants = TenantStore::redis(&self.redis.url()).await.unwrap();
+            tenants.update_quotas(&self.tenant, &changes).await.unwrap();
+        });
+    }
+
     fn registered_workers(&self) -> Vec<String> {
         let shared = self.shared();
         let workers = self.runtime.block_on(shared.workers()).unwrap();
@@ -588,16 +596,9 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
         .runtime
         .block_on(shared.put_component(&sha, &bytes))
         .unwrap();
-    cluster.runtime.block_on(async {
-        let tenants = TenantStore::redis(&cluster.redis.url()).await.unwrap();
-        let changes = QuotaChanges {
-            max_workflows: Some(Some(1)),
-            ..QuotaChanges::default()
-        };
-        tenants
-            .update_quotas(&cluster.tenant, &changes)
-            .await
-            .unwrap();
+    cluster.set_quotas(QuotaChanges {
+        max_workflows: Some(Some(1)),
+        ..QuotaChanges::default()
     });
     cluster.apply(&hello_workflow(
         &cluster.tenant,
@@ -687,6 +688,24 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
         deployments["one"].workflow.stream_triggers.is_empty(),
         "the refused version was not deployed"
     );
+
+    // Room for a second workflow, but 1 MiB of components in all: one of sixteen
+    // functions of `hello` (some 72 KiB each) is past it.
+    cluster.set_quotas(QuotaChanges {
+        max_workflows: Some(Some(2)),
+        code_max_mb: Some(Some(1)),
+        ..QuotaChanges::default()
+    });
+    let functions: String = (0..15)
+        .map(|i| format!("    f{i}:\n      component: {{ sha256: \"{sha}\" }}\n      kind: step\n"))
+        .collect();
+    let big = hello_workflow(&cluster.tenant, "big", "/big", &sha, None, "")
+        .replace("  triggers:\n", &format!("{functions}  triggers:\n"));
+    cluster.apply(&big);
+    let (_, message) = cluster.wait_degraded("big", "Quota");
+    assert!(message.contains("code_max_mb = 1"), "{message}");
+    let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
+    assert_eq!(deployments.keys().collect::<Vec<_>>(), ["one"]);
 }
 
 #[test]

@@ -73,6 +73,9 @@ pub struct OperatorConfig {
     /// The workflows a tenant may have when its quota is the platform's default (0: no
     /// limit).
     pub tenant_max_workflows: u64,
+    /// How many MiB the components of a tenant's workflows may take in all when its
+    /// quota is the platform's default (0: no limit).
+    pub tenant_code_max_mb: u64,
     /// How many channel and stream triggers one tenant's Workflows may have in all
     /// ([`faas_workflow::redis_consumers_over`]; 0: no limit).
     pub max_redis_consumers_per_tenant: usize,

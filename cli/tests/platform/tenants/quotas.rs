@@ -1,5 +1,6 @@
 //! Quotas per tenant, set by the operator (`faas tenant create|set ... --max-workflows
-//! --max-instances --kv-max-keys --stream-max-len --stream-max-bytes`): a tenant over one of its quotas is
+//! --max-instances --kv-max-keys --stream-max-len --stream-max-bytes --code-max-mb`): a
+//! tenant over one of its quotas is
 //! refused with an error naming the quota and how an operator raises it (its streams
 //! are trimmed), a change takes effect without a restart, and another tenant keeps
 //! being served at its defaults throughout. In embedded mode, and through the shared
@@ -368,4 +369,58 @@ fn a_tenants_own_stream_quota_trims_its_streams_only() {
     assert_names_quota(&answer, "mallory", "stream-max-bytes", "at most 1000 bytes");
     append("victim", 1);
     assert_eq!(len("victim"), 1_001);
+}
+
+/// The components of a tenant's deployed workflows take at most its code quota: every
+/// gateway keeps them in memory, so without it one tenant's deploys of large components
+/// could take the memory every tenant's requests need. A new version counts in place
+/// of the one it replaces, a removal makes room, and another tenant deploys and is
+/// served at its default throughout.
+#[test]
+fn a_tenant_at_its_code_quota_deploys_no_more_components_until_it_makes_room() {
+    let platform = Platform::start();
+    check_code_quota(&platform.url);
+}
+
+/// In services mode the gateway counts what the shared state holds.
+#[test]
+fn services_mode_a_tenant_at_its_code_quota_deploys_no_more_components() {
+    let services = Services::start(&["w1"]);
+    check_code_quota(&services.url);
+}
+
+/// Runs the code quota's checks on the platform at `url`.
+fn check_code_quota(url: &str) {
+    // `wasi-hello` is some 230 KiB: four fit in 1 MiB, a fifth does not.
+    operator(url, &["create", "mallory", "--code-max-mb", "1"]);
+    operator(url, &["create", "victim"]);
+    let dir = faas_testing::temp_dir();
+    let manifest = |name: &str, tenant: &str, extra: &str| {
+        let route = format!("/{name}/...");
+        write_manifest(dir.path(), name, tenant, "wasi-hello", &route, extra)
+    };
+    for name in ["c1", "c2", "c3", "c4"] {
+        deploy_at(url, &manifest(name, "mallory", ""));
+    }
+    let fifth = faas_as(
+        url,
+        TOKEN,
+        &["deploy", manifest("c5", "mallory", "").to_str().unwrap()],
+    );
+    let stderr = refused(&fifth);
+    assert!(stderr.contains("code_max_mb = 1"), "{stderr}");
+    assert!(
+        stderr.contains("`faas tenant set mallory --code-max-mb N`"),
+        "{stderr}"
+    );
+    assert_eq!(send(url, "GET", "/c5/", "").0, 404);
+    // A new version of a deployed workflow takes its place.
+    deploy_at(url, &manifest("c1", "mallory", "timeout_ms = 5000"));
+    // Another tenant deploys the same component and is served.
+    deploy_at(url, &manifest("v1", "victim", ""));
+    assert_eq!(send(url, "GET", "/v1/", "").0, 200);
+    // A removal makes room.
+    assert!(faas_as(url, TOKEN, &["rm", "c2"]).status.success());
+    deploy_at(url, &manifest("c5", "mallory", ""));
+    assert_eq!(send(url, "GET", "/c5/", "").0, 200);
 }
