@@ -43,6 +43,10 @@ pub struct QuotaArgs {
     /// (default: the gateway's --tenant-code-max-mb).
     #[arg(long, value_name = "N|default", value_parser = parse_limit)]
     pub code_max_mb: Option<Limit>,
+    /// How many bytes of log lines the tenant's workflows keep in all (default: the
+    /// gateway's or worker's --log-max-bytes).
+    #[arg(long, value_name = "N|default", value_parser = parse_limit)]
+    pub log_max_bytes: Option<Limit>,
 }
 
 /// One limit on the command line: a number, or `default` (`None`).
@@ -80,6 +84,7 @@ impl QuotaArgs {
             stream_max_bytes: limit(self.stream_max_bytes),
             guest_memory_mb: limit(self.guest_memory_mb),
             code_max_mb: limit(self.code_max_mb),
+            log_max_bytes: limit(self.log_max_bytes),
         })
     }
 }
@@ -224,7 +229,7 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
             let list = Client::new(&server)?.tenants().await?;
             print(&list, output.output, |list| {
                 println!(
-                    "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} {:<13} CODE-MB",
+                    "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} {:<13} {:<8} LOG-BYTES",
                     "TENANT",
                     "CREATED",
                     "WORKFLOWS",
@@ -233,12 +238,13 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
                     "KV-BYTES",
                     "STREAM-MAX-LEN",
                     "STREAM-BYTES",
-                    "GUEST-MEM-MB"
+                    "GUEST-MEM-MB",
+                    "CODE-MB"
                 );
                 for tenant in &list.tenants {
                     let quotas = &tenant.quotas;
                     println!(
-                        "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} {:<13} {}",
+                        "{:<24} {:<12} {:<10} {:<10} {:<10} {:<12} {:<15} {:<13} {:<13} {:<8} {}",
                         tenant.name,
                         tenant.created_at,
                         shown(quotas.max_workflows),
@@ -249,6 +255,7 @@ pub async fn tenant(command: TenantCommand) -> anyhow::Result<()> {
                         shown(quotas.stream_max_bytes),
                         shown(quotas.guest_memory_mb),
                         shown(quotas.code_max_mb),
+                        shown(quotas.log_max_bytes),
                     );
                 }
             })

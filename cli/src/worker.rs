@@ -328,16 +328,18 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     let token = args.internal_token.resolve(&args.identity.data_dir)?;
     let shared = args.redis.shared().await?;
     let broker = args.broker.connect(&args.redis.redis).await?;
-    let logs = args.logs.writer(&args.redis).await?;
-    let worker =
-        Worker::new(args.worker.config(&args.identity.data_dir)?)?.with_logs(Arc::new(logs));
+    let logs = Arc::new(args.logs.writer(&args.redis).await?);
+    let worker = Worker::new(args.worker.config(&args.identity.data_dir)?)?.with_logs(logs.clone());
     let worker =
         connect_guests_to_redis(worker, &args.redis.redis, args.worker.kv_quota(), &broker).await?;
     let worker = Arc::new(worker);
     follow_quotas(
         &args.redis.redis,
-        worker.clone(),
-        broker,
+        Enforcers {
+            worker: worker.clone(),
+            broker,
+            logs,
+        },
         args.redis.interval(),
     )
     .await?;
@@ -407,16 +409,25 @@ fn boot_id() -> anyhow::Result<String> {
         .to_owned())
 }
 
-/// Has `worker` and `broker` (a worker process of services mode) follow the tenants'
-/// quotas in the Redis at `url`, every `interval` (the worker's `--sync-interval-ms`, as
-/// it follows placements), in a task of their own.
+/// What enforces the tenants' quotas in a worker process of services mode.
+struct Enforcers {
+    /// Instances, key-value entries and guest memory.
+    worker: Arc<faas_worker::Worker>,
+    /// Guests' stream appends.
+    broker: faas_store::broker::RedisBroker,
+    /// Guests' log lines.
+    logs: Arc<faas_store::logs::RedisLogWriter>,
+}
+
+/// Has `enforcers` follow the tenants' quotas in the Redis at `url`, every `interval`
+/// (the worker's `--sync-interval-ms`, as it follows placements), in a task of their
+/// own.
 ///
 /// # Errors
 /// If Redis cannot be reached.
 async fn follow_quotas(
     url: &str,
-    worker: std::sync::Arc<faas_worker::Worker>,
-    broker: faas_store::broker::RedisBroker,
+    enforcers: Enforcers,
     interval: std::time::Duration,
 ) -> anyhow::Result<()> {
     let tenants = faas_store::TenantStore::redis(url)
@@ -425,8 +436,9 @@ async fn follow_quotas(
     tokio::spawn(async move {
         tenants
             .follow(interval, |all| {
-                worker.apply_tenant_quotas(all);
-                broker.apply_tenant_quotas(all);
+                enforcers.worker.apply_tenant_quotas(all);
+                enforcers.broker.apply_tenant_quotas(all);
+                enforcers.logs.apply_tenant_quotas(all);
             })
             .await;
     });

@@ -7,9 +7,10 @@
 //! without bound either.
 
 use faas_invoke::{LogLine, LogSink};
+use faas_store::Tenant;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::broadcast;
 
 /// The default byte budget of one workflow's buffer.
@@ -144,6 +145,9 @@ impl Default for LogBudgets {
 pub struct MemoryLogs {
     budgets: LogBudgets,
     by_tenant: Mutex<HashMap<String, TenantBuffers>>,
+    /// The tenants whose buffers' budget is their own (`log_max_bytes` quota), not
+    /// `budgets.per_tenant`; 0 for no limit.
+    own_budgets: RwLock<HashMap<String, usize>>,
 }
 
 impl MemoryLogs {
@@ -152,7 +156,38 @@ impl MemoryLogs {
         Self {
             budgets,
             by_tenant: Mutex::default(),
+            own_budgets: RwLock::default(),
         }
+    }
+
+    /// Gives each of `tenants` with a `log_max_bytes` quota that budget for its
+    /// buffers together, and every other tenant the default back: the whole list, as
+    /// the tenant store has it. A lowered budget trims at the tenant's next line.
+    pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
+        let own = tenants
+            .iter()
+            .filter_map(|tenant| {
+                let bytes = tenant.quotas.log_max_bytes?;
+                Some((
+                    tenant.name.clone(),
+                    usize::try_from(bytes).unwrap_or(usize::MAX),
+                ))
+            })
+            .collect();
+        *self
+            .own_budgets
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = own;
+    }
+
+    /// What `tenant`'s buffers may hold together; 0 for no limit.
+    fn tenant_budget(&self, tenant: &str) -> usize {
+        self.own_budgets
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.budgets.per_tenant)
     }
 
     /// The lines of `tenant`'s `workflow` that match `query`, oldest first, and the
@@ -234,6 +269,7 @@ impl LogSink for MemoryLogs {
     fn push(&self, line: LogLine) {
         let cost = line.cost();
         let line = Arc::new(line);
+        let tenant_budget = self.tenant_budget(&line.tenant);
         let mut by_tenant = self.lock();
         // Looked up before the entry API, which would copy the names for every line.
         let buffers = match by_tenant.get_mut(&line.tenant) {
@@ -258,8 +294,8 @@ impl LogSink for MemoryLogs {
         }
         // No follower is not an error; a slow one sees `Lagged` on its side.
         let _ = buffer.follow.send(line);
-        if self.budgets.per_tenant > 0 {
-            buffers.trim_to(self.budgets.per_tenant);
+        if tenant_budget > 0 {
+            buffers.trim_to(tenant_budget);
         }
     }
 }
@@ -351,6 +387,46 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_with_a_log_quota_of_its_own_is_held_to_it() {
+        let logs = MemoryLogs::new(LogBudgets {
+            per_workflow: 1 << 20,
+            per_tenant: 64 << 10,
+        });
+        let tenant = |name: &str, log_max_bytes| Tenant {
+            name: name.into(),
+            created_at: 0,
+            quotas: faas_store::Quotas {
+                log_max_bytes,
+                ..faas_store::Quotas::default()
+            },
+        };
+        let text = "x".repeat(1000);
+        let flood = |tenant: &str| {
+            for _ in 0..500 {
+                let mut line = line("w", "f", None, &text);
+                line.tenant = tenant.into();
+                logs.push(line);
+            }
+        };
+        logs.apply_tenant_quotas(&[
+            tenant("large", Some(256 << 10)),
+            tenant("small", Some(16 << 10)),
+        ]);
+        for name in ["large", "small", "plain"] {
+            flood(name);
+        }
+        let large = logs.tenant_bytes("large");
+        assert!(large > 64 << 10 && large <= 256 << 10, "{large}");
+        assert!(logs.tenant_bytes("small") <= 16 << 10);
+        assert!(logs.tenant_bytes("plain") <= 64 << 10);
+        // Its quota gone from the list, a tenant has the default again, from its next
+        // line.
+        logs.apply_tenant_quotas(&[tenant("small", Some(16 << 10))]);
+        flood("large");
+        assert!(logs.tenant_bytes("large") <= 64 << 10);
+    }
+
+    #[test]
     fn queries_filter_by_function_step_and_run() {
         let logs = MemoryLogs::new(LogBudgets::default());
         logs.push(line("a", "f", None, "1"));
@@ -436,6 +512,16 @@ impl LogSink for LogStore {
 }
 
 impl LogStore {
+    /// Applies the tenants' `log_max_bytes` quotas, the whole list as the tenant store
+    /// has it (see [`MemoryLogs::apply_tenant_quotas`] and
+    /// [`faas_store::logs::RedisLogWriter::apply_tenant_quotas`]).
+    pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
+        match self {
+            Self::Memory(logs) => logs.apply_tenant_quotas(tenants),
+            Self::Redis(redis) => redis.writer.apply_tenant_quotas(tenants),
+        }
+    }
+
     /// The lines of `tenant`'s `workflow` matching `query` and, when `follow`, a
     /// stream of NDJSON chunks: those lines and then new ones as they come.
     ///

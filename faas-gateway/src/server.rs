@@ -127,6 +127,17 @@ impl Gateway {
                 broker,
             )));
         }
+        // The tenants' log quotas, for the buffers or streams this gateway writes.
+        if let (Some(logs), Some(tenants)) = (&self.app.logs, self.app.registry.tenants()) {
+            let (logs, tenants) = (logs.clone(), tenants.clone());
+            background.push(tokio::spawn(async move {
+                tenants
+                    .follow(faas_store::tenants::QUOTA_SYNC_INTERVAL, |all| {
+                        logs.apply_tenant_quotas(all);
+                    })
+                    .await;
+            }));
+        }
         if self.app.registry.services().is_some() {
             background.push(tokio::spawn(crate::services::follow(
                 self.app.registry.clone(),

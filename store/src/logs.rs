@@ -14,10 +14,12 @@
 
 use crate::log_queue::LogQueue;
 use crate::stream_quota::{self, Counted, StreamQuota};
+use crate::tenants::Tenant;
 use faas_invoke::{LogLine, LogSink};
 use redis::aio::MultiplexedConnection;
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// The default number of lines each workflow's stream keeps.
@@ -60,7 +62,11 @@ pub enum LogStoreError {
 pub struct RedisLogWriter {
     queue: Arc<LogQueue>,
     dropped: Arc<AtomicU64>,
+    own_quotas: OwnQuotas,
 }
+
+/// The tenants whose log streams hold their own bytes in all (`log_max_bytes` quota).
+type OwnQuotas = Arc<RwLock<HashMap<String, u64>>>;
 
 impl RedisLogWriter {
     /// Connects to `url` and starts the writer task; each stream keeps `quota.max_len`
@@ -72,8 +78,35 @@ impl RedisLogWriter {
         let client = checked_client(url).await?;
         let queue = Arc::new(LogQueue::new(QUEUE_LINES));
         let dropped = Arc::new(AtomicU64::new(0));
-        tokio::spawn(write_batches(client, queue.clone(), quota, dropped.clone()));
-        Ok(Self { queue, dropped })
+        let own_quotas = OwnQuotas::default();
+        tokio::spawn(write_batches(
+            client,
+            queue.clone(),
+            Quotas {
+                default: quota,
+                own: own_quotas.clone(),
+            },
+            dropped.clone(),
+        ));
+        Ok(Self {
+            queue,
+            dropped,
+            own_quotas,
+        })
+    }
+
+    /// Gives each of `tenants` with a `log_max_bytes` quota that many bytes for its
+    /// log streams in all, and every other tenant the default back: the whole list,
+    /// as the tenant store has it.
+    pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
+        let own = tenants
+            .iter()
+            .filter_map(|tenant| Some((tenant.name.clone(), tenant.quotas.log_max_bytes?)))
+            .collect();
+        *self
+            .own_quotas
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = own;
     }
 
     /// How many lines were dropped (queue full, Redis too slow, or a line its tenant's
@@ -119,13 +152,20 @@ async fn open(client: &redis::Client) -> redis::RedisResult<MultiplexedConnectio
         .await
 }
 
+/// What the writer task appends within: each stream's lines and, by default, each
+/// tenant's bytes; some tenants' bytes their own.
+struct Quotas {
+    default: StreamQuota,
+    own: OwnQuotas,
+}
+
 /// Appends queued lines in batches until the writer is gone. It connects only when
 /// it has lines to write and forgets a connection that failed, so an idle worker
 /// holds no reconnecting connection and a Redis that came back is found again.
 async fn write_batches(
     client: redis::Client,
     queue: Arc<LogQueue>,
-    quota: StreamQuota,
+    quotas: Quotas,
     dropped: Arc<AtomicU64>,
 ) {
     let mut batch = Vec::with_capacity(BATCH_LINES);
@@ -133,12 +173,24 @@ async fn write_batches(
     while queue.take(&mut batch, BATCH_LINES).await {
         let mut pipe = redis::pipe();
         stream_quota::load_into(&mut pipe);
+        let own = quotas
+            .own
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         for line in &batch {
             let Ok(json) = serde_json::to_string(line) else {
                 continue;
             };
             let fields: [(&str, &[u8]); 1] = [("line", json.as_bytes())];
             let key = log_key(&line.workflow);
+            let quota = StreamQuota {
+                max_bytes: own
+                    .get(&line.tenant)
+                    .copied()
+                    .unwrap_or(quotas.default.max_bytes),
+                ..quotas.default
+            };
             let invocation =
                 stream_quota::invocation(Counted::Logs, quota, &line.tenant, &key, &fields);
             pipe.invoke_script(&invocation);

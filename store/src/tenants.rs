@@ -151,6 +151,10 @@ pub struct Quotas {
     /// database or Redis at rest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code_max_mb: Option<u64>,
+    /// How many bytes of log lines its workflows keep in all (`--log-max-bytes`): in
+    /// the gateway's memory in embedded mode, in Redis in services mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_max_bytes: Option<u64>,
 }
 
 impl Quotas {
@@ -237,6 +241,13 @@ pub struct QuotaChanges {
         skip_serializing_if = "Option::is_none"
     )]
     pub code_max_mb: Option<Option<u64>>,
+    /// See [`Quotas::log_max_bytes`].
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub log_max_bytes: Option<Option<u64>>,
 }
 
 impl QuotaChanges {
@@ -255,6 +266,7 @@ impl QuotaChanges {
         change(&mut quotas.stream_max_bytes, self.stream_max_bytes);
         change(&mut quotas.guest_memory_mb, self.guest_memory_mb);
         change(&mut quotas.code_max_mb, self.code_max_mb);
+        change(&mut quotas.log_max_bytes, self.log_max_bytes);
         quotas
     }
 }

@@ -115,16 +115,23 @@ async fn a_redis_that_went_away_costs_counted_lines_not_time() {
     assert_eq!(writer.dropped(), 20_000, "every line is counted as dropped");
 }
 
-#[tokio::test]
-async fn a_tenants_log_streams_hold_its_bytes_in_all_and_anothers_lines_stay() {
-    const MAX_BYTES: u64 = 256 << 10;
+/// A redis-server, a writer into it whose tenants' log streams hold `max_bytes` in all
+/// (10,000 lines each), and a reader.
+async fn within_bytes(max_bytes: u64) -> (RedisServer, RedisLogWriter, RedisLogReader) {
     let server = RedisServer::start();
     let quota = StreamQuota {
         max_len: 10_000,
-        max_bytes: MAX_BYTES,
+        max_bytes,
     };
     let writer = RedisLogWriter::connect(&server.url(), quota).await.unwrap();
     let reader = RedisLogReader::connect(&server.url()).await.unwrap();
+    (server, writer, reader)
+}
+
+#[tokio::test]
+async fn a_tenants_log_streams_hold_its_bytes_in_all_and_anothers_lines_stay() {
+    const MAX_BYTES: u64 = 256 << 10;
+    let (server, writer, reader) = within_bytes(MAX_BYTES).await;
     for index in 0..10 {
         writer.push(line_of("quiet", "news", &format!("quiet {index}")));
     }
@@ -138,31 +145,8 @@ async fn a_tenants_log_streams_hold_its_bytes_in_all_and_anothers_lines_stay() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    writer.push(line_of("loud", "loud-0", "last"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while reader
-        .recent("loud-0")
-        .await
-        .unwrap()
-        .lines
-        .last()
-        .map(|l| l.text.as_str())
-        != Some("last")
-    {
-        assert!(Instant::now() < deadline, "the last line never came");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut connection = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let held: u64 = redis::cmd("HGET")
-        .arg(Counted::Logs.usage_key("loud"))
-        .arg("bytes")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
+    write_last(&writer, &reader, "loud", "loud-0").await;
+    let held = held(&server, "loud").await;
     assert!(held <= MAX_BYTES, "loud's logs hold {held} bytes");
     let mut kept = 0;
     for workflow in 0..20 {
@@ -176,4 +160,88 @@ async fn a_tenants_log_streams_hold_its_bytes_in_all_and_anothers_lines_stay() {
     assert!(kept < 64, "{kept} lines of 4 KiB kept");
     // The other tenant's lines are counted apart: all there.
     assert_eq!(reader.recent("news").await.unwrap().lines.len(), 10);
+}
+
+/// Pushes `lines` lines of 4 KiB of `tenant`'s, over four workflows, and waits until
+/// they are written.
+async fn flood(writer: &RedisLogWriter, reader: &RedisLogReader, tenant: &str, lines: usize) {
+    let long = "x".repeat(4 << 10);
+    for index in 0..lines {
+        writer.push(line_of(tenant, &format!("{tenant}-{}", index % 4), &long));
+        if index % 200 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    write_last(writer, reader, tenant, &format!("{tenant}-0")).await;
+}
+
+/// Pushes a line `last` to `tenant`'s `workflow` and waits until it is written: the
+/// writer appends in order, so every line pushed before it is too.
+async fn write_last(
+    writer: &RedisLogWriter,
+    reader: &RedisLogReader,
+    tenant: &str,
+    workflow: &str,
+) {
+    writer.push(line_of(tenant, workflow, "last"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reader
+        .recent(workflow)
+        .await
+        .unwrap()
+        .lines
+        .last()
+        .map(|l| l.text.as_str())
+        != Some("last")
+    {
+        assert!(Instant::now() < deadline, "{tenant}'s last line never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What `tenant`'s log streams hold, as the quota counts it.
+async fn held(server: &RedisServer, tenant: &str) -> u64 {
+    let mut connection = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("HGET")
+        .arg(Counted::Logs.usage_key(tenant))
+        .arg("bytes")
+        .query_async(&mut connection)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_tenants_own_log_quota_holds_in_place_of_the_default() {
+    const DEFAULT: u64 = 256 << 10;
+    let (server, writer, reader) = within_bytes(DEFAULT).await;
+    let tenant = |name: &str, log_max_bytes: Option<u64>| faas_store::Tenant {
+        name: name.into(),
+        created_at: 0,
+        quotas: faas_store::Quotas {
+            log_max_bytes,
+            ..faas_store::Quotas::default()
+        },
+    };
+    writer.apply_tenant_quotas(&[
+        tenant("large", Some(1 << 20)),
+        tenant("small", Some(64 << 10)),
+        tenant("plain", None),
+    ]);
+    // 2 MiB of lines each.
+    for name in ["large", "small", "plain"] {
+        flood(&writer, &reader, name, 500).await;
+    }
+    let large = held(&server, "large").await;
+    assert!(
+        large > DEFAULT && large <= 1 << 20,
+        "large's logs hold {large} bytes"
+    );
+    let small = held(&server, "small").await;
+    assert!(small <= 64 << 10, "small's logs hold {small} bytes");
+    let plain = held(&server, "plain").await;
+    assert!(plain <= DEFAULT, "plain's logs hold {plain} bytes");
 }

@@ -372,6 +372,99 @@ fn a_guest_flooding_its_logs_stays_within_the_budget_and_others_are_unaffected()
     assert!(log_lines(&platform.url, TOKEN, &["misbehave"]).is_empty());
 }
 
+/// The text bytes of the lines `misbehave` keeps on the platform at `url`.
+fn kept_text_bytes(url: &str) -> usize {
+    let response = crate::support::client()
+        .get(format!("{url}/admin/v1/workflows/misbehave/logs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let kept: serde_json::Value = response.json().unwrap();
+    kept["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| line["text"].as_str().unwrap().len())
+        .sum()
+}
+
+/// Sends `path` to the platform at `url`, asserting 200.
+fn get_ok(url: &str, path: &str) {
+    let response = crate::support::client()
+        .get(format!("{url}{path}"))
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+}
+
+/// Has tenant `chaos` flood its logs on the platform at `url` until they hold at most
+/// `bytes` (its own quota, once read: within a second or the sync interval), for up
+/// to 10 s.
+fn flood_until_within(url: &str, bytes: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // 1000 lines of up to 4 KiB: past either budget.
+        get_ok(url, "/misbehave/shout");
+        let kept = kept_text_bytes(url);
+        if kept <= bytes && kept > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{kept} bytes kept, over the tenant's own {bytes}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// An operator's `log_max_bytes` quota for tenant `chaos` holds in place of the
+/// platform's `--log-max-bytes`, and the default comes back with `default`; another
+/// tenant's lines are its own throughout.
+fn check_own_log_quota(url: &str) {
+    const OWN: usize = 32 << 10;
+    crate::support::deploy_at(url, &repo("functions/misbehave/workflow.toml"));
+    crate::support::deploy_at(url, &repo("functions/hello/workflow.toml"));
+    let own = OWN.to_string();
+    let set = faas_as(
+        url,
+        TOKEN,
+        &["tenant", "set", "chaos", "--log-max-bytes", &own],
+    );
+    assert!(set.status.success(), "{set:?}");
+    flood_until_within(url, OWN);
+    get_ok(url, "/hello?name=neighbour");
+    let hello = wait_for_line(url, TOKEN, &["hello"], "greeting neighbour");
+    assert_eq!(hello.len(), 1);
+    let set = faas_as(
+        url,
+        TOKEN,
+        &["tenant", "set", "chaos", "--log-max-bytes", "default"],
+    );
+    assert!(set.status.success(), "{set:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while kept_text_bytes(url) <= OWN {
+        assert!(Instant::now() < deadline, "the default never came back");
+        get_ok(url, "/misbehave/shout");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_tenants_own_log_quota_holds_in_place_of_the_platforms() {
+    let budget = (192 << 10).to_string();
+    let platform = Platform::start_with(&["--no-demo", "--log-max-bytes", &budget]);
+    check_own_log_quota(&platform.url);
+}
+
+/// In services mode the worker process writes the lines to Redis, within the quota it
+/// follows from the tenant store.
+#[test]
+fn services_mode_a_tenants_own_log_quota_holds_in_place_of_the_platforms() {
+    let services = crate::services::Services::start(&["w1"]);
+    check_own_log_quota(&services.url);
+}
+
 #[test]
 fn services_mode_lines_reach_their_tenant_only_and_follow_shows_new_ones() {
     let services = crate::services::Services::start(&["w1"]);
