@@ -65,8 +65,10 @@ struct RunArgs {
     /// How long fetching one component from its URL may take, in seconds.
     #[arg(long, env = "FAAS_FETCH_TIMEOUT_S", default_value_t = 120)]
     fetch_timeout_s: u64,
-    /// How many workflows a tenant may have when its quota is the default (0: no limit).
-    #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = 0)]
+    /// How many workflows a tenant may have when its quota is the default (0: no
+    /// limit); the gateways' default, so that a Workflow applied with kubectl is held to
+    /// what a deploy through a gateway is.
+    #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = crate::args::DEFAULT_TENANT_MAX_WORKFLOWS)]
     tenant_max_workflows: u64,
     /// How many MiB the components of a tenant's Workflows may take in all when its
     /// quota is the default (0: no limit).
