@@ -10,7 +10,7 @@ use faas_invoke::{LogLine, LogSink};
 use faas_store::Tenant;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
 /// The default byte budget of one workflow's buffer.
@@ -99,13 +99,22 @@ impl Buffer {
 }
 
 /// One tenant's buffers, by workflow, and what they hold together.
-#[derive(Default)]
 struct TenantBuffers {
     bytes: usize,
     by_workflow: HashMap<String, Buffer>,
+    /// What they may hold together (its own quota, or the default); 0 for no limit.
+    budget: usize,
 }
 
 impl TenantBuffers {
+    fn new(budget: usize) -> Self {
+        Self {
+            bytes: 0,
+            by_workflow: HashMap::new(),
+            budget,
+        }
+    }
+
     /// Drops the oldest lines of its largest buffer until it holds at most `budget`:
     /// so a buffer that stopped growing gives first, and a new one is not starved.
     fn trim_to(&mut self, budget: usize) {
@@ -144,10 +153,23 @@ impl Default for LogBudgets {
 /// workflow's last event wrote never lands in a new owner's buffer of the same name.
 pub struct MemoryLogs {
     budgets: LogBudgets,
-    by_tenant: Mutex<HashMap<String, TenantBuffers>>,
+    state: Mutex<State>,
+}
+
+/// What [`MemoryLogs`] keeps under its lock.
+#[derive(Default)]
+struct State {
+    by_tenant: HashMap<String, TenantBuffers>,
     /// The tenants whose buffers' budget is their own (`log_max_bytes` quota), not
-    /// `budgets.per_tenant`; 0 for no limit.
-    own_budgets: RwLock<HashMap<String, usize>>,
+    /// `budgets.per_tenant`; 0 for no limit. Read when a tenant's buffers are made
+    /// and when the quotas change, not for every line.
+    own_budgets: HashMap<String, usize>,
+}
+
+/// What `tenant`'s buffers may hold together: its own budget in `own_budgets`, or else
+/// `default_budget`.
+fn budget_of(own_budgets: &HashMap<String, usize>, tenant: &str, default_budget: usize) -> usize {
+    own_budgets.get(tenant).copied().unwrap_or(default_budget)
 }
 
 impl MemoryLogs {
@@ -155,8 +177,7 @@ impl MemoryLogs {
     pub fn new(budgets: LogBudgets) -> Self {
         Self {
             budgets,
-            by_tenant: Mutex::default(),
-            own_budgets: RwLock::default(),
+            state: Mutex::default(),
         }
     }
 
@@ -164,7 +185,7 @@ impl MemoryLogs {
     /// buffers together, and every other tenant the default back: the whole list, as
     /// the tenant store has it. A lowered budget trims at the tenant's next line.
     pub fn apply_tenant_quotas(&self, tenants: &[Tenant]) {
-        let own = tenants
+        let own_budgets = tenants
             .iter()
             .filter_map(|tenant| {
                 let bytes = tenant.quotas.log_max_bytes?;
@@ -174,20 +195,16 @@ impl MemoryLogs {
                 ))
             })
             .collect();
-        *self
-            .own_budgets
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = own;
-    }
-
-    /// What `tenant`'s buffers may hold together; 0 for no limit.
-    fn tenant_budget(&self, tenant: &str) -> usize {
-        self.own_budgets
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(tenant)
-            .copied()
-            .unwrap_or(self.budgets.per_tenant)
+        let mut state = self.lock();
+        state.own_budgets = own_budgets;
+        let default_budget = self.budgets.per_tenant;
+        let State {
+            by_tenant,
+            own_budgets,
+        } = &mut *state;
+        for (tenant, buffers) in by_tenant {
+            buffers.budget = budget_of(own_budgets, tenant, default_budget);
+        }
     }
 
     /// The lines of `tenant`'s `workflow` that match `query`, oldest first, and the
@@ -205,18 +222,25 @@ impl MemoryLogs {
         query: &LogQuery,
         follow: bool,
     ) -> (LogsResponse, Option<broadcast::Receiver<Arc<LogLine>>>) {
-        let mut by_tenant = self.lock();
+        let mut state = self.lock();
         let receiver = follow.then(|| {
+            let State {
+                by_tenant,
+                own_budgets,
+            } = &mut *state;
             by_tenant
                 .entry(tenant.to_owned())
-                .or_default()
+                .or_insert_with(|| {
+                    TenantBuffers::new(budget_of(own_budgets, tenant, self.budgets.per_tenant))
+                })
                 .by_workflow
                 .entry(workflow.to_owned())
                 .or_insert_with(Buffer::new)
                 .follow
                 .subscribe()
         });
-        let buffer = by_tenant
+        let buffer = state
+            .by_tenant
             .get(tenant)
             .and_then(|buffers| buffers.by_workflow.get(workflow));
         let response = match buffer {
@@ -239,13 +263,16 @@ impl MemoryLogs {
 
     /// How many bytes `tenant`'s buffers hold, all together.
     pub fn tenant_bytes(&self, tenant: &str) -> usize {
-        self.lock().get(tenant).map_or(0, |buffers| buffers.bytes)
+        self.lock()
+            .by_tenant
+            .get(tenant)
+            .map_or(0, |buffers| buffers.bytes)
     }
 
     /// Forgets the lines of `tenant`'s `workflow` (it was removed); its followers'
     /// streams end.
     pub fn remove(&self, tenant: &str, workflow: &str) {
-        let mut by_tenant = self.lock();
+        let by_tenant = &mut self.lock().by_tenant;
         let Some(buffers) = by_tenant.get_mut(tenant) else {
             return;
         };
@@ -257,9 +284,9 @@ impl MemoryLogs {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TenantBuffers>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock leaves the buffers consistent enough to read.
-        self.by_tenant
+        self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -269,12 +296,21 @@ impl LogSink for MemoryLogs {
     fn push(&self, line: LogLine) {
         let cost = line.cost();
         let line = Arc::new(line);
-        let tenant_budget = self.tenant_budget(&line.tenant);
-        let mut by_tenant = self.lock();
+        let mut state = self.lock();
+        let State {
+            by_tenant,
+            own_budgets,
+        } = &mut *state;
         // Looked up before the entry API, which would copy the names for every line.
         let buffers = match by_tenant.get_mut(&line.tenant) {
             Some(buffers) => buffers,
-            None => by_tenant.entry(line.tenant.clone()).or_default(),
+            None => by_tenant.entry(line.tenant.clone()).or_insert_with(|| {
+                TenantBuffers::new(budget_of(
+                    own_budgets,
+                    &line.tenant,
+                    self.budgets.per_tenant,
+                ))
+            }),
         };
         let buffer = match buffers.by_workflow.get_mut(&line.workflow) {
             Some(buffer) => buffer,
@@ -294,8 +330,8 @@ impl LogSink for MemoryLogs {
         }
         // No follower is not an error; a slow one sees `Lagged` on its side.
         let _ = buffer.follow.send(line);
-        if tenant_budget > 0 {
-            buffers.trim_to(tenant_budget);
+        if buffers.budget > 0 {
+            buffers.trim_to(buffers.budget);
         }
     }
 }

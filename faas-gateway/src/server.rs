@@ -121,22 +121,31 @@ impl Gateway {
         let task = tokio::spawn(accept_loop(app, listener, stopped));
         // Trigger consumers and, in services mode, the follower of the shared state.
         let mut background = Vec::new();
+        // The tenants' quotas this process enforces outside its workers, read from the
+        // tenant store by one follower: stream quotas for guests' appends (this
+        // process's workers share the broker) and dead letters, log quotas for the
+        // buffers or streams its lines go to.
+        if let Some(tenants) = self.app.registry.tenants().cloned() {
+            let broker = self.broker.clone();
+            let logs = self.app.logs.clone();
+            background.push(tokio::spawn(async move {
+                tenants
+                    .follow(faas_store::tenants::QUOTA_SYNC_INTERVAL, |all| {
+                        if let Some(broker) = &broker {
+                            broker.apply_tenant_quotas(all);
+                        }
+                        if let Some(logs) = &logs {
+                            logs.apply_tenant_quotas(all);
+                        }
+                    })
+                    .await;
+            }));
+        }
         if let Some(broker) = self.broker {
             background.push(tokio::spawn(crate::redis::supervise(
                 self.app.clone(),
                 broker,
             )));
-        }
-        // The tenants' log quotas, for the buffers or streams this gateway writes.
-        if let (Some(logs), Some(tenants)) = (&self.app.logs, self.app.registry.tenants()) {
-            let (logs, tenants) = (logs.clone(), tenants.clone());
-            background.push(tokio::spawn(async move {
-                tenants
-                    .follow(faas_store::tenants::QUOTA_SYNC_INTERVAL, |all| {
-                        logs.apply_tenant_quotas(all);
-                    })
-                    .await;
-            }));
         }
         if self.app.registry.services().is_some() {
             background.push(tokio::spawn(crate::services::follow(

@@ -14,7 +14,6 @@ mod stream;
 
 use crate::server::App;
 pub(crate) use faas_store::broker::{RedisBroker, namespaced};
-use faas_store::tenants::QUOTA_SYNC_INTERVAL;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::task::JoinHandle;
@@ -41,16 +40,6 @@ enum Consumer {
 pub(crate) async fn supervise(app: Arc<App>, broker: RedisBroker) {
     let mut changes = app.registry.changes();
     let mut tasks: BTreeMap<Consumer, JoinHandle<()>> = BTreeMap::new();
-    // The tenants' stream quotas, for guests' appends (this process's workers share
-    // the broker) and dead letters.
-    let quotas = app.registry.tenants().cloned().map(|tenants| {
-        let broker = broker.clone();
-        tokio::spawn(async move {
-            tenants
-                .follow(QUOTA_SYNC_INTERVAL, |all| broker.apply_tenant_quotas(all))
-                .await;
-        })
-    });
     loop {
         let mut wanted = BTreeMap::new();
         for deployment in app.registry.list() {
@@ -102,7 +91,7 @@ pub(crate) async fn supervise(app: Arc<App>, broker: RedisBroker) {
             break;
         }
     }
-    for task in tasks.into_values().chain(quotas) {
+    for task in tasks.into_values() {
         task.abort();
     }
 }

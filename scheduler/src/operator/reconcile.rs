@@ -364,30 +364,6 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
             );
         }
     }
-    // Before its components are fetched, those not stored yet count 0; under the
-    // lock, after the fetch, all of them.
-    let max_mb = account
-        .quotas
-        .code_max_mb
-        .unwrap_or(context.config.tenant_code_max_mb);
-    if max_mb > 0 {
-        let digests = deployments
-            .values()
-            .filter(|record| record.workflow.tenant == tenant && record.workflow.name != name)
-            .flat_map(|record| record.components.values())
-            .chain(valid.components.values().map(|source| &source.sha256));
-        let bytes = context.shared.components_bytes(digests).await?;
-        if bytes > max_mb.saturating_mul(1 << 20) {
-            return refuse(
-                reason::QUOTA,
-                format!(
-                    "spec.functions: the components of tenant `{tenant}`'s workflows would \
-                     take {:.1} MiB with this one, its quota (code_max_mb = {max_mb})",
-                    bytes as f64 / f64::from(1 << 20)
-                ),
-            );
-        }
-    }
     if let Some(message) = faas_workflow::route_conflict(
         &valid.workflow,
         deployments.values().map(|record| &record.workflow),
@@ -410,6 +386,31 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
             record: Some(record.clone()),
             refusal: None,
         }));
+    }
+    // Only for a version to be written, as a gateway checks a deploy: a deployed one
+    // stays. Before its components are fetched, those not stored yet count 0; under
+    // the lock, after the fetch, all of them.
+    let max_mb = account
+        .quotas
+        .code_max_mb
+        .unwrap_or(context.config.tenant_code_max_mb);
+    if max_mb > 0 {
+        let digests = deployments
+            .values()
+            .filter(|record| record.workflow.tenant == tenant && record.workflow.name != name)
+            .flat_map(|record| record.components.values())
+            .chain(valid.components.values().map(|source| &source.sha256));
+        let bytes = context.shared.components_bytes(digests).await?;
+        if bytes > max_mb.saturating_mul(1 << 20) {
+            return refuse(
+                reason::QUOTA,
+                format!(
+                    "spec.functions: the components of tenant `{tenant}`'s workflows would \
+                     take {:.1} MiB with this one, its quota (code_max_mb = {max_mb})",
+                    bytes as f64 / f64::from(1 << 20)
+                ),
+            );
+        }
     }
     Ok(Checked::Changed { valid, digest })
 }

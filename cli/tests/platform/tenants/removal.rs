@@ -25,6 +25,14 @@ fn victim_with_data(url: &str) -> tempfile::TempDir {
     dir
 }
 
+/// Asserts that tenant `hog` is served and its entry is still there.
+fn assert_hogs_entry_kept(url: &str) {
+    assert_eq!(
+        send(url, "GET", "/kv-filler/key/kept", ""),
+        (200, "v".into())
+    );
+}
+
 /// Runs the removal on the platform at `url`.
 fn check_removal(url: &str) {
     let dir = victim_with_data(url);
@@ -45,10 +53,7 @@ fn check_victim_starts_afresh(url: &str, dir: &Path) {
     // From nothing: the first increment of each counter gives 1.
     count(url, "visits", 1);
     count(url, "orders", 1);
-    assert_eq!(
-        send(url, "GET", "/kv-filler/key/kept", ""),
-        (200, "v".into())
-    );
+    assert_hogs_entry_kept(url);
 }
 
 #[test]
@@ -90,10 +95,7 @@ fn fail_victims_removal(url: &str, redis: &RedisServer) {
         stderr.contains("finish with `faas tenant rm victim`"),
         "{stderr}"
     );
-    assert_eq!(
-        send(url, "GET", "/kv-filler/key/kept", ""),
-        (200, "v".into())
-    );
+    assert_hogs_entry_kept(url);
 }
 
 /// A second removal, with Redis back, removes the rest and releases the name.
