@@ -42,7 +42,7 @@ pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
         components: request
             .components
             .iter()
-            .map(|(name, bytes)| (name.clone(), BASE64.encode(bytes)))
+            .map(|(name, component)| (name.clone(), BASE64.encode(&component[..])))
             .collect(),
         schemas: request.schemas,
     };
@@ -109,7 +109,7 @@ pub async fn prepare(manifest: &Path, build: bool) -> anyhow::Result<DeployReque
                 path.display()
             )
         })?;
-        components.insert(name.clone(), bytes);
+        components.insert(name.clone(), faas_invoke::Component::new(bytes));
     }
     Ok(DeployRequest {
         file_name: manifest.display().to_string(),

@@ -47,7 +47,7 @@ use crate::response::{self, Body};
 use crate::server::App;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use faas_invoke::{LoadErrorKind, RunRecord};
+use faas_invoke::{Component, LoadErrorKind, RunRecord};
 use faas_kube::status::reason;
 use faas_scheduler::WorkerId;
 pub use faas_store::{IssuedToken, QuotaChanges, Quotas, Tenant, TokenInfo};
@@ -630,7 +630,7 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
     let mut components = BTreeMap::new();
     for (name, encoded) in upload.components {
         match BASE64.decode(encoded.as_bytes()) {
-            Ok(bytes) => components.insert(name, bytes),
+            Ok(bytes) => components.insert(name, Component::new(bytes)),
             Err(err) => {
                 return response::error(
                     StatusCode::BAD_REQUEST,

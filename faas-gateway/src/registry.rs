@@ -11,7 +11,8 @@ use crate::kubernetes::KubeError;
 pub use crate::replica::Replica;
 use crate::services::ServicesBackend;
 use faas_invoke::{
-    FunctionSummary, LoadError, LoadErrorKind, LocalWorker, RunRecord, WorkerQuotas,
+    ComponentPool, Components, FunctionSummary, LoadError, LoadErrorKind, LocalWorker, RunRecord,
+    WorkerQuotas, distinct_bytes,
 };
 use faas_scheduler::{Placement, PlacementError, WorkerId, WorkflowKey};
 use faas_store::{
@@ -32,8 +33,8 @@ pub struct DeployRequest {
     pub file_name: String,
     /// The workflow.toml text.
     pub manifest: String,
-    /// Component bytes by function name.
-    pub components: BTreeMap<String, Vec<u8>>,
+    /// Components by function name.
+    pub components: Components,
     /// Karmem `.km` texts by file name as written in the manifest.
     pub schemas: BTreeMap<String, String>,
 }
@@ -57,7 +58,7 @@ pub struct Deployment {
     pub functions: Vec<FunctionSummary>,
     /// The uploaded components, kept to place replicas again when a worker goes away
     /// (embedded mode) or to write them back if Redis loses them (services mode).
-    components: Arc<BTreeMap<String, Vec<u8>>>,
+    components: Arc<Components>,
     /// Round-robin position over `replicas`.
     next_replica: AtomicUsize,
 }
@@ -77,7 +78,7 @@ pub(crate) struct DeploymentParts {
     /// Each function as loaded.
     pub functions: Vec<FunctionSummary>,
     /// The uploaded components by function name.
-    pub components: Arc<BTreeMap<String, Vec<u8>>>,
+    pub components: Arc<Components>,
 }
 
 impl Deployment {
@@ -137,7 +138,7 @@ impl Deployment {
     }
 
     /// The uploaded components by function name.
-    pub(crate) fn components(&self) -> &Arc<BTreeMap<String, Vec<u8>>> {
+    pub(crate) fn components(&self) -> &Arc<Components> {
         &self.components
     }
 
@@ -235,7 +236,7 @@ pub(crate) struct Placed {
     /// Its functions as loaded.
     pub functions: Vec<FunctionSummary>,
     /// The components to keep for re-placing it (embedded mode).
-    pub components: Arc<BTreeMap<String, Vec<u8>>>,
+    pub components: Arc<Components>,
     /// Whether it is live now.
     pub state: PlacedState,
 }
@@ -356,6 +357,9 @@ pub struct Registry {
     max_redis_consumers: usize,
     /// Where tenants' data is, removed with a tenant.
     tenant_data: Option<TenantData>,
+    /// The deployments' components, one copy of each however many deployments name
+    /// it.
+    components: ComponentPool,
 }
 
 /// What [`Registry::remove_tenant`] did.
@@ -410,6 +414,7 @@ impl Registry {
             }),
             runs: Mutex::default(),
             deploy_lock: tokio::sync::Mutex::new(()),
+            components: ComponentPool::default(),
             changes: tokio::sync::watch::Sender::new(0),
             redis_triggers: false,
             tenants: None,
@@ -495,7 +500,7 @@ impl Registry {
     /// untouched.
     pub async fn deploy_as(
         &self,
-        request: DeployRequest,
+        mut request: DeployRequest,
         caller: &Caller,
     ) -> Result<DeployOutcome, DeployError> {
         let _guard = self.deploy_lock.lock().await;
@@ -542,6 +547,7 @@ impl Registry {
                 function,
             }));
         }
+        request.components = self.components.share_all(request.components);
         let digest = digest(&request.manifest, &request.components, &request.schemas);
         let current = self.get(&workflow.name);
         if let Some(current) = current.as_ref().filter(|current| current.digest == digest) {
@@ -572,7 +578,7 @@ impl Registry {
                 // Numbered before it is saved; `deploy_lock` keeps any other deploy
                 // from taking the number in between.
                 let revision = self.read().last_revision + 1;
-                let save = |components: &Arc<BTreeMap<String, Vec<u8>>>| {
+                let save = |components: &Arc<Components>| {
                     self.save(&SavedDeployment {
                         name: workflow.name.clone(),
                         tenant: workflow.tenant.clone(),
@@ -678,13 +684,14 @@ impl Registry {
     /// its quota (its own, else the platform's default). Every gateway keeps each
     /// deployment's components in memory (to place it again, or write it back to
     /// Redis), so without this one tenant's deploys of large components could take the
-    /// gateways' memory. Counted as each deployment holds them, a component two
-    /// workflows share twice. In services mode the count is of this gateway's view of
+    /// gateways' memory. Each component counts once, however many of the tenant's
+    /// workflows name it, as the gateway holds it once (`ComponentPool`) and the state
+    /// at rest stores it once. In services mode the count is of this gateway's view of
     /// the shared state, which may be a sync behind.
     fn check_code_quota(
         &self,
         workflow: &Workflow,
-        components: &BTreeMap<String, Vec<u8>>,
+        components: &Components,
         quotas: &Quotas,
     ) -> Result<(), DeployError> {
         let (max_mb, whose) = match quotas.code_max_mb {
@@ -694,18 +701,17 @@ impl Registry {
         if max_mb == 0 {
             return Ok(());
         }
-        let bytes = |components: &BTreeMap<String, Vec<u8>>| -> u64 {
-            components.values().map(|bytes| bytes.len() as u64).sum()
+        let new = distinct_bytes(components.values());
+        let total = {
+            let state = self.read();
+            let others = state
+                .deployments
+                .values()
+                .filter(|d| d.key.tenant == workflow.tenant && d.workflow.name != workflow.name)
+                .flat_map(|d| d.components().values());
+            distinct_bytes(others.chain(components.values()))
         };
-        let new = bytes(components);
-        let others: u64 = self
-            .read()
-            .deployments
-            .values()
-            .filter(|d| d.key.tenant == workflow.tenant && d.workflow.name != workflow.name)
-            .map(|d| bytes(d.components()))
-            .sum();
-        if new.saturating_add(others) <= faas_budget::mib_or_unlimited(max_mb) {
+        if total <= faas_budget::mib_or_unlimited(max_mb) {
             return Ok(());
         }
         let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
@@ -715,7 +721,7 @@ impl Registry {
              deploy ({:.1} MiB of it), over {whose} (code_max_mb = {max_mb}); remove a \
              workflow (`faas rm <name>`), or have an operator raise it with `faas tenant \
              set {tenant} --code-max-mb N`",
-            mib(new + others),
+            mib(total),
             mib(new),
         )))
     }
@@ -940,8 +946,10 @@ impl Registry {
             let state = self.read();
             check_routes(&workflow, state.deployments.values().map(|d| &d.workflow))?;
         }
-        let digest = digest(&saved.manifest, &saved.components, &saved.schemas);
-        let components = Arc::unwrap_or_clone(saved.components);
+        let components = self
+            .components
+            .share_all(Arc::unwrap_or_clone(saved.components));
+        let digest = digest(&saved.manifest, &components, &saved.schemas);
         let mut placed = self
             .place_here(placement, &workflow, components, |_| Ok(()))
             .await?;
@@ -1213,8 +1221,8 @@ impl Registry {
         &self,
         placement: &dyn Placement,
         workflow: &Workflow,
-        components: BTreeMap<String, Vec<u8>>,
-        commit: impl FnOnce(&Arc<BTreeMap<String, Vec<u8>>>) -> Result<(), DeployError>,
+        components: Components,
+        commit: impl FnOnce(&Arc<Components>) -> Result<(), DeployError>,
     ) -> Result<Placed, DeployError> {
         let key = WorkflowKey {
             tenant: workflow.tenant.clone(),
@@ -1252,7 +1260,7 @@ impl Registry {
         &self,
         workflow: &Workflow,
         worker_ids: &[WorkerId],
-        components: &BTreeMap<String, Vec<u8>>,
+        components: &Components,
     ) -> Result<(Vec<Replica>, Vec<FunctionSummary>), DeployError> {
         let mut replicas = Vec::with_capacity(worker_ids.len());
         let mut functions = None;
@@ -1273,6 +1281,11 @@ impl Registry {
     fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RunHistory>> {
         // Each operation is a single push/pop: a poisoned lock is still consistent.
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pool every deployment's components are shared through.
+    pub(crate) fn component_pool(&self) -> &ComponentPool {
+        &self.components
     }
 
     /// Whether each tenant has a namespace of its own (Kubernetes mode), which removing
@@ -1433,18 +1446,14 @@ fn route_table(deployments: &BTreeMap<String, Arc<Deployment>>) -> RouteTable<Ro
 
 /// SHA-256 over the manifest, every component and every schema, so an identical
 /// upload is recognised whatever order the components came in.
-fn digest(
-    manifest: &str,
-    components: &BTreeMap<String, Vec<u8>>,
-    schemas: &BTreeMap<String, String>,
-) -> String {
+fn digest(manifest: &str, components: &Components, schemas: &BTreeMap<String, String>) -> String {
     let mut hasher = Sha256::new();
     hasher.update(manifest.as_bytes());
-    for (name, bytes) in components {
+    for (name, component) in components {
         hasher.update([0]);
         hasher.update(name.as_bytes());
         hasher.update([0]);
-        hasher.update(Sha256::digest(bytes));
+        hasher.update(component.sha256());
     }
     for (name, text) in schemas {
         hasher.update([1]);

@@ -19,7 +19,7 @@ use crate::registry::{
     DeployError, DeployRequest, Deployment, DeploymentParts, Placed, PlacedState, Registry,
     Replica, check_owner, check_routes,
 };
-use faas_invoke::{FunctionSummary, RemoteWorkers};
+use faas_invoke::{Component, ComponentPool, Components, FunctionSummary, RemoteWorkers};
 use faas_invoke::{LoadError, LoadErrorKind};
 use faas_scheduler::WorkerId;
 use faas_shared_state::{
@@ -29,7 +29,6 @@ use faas_shared_state::{
 use faas_store::tenants::QUOTA_SYNC_INTERVAL;
 use faas_store::{TenantError, TenantStore, TenantWorkflows, TenantsCopy};
 use faas_workflow::Workflow;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -251,7 +250,7 @@ impl ServicesBackend {
     async fn deploy_locked(
         &self,
         workflow: &Workflow,
-        components: BTreeMap<String, Vec<u8>>,
+        components: Components,
         digest: &str,
         caller: &Caller,
         holder: &str,
@@ -329,25 +328,31 @@ impl ServicesBackend {
     /// Stores each component under its SHA-256; returns the digests by function name.
     async fn put_components(
         &self,
-        components: &BTreeMap<String, Vec<u8>>,
+        components: &Components,
     ) -> Result<BTreeMap<String, String>, SharedStateError> {
         let mut digests = BTreeMap::new();
-        for (function, bytes) in components {
-            let sha = hex::encode(Sha256::digest(bytes));
-            self.shared.put_component(&sha, bytes).await?;
-            digests.insert(function.clone(), sha);
+        for (function, component) in components {
+            let sha = component.digest();
+            self.shared.put_component(sha, component).await?;
+            digests.insert(function.clone(), sha.to_owned());
         }
         Ok(digests)
     }
 
-    /// The components `record` names, read back from Redis.
+    /// The components `record` names: those alive in `pool` (another deployment here
+    /// names them too) as they are, the others read back from Redis.
     async fn components_of(
         &self,
         record: &DeploymentRecord,
-    ) -> Result<BTreeMap<String, Vec<u8>>, SharedStateError> {
+        pool: &ComponentPool,
+    ) -> Result<Components, SharedStateError> {
         let mut components = BTreeMap::new();
         for (function, sha) in &record.components {
-            components.insert(function.clone(), self.shared.component(sha).await?);
+            let component = match pool.get(sha) {
+                Some(component) => component,
+                None => pool.share(Component::new(self.shared.component(sha).await?)),
+            };
+            components.insert(function.clone(), component);
         }
         Ok(components)
     }
@@ -706,10 +711,7 @@ impl ServicesBackend {
 
 /// Refuses an upload that lacks a function's component, or whose component is not a
 /// WebAssembly component, as a worker loading it would.
-fn check_components(
-    workflow: &Workflow,
-    components: &BTreeMap<String, Vec<u8>>,
-) -> Result<(), LoadError> {
+fn check_components(workflow: &Workflow, components: &Components) -> Result<(), LoadError> {
     for function in workflow.functions.keys() {
         let bytes = components
             .get(function)
@@ -801,7 +803,11 @@ async fn follow_once(
                 deployed_at: UNIX_EPOCH + Duration::from_secs(record.deployed_at),
                 replicas,
                 functions,
-                components: Arc::new(backend.components_of(record).await?),
+                components: Arc::new(
+                    backend
+                        .components_of(record, registry.component_pool())
+                        .await?,
+                ),
             })),
         };
         deployments.push(deployment);

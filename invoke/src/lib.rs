@@ -2,7 +2,8 @@
 //!
 //! - The event and its outcome: [`HttpResponse`], [`TriggerMessage`], [`RunRecord`],
 //!   [`OutputRegion`] and [`EventFailure`] (with its [`FailureKind`]).
-//! - Loading: [`LoadError`] and the [`FunctionSummary`] of each loaded function.
+//! - Loading: [`LoadError`] and the [`FunctionSummary`] of each loaded function; the
+//!   [`Component`]s loaded, hashed once and shared ([`ComponentPool`]).
 //! - [`Invoke`]: one workflow on one worker, which takes events. The in-process worker
 //!   (`faas-worker`) and the client of a worker process ([`RemoteWorker`]) both
 //!   implement it, so the gateway holds replicas without knowing where they run.
@@ -19,6 +20,7 @@
 //! depends on it and not on `faas-worker`, never carries a compiler.
 
 pub mod client;
+mod component;
 mod failure;
 mod load;
 pub mod logs;
@@ -30,6 +32,7 @@ pub mod trace;
 pub mod wire;
 
 pub use client::{RemoteWorker, RemoteWorkers};
+pub use component::{Component, ComponentPool, Components, distinct_bytes};
 pub use failure::{EventFailure, FailureKind};
 pub use load::{FunctionSummary, LoadError, LoadErrorKind};
 pub use logs::{LogLevel, LogLine, LogSink, LogSource, log_excerpt};

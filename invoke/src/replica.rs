@@ -1,11 +1,12 @@
 //! [`Invoke`]: one workflow loaded on one worker, taking events, wherever that worker
 //! runs; [`LocalWorker`]: a worker in the gateway's own process.
 
-use crate::{BoxFuture, EventFailure, FunctionSummary, LoadError, RunRecord, TriggerMessage};
+use crate::{
+    BoxFuture, Components, EventFailure, FunctionSummary, LoadError, RunRecord, TriggerMessage,
+};
 use bytes::Bytes;
 use faas_workflow::Workflow;
 use http_body_util::combinators::UnsyncBoxBody;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Errors a function's response body can fail with while it streams.
@@ -103,7 +104,7 @@ pub struct WorkerQuotas {
 /// A worker in the gateway's own process (embedded mode): the registry loads
 /// workflows on it and hands it the tenants' quotas.
 pub trait LocalWorker: Send + Sync {
-    /// Compiles and links every function of `workflow` from `components` (bytes by
+    /// Compiles and links every function of `workflow` from `components` (by
     /// function name).
     ///
     /// # Errors
@@ -111,7 +112,7 @@ pub trait LocalWorker: Send + Sync {
     fn load<'a>(
         self: Arc<Self>,
         workflow: &'a Workflow,
-        components: BTreeMap<String, Vec<u8>>,
+        components: Components,
     ) -> BoxFuture<'a, Result<Loaded, LoadError>>;
 
     /// Instances alive right now.

@@ -318,7 +318,8 @@ impl SharedState {
     }
 
     /// How many bytes the components whose SHA-256s are `digests` take, each counted
-    /// as often as it is named; one not stored counts 0.
+    /// as often as it is named (pass each once to count what Redis holds); one not
+    /// stored counts 0.
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].

@@ -9,9 +9,9 @@
 //! previous version or the new one, whole.
 
 use crate::db::{Database, StoreError};
+use faas_invoke::{Component, Components};
 use rusqlite::{Transaction, TransactionBehavior, params};
-use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -58,7 +58,7 @@ pub struct SavedDeployment {
     /// Karmem `.km` texts by file name as written in the manifest.
     pub schemas: BTreeMap<String, String>,
     /// Component bytes by function name.
-    pub components: Arc<BTreeMap<String, Vec<u8>>>,
+    pub components: Arc<Components>,
     /// The revision this version was given.
     pub revision: u64,
     /// When this version was deployed (kept to the millisecond).
@@ -110,11 +110,11 @@ impl DeploymentStore {
                     params![deployment.name, file_name, text],
                 )?;
             }
-            for (function, bytes) in deployment.components.iter() {
-                let sha256 = hex::encode(Sha256::digest(bytes));
+            for (function, component) in deployment.components.iter() {
+                let sha256 = component.digest();
                 tx.execute(
                     "INSERT OR IGNORE INTO components (sha256, bytes) VALUES (?1, ?2)",
-                    params![sha256, bytes],
+                    params![sha256, &component[..]],
                 )?;
                 tx.execute(
                     "INSERT INTO deployment_components (deployment, function, sha256)
@@ -223,19 +223,27 @@ fn read_all(tx: &Transaction<'_>) -> Result<Vec<SavedDeployment>, rusqlite::Erro
             deployment.schemas.insert(row.get(1)?, row.get(2)?);
         }
     }
-    let mut components: BTreeMap<String, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
-    let mut statement = tx.prepare(
-        "SELECT deployment_components.deployment, deployment_components.function,
-                components.bytes
-         FROM deployment_components
-         JOIN components ON components.sha256 = deployment_components.sha256",
-    )?;
+    // Each component is read once, however many deployments name it, and they share
+    // that one copy.
+    let mut stored: HashMap<String, Component> = HashMap::new();
+    let mut statement = tx.prepare("SELECT sha256, bytes FROM components")?;
     let mut rows = statement.query([])?;
     while let Some(row) = rows.next()? {
-        components
-            .entry(row.get(0)?)
-            .or_default()
-            .insert(row.get(1)?, row.get(2)?);
+        stored.insert(row.get(0)?, Component::new(row.get(1)?));
+    }
+    let mut components: BTreeMap<String, Components> = BTreeMap::new();
+    let mut statement =
+        tx.prepare("SELECT deployment, function, sha256 FROM deployment_components")?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        let sha256: String = row.get(2)?;
+        // Each save and removal is one transaction, so a named component is stored.
+        if let Some(component) = stored.get(&sha256) {
+            components
+                .entry(row.get(0)?)
+                .or_default()
+                .insert(row.get(1)?, component.clone());
+        }
     }
     for (name, functions) in components {
         if let Some(deployment) = deployments.get_mut(&name) {
@@ -263,8 +271,11 @@ mod tests {
             manifest: format!("name = \"{name}\"\n# revision {revision}\n"),
             schemas: BTreeMap::from([("types.km".to_owned(), format!("// {revision}"))]),
             components: Arc::new(BTreeMap::from([
-                ("main".to_owned(), component.to_vec()),
-                ("shared".to_owned(), b"the same bytes".to_vec()),
+                ("main".to_owned(), Component::new(component.to_vec())),
+                (
+                    "shared".to_owned(),
+                    Component::new(b"the same bytes".to_vec()),
+                ),
             ])),
             revision,
             deployed_at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),

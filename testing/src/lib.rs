@@ -80,6 +80,19 @@ pub fn component(package: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()))
 }
 
+/// `component` with a custom section `name` holding `data` appended: the same code,
+/// other bytes (another SHA-256), and as large as a test needs.
+pub fn with_custom_section(component: &[u8], name: &str, data: &[u8]) -> Vec<u8> {
+    let section = wasm_encoder::CustomSection {
+        name: name.into(),
+        data: data.into(),
+    };
+    let mut bytes = component.to_vec();
+    bytes.push(wasm_encoder::ComponentSection::id(&section));
+    wasm_encoder::Encode::encode(&section, &mut bytes);
+    bytes
+}
+
 /// The `tenant` a workflow.toml text names, if it names one (and is TOML at all).
 pub fn manifest_tenant(text: &str) -> Option<String> {
     let table: toml::Table = text.parse().ok()?;

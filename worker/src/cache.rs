@@ -22,7 +22,6 @@
 //! (unlocked, and older than [`RECENT`]) is removed by [`ComponentCache::tidy`].
 
 use faas_invoke::LoadError;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::hash::{Hash, Hasher};
@@ -103,36 +102,6 @@ pub struct Tidied {
     pub artifacts: usize,
 }
 
-/// A component's bytes with their SHA-256, computed once: the digest names the
-/// component's cached artifact and the key under which loaded functions share its
-/// linked code (the worker's `linked.rs`).
-#[derive(Debug, Clone)]
-pub struct ComponentBytes {
-    bytes: Vec<u8>,
-    digest: String,
-}
-
-impl ComponentBytes {
-    /// Hashes `bytes`.
-    pub fn new(bytes: Vec<u8>) -> Self {
-        let digest = hex::encode(Sha256::digest(&bytes));
-        Self { bytes, digest }
-    }
-
-    /// The SHA-256 of the bytes, in hex.
-    pub fn digest(&self) -> &str {
-        &self.digest
-    }
-}
-
-impl std::ops::Deref for ComponentBytes {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        &self.bytes
-    }
-}
-
 /// The on-disk cache of precompiled components for one engine.
 #[derive(Debug, Clone)]
 pub struct ComponentCache {
@@ -168,16 +137,16 @@ impl ComponentCache {
     }
 
     /// Where the artifact of `component` is (or would be) stored.
-    pub fn artifact_path(&self, component: &ComponentBytes) -> PathBuf {
+    pub fn artifact_path(&self, component: &faas_invoke::Component) -> PathBuf {
         self.path_of(component.digest())
     }
 
-    /// Where the artifact of the component with this [`ComponentBytes::digest`] is.
+    /// Where the artifact of the component with this [`faas_invoke::Component::digest`] is.
     fn path_of(&self, digest: &str) -> PathBuf {
         self.dir.join(format!("{digest}.{ARTIFACT_EXTENSION}"))
     }
 
-    /// Marks the artifact of the component with this [`ComponentBytes::digest`] as used
+    /// Marks the artifact of the component with this [`faas_invoke::Component::digest`] as used
     /// now, as a load does, when its code needed no load: it is shared in memory by a
     /// function already loaded (the worker's `linked.rs`). Otherwise an artifact that
     /// many workflows run would look as old as its first load to pruning.
@@ -196,7 +165,7 @@ impl ComponentCache {
         &self,
         engine: &Engine,
         function: &str,
-        bytes: &ComponentBytes,
+        bytes: &faas_invoke::Component,
     ) -> Result<(Component, CacheOutcome), LoadError> {
         self.load_with(engine, function, bytes, |bytes| {
             crate::compiler::in_process(engine, function, bytes)
@@ -212,7 +181,7 @@ impl ComponentCache {
         &self,
         engine: &Engine,
         function: &str,
-        bytes: &ComponentBytes,
+        bytes: &faas_invoke::Component,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, LoadError>,
     ) -> Result<(Component, CacheOutcome), LoadError> {
         let path = self.artifact_path(bytes);
@@ -246,7 +215,7 @@ impl ComponentCache {
         Ok((component, CacheOutcome::Miss))
     }
 
-    /// The cached artifact of the component with this [`ComponentBytes::digest`],
+    /// The cached artifact of the component with this [`faas_invoke::Component::digest`],
     /// loaded for `engine`, if one is there and fits it. What moving a loaded
     /// component to another engine of the same compatibility hash (the same cache
     /// directory) needs: the bytes are not kept once loaded.

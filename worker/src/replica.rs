@@ -7,13 +7,12 @@ use crate::run::RunError;
 use crate::worker::Worker;
 use bytes::Bytes;
 use faas_invoke::{
-    BoxFuture, EventFailure, HttpResponse, Invoke, LoadError, Loaded, LocalWorker, OutputRegion,
-    RunReply, TriggerMessage, WorkerQuotas,
+    BoxFuture, Components, EventFailure, HttpResponse, Invoke, LoadError, Loaded, LocalWorker,
+    OutputRegion, RunReply, TriggerMessage, WorkerQuotas,
 };
 use faas_store::Quotas;
 use faas_workflow::Workflow;
 use http_body_util::Full;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A workflow loaded on a worker in this process: events are direct calls.
@@ -101,7 +100,7 @@ impl LocalWorker for Worker {
     fn load<'a>(
         self: Arc<Self>,
         workflow: &'a Workflow,
-        components: BTreeMap<String, Vec<u8>>,
+        components: Components,
     ) -> BoxFuture<'a, Result<Loaded, LoadError>> {
         Box::pin(async move {
             let loaded = Arc::new(self.load_workflow(workflow, components).await?);
@@ -148,7 +147,10 @@ mod tests {
             faas_testing::component_path("hello").display()
         );
         let manifest = Workflow::parse("workflow.toml", &text).unwrap();
-        let components = BTreeMap::from([("hello".to_owned(), faas_testing::component("hello"))]);
+        let components = std::collections::BTreeMap::from([(
+            "hello".to_owned(),
+            faas_invoke::Component::new(faas_testing::component("hello")),
+        )]);
         let loaded = worker.load(&manifest, components).await.unwrap();
         let runtime = loaded.replica.runtime().expect("an in-process replica");
         let thread = runtime

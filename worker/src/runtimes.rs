@@ -6,7 +6,7 @@
 //! wrote or whole (for the components `placement.rs` moves there). Only the one without
 //! fuel that resets by written pages is built at start; the others when first needed.
 
-use crate::cache::{CacheOutcome, ComponentBytes, ComponentCache};
+use crate::cache::{CacheOutcome, ComponentCache};
 use crate::compile_threads;
 use crate::compiler::Compiler;
 use crate::config::{SlotReset, WorkerConfig};
@@ -104,7 +104,7 @@ impl Runtime {
         &self,
         name: &str,
         kind: FunctionKind,
-        bytes: ComponentBytes,
+        bytes: faas_invoke::Component,
     ) -> Result<(Entry, CacheOutcome), LoadError> {
         let (engine, cache, owned_name, after_load) = (
             self.engine.clone(),

@@ -1,7 +1,7 @@
 //! The [`Worker`]: owns the engines, their linkers and the compiled-code cache, loads
 //! workflows and creates one store per event.
 
-use crate::cache::{CacheOutcome, ComponentBytes};
+use crate::cache::CacheOutcome;
 use crate::config::{Limits, WorkerConfig};
 use crate::engine::{ClockedEngines, EpochClock};
 use crate::error::{InvokeError, StartError};
@@ -16,10 +16,10 @@ use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::runtimes::{Flavor, Runtimes};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState, LineOwner, MemoryLimiter};
 use crate::swap::SwapWatch;
-use faas_invoke::{LoadError, LogLevel, LogSource, Publisher};
+use faas_invoke::{Component, Components, LoadError, LogLevel, LogSource, Publisher};
 use faas_store::{Quotas, Tenant};
 use faas_workflow::{Function, Workflow};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -405,19 +405,19 @@ impl Worker {
     pub async fn load_workflow(
         &self,
         workflow: &Workflow,
-        mut components: BTreeMap<String, Vec<u8>>,
+        mut components: Components,
     ) -> Result<LoadedWorkflow, LoadError> {
         // Held from here, so a scrape during the load keeps the series.
         let metrics = self.metrics.workflow(&workflow.tenant, &workflow.name);
         let mut functions = HashMap::new();
         for (name, spec) in &workflow.functions {
-            let bytes = components
+            let component = components
                 .remove(name)
                 .ok_or_else(|| LoadError::MissingComponent {
                     function: name.clone(),
                 })?;
             let function = self
-                .load_function(name, spec, bytes, metrics.function(name))
+                .load_function(name, spec, component, metrics.function(name))
                 .await?;
             functions.insert(name.clone(), Arc::new(function));
         }
@@ -439,11 +439,11 @@ impl Worker {
         &self,
         name: &str,
         spec: &Function,
-        bytes: Vec<u8>,
+        component: Component,
         metrics: Arc<FunctionCounters>,
     ) -> Result<LoadedFunction, LoadError> {
         let limits = self.limits_for(name, spec)?;
-        faas_workflow::check_component_header(&bytes).map_err(|reason| {
+        faas_workflow::check_component_header(&component).map_err(|reason| {
             LoadError::NotAComponent {
                 function: name.to_owned(),
                 reason,
@@ -462,7 +462,6 @@ impl Worker {
                 function: name.to_owned(),
                 message: format!("{err:#}"),
             })?;
-        let component = ComponentBytes::new(bytes);
         let digest = component.digest().to_owned();
         let shared = runtime.shared.get(spec.kind, &digest);
         let was_shared = shared.is_some();
@@ -730,7 +729,10 @@ mod tests {
             faas_testing::component_path("hello").display()
         );
         let manifest = faas_workflow::Workflow::parse("workflow.toml", &text).unwrap();
-        let components = BTreeMap::from([("hello".to_owned(), faas_testing::component("hello"))]);
+        let components = BTreeMap::from([(
+            "hello".to_owned(),
+            faas_invoke::Component::new(faas_testing::component("hello")),
+        )]);
         let workflow = worker.load_workflow(&manifest, components).await.unwrap();
         let get = || {
             let request = hyper::Request::get("http://localhost/hello")

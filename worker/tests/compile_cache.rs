@@ -2,8 +2,9 @@
 //! the cache stays within its size, least recently used out first, and leaves no
 //! temporary files behind.
 
+use faas_invoke::Component;
 use faas_invoke::LoadError;
-use faas_worker::cache::{CacheOutcome, ComponentBytes, ComponentCache, Tidied};
+use faas_worker::cache::{CacheOutcome, ComponentCache, Tidied};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use wasmtime::{Config, Engine};
@@ -17,7 +18,7 @@ fn engine(fuel: bool) -> Engine {
 #[test]
 fn a_component_is_compiled_once_then_loaded_from_the_cache() {
     let dir = faas_testing::temp_dir();
-    let bytes = ComponentBytes::new(faas_testing::component("hello"));
+    let bytes = Component::new(faas_testing::component("hello"));
     let engine = engine(true);
 
     let (_, first) = ComponentCache::new(dir.path(), &engine)
@@ -35,7 +36,7 @@ fn a_component_is_compiled_once_then_loaded_from_the_cache() {
 #[test]
 fn an_engine_with_other_settings_does_not_reuse_artifacts() {
     let dir = faas_testing::temp_dir();
-    let bytes = ComponentBytes::new(faas_testing::component("hello"));
+    let bytes = Component::new(faas_testing::component("hello"));
     let metered = engine(true);
     let unmetered = engine(false);
     ComponentCache::new(dir.path(), &metered)
@@ -50,7 +51,7 @@ fn an_engine_with_other_settings_does_not_reuse_artifacts() {
 #[test]
 fn a_corrupt_artifact_is_recompiled() {
     let dir = faas_testing::temp_dir();
-    let bytes = ComponentBytes::new(faas_testing::component("hello"));
+    let bytes = Component::new(faas_testing::component("hello"));
     let engine = engine(true);
     let cache = ComponentCache::new(dir.path(), &engine);
     cache.load(&engine, "hello", &bytes).unwrap();
@@ -75,7 +76,7 @@ fn bytes_that_are_not_a_component_fail_with_the_function_named() {
         .load(
             &engine,
             "broken",
-            &ComponentBytes::new(b"\0asm but not really".to_vec()),
+            &Component::new(b"\0asm but not really".to_vec()),
         )
         .unwrap_err();
     assert!(err.to_string().starts_with("function `broken`:"), "{err}");
@@ -83,13 +84,13 @@ fn bytes_that_are_not_a_component_fail_with_the_function_named() {
 
 /// The smallest component there is (an empty one), made distinct by a custom section
 /// named `tag`: compiled in a moment, yet each has its own artifact.
-fn tiny_component(tag: &str) -> ComponentBytes {
+fn tiny_component(tag: &str) -> Component {
     assert!(tag.len() < 100);
     let mut bytes = b"\0asm\x0d\x00\x01\x00".to_vec();
     // Custom section (id 0): its size, then the name as a length-prefixed string.
     bytes.extend([0, tag.len() as u8 + 1, tag.len() as u8]);
     bytes.extend(tag.as_bytes());
-    ComponentBytes::new(bytes)
+    Component::new(bytes)
 }
 
 /// Sets `path`'s modification time (the cache's "last used") to `ago` before now.

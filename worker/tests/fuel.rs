@@ -41,8 +41,10 @@ function = "misbehave"
 }
 
 async fn load(worker: &Worker, workflow: &Workflow) -> Arc<LoadedWorkflow> {
-    let components =
-        BTreeMap::from([("misbehave".to_owned(), faas_testing::component("misbehave"))]);
+    let components = BTreeMap::from([(
+        "misbehave".to_owned(),
+        faas_invoke::Component::new(faas_testing::component("misbehave")),
+    )]);
     Arc::new(worker.load_workflow(workflow, components).await.unwrap())
 }
 

@@ -81,8 +81,10 @@ async fn guest_lines_go_to_the_tenants_logs_and_not_to_the_platforms() {
         faas_testing::component_path("misbehave").display()
     );
     let workflow = Workflow::parse("workflow.toml", &text).unwrap();
-    let components =
-        BTreeMap::from([("misbehave".to_owned(), faas_testing::component("misbehave"))]);
+    let components = BTreeMap::from([(
+        "misbehave".to_owned(),
+        faas_invoke::Component::new(faas_testing::component("misbehave")),
+    )]);
     let workflow = worker.load_workflow(&workflow, components).await.unwrap();
 
     let get = async |path: &str| {

@@ -57,7 +57,10 @@ async fn load_package(
 ) -> Arc<faas_worker::LoadedWorkflow> {
     let workflow = Workflow::parse("workflow.toml", manifest).unwrap();
     let function = workflow.functions.keys().next().unwrap().clone();
-    let components = BTreeMap::from([(function, faas_testing::component(package))]);
+    let components = BTreeMap::from([(
+        function,
+        faas_invoke::Component::new(faas_testing::component(package)),
+    )]);
     Arc::new(worker.load_workflow(&workflow, components).await.unwrap())
 }
 

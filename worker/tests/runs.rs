@@ -35,7 +35,10 @@ timeout_ms = {run_timeout_ms}
 
 async fn load_spinning(worker: &Worker, run_timeout_ms: u64) -> Arc<faas_worker::LoadedWorkflow> {
     let workflow = Workflow::parse("workflow.toml", &spinning(run_timeout_ms)).unwrap();
-    let components = BTreeMap::from([("spin".to_owned(), faas_testing::component("region-probe"))]);
+    let components = BTreeMap::from([(
+        "spin".to_owned(),
+        faas_invoke::Component::new(faas_testing::component("region-probe")),
+    )]);
     Arc::new(worker.load_workflow(&workflow, components).await.unwrap())
 }
 

@@ -55,8 +55,14 @@ function = "hello"
     );
     let workflow = Workflow::parse("workflow.toml", &text).unwrap();
     let components = BTreeMap::from([
-        ("misbehave".to_owned(), faas_testing::component("misbehave")),
-        ("hello".to_owned(), faas_testing::component("wasi-hello")),
+        (
+            "misbehave".to_owned(),
+            faas_invoke::Component::new(faas_testing::component("misbehave")),
+        ),
+        (
+            "hello".to_owned(),
+            faas_invoke::Component::new(faas_testing::component("wasi-hello")),
+        ),
     ]);
     Arc::new(worker.load_workflow(&workflow, components).await.unwrap())
 }

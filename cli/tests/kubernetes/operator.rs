@@ -201,8 +201,6 @@ impl Cluster {
         }
     }
 
-    /// Waits until condition `kind` of Workflow `name` has status `is` and reason
-    /// `reason`, and returns the Workflow.
     /// Waits for Workflow `name` to be `Degraded` for `reason`; returns it and the
     /// condition's message.
     fn wait_degraded(&self, name: &str, reason: &str) -> (Value, String) {
@@ -214,6 +212,8 @@ impl Cluster {
         (workflow, message)
     }
 
+    /// Waits until condition `kind` of Workflow `name` has status `is` and reason
+    /// `reason`, and returns the Workflow.
     fn wait_condition(&self, name: &str, kind: &str, is: &str, reason: &str) -> Value {
         let mut last = Value::Null;
         let deadline = Instant::now() + PATIENCE;
@@ -689,23 +689,49 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
         "the refused version was not deployed"
     );
 
-    // Room for a second workflow, but 1 MiB of components in all: one of sixteen
-    // functions of `hello` (some 72 KiB each) is past it.
+    // Room for a second workflow, but 1 MiB of components in all. Sixteen functions
+    // of `hello` (some 72 KiB) count it once, as Redis stores it; with a 1 MiB
+    // component of its own the workflow is past it.
     cluster.set_quotas(QuotaChanges {
         max_workflows: Some(Some(2)),
         code_max_mb: Some(Some(1)),
         ..QuotaChanges::default()
     });
-    let functions: String = (0..15)
-        .map(|i| format!("    f{i}:\n      component: {{ sha256: \"{sha}\" }}\n      kind: step\n"))
-        .collect();
-    let big = hello_workflow(&cluster.tenant, "big", "/big", &sha, None, "")
-        .replace("  triggers:\n", &format!("{functions}  triggers:\n"));
+    let big_bytes = faas_testing::with_custom_section(&bytes, "ballast", &[7; 1 << 20]);
+    let big_sha = hex::encode(Sha256::digest(&big_bytes));
+    cluster
+        .runtime
+        .block_on(shared.put_component(&big_sha, &big_bytes))
+        .unwrap();
+    // Fifteen more functions, each with a route: `f0` of the component `f0_sha`.
+    let big = |f0_sha: &str| {
+        let (functions, routes): (String, String) = (0..15)
+            .map(|i| {
+                let sha = if i == 0 { f0_sha } else { &sha };
+                (
+                    format!("    f{i}:\n      component: {{ sha256: \"{sha}\" }}\n"),
+                    format!("      - route: \"/big/f{i}\"\n        function: f{i}\n"),
+                )
+            })
+            .unzip();
+        hello_workflow(&cluster.tenant, "big", "/big", &sha, None, &routes)
+            .replace("  triggers:\n", &format!("{functions}  triggers:\n"))
+    };
+    cluster.apply(&big(&sha));
+    cluster.wait_condition("big", "Ready", "True", "Ready");
+    let big = big(&big_sha);
     cluster.apply(&big);
     let (_, message) = cluster.wait_degraded("big", "Quota");
     assert!(message.contains("code_max_mb = 1"), "{message}");
     let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
-    assert_eq!(deployments.keys().collect::<Vec<_>>(), ["one"]);
+    assert_eq!(deployments.keys().collect::<Vec<_>>(), ["big", "one"]);
+    assert!(
+        deployments["big"]
+            .components
+            .values()
+            .all(|deployed| *deployed == sha),
+        "the refused version was not deployed"
+    );
 }
 
 #[test]

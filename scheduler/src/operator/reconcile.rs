@@ -15,6 +15,7 @@ use kube::runtime::finalizer::{self, Event};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -395,11 +396,14 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
         .code_max_mb
         .unwrap_or(context.config.tenant_code_max_mb);
     if max_mb > 0 {
-        let digests = deployments
+        // Each component once, however many workflows name it, as the gateways hold
+        // and Redis stores it.
+        let digests: BTreeSet<&String> = deployments
             .values()
             .filter(|record| record.workflow.tenant == tenant && record.workflow.name != name)
             .flat_map(|record| record.components.values())
-            .chain(valid.components.values().map(|source| &source.sha256));
+            .chain(valid.components.values().map(|source| &source.sha256))
+            .collect();
         let bytes = context.shared.components_bytes(digests).await?;
         if bytes > max_mb.saturating_mul(1 << 20) {
             return refuse(

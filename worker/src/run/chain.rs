@@ -429,7 +429,7 @@ mod tests {
         let components = ["split", "count", "merge"].map(|name| {
             (
                 name.to_owned(),
-                faas_testing::component(&format!("wc-{name}")),
+                faas_invoke::Component::new(faas_testing::component(&format!("wc-{name}"))),
             )
         });
         let workflow = worker

@@ -588,7 +588,7 @@ impl Node {
                     }),
                 }
             })?;
-            components.insert(function.clone(), bytes);
+            components.insert(function.clone(), faas_invoke::Component::new(bytes));
         }
         self.worker
             .load_workflow(&record.workflow, components)

@@ -8,8 +8,10 @@
 
 use super::scene::{Scene, assert_success, refused};
 use crate::services::Services;
-use crate::support::{Platform, TOKEN, client, deploy_at, error_of, faas_as, write_manifest};
-use std::path::Path;
+use crate::support::{
+    Platform, TOKEN, client, deploy_at, error_of, faas_as, write_manifest, write_manifest_of,
+};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// `faas tenant <args>` with the admin token, asserting success.
@@ -390,21 +392,33 @@ fn services_mode_a_tenant_at_its_code_quota_deploys_no_more_components() {
 
 /// Runs the code quota's checks on the platform at `url`.
 fn check_code_quota(url: &str) {
-    // `wasi-hello` is some 230 KiB: four fit in 1 MiB, a fifth does not.
+    // `wasi-hello` is some 230 KiB: four distinct copies fit in 1 MiB, a fifth does not.
     operator(url, &["create", "mallory", "--code-max-mb", "1"]);
     operator(url, &["create", "victim"]);
     let dir = faas_testing::temp_dir();
-    let manifest = |name: &str, tenant: &str, extra: &str| {
+    let manifest = |name: &str, tenant: &str, component: &Path, extra: &str| {
         let route = format!("/{name}/...");
-        write_manifest(dir.path(), name, tenant, "wasi-hello", &route, extra)
+        write_manifest_of(dir.path(), name, tenant, component, &route, extra)
     };
-    for name in ["c1", "c2", "c3", "c4"] {
-        deploy_at(url, &manifest(name, "mallory", ""));
+    // One component named by six workflows is held once, so it counts once.
+    let hello = faas_testing::component_path("wasi-hello");
+    for name in ["s1", "s2", "s3", "s4", "s5", "s6"] {
+        deploy_at(url, &manifest(name, "mallory", &hello, ""));
+    }
+    // Copies that differ by a byte are components of their own, and each counts.
+    let copies: Vec<_> = (0..4)
+        .map(|n| distinct_copy(dir.path(), &hello, n))
+        .collect();
+    for (name, copy) in ["c0", "c1", "c2"].into_iter().zip(&copies) {
+        deploy_at(url, &manifest(name, "mallory", copy, ""));
     }
     let fifth = faas_as(
         url,
         TOKEN,
-        &["deploy", manifest("c5", "mallory", "").to_str().unwrap()],
+        &[
+            "deploy",
+            manifest("c3", "mallory", &copies[3], "").to_str().unwrap(),
+        ],
     );
     let stderr = refused(&fifth);
     assert!(stderr.contains("code_max_mb = 1"), "{stderr}");
@@ -412,14 +426,69 @@ fn check_code_quota(url: &str) {
         stderr.contains("`faas tenant set mallory --code-max-mb N`"),
         "{stderr}"
     );
-    assert_eq!(send(url, "GET", "/c5/", "").0, 404);
+    assert_eq!(send(url, "GET", "/c3/", "").0, 404);
     // A new version of a deployed workflow takes its place.
-    deploy_at(url, &manifest("c1", "mallory", "timeout_ms = 5000"));
+    deploy_at(
+        url,
+        &manifest("c0", "mallory", &copies[0], "timeout_ms = 5000"),
+    );
     // Another tenant deploys the same component and is served.
-    deploy_at(url, &manifest("v1", "victim", ""));
+    deploy_at(url, &manifest("v1", "victim", &copies[3], ""));
     assert_eq!(send(url, "GET", "/v1/", "").0, 200);
     // A removal makes room.
-    assert!(faas_as(url, TOKEN, &["rm", "c2"]).status.success());
-    deploy_at(url, &manifest("c5", "mallory", ""));
-    assert_eq!(send(url, "GET", "/c5/", "").0, 200);
+    assert!(faas_as(url, TOKEN, &["rm", "c1"]).status.success());
+    deploy_at(url, &manifest("c3", "mallory", &copies[3], ""));
+    assert_eq!(send(url, "GET", "/c3/", "").0, 200);
+    assert_eq!(send(url, "GET", "/s6/", "").0, 200);
+}
+
+/// A copy of `component` with a custom section naming `n` appended: the same code,
+/// other bytes (and so another SHA-256), as a tenant could make any number of.
+fn distinct_copy(dir: &Path, component: &Path, n: usize) -> PathBuf {
+    copy_with_section(dir, component, &format!("copy-{n}"), &[])
+}
+
+/// `component` with a custom section `name` holding `data` appended, written in `dir`.
+fn copy_with_section(dir: &Path, component: &Path, name: &str, data: &[u8]) -> PathBuf {
+    let bytes = std::fs::read(component).expect("reading the component");
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::write(&path, faas_testing::with_custom_section(&bytes, name, data))
+        .expect("writing the copy");
+    path
+}
+
+/// The gateway holds one copy of a component however many workflows name it: eight
+/// more workflows of one 24 MiB component grow the platform by less than four copies
+/// of it, where a copy per workflow grew it by more than eight (226 MiB, measured
+/// before the pool). Its code quota counts it once too (`check_code_quota`).
+#[test]
+fn one_component_named_by_many_workflows_is_held_once() {
+    const SECTION_BYTES: usize = 24 << 20;
+    let platform = Platform::start();
+    operator(&platform.url, &["create", "acme"]);
+    let dir = faas_testing::temp_dir();
+    // Written bytes, so that every copy the platform keeps is resident.
+    let data: Vec<u8> = (0..SECTION_BYTES).map(|i| (i % 251) as u8).collect();
+    let hello = faas_testing::component_path("wasi-hello");
+    let big = copy_with_section(dir.path(), &hello, "ballast", &data);
+    let manifest =
+        |name: &str| write_manifest_of(dir.path(), name, "acme", &big, &format!("/{name}/..."), "");
+    // By the third deploy the allocator holds what one deploy uses for a moment (the
+    // upload as JSON, decoded, hashed), and measuring starts.
+    for n in 0..3 {
+        platform.deploy(&manifest(&format!("big{n}")));
+    }
+    let resident_before = platform.memory("VmRSS");
+    for n in 3..11 {
+        platform.deploy(&manifest(&format!("big{n}")));
+    }
+    for n in 0..11 {
+        assert_eq!(send(&platform.url, "GET", &format!("/big{n}/"), "").0, 200);
+    }
+    let grew = platform.memory("VmRSS").saturating_sub(resident_before);
+    assert!(
+        grew < 4 * SECTION_BYTES as u64,
+        "eight more workflows of one component grew the platform by {} MiB",
+        grew >> 20
+    );
 }
