@@ -1,48 +1,54 @@
 //! A function's component as the gateway and the workers hold it: its bytes, hashed
-//! once, shared by every holder ([`Component`]); and the [`ComponentPool`] through
-//! which a gateway keeps one copy of each component however many workflows name it.
+//! at most once, shared by every holder ([`Component`]); and the [`ComponentPool`]
+//! through which a gateway keeps one copy of each component however many workflows
+//! name it.
 
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// Component bytes by function name: what a deploy uploads and a worker loads.
 pub type Components = BTreeMap<String, Component>;
 
 /// A component's bytes and their SHA-256. Cloning it shares the bytes, so a deploy
 /// hands the same copy to the registry, the state at rest and every worker in the
-/// process, and nothing hashes them again.
+/// process, and the SHA-256 is taken once, when first asked for (`faas deploy`, which
+/// only uploads the bytes, never takes it).
 #[derive(Clone)]
 pub struct Component(Arc<Hashed>);
 
 struct Hashed {
     bytes: Vec<u8>,
-    sha256: [u8; 32],
-    digest: String,
+    sha256: OnceLock<([u8; 32], String)>,
 }
 
 impl Component {
-    /// Takes `bytes` (no copy) and hashes them.
+    /// Takes `bytes` (no copy).
     pub fn new(bytes: Vec<u8>) -> Self {
-        let sha256: [u8; 32] = Sha256::digest(&bytes).into();
         Self(Arc::new(Hashed {
-            digest: hex::encode(sha256),
             bytes,
-            sha256,
+            sha256: OnceLock::new(),
         }))
     }
 
     /// The SHA-256 of the bytes.
     pub fn sha256(&self) -> &[u8; 32] {
-        &self.0.sha256
+        &self.hashed().0
     }
 
     /// The SHA-256 of the bytes, in hex: the name the component is stored and
     /// cached under.
     pub fn digest(&self) -> &str {
-        &self.0.digest
+        &self.hashed().1
+    }
+
+    fn hashed(&self) -> &([u8; 32], String) {
+        self.0.sha256.get_or_init(|| {
+            let sha256: [u8; 32] = Sha256::digest(&self.0.bytes).into();
+            (sha256, hex::encode(sha256))
+        })
     }
 }
 
@@ -66,7 +72,7 @@ impl Eq for Component {}
 impl fmt::Debug for Component {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Component")
-            .field("digest", &self.0.digest)
+            .field("digest", &self.digest())
             .field("len", &self.0.bytes.len())
             .finish()
     }
