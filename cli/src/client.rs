@@ -1,12 +1,14 @@
 //! The admin API client the deploy, invoke, ls, status and rm commands share.
 
 use anyhow::{Context, bail};
+use faas_gateway::DeployRequest;
 use faas_gateway::admin::{
-    CreateTenantBody, CreateTokenBody, DeployBody, DeployResponse, IssuedToken, ListResponse,
-    QuotaChanges, Quotas, RunsResponse, Tenant, TenantsResponse, TokenInfo, TokensResponse,
-    WorkersResponse, WorkflowStatus,
+    COMPONENT_PART, CreateTenantBody, CreateTokenBody, DeployHead, DeployResponse, HEAD_PART,
+    IssuedToken, ListResponse, QuotaChanges, Quotas, RunsResponse, Tenant, TenantsResponse,
+    TokenInfo, TokensResponse, WorkersResponse, WorkflowStatus,
 };
 use faas_gateway::admin::{LogQuery, LogsResponse};
+use reqwest::multipart::{Form, Part};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -73,15 +75,15 @@ impl Client {
     /// Uploads a workflow. While the gateway refuses it because the tenant's other
     /// deploys are in progress (429), it waits as told and sends it again, for
     /// [`DEPLOY_PATIENCE`] at most.
-    pub async fn deploy(&self, body: &DeployBody) -> anyhow::Result<DeployResponse> {
-        let json = bytes::Bytes::from(serde_json::to_vec(body).context("encoding the upload")?);
+    pub async fn deploy(&self, request: &DeployRequest) -> anyhow::Result<DeployResponse> {
+        let head = serde_json::to_vec(&DeployHead::of(request)).context("encoding the upload")?;
+        let head = bytes::Bytes::from(head);
         let started = Instant::now();
         let mut said = false;
         loop {
             let response = self
                 .admin(Method::POST, "workflows")
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(json.clone())
+                .multipart(upload_form(&head, request))
                 .send()
                 .await;
             let wait = match &response {
@@ -256,6 +258,21 @@ impl Client {
 /// How long `faas deploy` keeps sending a deploy the gateway refused because the
 /// tenant's other deploys were in progress: several large compiles' worth.
 pub const DEPLOY_PATIENCE: Duration = Duration::from_secs(600);
+
+/// A deploy upload of `request` (the wire format is in [`faas_gateway::admin`]): its
+/// components are sent from the bytes already read, not copied.
+fn upload_form(head: &bytes::Bytes, request: &DeployRequest) -> Form {
+    let head = Part::stream_with_length(head.clone(), head.len() as u64);
+    request.components.iter().fold(
+        Form::new().part(HEAD_PART, head),
+        |form, (function, component)| {
+            let bytes = bytes::Bytes::from_owner(component.clone());
+            let part =
+                Part::stream_with_length(bytes, component.len() as u64).file_name(function.clone());
+            form.part(COMPONENT_PART, part)
+        },
+    )
+}
 
 /// How long a 429 asks the client to wait (`Retry-After` in seconds, 1 to 30; 2 when
 /// absent or not a number).

@@ -5,10 +5,7 @@ use crate::client::{Client, ServerArgs};
 use crate::manifest_schemas::{check_karmem_types, read_schemas};
 use crate::output::{OutputArgs, OutputFormat};
 use anyhow::Context;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use faas_gateway::DeployRequest;
-use faas_gateway::admin::DeployBody;
 use faas_workflow::{TenantScope, Workflow};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,17 +33,7 @@ pub struct DeployArgs {
 pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
     let client = Client::new(&args.server)?;
     let request = prepare(&args.manifest, !args.no_build).await?;
-    let body = DeployBody {
-        file_name: request.file_name,
-        manifest: request.manifest,
-        components: request
-            .components
-            .iter()
-            .map(|(name, component)| (name.clone(), BASE64.encode(&component[..])))
-            .collect(),
-        schemas: request.schemas,
-    };
-    let response = client.deploy(&body).await?;
+    let response = client.deploy(&request).await?;
     match args.output.output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&response)?),
         OutputFormat::Text => {

@@ -4,7 +4,7 @@
 //!
 //! | method | path | does | who |
 //! |---|---|---|---|
-//! | POST | `/admin/v1/workflows` | deploy a [`DeployBody`]; answers [`DeployResponse`] | own tenant |
+//! | POST | `/admin/v1/workflows` | deploy an upload (below); answers [`DeployResponse`] | own tenant |
 //! | GET | `/admin/v1/workflows` | list: [`ListResponse`] | own workflows |
 //! | GET | `/admin/v1/workflows/{name}` | one workflow's [`WorkflowStatus`] | own |
 //! | DELETE | `/admin/v1/workflows/{name}` | remove it | own |
@@ -19,6 +19,12 @@
 //! | POST | `/admin/v1/tokens` | create a [`CreateTokenBody`]; answers [`IssuedToken`] | own tenant |
 //! | GET | `/admin/v1/tokens[?tenant=NAME]` | list: [`TokensResponse`] | own tenant |
 //! | DELETE | `/admin/v1/tokens/{id}` | revoke it | own tenant |
+//!
+//! A deploy upload is `multipart/form-data`: a part [`HEAD_PART`] first, a
+//! [`DeployHead`] as JSON (the manifest, its schemas, each component's size), then a part
+//! [`COMPONENT_PART`] per function, its file name the function's name and its content
+//! the component as it is. The gateway reads each component straight into the buffer it
+//! keeps, so a deploy holds one copy of its upload, not the three of base64 in JSON.
 //!
 //! Another tenant's workflows and tokens are invisible to a tenant token (404, as if
 //! they did not exist, so their names do not leak); what only the operator may do is
@@ -42,12 +48,12 @@ use crate::auth::{Caller, authenticate};
 use crate::deploy_admission;
 use crate::kubernetes::KubeError;
 pub use crate::logs::{LogQuery, LogsResponse};
-use crate::registry::{DeployError, DeployOutcome, DeployRequest, Deployment, no_tenant_store};
+use crate::registry::{DeployError, DeployOutcome, Deployment, no_tenant_store};
 use crate::response::{self, Body};
 use crate::server::App;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
-use faas_invoke::{Component, LoadErrorKind, RunRecord};
+use crate::upload;
+pub use crate::upload::{COMPONENT_PART, DeployHead, HEAD_PART, MAX_MANIFEST_BYTES};
+use faas_invoke::{LoadErrorKind, RunRecord};
 use faas_kube::status::reason;
 use faas_scheduler::WorkerId;
 pub use faas_store::{IssuedToken, QuotaChanges, Quotas, Tenant, TokenInfo};
@@ -58,27 +64,10 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::time::UNIX_EPOCH;
 
 /// The path prefix of the admin API.
 pub const PREFIX: &str = "/admin/v1/";
-
-/// A deploy upload.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeployBody {
-    /// The manifest's file name, for error messages.
-    pub file_name: String,
-    /// The workflow.toml text.
-    pub manifest: String,
-    /// Base64 component bytes by function name.
-    pub components: BTreeMap<String, String>,
-    /// The text of every Karmem `.km` file the manifest names, by file name as written
-    /// in it (`blob.km`); the interfaces' memories are resolved from them.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub schemas: BTreeMap<String, String>,
-}
 
 /// The answer to a deploy.
 #[derive(Debug, Serialize, Deserialize)]
@@ -619,32 +608,21 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
             return response;
         }
     };
-    let limit = app.config.max_deploy_bytes;
-    let upload: DeployBody = match read_json(request, limit, "deploy upload").await {
-        Ok(upload) => upload,
-        Err(response) => return response,
-    };
-    if let Some(refusal) = oversized_text(&upload) {
-        return refusal;
-    }
-    let mut components = BTreeMap::new();
-    for (name, encoded) in upload.components {
-        match BASE64.decode(encoded.as_bytes()) {
-            Ok(bytes) => components.insert(name, Component::new(bytes)),
-            Err(err) => {
-                return response::error(
-                    StatusCode::BAD_REQUEST,
-                    "bad_upload",
-                    format!("component of function `{name}` is not valid base64: {err}"),
-                );
-            }
-        };
-    }
-    let request = DeployRequest {
-        file_name: upload.file_name,
-        manifest: upload.manifest,
-        components,
-        schemas: upload.schemas,
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let mut body = request.into_body().into_data_stream();
+    let limit = app.config.max_deploy_bytes as u64;
+    let request = match upload::read(content_type.as_deref(), &mut body, limit).await {
+        Ok(request) => request,
+        Err(err) => {
+            // The tenant's place is free while the rest is read and dropped.
+            drop(ticket);
+            upload::drain(&mut body, limit).await;
+            return response::error(err.status(), err.kind(), err.to_string());
+        }
     };
     let _turn = ticket.turn().await;
     match app.registry.deploy_as(request, caller).await {
@@ -671,32 +649,6 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
         }
         Err(err) => deploy_error(err),
     }
-}
-
-/// The most bytes a deploy's manifest may have, and its Karmem schemas together: far
-/// more than any written by hand, and little enough that what a deployment keeps in
-/// every gateway's memory and in the state database stays small, however many a
-/// tenant deploys (its components are kept apart: compiled, on disk).
-pub const MAX_MANIFEST_BYTES: usize = 1 << 20;
-
-/// A 413 for an upload whose manifest, or schemas, are past [`MAX_MANIFEST_BYTES`].
-fn oversized_text(upload: &DeployBody) -> Option<Response<Body>> {
-    let schemas: usize = upload.schemas.values().map(String::len).sum();
-    let (what, size) = if upload.manifest.len() > MAX_MANIFEST_BYTES {
-        (
-            format!("manifest {}", upload.file_name),
-            upload.manifest.len(),
-        )
-    } else if schemas > MAX_MANIFEST_BYTES {
-        ("Karmem schemas (.km files, together)".to_owned(), schemas)
-    } else {
-        return None;
-    };
-    Some(response::error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-        format!("the {what} is {size} bytes; a deploy's may have at most {MAX_MANIFEST_BYTES}"),
-    ))
 }
 
 #[derive(Serialize)]

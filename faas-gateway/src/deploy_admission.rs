@@ -1,7 +1,7 @@
 //! How many deploys of one tenant the gateway takes at once.
 //!
-//! A deploy holds its upload in memory (up to `max_deploy_bytes`, and about as much
-//! again while it is decoded) and then the registry's deploy lock, which every deploy
+//! A deploy holds its upload in memory (up to `max_deploy_bytes`: one copy of its
+//! components, read as they arrive, `crate::upload`) and then the registry's deploy lock, which every deploy
 //! takes in turn, while its components compile: seconds for a large component. Without
 //! a bound per tenant, one tenant sending many deploys at once would hold gigabytes of
 //! uploads and put every other tenant's deploy behind all of its own. So a tenant holds

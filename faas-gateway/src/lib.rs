@@ -37,6 +37,7 @@ mod replica;
 mod response;
 mod server;
 pub mod services;
+mod upload;
 
 pub use auth::Caller;
 pub use config::GatewayConfig;

@@ -60,6 +60,13 @@ impl Deref for Component {
     }
 }
 
+/// So that a `bytes::Bytes` (a request body) can be made of one without a copy.
+impl AsRef<[u8]> for Component {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 /// Equal when their bytes are: SHA-256 tells them apart.
 impl PartialEq for Component {
     fn eq(&self, other: &Self) -> bool {

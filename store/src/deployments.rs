@@ -10,7 +10,8 @@
 
 use crate::db::{Database, StoreError};
 use faas_invoke::{Component, Components};
-use rusqlite::{Transaction, TransactionBehavior, params};
+use rusqlite::blob::ZeroBlob;
+use rusqlite::{MAIN_DB, Transaction, TransactionBehavior, params};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -112,10 +113,7 @@ impl DeploymentStore {
             }
             for (function, component) in deployment.components.iter() {
                 let sha256 = component.digest();
-                tx.execute(
-                    "INSERT OR IGNORE INTO components (sha256, bytes) VALUES (?1, ?2)",
-                    params![sha256, &component[..]],
-                )?;
+                insert_component(tx, sha256, component)?;
                 tx.execute(
                     "INSERT INTO deployment_components (deployment, function, sha256)
                      VALUES (?1, ?2, ?3)",
@@ -226,10 +224,11 @@ fn read_all(tx: &Transaction<'_>) -> Result<Vec<SavedDeployment>, rusqlite::Erro
     // Each component is read once, however many deployments name it, and they share
     // that one copy.
     let mut stored: HashMap<String, Component> = HashMap::new();
-    let mut statement = tx.prepare("SELECT sha256, bytes FROM components")?;
+    let mut statement = tx.prepare("SELECT rowid, sha256, length(bytes) FROM components")?;
     let mut rows = statement.query([])?;
     while let Some(row) = rows.next()? {
-        stored.insert(row.get(0)?, Component::new(row.get(1)?));
+        let bytes = read_component(tx, row.get(0)?, row.get(2)?)?;
+        stored.insert(row.get(1)?, Component::new(bytes));
     }
     let mut components: BTreeMap<String, Components> = BTreeMap::new();
     let mut statement =
@@ -251,6 +250,39 @@ fn read_all(tx: &Transaction<'_>) -> Result<Vec<SavedDeployment>, rusqlite::Erro
         }
     }
     Ok(deployments.into_values().collect())
+}
+
+// Components go in and out through SQLite's incremental blob I/O. Bound as a
+// parameter, SQLite copies a blob before it writes it, and keeps the pages it wrote in
+// memory until the transaction ends (130 MiB over a 64 MiB component); read as a
+// column, it assembles the whole blob before it is copied out. Written into a
+// `zeroblob` and read into a buffer of its length, a component costs one copy.
+
+/// Stores `component` under `sha256`, unless a component of that digest is stored.
+fn insert_component(tx: &Transaction, sha256: &str, component: &[u8]) -> rusqlite::Result<()> {
+    let inserted = tx.execute(
+        "INSERT OR IGNORE INTO components (sha256, bytes) VALUES (?1, ?2)",
+        params![sha256, ZeroBlob(component.len() as u64)],
+    )?;
+    if inserted == 1 {
+        let mut blob = tx.blob_open(
+            MAIN_DB,
+            "components",
+            "bytes",
+            tx.last_insert_rowid(),
+            false,
+        )?;
+        blob.write_at(component, 0)?;
+    }
+    Ok(())
+}
+
+/// The component stored at `rowid`, of `len` bytes.
+fn read_component(tx: &Transaction, rowid: i64, len: usize) -> rusqlite::Result<Vec<u8>> {
+    let blob = tx.blob_open(MAIN_DB, "components", "bytes", rowid, true)?;
+    let mut bytes = vec![0; len];
+    blob.read_at_exact(&mut bytes, 0)?;
+    Ok(bytes)
 }
 
 /// `time` in milliseconds since the Unix epoch (0 for a time before it).

@@ -11,7 +11,7 @@
 //! `faas.dev/cleanup` and lets go of it a round after a deletion. It writes no
 //! deployment record into Redis, so nothing here is served by a worker.
 
-use crate::support::{Process, TOKEN, client, copy_manifest, error_of, faas_as, wait_ready};
+use crate::support::{Process, TOKEN, Upload, copy_manifest, error_of, faas_as, wait_ready};
 use faas_testing::RedisServer;
 use faas_testing::kube::ControlPlane;
 use serde_json::{Value, json};
@@ -375,13 +375,8 @@ impl KubeGateway {
     }
 
     /// POSTs a deploy body straight to the admin API with `token`.
-    fn post_deploy(&self, token: &str, body: &Value) -> reqwest::blocking::Response {
-        client()
-            .post(format!("{}/admin/v1/workflows", self.url))
-            .bearer_auth(token)
-            .json(body)
-            .send()
-            .expect("POST /admin/v1/workflows")
+    fn post_deploy(&self, token: &str, upload: &Upload) -> reqwest::blocking::Response {
+        upload.send(&self.url, token)
     }
 }
 
@@ -399,16 +394,10 @@ fn generation(workflow: &Value) -> i64 {
         .expect("a resource has a generation")
 }
 
-/// The deploy body `faas deploy` would send for `manifest` text with the hello
+/// The deploy upload `faas deploy` would send for `manifest` text with the hello
 /// component.
-fn hello_body(manifest: &str) -> Value {
-    use base64::Engine as _;
-    let component = faas_testing::component("hello");
-    json!({
-        "file_name": "workflow.toml",
-        "manifest": manifest,
-        "components": {"hello": base64::engine::general_purpose::STANDARD.encode(component)},
-    })
+fn hello_body(manifest: &str) -> Upload {
+    Upload::of(manifest, &[("hello", &faas_testing::component("hello"))])
 }
 
 #[test]
@@ -616,9 +605,7 @@ fn what_the_gateway_refuses_never_reaches_the_cluster() {
     // A component that is not a WebAssembly component.
     let good = gateway.hello_manifest(&name, &tenant, &[]);
     let text = std::fs::read_to_string(&good).unwrap();
-    let mut body = hello_body(&text);
-    body["components"]["hello"] = json!("bm90IHdhc20=");
-    let response = gateway.post_deploy(TOKEN, &body);
+    let response = gateway.post_deploy(TOKEN, &Upload::of(&text, &[("hello", b"not wasm")]));
     assert_eq!(response.status(), 400);
     let error = error_of(response);
     assert_eq!(error["kind"], "component", "{error}");
@@ -627,8 +614,7 @@ fn what_the_gateway_refuses_never_reaches_the_cluster() {
         "{error}"
     );
     // A function without its component.
-    body["components"] = json!({});
-    let response = gateway.post_deploy(TOKEN, &body);
+    let response = gateway.post_deploy(TOKEN, &Upload::of(&text, &[]));
     assert_eq!(response.status(), 400);
     let error = error_of(response);
     assert!(

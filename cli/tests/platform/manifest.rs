@@ -1,8 +1,6 @@
 //! Bad workflow files and bad components are refused with errors that say where.
 
-use crate::support::{Platform, TOKEN, client, error_of, repo};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
+use crate::support::{Platform, TOKEN, Upload, error_of, repo};
 
 const BAD_FIELD: &str = r#"name = "hello"
 tenant = "demo"
@@ -19,17 +17,7 @@ function = "hello"
 /// Deploys `manifest` with `component` as function `hello` through the raw admin API,
 /// bypassing the CLI's own checks.
 fn upload(platform: &Platform, manifest: &str, component: &[u8]) -> reqwest::blocking::Response {
-    let body = serde_json::json!({
-        "file_name": "workflow.toml",
-        "manifest": manifest,
-        "components": {"hello": BASE64.encode(component)},
-    });
-    client()
-        .post(platform.at("/admin/v1/workflows"))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .unwrap()
+    Upload::of(manifest, &[("hello", component)]).send(&platform.url, TOKEN)
 }
 
 #[test]

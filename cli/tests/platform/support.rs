@@ -402,6 +402,58 @@ pub fn client() -> Client {
         .expect("building the HTTP client")
 }
 
+/// A deploy upload sent straight to the admin API, so that a test can check the
+/// gateway's own answer (status, error fields) and send what `faas deploy` never would.
+pub struct Upload {
+    /// Its head part; `components` lists each component's size.
+    pub head: faas_gateway::admin::DeployHead,
+    /// The component parts, in order: (function, bytes).
+    pub components: Vec<(String, Vec<u8>)>,
+}
+
+impl Upload {
+    /// `manifest` (as `workflow.toml`) with `components` (function, bytes), each listed
+    /// in the head at its size.
+    pub fn of(manifest: &str, components: &[(&str, &[u8])]) -> Self {
+        let head = faas_gateway::admin::DeployHead {
+            file_name: "workflow.toml".to_owned(),
+            manifest: manifest.to_owned(),
+            components: components
+                .iter()
+                .map(|(function, bytes)| ((*function).to_owned(), bytes.len() as u64))
+                .collect(),
+            schemas: Default::default(),
+        };
+        let components = components
+            .iter()
+            .map(|(function, bytes)| ((*function).to_owned(), bytes.to_vec()))
+            .collect();
+        Self { head, components }
+    }
+
+    /// POSTs it to the gateway at `url` with `token`.
+    pub fn send(&self, url: &str, token: &str) -> Response {
+        use faas_gateway::admin::{COMPONENT_PART, HEAD_PART};
+        use reqwest::blocking::multipart::{Form, Part};
+        let head = serde_json::to_vec(&self.head).expect("encoding the head");
+        let form = self.components.iter().fold(
+            Form::new().part(HEAD_PART, Part::bytes(head)),
+            |form, (function, bytes)| {
+                form.part(
+                    COMPONENT_PART,
+                    Part::bytes(bytes.clone()).file_name(function.clone()),
+                )
+            },
+        );
+        client()
+            .post(format!("{url}/admin/v1/workflows"))
+            .bearer_auth(token)
+            .multipart(form)
+            .send()
+            .expect("deploy upload")
+    }
+}
+
 /// A repository path.
 pub fn repo(path: &str) -> PathBuf {
     faas_testing::repo_root().join(path)

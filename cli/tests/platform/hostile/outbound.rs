@@ -9,9 +9,7 @@
 //! loopback.
 
 use super::{Watch, assert_bystander_served, deploy_bystander};
-use crate::support::{Platform, TOKEN, client, error_of, write_manifest};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
+use crate::support::{Platform, TOKEN, Upload, error_of, write_manifest};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -280,17 +278,8 @@ fn a_malformed_entry_is_refused_naming_its_line_and_field() {
     let text = std::fs::read_to_string(&manifest)
         .unwrap()
         .replace("api.example.com", "http://127.0.0.1:80800");
-    let body = serde_json::json!({
-        "file_name": "workflow.toml",
-        "manifest": text,
-        "components": {"main": BASE64.encode(faas_testing::component("hostile-outbound"))},
-    });
-    let response = client()
-        .post(platform.at("/admin/v1/workflows"))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .unwrap();
+    let component = faas_testing::component("hostile-outbound");
+    let response = Upload::of(&text, &[("main", &component)]).send(&platform.url, TOKEN);
     assert_eq!(response.status(), 400);
     let error = error_of(response);
     assert_eq!(error["kind"], "manifest");

@@ -6,34 +6,35 @@
 //! nothing deployed.
 
 use super::scene::{Scene, assert_success};
-use crate::support::{client, sample_value};
+use crate::support::{Upload, client, sample_value};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// Starts a deploy upload with `token` that announces 64 MiB and sends one byte of
-/// it: it holds one of its tenant's places until the connection is closed.
+/// Starts a deploy upload with `token` that announces 64 MiB and sends its first
+/// boundary only: it holds one of its tenant's places until the connection is closed.
 fn held_upload(url: &str, token: &str) -> TcpStream {
     let addr = url.strip_prefix("http://").expect("an http:// URL");
     let mut stream = TcpStream::connect(addr).expect("connecting to the gateway");
     write!(
         stream,
         "POST /admin/v1/workflows HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{{",
+         Content-Type: multipart/form-data; boundary=held\r\nContent-Length: {}\r\n\r\n\
+         --held\r\n",
         64 << 20
     )
     .expect("sending the head of an upload");
     stream
 }
 
-/// A deploy with an empty object as its upload: `400` when the gateway admits it (the
-/// upload is then found to be no deploy), `429` when the tenant's places are taken.
+/// A deploy upload of no parts: `400` when the gateway admits it (the upload is then
+/// found to be no deploy), `429` when the tenant's places are taken.
 fn probe(url: &str, token: &str) -> reqwest::blocking::Response {
     client()
         .post(format!("{url}/admin/v1/workflows"))
         .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body("{}")
+        .header("content-type", "multipart/form-data; boundary=none")
+        .body("--none--\r\n")
         .send()
         .expect("deploy probe")
 }
@@ -166,16 +167,12 @@ fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
     scene.assert_victim_served();
 
     // Schemas are the deploy's text too, however many files they are cut into.
-    use base64::Engine as _;
     let schema = "x".repeat(faas_gateway::admin::MAX_MANIFEST_BYTES / 2 + 1);
-    let body = serde_json::json!({
-        "file_name": "workflow.toml",
-        "manifest": text,
-        "components": {"main": base64::engine::general_purpose::STANDARD
-            .encode(faas_testing::component("hello"))},
-        "schemas": {"a.km": schema, "b.km": schema},
-    });
-    let response = scene.upload_body(&scene.mallory, &body);
+    let mut upload = Upload::of(&text, &[("main", &faas_testing::component("hello"))]);
+    upload.head.schemas = [("a.km", &schema), ("b.km", &schema)]
+        .map(|(name, text)| (name.to_owned(), text.clone()))
+        .into();
+    let response = upload.send(&scene.url, &scene.mallory);
     assert_too_large(response, "schemas");
     assert_eq!(scene.get("/padded").status(), 404, "nothing was deployed");
     // Within the limits, the same workflow deploys.
@@ -193,14 +190,10 @@ fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
 fn a_component_for_no_declared_function_is_refused_not_stored() {
     let scene = Scene::embedded();
     let manifest = scene.manifest("stowaway", None, &["/stowaway"]);
-    use base64::Engine as _;
-    let hello = base64::engine::general_purpose::STANDARD.encode(faas_testing::component("hello"));
-    let body = serde_json::json!({
-        "file_name": "workflow.toml",
-        "manifest": std::fs::read_to_string(&manifest).unwrap(),
-        "components": {"main": hello, "stowaway": hello},
-    });
-    let response = scene.upload_body(&scene.mallory, &body);
+    let hello = faas_testing::component("hello");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let upload = Upload::of(&text, &[("main", &hello), ("stowaway", &hello)]);
+    let response = upload.send(&scene.url, &scene.mallory);
     assert_eq!(response.status(), 400);
     let error: serde_json::Value = response.json().unwrap();
     assert_eq!(error["error"]["kind"], "component", "{error}");
@@ -208,4 +201,51 @@ fn a_component_for_no_declared_function_is_refused_not_stored() {
     assert!(message.contains("`stowaway`"), "{error}");
     assert_eq!(scene.get("/stowaway").status(), 404, "nothing was deployed");
     scene.assert_victim_served();
+}
+
+/// An upload is read as it arrives and trusted for nothing: a body that is not
+/// `multipart/form-data` (an older client's JSON) is 415 naming what it is; a head that
+/// lists more bytes of components than the gateway takes is 413 before any is read; a
+/// component of other than its listed size is 400. Nothing is deployed, and the victim
+/// is served throughout.
+#[test]
+fn an_upload_that_lies_about_itself_is_refused_and_nothing_is_kept() {
+    let scene = Scene::embedded();
+    let text = std::fs::read_to_string(scene.manifest("liar", None, &["/liar"])).unwrap();
+    let expect = |response: reqwest::blocking::Response, status: u16, says: &str| {
+        assert_eq!(response.status(), status);
+        let error: serde_json::Value = response.json().unwrap();
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{error}");
+        assert_eq!(scene.get("/liar").status(), 404, "nothing was deployed");
+        scene.assert_victim_served();
+    };
+
+    let json = client()
+        .post(format!("{}/admin/v1/workflows", scene.url))
+        .bearer_auth(&scene.mallory)
+        .json(&serde_json::json!({"manifest": text}))
+        .send()
+        .expect("deploy upload");
+    expect(json, 415, "`application/json`");
+
+    let hello = faas_testing::component("hello");
+    let mut upload = Upload::of(&text, &[("main", &hello)]);
+    upload.head.components.insert("main".to_owned(), 1 << 40);
+    expect(
+        upload.send(&scene.url, &scene.mallory),
+        413,
+        "exceeds the limit",
+    );
+
+    upload
+        .head
+        .components
+        .insert("main".to_owned(), hello.len() as u64 + 1);
+    expect(upload.send(&scene.url, &scene.mallory), 400, "fewer bytes");
+
+    // The same upload, honest, deploys.
+    let upload = Upload::of(&text, &[("main", &hello)]);
+    assert_eq!(upload.send(&scene.url, &scene.mallory).status(), 200);
+    assert_eq!(scene.get("/liar").status(), 200);
 }

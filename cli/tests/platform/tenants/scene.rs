@@ -2,7 +2,7 @@
 //! with its own token made by the operator, and the victim's workflow deployed with the
 //! victim's token and served.
 
-use crate::support::{Platform, TOKEN, client, faas_as};
+use crate::support::{Platform, TOKEN, Upload, client, faas_as};
 use reqwest::Method;
 use reqwest::blocking::Response;
 use std::path::{Path, PathBuf};
@@ -91,27 +91,11 @@ impl<P> Scene<P> {
             .expect("admin request")
     }
 
-    /// A raw deploy upload of `manifest` (the hello component) with `token`, so that the
-    /// server's own answer (status, error fields) can be checked.
+    /// A raw deploy upload of `manifest` (the hello component as function `main`) with
+    /// `token`, so that the server's own answer (status, error fields) can be checked.
     pub(crate) fn upload(&self, token: &str, manifest: &Path) -> Response {
-        use base64::Engine as _;
-        let component = faas_testing::component("hello");
-        let body = serde_json::json!({
-            "file_name": "workflow.toml",
-            "manifest": std::fs::read_to_string(manifest).expect("reading the manifest"),
-            "components": {"main": base64::engine::general_purpose::STANDARD.encode(component)},
-        });
-        self.upload_body(token, &body)
-    }
-
-    /// A raw deploy upload of `body` (the admin API's JSON) with `token`.
-    pub(crate) fn upload_body(&self, token: &str, body: &serde_json::Value) -> Response {
-        client()
-            .post(format!("{}/admin/v1/workflows", self.url))
-            .bearer_auth(token)
-            .json(body)
-            .send()
-            .expect("deploy upload")
+        let text = std::fs::read_to_string(manifest).expect("reading the manifest");
+        Upload::of(&text, &[("main", &faas_testing::component("hello"))]).send(&self.url, token)
     }
 
     /// GET `path` on the gateway.
