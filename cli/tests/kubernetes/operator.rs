@@ -697,19 +697,19 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
         code_max_mb: Some(Some(1)),
         ..QuotaChanges::default()
     });
+    // The 1 MiB component is fetched from its URL, within what the quota leaves.
     let big_bytes = faas_testing::with_custom_section(&bytes, "ballast", &[7; 1 << 20]);
     let big_sha = hex::encode(Sha256::digest(&big_bytes));
-    cluster
-        .runtime
-        .block_on(shared.put_component(&big_sha, &big_bytes))
-        .unwrap();
-    // Fifteen more functions, each with a route: `f0` of the component `f0_sha`.
-    let big = |f0_sha: &str| {
+    let big_url = crate::serve_file(big_bytes);
+    let hello_source = format!("{{ sha256: \"{sha}\" }}");
+    let big_source = format!("{{ sha256: \"{big_sha}\", url: \"{big_url}\" }}");
+    // Fifteen more functions, each with a route: `f0` of the component `f0_source`.
+    let big = |f0_source: &str| {
         let (functions, routes): (String, String) = (0..15)
             .map(|i| {
-                let sha = if i == 0 { f0_sha } else { &sha };
+                let source = if i == 0 { f0_source } else { &hello_source };
                 (
-                    format!("    f{i}:\n      component: {{ sha256: \"{sha}\" }}\n"),
+                    format!("    f{i}:\n      component: {source}\n"),
                     format!("      - route: \"/big/f{i}\"\n        function: f{i}\n"),
                 )
             })
@@ -717,12 +717,20 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
         hello_workflow(&cluster.tenant, "big", "/big", &sha, None, &routes)
             .replace("  triggers:\n", &format!("{functions}  triggers:\n"))
     };
-    cluster.apply(&big(&sha));
+    cluster.apply(&big(&hello_source));
     cluster.wait_condition("big", "Ready", "True", "Ready");
-    let big = big(&big_sha);
+    let big = big(&big_source);
     cluster.apply(&big);
     let (_, message) = cluster.wait_degraded("big", "Quota");
     assert!(message.contains("code_max_mb = 1"), "{message}");
+    assert!(message.contains("not fetched"), "{message}");
+    assert!(
+        !cluster
+            .runtime
+            .block_on(shared.has_component(&big_sha))
+            .unwrap(),
+        "a component past the quota is not stored"
+    );
     let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
     assert_eq!(deployments.keys().collect::<Vec<_>>(), ["big", "one"]);
     assert!(

@@ -1,23 +1,25 @@
 //! A Workflow's components: already in Redis under their SHA-256, or fetched from their
-//! URL (bounded in size and time, verified against the digest, checked to be a
-//! WebAssembly component) and stored there content-addressed.
+//! URL (bounded in size and time and by the tenant's code quota, verified against the
+//! digest, checked to be a WebAssembly component) and stored there content-addressed.
 
 use super::Context;
-use super::reconcile::Refusal;
+use super::reconcile::{CodeRoom, Refusal};
 use faas_kube::ComponentSource;
 use faas_kube::status::reason;
 use faas_shared_state::SharedStateError;
 use sha2::{Digest, Sha256};
 
-/// Makes sure function `function`'s component `source` is in Redis.
+/// Makes sure function `function`'s component `source` is in Redis, fetching it within
+/// `room` (what the tenant's code quota leaves; `None`: no quota), which it takes from.
 ///
 /// # Errors
-/// `Ok(Err(refusal))` when it is missing, cannot be fetched, or is not what the spec
-/// names; `Err` when Redis fails (retried).
+/// `Ok(Err(refusal))` when it is missing, cannot be fetched, would pass the quota, or
+/// is not what the spec names; `Err` when Redis fails (retried).
 pub(crate) async fn ensure(
     context: &Context,
     function: &str,
     source: &ComponentSource,
+    room: &mut Option<CodeRoom>,
 ) -> Result<Result<(), Refusal>, SharedStateError> {
     if context.shared.has_component(&source.sha256).await? {
         return Ok(Ok(()));
@@ -33,15 +35,29 @@ pub(crate) async fn ensure(
             ),
         )));
     };
-    let bytes = match fetch(context, url).await {
+    let bytes = match fetch(context, url, *room).await {
         Ok(bytes) => bytes,
-        Err(message) => {
+        Err(Unfetched::Failed(message)) => {
             return Ok(Err(Refusal::new(
                 reason::COMPONENT_FETCH_FAILED,
                 format!("{field}.url: fetching {url}: {message}"),
             )));
         }
+        Err(Unfetched::PastQuota(room)) => {
+            return Ok(Err(Refusal::new(
+                reason::QUOTA,
+                format!(
+                    "{field}.url: {url} is larger than the {:.1} MiB the tenant's \
+                     code quota leaves (code_max_mb = {}); not fetched",
+                    room.left as f64 / f64::from(1 << 20),
+                    room.max_mb
+                ),
+            )));
+        }
     };
+    if let Some(room) = room {
+        room.left -= bytes.len() as u64;
+    }
     let actual = hex::encode(Sha256::digest(&bytes));
     if actual != source.sha256 {
         return Ok(Err(Refusal::new(
@@ -63,36 +79,54 @@ pub(crate) async fn ensure(
     Ok(Ok(()))
 }
 
-/// The body at `url` (http or https), refused beyond the configured size.
-async fn fetch(context: &Context, url: &str) -> Result<Vec<u8>, String> {
-    let parsed = reqwest::Url::parse(url).map_err(|err| format!("not a URL: {err}"))?;
+/// Why a component was not fetched.
+enum Unfetched {
+    /// The URL, the server or the size past `--max-component-bytes`.
+    Failed(String),
+    /// It is larger than what the tenant's code quota leaves.
+    PastQuota(CodeRoom),
+}
+
+/// The body at `url` (http or https), refused beyond the configured size or `room`, as
+/// soon as its `Content-Length` or the bytes read so far are past either.
+async fn fetch(context: &Context, url: &str, room: Option<CodeRoom>) -> Result<Vec<u8>, Unfetched> {
+    let failed = |message: String| Unfetched::Failed(message);
+    let parsed = reqwest::Url::parse(url).map_err(|err| failed(format!("not a URL: {err}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("scheme `{}` is not http or https", parsed.scheme()));
+        return Err(failed(format!(
+            "scheme `{}` is not http or https",
+            parsed.scheme()
+        )));
     }
     let limit = context.config.max_component_bytes;
-    let too_big = || format!("larger than the limit of {limit} bytes (--max-component-bytes)");
+    let within = |size: u64| {
+        if size > limit {
+            Err(failed(format!(
+                "larger than the limit of {limit} bytes (--max-component-bytes)"
+            )))
+        } else if let Some(room) = room.filter(|room| size > room.left) {
+            Err(Unfetched::PastQuota(room))
+        } else {
+            Ok(())
+        }
+    };
     let mut response = context
         .http
         .get(parsed)
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|err| err.without_url().to_string())?;
-    if response
-        .content_length()
-        .is_some_and(|length| length > limit)
-    {
-        return Err(too_big());
+        .map_err(|err| failed(err.without_url().to_string()))?;
+    if let Some(length) = response.content_length() {
+        within(length)?;
     }
     let mut bytes = Vec::new();
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|err| err.without_url().to_string())?
+        .map_err(|err| failed(err.without_url().to_string()))?
     {
-        if (bytes.len() + chunk.len()) as u64 > limit {
-            return Err(too_big());
-        }
+        within((bytes.len() + chunk.len()) as u64)?;
         bytes.extend_from_slice(&chunk);
     }
     Ok(bytes)

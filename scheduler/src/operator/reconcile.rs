@@ -225,12 +225,12 @@ async fn clear_demand(context: &Context, name: &str) -> Result<(), SharedStateEr
 /// against the deployments as they are by then (another deploy may have taken the name,
 /// a route or the last place in the quota meanwhile).
 async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, ReconcileError> {
-    let valid = match check(workflow, context).await? {
+    let (valid, mut room) = match check(workflow, context).await? {
         Checked::Settled(deployed) => return Ok(deployed),
-        Checked::Changed { valid, .. } => valid,
+        Checked::Changed { valid, room, .. } => (valid, room),
     };
     for (function, source) in &valid.components {
-        if let Err(refusal) = components::ensure(context, function, source).await? {
+        if let Err(refusal) = components::ensure(context, function, source, &mut room).await? {
             let ours = ours(&context.shared.deployments().await?, workflow);
             return Ok(Deployed {
                 record: ours,
@@ -241,7 +241,7 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
     let _guard = context.deploy_lock.lock().await;
     let (valid, digest) = match check(workflow, context).await? {
         Checked::Settled(deployed) => return Ok(deployed),
-        Checked::Changed { valid, digest } => (valid, digest),
+        Checked::Changed { valid, digest, .. } => (valid, digest),
     };
     let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
@@ -285,7 +285,21 @@ enum Checked {
     Changed {
         valid: faas_kube::ValidWorkflow,
         digest: String,
+        /// What the tenant's code quota leaves for the components not stored yet
+        /// (`None`: no quota).
+        room: Option<CodeRoom>,
     },
+}
+
+/// What a tenant's code quota leaves for the components a Workflow names that are not
+/// stored yet: they are fetched within it, so a Workflow past its quota is refused
+/// before its components are downloaded, not after.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CodeRoom {
+    /// Bytes left.
+    pub(crate) left: u64,
+    /// The quota, for the refusal's message.
+    pub(crate) max_mb: u64,
 }
 
 /// Why a Workflow in namespace `tenant` is refused when no such tenant exists.
@@ -395,6 +409,7 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
         .quotas
         .code_max_mb
         .unwrap_or(context.config.tenant_code_max_mb);
+    let mut room = None;
     if max_mb > 0 {
         // Each component once, however many workflows name it, as the gateways hold
         // and Redis stores it.
@@ -415,8 +430,16 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
                 ),
             );
         }
+        room = Some(CodeRoom {
+            left: max_mb.saturating_mul(1 << 20) - bytes,
+            max_mb,
+        });
     }
-    Ok(Checked::Changed { valid, digest })
+    Ok(Checked::Changed {
+        valid,
+        digest,
+        room,
+    })
 }
 
 /// SHA-256 over what a deployment is made of: tenant, name and spec, components by
