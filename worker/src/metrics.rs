@@ -1,6 +1,8 @@
 //! What the worker counts about the guests it runs, per tenant, workflow and function:
-//! instance starts, compiles (cold: compiled now; warm: loaded from the component
-//! cache) and region bytes handed over (mapped or copied).
+//! instance starts (by how their memory slot is reset: by written pages or whole, so
+//! an operator sees which functions moved to whole resets, whose idle slots each keep
+//! up to `--whole-slot-reset-mb` resident), compiles (cold: compiled now; warm: loaded
+//! from the component cache) and region bytes handed over (mapped or copied).
 //!
 //! A loaded workflow holds its series, and they are dropped at the first scrape after
 //! no loaded workflow does ([`PerWorkflow::dropping_unheld`]). The gateway serves them
@@ -59,7 +61,8 @@ impl WorkflowCounters {
 /// One function's counters.
 #[derive(Debug, Default)]
 pub(crate) struct FunctionCounters {
-    instance_starts: Counter,
+    /// Instances whose slot is reset by written pages (index 0) or whole (index 1).
+    instance_starts: [Counter; 2],
     /// Compiled now (index 0) or loaded from the cache (index 1).
     compiles: [Counter; 2],
     /// Mapped (index 0) or copied (index 1).
@@ -67,9 +70,10 @@ pub(crate) struct FunctionCounters {
 }
 
 impl FunctionCounters {
-    /// Counts one instance made for an event.
-    pub(crate) fn instance_started(&self) {
-        self.instance_starts.inc();
+    /// Counts one instance made for an event: `whole` if its engine resets its memory
+    /// slot whole after it (`runtimes.rs`).
+    pub(crate) fn instance_started(&self, whole: bool) {
+        self.instance_starts[usize::from(whole)].inc();
     }
 
     /// Counts one load of the function's component: `warm` if the compiled code came
@@ -88,7 +92,8 @@ impl WorkflowSeries for WorkflowCounters {
     const METRICS: &'static [Descriptor] = &[
         Descriptor {
             name: "instance_starts",
-            help: "Instances made for events (each event gets a fresh one)",
+            help: "Instances made for events (each event gets a fresh one), by how their \
+                   memory slot is reset after it: written-pages or whole",
             metric_type: MetricType::Counter,
         },
         Descriptor {
@@ -113,10 +118,11 @@ impl WorkflowSeries for WorkflowCounters {
         let functions = self.lock().clone();
         for (function, counters) in &functions {
             let (pairs, label, values) = match metric {
-                "instance_starts" => {
-                    out.series(&counters.instance_starts, &[("function", function)])?;
-                    continue;
-                }
+                "instance_starts" => (
+                    &counters.instance_starts,
+                    "slot_reset",
+                    ["written-pages", "whole"],
+                ),
                 "component_compiles" => (&counters.compiles, "cache", ["cold", "warm"]),
                 "region_bytes" => (
                     &counters.region_bytes,

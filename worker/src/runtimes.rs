@@ -60,6 +60,8 @@ pub(crate) struct Runtime {
     /// Whether the engine resets slots by scanning for the pages an event wrote, which
     /// a swap area turned on later makes unsafe (`swap.rs`).
     pub(crate) scans_written_pages: bool,
+    /// Whether the engine resets slots whole.
+    resets_whole: bool,
     /// Whether functions linked here have their placement measured (`placement.rs`).
     pub(crate) measures_placement: bool,
 }
@@ -92,6 +94,7 @@ impl Runtime {
             compiler: config.compiler.clone(),
             after_load: config.after_load,
             scans_written_pages: reset == (PoolReset::WrittenPages { scan: true }),
+            resets_whole: matches!(reset, PoolReset::Whole { .. }),
             measures_placement: config.pooling
                 && !flavor.whole
                 && matches!(config.slot_reset, SlotReset::ByFunction { .. }),
@@ -325,6 +328,15 @@ impl Runtimes {
         );
         let slot = &self.later[flavor.index() - 1];
         Ok(slot.get_or_init(|| runtime))
+    }
+
+    /// Whether `engine` (one of these) resets its memory slots whole after each
+    /// instance.
+    pub(crate) fn resets_whole(&self, engine: &Engine) -> bool {
+        std::iter::once(&self.first)
+            .chain(self.later.iter().filter_map(OnceLock::get))
+            .find(|runtime| Engine::same(&runtime.engine, engine))
+            .is_some_and(|runtime| runtime.resets_whole)
     }
 
     /// How many distinct components are linked and held, over every engine.

@@ -582,7 +582,9 @@ impl Worker {
         }
         // The store about to be made needs ticks for its deadline and fair turns.
         self.clock.wake();
-        function.metrics.instance_started();
+        function
+            .metrics
+            .instance_started(self.runtimes.resets_whole(entry.engine()));
         let output = MemoryOutputPipe::new(GUEST_OUTPUT_BYTES);
         let event = EventContext {
             tenant: workflow.tenant.clone(),

@@ -130,6 +130,21 @@ async fn until_moved(worker: &Worker, workflow: &LoadedWorkflow) {
     }
 }
 
+/// How many instances of `function` (of `workflow` of `tenant`) the worker's metrics
+/// count with `slot_reset`, as a scrape reads them.
+fn starts(worker: &Worker, tenant: &str, workflow: &str, function: &str, slot_reset: &str) -> u64 {
+    let mut registry = prometheus_client::registry::Registry::with_prefix("faas");
+    registry.register_collector(worker.metrics().collector());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let series = format!(
+        r#"faas_instance_starts_total{{tenant="{tenant}",workflow="{workflow}",function="{function}",slot_reset="{slot_reset}"}} "#
+    );
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |count| count.parse().unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_that_keeps_faulting_pages_in_moves_to_whole_resets() {
     let _alone = ONE_AT_A_TIME.lock().await;
@@ -174,6 +189,13 @@ async fn a_component_that_keeps_faulting_pages_in_moves_to_whole_resets() {
     faults_per_scatter(&worker, &fueled, 32).await;
     let hello = get(&worker, &plain, "hello", "/hello").await;
     assert!(hello.starts_with("Hello from"), "{hello}");
+    // The metrics tell the operator which functions moved.
+    for workflow in ["plain", "fueled"] {
+        assert!(starts(&worker, "t", workflow, "misbehave", "written-pages") >= 32);
+        assert!(starts(&worker, "t", workflow, "misbehave", "whole") >= 32);
+    }
+    assert!(starts(&worker, "t", "plain", "hello", "written-pages") > 32);
+    assert_eq!(starts(&worker, "t", "plain", "hello", "whole"), 0);
     // The engines that reset whole load the artifacts compiled for the others: one
     // cache directory for the unmetered engines, one for the metered ones.
     let engine_dirs = std::fs::read_dir(dir.path()).unwrap().count();
@@ -210,6 +232,8 @@ async fn one_tenants_events_never_move_another_tenants_function_of_the_same_byte
             .moved_to_whole_resets(),
         "another tenant's events moved alice's function"
     );
+    assert_eq!(starts(&worker, "alice", "quiet", "misbehave", "whole"), 0);
+    assert!(starts(&worker, "mallory", "noisy", "misbehave", "whole") > 0);
     assert_eq!(
         worker.linked_components(),
         3,
@@ -229,4 +253,24 @@ async fn with_written_page_resets_chosen_nothing_moves() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     scatter(&worker, &plain).await;
     assert!(!plain.function("misbehave").unwrap().moved_to_whole_resets());
+    assert_eq!(starts(&worker, "t", "plain", "misbehave", "whole"), 0);
+    assert_eq!(
+        starts(&worker, "t", "plain", "misbehave", "written-pages"),
+        65
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_whole_resets_chosen_every_instance_is_counted_whole() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let dir = faas_testing::temp_dir();
+    let worker = worker(dir.path(), SlotReset::Whole { bytes: 4 << 20 });
+    let plain = load(&worker, "plain", "").await;
+    for _ in 0..3 {
+        scatter(&worker, &plain).await;
+        get(&worker, &plain, "hello", "/hello").await;
+    }
+    assert_eq!(starts(&worker, "t", "plain", "misbehave", "whole"), 3);
+    assert_eq!(starts(&worker, "t", "plain", "hello", "whole"), 3);
+    assert_eq!(starts(&worker, "t", "plain", "hello", "written-pages"), 0);
 }

@@ -36,15 +36,20 @@ fn probes_answer_and_metrics_count_per_tenant_and_workflow_until_it_is_removed()
     // Statuses go by class: a guest picks its status and must not mint series.
     assert_eq!(count(&platform, "requests_total", r#",status="2xx""#), 3.0);
     assert_eq!(count(&platform, "request_duration_seconds_count", ""), 3.0);
-    // Each event got a fresh instance, and the component was compiled once.
+    // Each event got a fresh instance, whose slot was reset by the pages it wrote (a
+    // hello writes few), and the component was compiled once.
     let function = r#",function="hello""#;
-    assert_eq!(count(&platform, "instance_starts_total", function), 3.0);
+    let of_hello = |platform: &Platform, name: &str, label: &str, value: &str| {
+        count(platform, name, &format!(r#"{function},{label}="{value}""#))
+    };
+    let starts = "instance_starts_total";
+    assert_eq!(
+        of_hello(&platform, starts, "slot_reset", "written-pages"),
+        3.0
+    );
+    assert_eq!(of_hello(&platform, starts, "slot_reset", "whole"), 0.0);
     let compiles = |platform: &Platform, cache: &str| {
-        count(
-            platform,
-            "component_compiles_total",
-            &format!(r#"{function},cache="{cache}""#),
-        )
+        of_hello(platform, "component_compiles_total", "cache", cache)
     };
     assert_eq!(compiles(&platform, "cold"), 1.0);
     assert_eq!(compiles(&platform, "warm"), 0.0);

@@ -677,7 +677,7 @@ fn a_worker_reports_its_gauges_and_holds_no_instance_when_idle() {
     );
     assert_eq!(gauge("faas_worker_draining"), 0);
     // The worker counts its guests per tenant, workflow and function.
-    let starts = r#"faas_instance_starts_total{tenant="demo",workflow="hello",function="hello"}"#;
+    let starts = r#"faas_instance_starts_total{tenant="demo",workflow="hello",function="hello",slot_reset="written-pages"}"#;
     assert_eq!(gauge(starts), 5);
     // Unloaded, the workflow's series go with it.
     assert!(faas_at(&services.url, &["rm", "hello"]).status.success());
