@@ -117,26 +117,69 @@ impl WorkflowSeries for WorkflowCounters {
     fn encode(&self, metric: &str, out: &mut SeriesEncoder<'_, '_>) -> fmt::Result {
         let functions = self.lock().clone();
         for (function, counters) in &functions {
-            let (pairs, label, values) = match metric {
+            // Whether the first series is served from the load on, at 0: a loaded
+            // function's written-page starts are (as its starts were before they had a
+            // label), so that a rate sees its first one; the others appear when counted.
+            let (pairs, label, values, first_from_load) = match metric {
                 "instance_starts" => (
                     &counters.instance_starts,
                     "slot_reset",
                     ["written-pages", "whole"],
+                    true,
                 ),
-                "component_compiles" => (&counters.compiles, "cache", ["cold", "warm"]),
+                "component_compiles" => (&counters.compiles, "cache", ["cold", "warm"], false),
                 "region_bytes" => (
                     &counters.region_bytes,
                     "mode",
                     [Handoff::Mapped.as_str(), Handoff::Copied.as_str()],
+                    false,
                 ),
                 _ => continue,
             };
-            for (counter, value) in pairs.iter().zip(values) {
-                if counter.get() > 0 {
+            for (i, (counter, value)) in pairs.iter().zip(values).enumerate() {
+                if (first_from_load && i == 0) || counter.get() > 0 {
                     out.series(counter, &[("function", function), (label, value)])?;
                 }
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::registry::Registry;
+
+    /// What a scrape of `metrics` reads.
+    fn scrape(metrics: &GuestMetrics) -> String {
+        let mut registry = Registry::with_prefix("faas");
+        registry.register_collector(metrics.collector());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn a_loaded_functions_starts_are_served_from_zero_and_whole_ones_once_counted() {
+        let metrics = GuestMetrics::default();
+        let workflow = metrics.workflow("t", "w");
+        let function = workflow.function("f");
+        let series = |slot_reset: &str, count: u64| {
+            format!(
+                "faas_instance_starts_total{{tenant=\"t\",workflow=\"w\",function=\"f\",\
+                 slot_reset=\"{slot_reset}\"}} {count}\n"
+            )
+        };
+        let text = scrape(&metrics);
+        assert!(text.contains(&series("written-pages", 0)), "{text}");
+        assert!(!text.contains("slot_reset=\"whole\""), "{text}");
+
+        function.instance_started(true);
+        function.instance_started(false);
+        function.instance_started(true);
+        let text = scrape(&metrics);
+        assert!(text.contains(&series("written-pages", 1)), "{text}");
+        assert!(text.contains(&series("whole", 2)), "{text}");
     }
 }
