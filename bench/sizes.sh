@@ -10,7 +10,8 @@
 # runs them as they are. Prints req/s and p99 per round, the ranges, the ratios to
 # `wasmtime serve` and to native, and what one instance of each takes on the platform
 # (the growth of the process's peak RSS at CONNECTIONS concurrent requests, divided by
-# CONNECTIONS: an upper bound that includes their buffers).
+# CONNECTIONS: an upper bound that includes their buffers), and how the platform reset
+# each one's instances over the run (by written pages or whole, from its metrics).
 #
 #   bench/sizes.sh                    # 8 connections, 10 s per measurement, 3 rounds
 #   DURATION=20s ROUNDS=5 bench/sizes.sh
@@ -119,6 +120,20 @@ for round in $(seq 1 "$ROUNDS"); do
         printf '%-6s %-18s %10s %9s\n' "$round" "${names[$i]}" "$rps" "$p99"
         echo "$round ${names[$i]} $rps $p99" >>"$BENCH_DATA/results"
     done
+done
+
+# How each component's instances were reset over the whole run, from the platform's
+# own count (a component that moved shows both: its first events scan for written pages).
+echo
+echo "platform instance starts by slot reset (faas_instance_starts_total):"
+metrics=$(curl -s "http://127.0.0.1:$PORT_FAAS/metrics")
+for lang in rust table js python; do
+    awk -v w="hello-$lang" '
+        index($0, "faas_instance_starts_total{") == 1 && index($0, "workflow=\"" w "\"") {
+            match($0, /slot_reset="[a-z-]+"/); mode = substr($0, RSTART + 12, RLENGTH - 13)
+            starts[mode] = $NF
+        }
+        END { printf "  %-8s %10d written-pages %10d whole\n", substr(w, 7), starts["written-pages"], starts["whole"] }' <<<"$metrics"
 done
 
 awk '
