@@ -13,7 +13,10 @@ cargo build --release -q -p faas-bench --bin workflow-fanout
 (cd functions && cargo build --release -q -p fanout-bench)
 
 source bench/lib.sh
-start_faas "$PORT" --no-demo
+# The HTTP chain's throughput stage has 4 clients each sending 64 `work` calls at once,
+# all from one address: the gateway's default cap of 256 connections per client
+# address would close some of them as they are accepted.
+start_faas "$PORT" --no-demo --max-connections-per-client 1024
 
 FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=$FAAS_BIN \
     target/release/workflow-fanout
