@@ -151,7 +151,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     );
     if template.language != Language::Rust {
         println!(
-            "(the build needs {} on PATH: see the README, \"Functions in Python and JavaScript\")",
+            "(the build needs {} on PATH: see the README, \"Starting from a template\")",
             match template.language {
                 Language::Python => "componentize-py",
                 Language::TypeScript => "tsc and componentize-js",
