@@ -165,7 +165,7 @@ impl Worker {
     /// messaging): a Redis connection drives its socket from a task spawned where it
     /// connects, so connected from here its replies wake the waiting guest on the
     /// guest threads themselves rather than on a thread of the process's main runtime
-    /// that hands each reply over (README, "Sensor pipeline"). A reconnection starts
+    /// that hands each reply over (bench/HISTORY.md, "Sensor pipeline"). A reconnection starts
     /// where the call that found the connection lost runs: mostly a guest on these
     /// threads, but an HTTP function's first poll runs on the thread that received
     /// the request, and a connection it re-makes is driven from the main runtime:

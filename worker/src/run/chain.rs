@@ -109,7 +109,7 @@ pub(crate) async fn run(
 /// result; dropping this future stops it there (at the run's deadline, say). Handing a
 /// step to a guest thread and its output back is then a task switch on one thread, not
 /// a wake-up of another: as one workflow, the sensor pipeline's platform CPU time per
-/// match fell by 11-17% (README, "Where a match's CPU time goes").
+/// match fell by 11-17% (bench/HISTORY.md, "Sensor pipeline").
 async fn execute_on_guest_threads(
     run: &Arc<RunShared>,
     input: Region,
