@@ -19,6 +19,9 @@ const JS_HTTP_SDK: &str = include_str!("../../sdk/js/faas-http.js");
 /// The JavaScript SDK's type declarations, for the TypeScript templates.
 const JS_SDK_TYPES: &str = include_str!("../../sdk/js/faas.d.ts");
 const JS_HTTP_SDK_TYPES: &str = include_str!("../../sdk/js/faas-http.d.ts");
+/// The README section that says how to install the Python and JavaScript builders,
+/// named in the hint `faas new` prints for those templates.
+const README_LANGUAGES_SECTION: &str = "Starting from a template";
 
 /// A template's language: what `faas new` adds to its files.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -151,7 +154,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     );
     if template.language != Language::Rust {
         println!(
-            "(the build needs {} on PATH: see the README, \"Starting from a template\")",
+            "(the build needs {} on PATH: see the README, \"{README_LANGUAGES_SECTION}\")",
             match template.language {
                 Language::Python => "componentize-py",
                 Language::TypeScript => "tsc and componentize-js",
@@ -268,5 +271,16 @@ mod tests {
         }
         // And no template folder is left out of the list.
         assert_eq!(TEMPLATES.dirs().count(), ALL.len());
+    }
+
+    #[test]
+    fn the_build_hint_names_a_readme_section_that_exists() {
+        let readme = include_str!("../../README.md");
+        assert!(
+            readme
+                .lines()
+                .any(|line| line.starts_with("## ") && line.contains(README_LANGUAGES_SECTION)),
+            "README.md has no section \"{README_LANGUAGES_SECTION}\""
+        );
     }
 }
