@@ -4,6 +4,7 @@ use crate::error::InvokeError;
 use crate::failure::{Failure, classify};
 use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
+use crate::placement::Teardown;
 use crate::state::LineOwner;
 use crate::worker::Worker;
 use bytes::Bytes;
@@ -130,8 +131,9 @@ impl Worker {
                     line.push();
                 }
             },
-            // No region is mapped into an HTTP function: its inputs are a request.
-            |_| false,
+            // No region is mapped into an HTTP function (its inputs are a request), and
+            // its store goes with the guest future.
+            |_| Teardown::WithTheEvent,
         );
 
         // On timeout the instance must go at once, freeing its slot.

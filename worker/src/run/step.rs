@@ -6,6 +6,7 @@ use crate::failure::{Failure, classify, cut_guest_text};
 use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction};
 use crate::host::{MessageInfo, StepContext};
+use crate::placement::Teardown;
 use crate::region::{Region, RegionScope};
 use crate::run::chain::RunShared;
 use crate::state::{LineOwner, RunLabel};
@@ -233,7 +234,11 @@ async fn attempt_once(
         FirstPoll::OnGuestThreads,
         guest,
         || (),
-        |(_, _, mapped)| *mapped,
+        |(put_off, _, mapped)| match (mapped, put_off) {
+            (true, _) => Teardown::MappedRegions,
+            (false, Some(_)) => Teardown::PutOff,
+            (false, None) => Teardown::WithTheEvent,
+        },
     );
     let timed_out = || {
         invoke(crate::InvokeError::Timeout {
