@@ -4,7 +4,6 @@ use crate::error::InvokeError;
 use crate::failure::{Failure, classify};
 use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
-use crate::placement::Teardown;
 use crate::state::LineOwner;
 use crate::worker::Worker;
 use bytes::Bytes;
@@ -131,9 +130,8 @@ impl Worker {
                     line.push();
                 }
             },
-            // No region is mapped into an HTTP function (its inputs are a request), and
-            // its store goes with the guest future.
-            |_| Teardown::WithTheEvent,
+            // No region is mapped into an HTTP function: its inputs are a request.
+            |_| false,
         );
 
         // On timeout the instance must go at once, freeing its slot.

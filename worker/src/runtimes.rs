@@ -169,8 +169,18 @@ impl Runtime {
                     .map(|entry| self.shared.share(kind, digest, entry))
             }
         };
+        let faults = placement.probe.fewest_faults();
         match moved {
-            Ok(entry) => placement.move_to_whole(entry),
+            Ok(entry) => {
+                placement.replace(entry);
+                placement.probe.moved(true);
+                tracing::info!(
+                    function = name,
+                    digest = &digest[..digest.len().min(12)],
+                    fewest_faults_per_event = faults,
+                    "function moved to whole slot resets: its events kept faulting pages in"
+                );
+            }
             Err(err) => stays(
                 placement,
                 name,

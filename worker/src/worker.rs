@@ -11,7 +11,7 @@ use crate::kv::KeyValueStore;
 use crate::limits::FileBudget;
 use crate::memory_budget::GuestMemory;
 use crate::metrics::{FunctionCounters, GuestMetrics};
-use crate::placement::{Move, Placement, Teardown};
+use crate::placement::Placement;
 use crate::region::{RegionLimits, RegionScope, Retired};
 use crate::runtimes::{Flavor, Runtimes};
 use crate::state::{EventContext, GUEST_OUTPUT_BYTES, InstanceState, LineOwner, MemoryLimiter};
@@ -227,10 +227,9 @@ impl Worker {
     /// `None`. `on_deadline` runs just before that drop.
     ///
     /// While the function's placement is measured (`placement.rs`), the page faults
-    /// the guest takes and the CPU time it uses are counted; `teardown` says of its
-    /// output whether its instance went with it (so that its slot's reset was timed)
-    /// and whether the host mapped region pages into its memory (the faults on those
-    /// pages tell nothing about its slot resets).
+    /// the guest takes are counted, unless `mapped_regions` says of its output that
+    /// the host mapped region pages into its memory: the faults on those pages tell
+    /// nothing about its slot resets.
     pub(crate) fn spawn_guest<F>(
         &self,
         tenant: Arc<str>,
@@ -238,25 +237,24 @@ impl Worker {
         first_poll: FirstPoll,
         guest: F,
         on_deadline: impl FnOnce() + Send + 'static,
-        teardown: fn(&F::Output) -> Teardown,
+        mapped_regions: fn(&F::Output) -> bool,
     ) -> GuestTask<F::Output>
     where
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        match function.placement.probe.take_move() {
-            Some(Move::ToWhole) => self.move_to_whole_resets(function),
-            Some(Move::Back) => function.placement.move_back(),
-            None => {}
+        if function.placement.probe.take_move() {
+            self.move_to_whole_resets(function);
         }
-        let guest = crate::placement::measure(function.placement.clone(), guest, teardown);
+        let guest =
+            crate::placement::count_faults(function.placement.clone(), guest, mapped_regions);
         let gone_at = tokio::time::Instant::now() + function.limits.timeout + HOST_WAIT_GRACE;
         self.guests
             .spawn(tenant, first_poll, guest, gone_at, on_deadline)
     }
 
-    /// Moves `function` to the engine that resets slots whole, in the background, to
-    /// try it: its events kept faulting pages in (`placement.rs`).
+    /// Moves `function` to the engine that resets slots whole, in the background: its
+    /// events kept faulting pages in (`placement.rs`).
     fn move_to_whole_resets(&self, function: &LoadedFunction) {
         self.runtimes.move_to_whole_resets(
             function.limits.fuel.is_some(),
@@ -485,15 +483,10 @@ impl Worker {
             "component loaded"
         );
         metrics.loaded(outcome == CacheOutcome::Hit);
-        let name: Arc<str> = name.into();
         Ok(LoadedFunction {
-            placement: Arc::new(Placement::new(
-                name.clone(),
-                entry,
-                runtime.measures_placement,
-            )),
-            name,
+            name: name.into(),
             digest,
+            placement: Arc::new(Placement::new(entry, runtime.measures_placement)),
             limits,
             config: Arc::new(spec.config.clone()),
             allowed_outbound_hosts: Arc::new(spec.allowed_outbound_hosts.clone()),

@@ -1,13 +1,10 @@
 //! By default a worker chooses how to reset memory slots per function: a function
 //! whose events keep faulting pages in under written-page resets (here `misbehave`'s
 //! `/misbehave/scatter`, which writes hundreds of runs of pages, as an interpreter's
-//! heap has) tries whole resets after its first events, with or without fuel, and
-//! keeps them where they cost its events less CPU time; one that writes a few pages
-//! (the hello) stays. Once moved it still answers, never sees an earlier instance's
-//! data, and stops faulting. One that faults but writes little of a large memory
-//! (`/misbehave/sparse`), so that a whole reset costs far more than its faults, goes
-//! back after its trial. One tenant's events never move another tenant's function,
-//! though both run the same bytes.
+//! heap has) moves to whole resets after its first events, with or without fuel; one
+//! that writes a few pages (the hello) stays. Once moved it still answers, never sees
+//! an earlier instance's data, and stops faulting. One tenant's events never move
+//! another tenant's function, though both run the same bytes.
 
 use bytes::Bytes;
 use faas_worker::{LoadedWorkflow, SlotReset, Worker, WorkerConfig};
@@ -203,56 +200,6 @@ async fn a_component_that_keeps_faulting_pages_in_moves_to_whole_resets() {
     // cache directory for the unmetered engines, one for the metered ones.
     let engine_dirs = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(engine_dirs, 2, "compiled once per fuel setting");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_function_that_writes_little_of_a_large_memory_goes_back_after_trying_whole_resets() {
-    let _alone = ONE_AT_A_TIME.lock().await;
-    let dir = faas_testing::temp_dir();
-    let worker = worker(dir.path(), SlotReset::default());
-    let plain = load(&worker, "plain", "").await;
-    let linked = worker.linked_components();
-    let sparse = || async {
-        let stale = get(&worker, &plain, "misbehave", "/misbehave/sparse").await;
-        assert_eq!(
-            stale, "0\n",
-            "an instance found another's bytes in its memory"
-        );
-    };
-    let whole = || starts(&worker, "t", "plain", "misbehave", "whole");
-
-    // Dozens of faults per event with written-page resets: it tries whole ones (the
-    // move runs in the background), for as many events as it was measured before.
-    let give_up = Instant::now() + Duration::from_secs(30);
-    while whole() < 32 {
-        assert!(Instant::now() < give_up, "never tried whole resets");
-        sparse().await;
-    }
-    assert_eq!(
-        worker.linked_components(),
-        linked + 1,
-        "linked once more for the trial"
-    );
-    // The event that finds the trial over still runs on whole resets.
-    for _ in 0..2 {
-        sparse().await;
-    }
-    let tried = whole();
-    let written = starts(&worker, "t", "plain", "misbehave", "written-pages");
-    for _ in 0..16 {
-        sparse().await;
-    }
-    assert_eq!(whole(), tried, "it went back to written-page resets");
-    assert_eq!(
-        starts(&worker, "t", "plain", "misbehave", "written-pages"),
-        written + 16
-    );
-    assert!(!plain.function("misbehave").unwrap().moved_to_whole_resets());
-    assert_eq!(
-        worker.linked_components(),
-        linked,
-        "the code linked for the trial is let go"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,11 +10,9 @@
 //! counts the requests its instance has seen. `/misbehave/shout` logs 8 MB.
 //! `/misbehave/forge` logs one line whose text holds a line break and a forged line of
 //! the platform's log after it.
-//! `/misbehave/scatter` grows its memory by 4 MiB and writes every other page of it
-//! (hundreds of runs of written pages, as an interpreter's heap has);
-//! `/misbehave/sparse` grows it by 14 MiB and writes every 64th page (dozens of runs in
-//! a large memory, which a whole reset must clear in full). Each answers how many of
-//! the bytes it wrote were not zero before: 0 unless an earlier instance's data leaked.
+//! `/misbehave/scatter` writes every other page of a fresh 4 MiB buffer (hundreds of
+//! runs of written pages, as an interpreter's heap has) after counting the bytes in it
+//! that are not zero, which it answers: 0 unless an earlier instance's data leaked.
 
 use faas_sdk::http::{Request, Response};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -86,40 +84,20 @@ fn handle(req: Request) -> Response {
             faas_sdk::log::info(FORGED_LINE);
             Response::text(200, "forged\n")
         }
-        "/misbehave/scatter" => fresh_writes(4 << 20, 2 * PAGE),
-        "/misbehave/sparse" => fresh_writes(14 << 20, 64 * PAGE),
+        "/misbehave/scatter" => {
+            const PAGE: usize = 4096;
+            let mut buffer = vec![0u8; 4 << 20];
+            let stale = buffer.iter().filter(|&&byte| byte != 0).count();
+            for page in buffer.chunks_mut(2 * PAGE) {
+                page[0] = 0xAB;
+            }
+            std::hint::black_box(&buffer);
+            Response::text(200, format!("{stale}\n"))
+        }
         "/misbehave/count" => {
             let seen = SEEN.fetch_add(1, Ordering::SeqCst) + 1;
             Response::text(200, format!("{seen}\n"))
         }
         _ => Response::text(200, "still fine\n"),
     }
-}
-
-/// A page of memory as the kernel maps it, the unit a slot reset works in.
-const PAGE: usize = 4096;
-
-/// Grows the memory by `bytes` and writes one byte at every `stride` bytes of the new
-/// part, answering how many of those bytes were not zero first. Grown directly, not
-/// through the allocator, which may clear what it hands out: the new memory must read
-/// as zero whatever the last instance in this slot wrote, and no page of it is touched
-/// but those written here.
-fn fresh_writes(bytes: usize, stride: usize) -> Response {
-    const WASM_PAGE: usize = 64 << 10;
-    let old_pages = core::arch::wasm32::memory_grow(0, bytes / WASM_PAGE);
-    if old_pages == usize::MAX {
-        return Response::text(500, "memory.grow failed\n");
-    }
-    let start = old_pages * WASM_PAGE;
-    let mut stale = 0;
-    for at in (start..start + bytes).step_by(stride) {
-        let byte = at as *mut u8;
-        // SAFETY: in memory grown just above, which the allocator does not know of:
-        // nothing else reads or writes it.
-        unsafe {
-            stale += usize::from(byte.read_volatile() != 0);
-            byte.write_volatile(0xAB);
-        }
-    }
-    Response::text(200, format!("{stale}\n"))
 }

@@ -6,7 +6,6 @@ use crate::failure::{Failure, classify, cut_guest_text};
 use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction};
 use crate::host::{MessageInfo, StepContext};
-use crate::placement::Teardown;
 use crate::region::{Region, RegionScope};
 use crate::run::chain::RunShared;
 use crate::state::{LineOwner, RunLabel};
@@ -234,11 +233,7 @@ async fn attempt_once(
         FirstPoll::OnGuestThreads,
         guest,
         || (),
-        |(put_off, _, mapped)| match (mapped, put_off) {
-            (true, _) => Teardown::MappedRegions,
-            (false, Some(_)) => Teardown::PutOff,
-            (false, None) => Teardown::WithTheEvent,
-        },
+        |(_, _, mapped)| *mapped,
     );
     let timed_out = || {
         invoke(crate::InvokeError::Timeout {
