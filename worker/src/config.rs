@@ -175,6 +175,10 @@ pub fn default_max_region_files() -> usize {
 /// request 0.92x, CPU 0.98x, and the gap widens with size (16 MiB: 0.04x handoff,
 /// 0.75x end to end). So values from 2 MiB up are mapped.
 ///
+/// A later 2-core VM found mapping no slower than copying at any size from 16 KiB
+/// (README, "Regions: A→B handoff, mapped vs copied vs HTTP+JSON"); 2 MiB stays the
+/// default, on the side that is safe on both, until sweeps on more machines settle it.
+///
 /// The producer's teardown is put off until the consumer has placed the value whether
 /// it is mapped or copied; before that was so, copies looked slower than they are
 /// because the teardown competed with the consumer's start.
