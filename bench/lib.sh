@@ -84,3 +84,30 @@ build_python_hello() {
         -o "$out" >/dev/null
     echo "$out"
 }
+
+# build_js_hello: builds the JavaScript hello (bench/sizes/hello.js) with componentize-js
+# (on PATH: testing/languages/install) into target/bench-sizes/hello-js.wasm, and prints
+# that path.
+build_js_hello() {
+    local out=target/bench-sizes/hello-js.wasm
+    mkdir -p "$(dirname "$out")"
+    componentize-js bench/sizes/hello.js --wit wit --world-name wasi:http/proxy@0.2.12 \
+        --disable fetch-event -o "$out" >/dev/null
+    echo "$out"
+}
+
+# hello_workflow NAME TENANT COMPONENT ROUTE: prints the workflow.toml of a workflow NAME
+# of TENANT whose one function, `hello`, runs COMPONENT for requests on ROUTE.
+hello_workflow() {
+    cat <<TOML
+name = "$1"
+tenant = "$2"
+
+[functions.hello]
+component = "$3"
+
+[[triggers.http]]
+route = "$4"
+function = "hello"
+TOML
+}

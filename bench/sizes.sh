@@ -51,22 +51,11 @@ mkdir -p "$OUT"
 cp target/wasm32-wasip2/release/wasi-hello.wasm "$OUT/hello-rust.wasm"
 cp target/wasm32-wasip2/release/wasi-table.wasm "$OUT/hello-table.wasm"
 build_python_hello >/dev/null
-componentize-js bench/sizes/hello.js --wit wit --world-name wasi:http/proxy@0.2.12 \
-    --disable fetch-event -o "$OUT/hello-js.wasm" >/dev/null
+build_js_hello >/dev/null
 
 deploys=()
 for lang in rust table js python; do
-    cat >"$BENCH_DATA/$lang.toml" <<EOF
-name = "hello-$lang"
-tenant = "demo"
-
-[functions.hello]
-component = "$PWD/$OUT/hello-$lang.wasm"
-
-[[triggers.http]]
-route = "/hello-$lang"
-function = "hello"
-EOF
+    hello_workflow "hello-$lang" demo "$PWD/$OUT/hello-$lang.wasm" "/hello-$lang" >"$BENCH_DATA/$lang.toml"
     deploys+=(--deploy "$BENCH_DATA/$lang.toml")
 done
 start_faas "$PORT_FAAS" "${deploys[@]}"
