@@ -28,17 +28,7 @@ cargo build --release -q -p faas-cli --bin faas
 source bench/lib.sh
 PYTHON_HELLO=$(build_python_hello)
 
-cat >"$BENCH_DATA/storm.toml" <<TOML
-name = "storm"
-tenant = "storm"
-
-[functions.hello]
-component = "$BENCH_DATA/storm.wasm"
-
-[[triggers.http]]
-route = "/storm"
-function = "hello"
-TOML
+hello_workflow storm storm "$BENCH_DATA/storm.wasm" /storm >"$BENCH_DATA/storm.toml"
 deploys=0
 # Writes A's component anew: the Python hello with a custom section at its end (id 0,
 # 10 bytes: name `n`, an 8-digit count) that no deploy had before.

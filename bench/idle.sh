@@ -35,17 +35,7 @@ for t in $(seq 0 9); do
 done
 # deploy_hello NAME COMPONENT TENANT: deploys a workflow NAME serving COMPONENT on /NAME.
 deploy_hello() {
-    cat > "$DATA/$1.toml" <<TOML
-name = "$1"
-tenant = "$3"
-
-[functions.hello]
-component = "$2"
-
-[[triggers.http]]
-route = "/$1"
-function = "hello"
-TOML
+    hello_workflow "$1" "$3" "$2" "/$1" >"$DATA/$1.toml"
     "$FAAS_BIN" deploy --no-build "$DATA/$1.toml" >/dev/null
 }
 for i in $(seq 1 "$WORKFLOWS"); do
