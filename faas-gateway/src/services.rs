@@ -222,7 +222,7 @@ impl ServicesBackend {
                 .find(|other| other.name == workflow.name && other.tenant != workflow.tenant),
             caller,
         )?;
-        check_routes(workflow, &known)?;
+        check_routes(workflow, &known.iter().collect())?;
         let digests = self
             .put_components(&request.components)
             .await
@@ -267,13 +267,8 @@ impl ServicesBackend {
             deployed.get(name).map(|record| &record.workflow),
             caller,
         )?;
-        check_routes(
-            workflow,
-            deployed
-                .values()
-                .chain(staged.values())
-                .map(|record| &record.workflow),
-        )?;
+        let claimed = deployed.values().chain(staged.values());
+        check_routes(workflow, &claimed.map(|record| &record.workflow).collect())?;
         let digests = self
             .put_components(&components)
             .await

@@ -62,7 +62,7 @@ mod schema_type;
 mod validate;
 
 pub use component::{NotAComponent, check_component_header};
-pub use conflict::route_conflict;
+pub use conflict::{RouteOwners, conflicts_by_scan, route_conflict};
 pub use consumers::{
     DEFAULT_MAX_REDIS_CONSUMERS_PER_TENANT, redis_consumers, redis_consumers_over,
 };

@@ -23,6 +23,9 @@ pub struct RouteTable<T> {
     prefixes: HashMap<String, T>,
     /// The distinct lengths of those prefixes, longest first.
     prefix_lengths: Vec<usize>,
+    /// How many prefixes have each of those lengths, so that a removal knows when a
+    /// length goes.
+    prefixes_by_length: HashMap<usize, usize>,
 }
 
 impl<T> Default for RouteTable<T> {
@@ -31,6 +34,7 @@ impl<T> Default for RouteTable<T> {
             exact: HashMap::new(),
             prefixes: HashMap::new(),
             prefix_lengths: Vec::new(),
+            prefixes_by_length: HashMap::new(),
         }
     }
 }
@@ -41,16 +45,52 @@ impl<T> RouteTable<T> {
     pub fn new(routes: impl IntoIterator<Item = (Route, T)>) -> Self {
         let mut table = Self::default();
         for (route, value) in routes {
-            let (map, key) = match route.prefix() {
-                Some(prefix) => (&mut table.prefixes, prefix),
-                None => (&mut table.exact, route.as_str()),
-            };
-            map.entry(key.to_owned()).or_insert(value);
+            table.insert(&route, value);
         }
-        table.prefix_lengths = table.prefixes.keys().map(String::len).collect();
-        table.prefix_lengths.sort_unstable_by(|a, b| b.cmp(a));
-        table.prefix_lengths.dedup();
         table
+    }
+
+    /// Adds `route`, leading to `value`, unless the table has that route already: then
+    /// it keeps the one it has, as [`Self::new`] does.
+    pub fn insert(&mut self, route: &Route, value: T) {
+        let Some(prefix) = route.prefix() else {
+            self.exact.entry(route.as_str().to_owned()).or_insert(value);
+            return;
+        };
+        if self.prefixes.contains_key(prefix) {
+            return;
+        }
+        self.prefixes.insert(prefix.to_owned(), value);
+        let count = self.prefixes_by_length.entry(prefix.len()).or_default();
+        *count += 1;
+        if *count == 1 {
+            let at = self
+                .prefix_lengths
+                .partition_point(|&len| len > prefix.len());
+            self.prefix_lengths.insert(at, prefix.len());
+        }
+    }
+
+    /// Takes `route` out if `is_this` says the value it leads to is the one to take out
+    /// (another holder's equal route, kept by [`Self::insert`], stays).
+    pub fn remove_if(&mut self, route: &Route, is_this: impl FnOnce(&T) -> bool) {
+        let (map, key) = match route.prefix() {
+            Some(prefix) => (&mut self.prefixes, prefix),
+            None => (&mut self.exact, route.as_str()),
+        };
+        if !map.get(key).is_some_and(is_this) {
+            return;
+        }
+        map.remove(key);
+        let Some(prefix) = route.prefix() else {
+            return;
+        };
+        let count = self.prefixes_by_length.entry(prefix.len()).or_default();
+        *count -= 1;
+        if *count == 0 {
+            self.prefixes_by_length.remove(&prefix.len());
+            self.prefix_lengths.retain(|&len| len != prefix.len());
+        }
     }
 
     /// What serves a request for `path` (without its query string), if any route does.
@@ -153,6 +193,34 @@ mod tests {
                 "path {path:?}"
             );
         }
+    }
+
+    #[test]
+    fn routes_added_and_taken_out_one_by_one_find_what_a_new_table_finds() {
+        let routes: Vec<Route> = ["/a/...", "/b/...", "/ab/...", "/a", "/a/b/...", "/..."]
+            .iter()
+            .map(|text| route(text))
+            .collect();
+        let mut table = RouteTable::default();
+        for route in &routes {
+            table.insert(route, route.clone());
+        }
+        // An equal route of another holder neither replaces nor goes with the first.
+        table.insert(&routes[0], route("/other/..."));
+        table.remove_if(&routes[0], |value| value.as_str() == "/other/...");
+        for gone in 0..=routes.len() {
+            let left = &routes[gone..];
+            let rebuilt = RouteTable::new(left.iter().map(|route| (route.clone(), route.clone())));
+            assert_eq!(table.len(), left.len());
+            assert_eq!(table.prefix_lengths, rebuilt.prefix_lengths, "{left:?}");
+            for path in ["/", "/a", "/a/b", "/a/b/c", "/ab/c", "/b/c", "/c"] {
+                assert_eq!(table.find(path), rebuilt.find(path), "{path} with {left:?}");
+            }
+            if let Some(route) = routes.get(gone) {
+                table.remove_if(route, |value| value == route);
+            }
+        }
+        assert!(table.is_empty());
     }
 
     #[test]

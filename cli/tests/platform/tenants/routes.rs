@@ -111,6 +111,28 @@ fn only_the_operator_deploys_a_catch_all_and_it_claims_no_prefix() {
 }
 
 #[test]
+fn a_route_given_up_stops_being_served_and_another_tenant_may_take_it() {
+    let scene = Scene::embedded();
+    let served = |path: &str| scene.get(&format!("{path}?name=x")).status().as_u16();
+    let blog = scene.manifest("blog", None, &["/blog/..."]);
+    assert_success(&scene.deploy(&scene.victim, &blog), "the victim's blog");
+    let taken = scene.manifest("taken", None, &["/blog/..."]);
+    refused(&scene.deploy(&scene.mallory, &taken));
+    // A new version on another route gives `/blog/...` up...
+    let moved = scene.manifest("blog", None, &["/journal/..."]);
+    assert_success(&scene.deploy(&scene.victim, &moved), "the blog moved");
+    assert_eq!((served("/blog/a"), served("/journal/a")), (404, 200));
+    // ...to anyone; and removing the workflow gives up the rest.
+    assert_success(&scene.deploy(&scene.mallory, &taken), "the route given up");
+    assert_success(&scene.faas(&scene.victim, &["rm", "blog"]), "removing it");
+    assert_eq!((served("/blog/a"), served("/journal/a")), (200, 404));
+    let journal = scene.manifest("journal", None, &["/journal/..."]);
+    assert_success(&scene.deploy(&scene.mallory, &journal), "the removed route");
+    assert_eq!(served("/journal/a"), 200);
+    scene.assert_victim_served();
+}
+
+#[test]
 fn services_mode_refuses_claims_and_route_takeovers() {
     let services = Services::start(&["w1"]);
     let scene = Scene::set_up(services.url.clone(), services);
