@@ -22,16 +22,36 @@ wait_up() {
 FAAS_BIN=${FAAS_BIN:-target/release/faas}
 
 # start_faas PORT [faas up args...]: starts $FAAS_BIN's `faas up` on 127.0.0.1:PORT with
-# admin token `bench`, logs to $BENCH_DATA/faas-PORT.log, sets FAAS_PID and waits until
-# it is ready.
+# admin token `bench` and data directory $BENCH_DATA/faas-PORT (kept from a platform
+# started before on PORT), logs to $BENCH_DATA/faas-PORT.log, sets FAAS_PID and waits
+# until it is ready.
 start_faas() {
+    launch_faas "$@"
+    wait_up "http://127.0.0.1:$1/readyz"
+}
+
+# launch_faas PORT [faas up args...]: start_faas without the wait.
+launch_faas() {
     local port=$1
     shift
     FAAS_LOG=warn "$FAAS_BIN" up --listen "127.0.0.1:$port" --token bench \
-        --data-dir "$BENCH_DATA/faas-$port" "$@" >"$BENCH_DATA/faas-$port.log" 2>&1 &
+        --data-dir "$BENCH_DATA/faas-$port" "$@" >>"$BENCH_DATA/faas-$port.log" 2>&1 &
     FAAS_PID=$!
     bench_pids+=("$FAAS_PID")
-    wait_up "http://127.0.0.1:$port/readyz"
+}
+
+# routes_workflow NAME TENANT COMPONENT PREFIX COUNT: prints a workflow.toml whose one
+# function (COMPONENT) serves COUNT exact routes, PREFIX/1 to PREFIX/COUNT.
+routes_workflow() {
+    printf 'name = "%s"\ntenant = "%s"\n\n[functions.hello]\ncomponent = "%s"\n' "$1" "$2" "$3"
+    for r in $(seq 1 "$5"); do
+        printf '\n[[triggers.http]]\nroute = "%s/%d"\nfunction = "hello"\n' "$4" "$r"
+    done
+}
+
+# since START: seconds since START (a `date +%s.%N`), to two decimals.
+since() {
+    awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'
 }
 
 # start_redis [PORT]: starts a throwaway redis-server (no persistence) on 127.0.0.1, on

@@ -37,12 +37,8 @@ export FAAS_URL=$URL FAAS_TOKEN=bench
 # Tenant `many`'s manifests: workflow w of ROUTES routes to the SDK hello.
 HELLO=$PWD/target/wasm32-wasip2/release/hello.wasm
 for w in $(seq 1 "$WORKFLOWS"); do
-    {
-        printf 'name = "many-%d"\ntenant = "many"\n\n[functions.hello]\ncomponent = "%s"\n' "$w" "$HELLO"
-        for r in $(seq 1 "$ROUTES"); do
-            printf '\n[[triggers.http]]\nroute = "/a-route-longer-than-the-hellos/%d/%d"\nfunction = "hello"\n' "$w" "$r"
-        done
-    } >"$BENCH_DATA/many-$w.toml"
+    routes_workflow "many-$w" many "$HELLO" "/a-route-longer-than-the-hellos/$w" "$ROUTES" \
+        >"$BENCH_DATA/many-$w.toml"
 done
 deploy_many() {
     for w in $(seq 1 "$WORKFLOWS"); do "$FAAS_BIN" deploy --no-build "$BENCH_DATA/many-$w.toml" >/dev/null; done
