@@ -24,16 +24,54 @@ use crate::{Route, Workflow};
 /// Why `workflow` may not be served beside `deployed`, or `None` when it may (the
 /// rule in this module's documentation).
 ///
-/// It indexes `deployed` first; a caller that checks many workflows against one set
-/// keeps a [`RouteOwners`] instead.
+/// For a caller that has `deployed` only for this check: it indexes `workflow`'s few
+/// routes and meets each deployed route with them once (the rule is symmetric), a few
+/// lookups per deployed route and no copy of them. A caller that checks many
+/// workflows against one set keeps a [`RouteOwners`] of it instead.
 pub fn route_conflict<'a>(
     workflow: &Workflow,
     deployed: impl IntoIterator<Item = &'a Workflow>,
 ) -> Option<String> {
+    let ours = RouteOwners::from_iter([workflow]);
     deployed
         .into_iter()
-        .collect::<RouteOwners>()
-        .conflict(workflow)
+        .filter(|other| other.name != workflow.name)
+        .find_map(|other| {
+            other.http_triggers.iter().find_map(|theirs| {
+                let theirs = &theirs.route;
+                // How `theirs` meets ours, told from ours' side.
+                Some(match ours.meeting(other, theirs)? {
+                    Meeting::Same(_) => same_route(theirs, workflow, &other.tenant, &other.name),
+                    Meeting::Under(prefix) => nested(&format!("{prefix}/..."), "over", theirs),
+                    Meeting::Over(route) => nested(&route, "under", theirs),
+                })
+            })
+        })
+}
+
+/// How a route meets the routes held in a [`RouteOwners`].
+enum Meeting<'a> {
+    /// Another workflow holds the same route.
+    Same(&'a Claim),
+    /// It lies under another tenant's prefix route, `<this>/...`.
+    Under(&'a str),
+    /// It is a prefix route over another tenant's route, this one.
+    Over(String),
+}
+
+/// The refusal of `route`, a route of `workflow`, that `other` serves already.
+fn same_route(route: &Route, workflow: &Workflow, other_tenant: &str, other: &str) -> String {
+    if other_tenant == workflow.tenant {
+        format!("route `{route}` is already served by workflow `{other}`")
+    } else {
+        format!("route `{route}` is already served by another tenant")
+    }
+}
+
+/// The refusal of `ours`, which lies `relation` (under, over) `theirs` of another
+/// tenant.
+fn nested(ours: &dyn std::fmt::Display, relation: &str, theirs: &dyn std::fmt::Display) -> String {
+    format!("route `{ours}` lies {relation} `{theirs}`, which belongs to another tenant")
 }
 
 /// The deployed workflows' HTTP routes, by root, with the workflow and tenant that
@@ -169,33 +207,32 @@ impl RouteOwners {
 
     /// Why `ours`, a route of `workflow`, may not be served, or `None`.
     fn route_conflict(&self, workflow: &Workflow, ours: &Route) -> Option<String> {
-        let root = root(ours);
-        let same_route = self
+        Some(match self.meeting(workflow, ours)? {
+            Meeting::Same(claim) => same_route(ours, workflow, &claim.tenant, &claim.workflow),
+            Meeting::Under(prefix) => nested(ours, "under", &format!("{prefix}/...")),
+            Meeting::Over(theirs) => nested(ours, "over", &theirs),
+        })
+    }
+
+    /// How `route`, a route of `workflow`, meets the routes held here, if it conflicts
+    /// with one.
+    fn meeting<'a>(&'a self, workflow: &Workflow, route: &'a Route) -> Option<Meeting<'a>> {
+        let root = root(route);
+        let same = self
             .claims(root)
-            .find(|claim| claim.prefix == ours.is_prefix() && claim.is_other_than(workflow));
-        if let Some(claim) = same_route {
-            return Some(if *claim.tenant == *workflow.tenant {
-                format!(
-                    "route `{ours}` is already served by workflow `{}`",
-                    claim.workflow
-                )
-            } else {
-                format!("route `{ours}` is already served by another tenant")
-            });
+            .find(|claim| claim.prefix == route.is_prefix() && claim.is_other_than(workflow));
+        if let Some(claim) = same {
+            return Some(Meeting::Same(claim));
         }
-        if ours.is_catch_all() {
+        if route.is_catch_all() {
             return None;
         }
-        if let Some(theirs) = self.foreign_prefix_over(workflow, root) {
-            return Some(format!(
-                "route `{ours}` lies under `{theirs}/...`, which belongs to another tenant"
-            ));
+        if let Some(prefix) = self.foreign_prefix_over(workflow, root) {
+            return Some(Meeting::Under(prefix));
         }
-        let prefix = ours.prefix()?;
-        let theirs = self.foreign_route_under(workflow, prefix)?;
-        Some(format!(
-            "route `{ours}` lies over `{theirs}`, which belongs to another tenant"
-        ))
+        let prefix = route.prefix()?;
+        self.foreign_route_under(workflow, prefix)
+            .map(Meeting::Over)
     }
 
     /// The claims on `root`.
@@ -273,7 +310,8 @@ mod tests {
     fn it_agrees_with_a_scan_of_every_route_on_every_pair_of_routes() {
         // Every route of one tenant's deployed workflow against every route of a new
         // workflow of each tenant (the same one, another), with and without another
-        // route beside it.
+        // route beside it; the index of the deployed routes and the one-off check
+        // (which indexes the new workflow's) give the same message.
         for theirs in ROUTES {
             for beside in [None, Some("/z/...")] {
                 let mut deployed_routes = vec![theirs];
@@ -283,12 +321,14 @@ mod tests {
                 for ours in ROUTES {
                     for tenant in ["victim", "mallory"] {
                         let new = workflow("new", tenant, &[ours]);
+                        let found = owners.conflict(&new);
                         assert_eq!(
-                            owners.conflict(&new).is_some(),
+                            found.is_some(),
                             conflicts_by_scan(&new, &deployed),
-                            "{tenant}'s {ours} beside victim's {deployed_routes:?}: {:?}",
-                            owners.conflict(&new)
+                            "{tenant}'s {ours} beside victim's {deployed_routes:?}: {found:?}",
                         );
+                        // The check from the new workflow's side says the same.
+                        assert_eq!(route_conflict(&new, &deployed), found);
                     }
                 }
             }
