@@ -1455,10 +1455,20 @@ pub(crate) fn check_owner(
 /// Refuses `workflow` when one of its routes conflicts with a route of `deployed`
 /// ([`faas_workflow::route_conflict`], the rule the Kubernetes operator applies too).
 pub(crate) fn check_routes(workflow: &Workflow, deployed: &RouteOwners) -> Result<(), DeployError> {
-    match deployed.conflict(workflow) {
-        Some(message) => Err(DeployError::Conflict(message)),
-        None => Ok(()),
-    }
+    refuse_conflict(deployed.conflict(workflow))
+}
+
+/// [`check_routes`] against a set of workflows fetched for this one check.
+pub(crate) fn check_routes_once<'a>(
+    workflow: &Workflow,
+    deployed: impl IntoIterator<Item = &'a Workflow>,
+) -> Result<(), DeployError> {
+    refuse_conflict(faas_workflow::route_conflict(workflow, deployed))
+}
+
+/// Refuses a deploy for `conflict`, if there is one.
+fn refuse_conflict(conflict: Option<String>) -> Result<(), DeployError> {
+    conflict.map_or(Ok(()), |message| Err(DeployError::Conflict(message)))
 }
 
 /// The route table's entries for `deployment`'s routes.

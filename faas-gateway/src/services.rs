@@ -17,7 +17,7 @@ use crate::auth::Caller;
 use crate::kubernetes::{KubeError, WorkflowResources};
 use crate::registry::{
     DeployError, DeployRequest, Deployment, DeploymentParts, Placed, PlacedState, Registry,
-    Replica, check_owner, check_routes,
+    Replica, check_owner, check_routes_once,
 };
 use faas_invoke::{Component, ComponentPool, Components, FunctionSummary, RemoteWorkers};
 use faas_invoke::{LoadError, LoadErrorKind};
@@ -222,7 +222,7 @@ impl ServicesBackend {
                 .find(|other| other.name == workflow.name && other.tenant != workflow.tenant),
             caller,
         )?;
-        check_routes(workflow, &known.iter().collect())?;
+        check_routes_once(workflow, &known)?;
         let digests = self
             .put_components(&request.components)
             .await
@@ -268,7 +268,7 @@ impl ServicesBackend {
             caller,
         )?;
         let claimed = deployed.values().chain(staged.values());
-        check_routes(workflow, &claimed.map(|record| &record.workflow).collect())?;
+        check_routes_once(workflow, claimed.map(|record| &record.workflow))?;
         let digests = self
             .put_components(&components)
             .await
