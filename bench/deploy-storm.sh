@@ -41,12 +41,11 @@ next_component() {
 # $BENCH_DATA/durations.
 redeploy() {
     next_component
-    local start end
+    local start
     start=$(date +%s.%N)
     FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench "$FAAS_BIN" deploy --no-build \
         "$BENCH_DATA/storm.toml" >/dev/null
-    end=$(date +%s.%N)
-    awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f\n", e - s }' >>"$BENCH_DATA/durations"
+    echo "$(since "$start" 1)" >>"$BENCH_DATA/durations"
 }
 # Deploys until $BENCH_DATA/stop exists.
 storm() { while [ ! -e "$BENCH_DATA/stop" ]; do redeploy; done; }

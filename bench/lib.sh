@@ -49,9 +49,10 @@ routes_workflow() {
     done
 }
 
-# since START: seconds since START (a `date +%s.%N`), to two decimals.
+# since START [DECIMALS]: seconds since START (a `date +%s.%N`), to DECIMALS (2)
+# decimals.
 since() {
-    awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'
+    awk -v a="$1" -v b="$(date +%s.%N)" -v d="${2:-2}" 'BEGIN { printf "%.*f", d, b - a }'
 }
 
 # start_redis [PORT]: starts a throwaway redis-server (no persistence) on 127.0.0.1, on

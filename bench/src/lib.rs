@@ -91,3 +91,15 @@ pub fn quantile(samples: &mut [Duration], q: f64) -> Duration {
 pub fn ms(duration: Duration) -> String {
     format!("{:.3}", duration.as_secs_f64() * 1e3)
 }
+
+/// A duration in µs, ms or s with three significant digits or so.
+pub fn human(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs < 1e-3 {
+        format!("{:.1} µs", secs * 1e6)
+    } else if secs < 1.0 {
+        format!("{:.2} ms", secs * 1e3)
+    } else {
+        format!("{secs:.2} s")
+    }
+}

@@ -75,15 +75,3 @@ pub fn manifest(
     std::fs::write(&path, text)?;
     Ok(path)
 }
-
-/// A duration in µs, ms or s with three significant digits or so.
-pub fn human(duration: Duration) -> String {
-    let secs = duration.as_secs_f64();
-    if secs < 1e-3 {
-        format!("{:.1} µs", secs * 1e6)
-    } else if secs < 1.0 {
-        format!("{:.2} ms", secs * 1e3)
-    } else {
-        format!("{secs:.2} s")
-    }
-}

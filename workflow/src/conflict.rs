@@ -75,8 +75,8 @@ fn nested(ours: &dyn std::fmt::Display, relation: &str, theirs: &dyn std::fmt::D
 }
 
 /// The deployed workflows' HTTP routes, by root, with the workflow and tenant that
-/// serve each: what [`route_conflict`] checks a workflow against, kept up to date as
-/// workflows are deployed and removed.
+/// serve each: what a deploy's routes are checked against ([`Self::conflict`]), kept
+/// up to date as workflows are deployed and removed.
 #[derive(Debug, Clone, Default)]
 pub struct RouteOwners {
     /// The claims on each root: the path of an exact route, the prefix of a prefix

@@ -18,8 +18,8 @@
 //! optional REGIONS_SPREAD_MIB (default `1,10,100`).
 
 use anyhow::{Context, bail, ensure};
-use faas_bench::regions::{check_report, human, manifest};
-use faas_bench::{Target, quantile};
+use faas_bench::regions::{check_report, manifest};
+use faas_bench::{Target, human, quantile};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;

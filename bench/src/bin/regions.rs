@@ -29,8 +29,8 @@
 //! and REGIONS_SWEEP_RUNS (timed runs per size and mode, default 300, after 30 untimed).
 
 use anyhow::{Context, bail, ensure};
-use faas_bench::regions::{check_report, human, manifest};
-use faas_bench::{Target, quantile};
+use faas_bench::regions::{check_report, manifest};
+use faas_bench::{Target, human, quantile};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

@@ -17,6 +17,7 @@
 //! tenants (default `1,2,4`); the peer's restart grows with their square.
 
 use anyhow::Context;
+use faas_bench::{human, quantile};
 use faas_workflow::{Route, RouteOwners, RouteTable, Workflow, conflicts_by_scan};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -75,20 +76,6 @@ fn indexed_deploy(new: &Workflow, owners: &mut RouteOwners, table: &mut RouteTab
     }
 }
 
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
-
-fn human(time: Duration) -> String {
-    let ms = time.as_secs_f64() * 1e3;
-    if ms >= 1000.0 {
-        format!("{:.2} s", ms / 1e3)
-    } else {
-        format!("{ms:.3} ms")
-    }
-}
-
 fn main() -> anyhow::Result<()> {
     let tenants: Vec<usize> = std::env::var("ROUTE_OWNERS_TENANTS")
         .unwrap_or_else(|_| "1,2,4".into())
@@ -123,7 +110,8 @@ fn main() -> anyhow::Result<()> {
                 table.remove_if(&trigger.route, |&at| at == usize::MAX);
             }
         }
-        let (scan_deploy, index_deploy) = (median(scan_times), median(index_times));
+        let median = |times: &mut Vec<Duration>| quantile(times, 0.5);
+        let (scan_deploy, index_deploy) = (median(&mut scan_times), median(&mut index_times));
 
         let started = Instant::now();
         let mut restored = Vec::new();
