@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Fair CPU between tenants: tenant B's hello (`demo`, /hello) at 8 connections, alone,
-# then again while tenant A (`chaos`) keeps 16 busy loops running (/misbehave/loop,
-# each interrupted at its 1 s deadline and sent again at once). Prints both, and B's
-# throughput under attack as a share of its throughput alone.
+# One tenant's attack against another tenant's requests: tenant B (`demo`) at 8
+# connections, alone, then again while tenant A keeps ATTACKERS events of its attack
+# running, each sent again at once when it ends. Prints both, and B's throughput under
+# attack as a share of its throughput alone. ATTACK picks A:
+#
+# - `loops` (default): tenant `chaos`'s busy loops (/misbehave/loop, each interrupted
+#   at its 1 s deadline); B is measured on /hello.
+# - `kv-writes`: tenant `hog` overwrites one key with 1 MiB values for as long as its
+#   1 s deadline lets it (kv-filler's /overwrite), within every quota, so the store
+#   (the state database, `faas up`'s default) is as busy as A can make it; B is measured
+#   on /hello and on a key-value read (kv-counter's GET /counter/bench).
 #
 #   bench/noisy-neighbour.sh                 # 10 s per measurement, 3 rounds
 #   DURATION=20s ROUNDS=5 bench/noisy-neighbour.sh
+#   ATTACK=kv-writes bench/noisy-neighbour.sh
 #
 # Installs wrk (apt) if missing.
 set -euo pipefail
@@ -15,39 +23,75 @@ DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-8}
 ATTACKERS=${ATTACKERS:-16}
+ATTACK=${ATTACK:-loops}
 PORT=3511
 
 if ! command -v wrk >/dev/null 2>&1; then apt-get update -qq && apt-get install -y -qq wrk; fi
 
+source bench/lib.sh
 echo "building faas and the functions (release)"
 cargo build --release -q -p faas-cli --bin faas
-(cd functions && cargo build --release -q -p hello -p misbehave)
+case "$ATTACK" in
+    loops)
+        (cd functions && cargo build --release -q -p hello -p misbehave)
+        deploy=(--deploy functions/misbehave/workflow.toml)
+        attack_path=/misbehave/loop
+        attack_method=GET
+        attack_name="busy loops"
+        victims=(/hello)
+        ;;
+    kv-writes)
+        (cd functions && cargo build --release -q -p hello -p kv-counter -p kv-filler)
+        cat >"$BENCH_DATA/kv-filler.toml" <<TOML
+name = "kv-filler"
+tenant = "hog"
 
-source bench/lib.sh
-start_faas "$PORT" --deploy functions/hello/workflow.toml \
-    --deploy functions/misbehave/workflow.toml
+[functions.filler]
+component = "$PWD/target/wasm32-wasip2/release/kv_filler.wasm"
+timeout_ms = 1000
+
+[[triggers.http]]
+route = "/kv-filler/..."
+function = "filler"
+TOML
+        deploy=(--deploy "$BENCH_DATA/kv-filler.toml" --deploy functions/kv-counter/workflow.toml)
+        attack_path=/kv-filler/overwrite/big
+        attack_method=POST
+        attack_name="1 MiB writers"
+        victims=(/hello /counter/bench)
+        ;;
+    *)
+        echo "ATTACK must be loops or kv-writes, not '$ATTACK'" >&2
+        exit 2
+        ;;
+esac
+
+start_faas "$PORT" --deploy functions/hello/workflow.toml "${deploy[@]}"
 URL=http://127.0.0.1:$PORT
-
-# Prints "req/s p50_ms p99_ms" of tenant B's hello for one wrk run (bench/lib.sh).
-measure() { wrk_measure 1 "$CONNECTIONS" "$DURATION" "$URL/hello"; }
+printf 'wrk.method = "%s"\n' "$attack_method" >"$BENCH_DATA/attack.lua"
+curl -sf -o /dev/null -X POST "$URL/counter/bench"
 
 echo "warming up"
-wrk -t1 -c2 -d2s "$URL/hello" >/dev/null
+for victim in "${victims[@]}"; do wrk -t1 -c2 -d2s "$URL$victim" >/dev/null; done
 
-printf '\n%-6s %-28s %10s %9s\n' "round" "tenant B's /hello" "req/s" "p99 ms"
+printf '\n%-6s %-16s %-28s %10s %9s\n' "round" "B's request" "while" "req/s" "p99 ms"
 ratios=()
 for round in $(seq 1 "$ROUNDS"); do
-    read -r alone_rps _ alone_p99 < <(measure)
-    # The attack runs a little longer than the measurement, which starts once the
-    # loops are running.
-    wrk -t1 -c"$ATTACKERS" -d"$(( ${DURATION%s} + 3 ))s" --timeout 5s "$URL/misbehave/loop" >/dev/null 2>&1 &
-    attack=$!
-    sleep 1.5
-    read -r attacked_rps _ attacked_p99 < <(measure)
-    wait "$attack" || true
-    printf '%-6s %-28s %10s %9s\n' "$round" "alone" "$alone_rps" "$alone_p99"
-    printf '%-6s %-28s %10s %9s\n' "$round" "with $ATTACKERS busy loops of A" "$attacked_rps" "$attacked_p99"
-    ratios+=("$(ratio "$attacked_rps" "$alone_rps")")
+    for victim in "${victims[@]}"; do
+        # Prints "req/s p50_ms p99_ms" of B's victim path for one wrk run (bench/lib.sh).
+        read -r alone_rps _ alone_p99 < <(wrk_measure 1 "$CONNECTIONS" "$DURATION" "$URL$victim")
+        # The attack runs a little longer than the measurement, which starts once the
+        # attack is under way.
+        wrk -t1 -c"$ATTACKERS" -d"$(( ${DURATION%s} + 3 ))s" --timeout 5s \
+            -s "$BENCH_DATA/attack.lua" "$URL$attack_path" >/dev/null 2>&1 &
+        attack=$!
+        sleep 1.5
+        read -r attacked_rps _ attacked_p99 < <(wrk_measure 1 "$CONNECTIONS" "$DURATION" "$URL$victim")
+        wait "$attack" || true
+        printf '%-6s %-16s %-28s %10s %9s\n' "$round" "$victim" "alone" "$alone_rps" "$alone_p99"
+        printf '%-6s %-16s %-28s %10s %9s\n' "$round" "$victim" "$ATTACKERS $attack_name of A" "$attacked_rps" "$attacked_p99"
+        ratios+=("$victim:$(ratio "$attacked_rps" "$alone_rps")")
+    done
 done
 echo
 echo "B's throughput under attack / alone, per round: ${ratios[*]} (goal: at least 0.5, p99 under 10 ms)"

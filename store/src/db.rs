@@ -1,6 +1,6 @@
 //! Opening the database and running statements on it.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -44,14 +44,39 @@ const SCHEMA: &[&str] = &[
     crate::tenants::SCHEMA,
 ];
 
-/// A handle on the state database; clones share one connection.
+/// A handle on the state database; clones share one connection, and the connections
+/// that only read ([`Database::read`]).
 ///
 /// Every operation is a short statement or transaction on a local file, so callers
 /// run it in place rather than on a blocking thread.
 #[derive(Clone)]
 pub struct Database {
     connection: Arc<Mutex<Connection>>,
+    /// `None` for a database in memory, which has no file other connections could open.
+    readers: Option<Arc<Readers>>,
 }
+
+/// Read-only connections to the database's file, kept open between reads.
+struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    fn open(&self) -> Result<Connection, rusqlite::Error> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let connection = Connection::open_with_flags(&self.path, flags)?;
+        connection.busy_timeout(BUSY_TIMEOUT)?;
+        Ok(connection)
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<Connection>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How long a statement waits for a lock another process (or connection) holds.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Database {
     /// Opens (or creates) `<dir>/faas.db` and its tables.
@@ -74,10 +99,13 @@ impl Database {
         connection
             .pragma_update(None, "synchronous", "NORMAL")
             .map_err(error)?;
-        connection
-            .busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(error)?;
-        Self::set_up(connection).map_err(error)
+        connection.busy_timeout(BUSY_TIMEOUT).map_err(error)?;
+        let mut database = Self::set_up(connection).map_err(error)?;
+        database.readers = Some(Arc::new(Readers {
+            path,
+            idle: Mutex::default(),
+        }));
+        Ok(database)
     }
 
     /// A database in memory, for tests.
@@ -98,7 +126,25 @@ impl Database {
         }
         Ok(Self {
             connection: Arc::new(Mutex::new(connection)),
+            readers: None,
         })
+    }
+
+    /// Runs `read` on a read-only connection of its own, so that it does not wait
+    /// behind a write on the shared connection (in WAL mode readers see the last
+    /// commit while a write goes on), or on the shared one for a database in memory
+    /// or should another connection fail to open.
+    pub fn read<T>(&self, read: impl FnOnce(&Connection) -> T) -> T {
+        let Some(readers) = &self.readers else {
+            return read(&self.lock());
+        };
+        let idle = readers.idle().pop();
+        let Some(connection) = idle.or_else(|| readers.open().ok()) else {
+            return read(&self.lock());
+        };
+        let result = read(&connection);
+        readers.idle().push(connection);
+        result
     }
 
     /// The connection, for one statement or transaction.

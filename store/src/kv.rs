@@ -30,6 +30,7 @@ use crate::Database;
 use crate::redis_connection::{self, Run, redact_url};
 
 mod sqlite;
+mod turns;
 
 pub(crate) use sqlite::SCHEMA;
 
@@ -211,7 +212,7 @@ enum Backend {
     /// A map in this process; gone when the process exits.
     Memory(Mutex<MemoryMap>),
     /// The state database: kept in the data dir across restarts.
-    Sqlite(sqlite::SqliteEntries),
+    Sqlite(sqlite::SqliteBackend),
     /// A Redis server. The manager multiplexes every operation over one connection
     /// and reconnects by itself when the connection drops, so a Redis restart costs
     /// failed operations while it is down, never a restart of this process.
@@ -251,7 +252,7 @@ impl KeyValueStore {
     /// same file see the same entries.
     pub fn sqlite(database: Database) -> Self {
         Self {
-            backend: Backend::Sqlite(sqlite::SqliteEntries(database)),
+            backend: Backend::Sqlite(sqlite::SqliteBackend::new(database)),
             quota: KvQuota::default(),
             overrides: RwLock::default(),
         }
@@ -322,7 +323,7 @@ impl KeyValueStore {
                 .get(tenant)
                 .and_then(|entries| entries.entries.get(key))
                 .cloned()),
-            Backend::Sqlite(entries) => entries.get(tenant, key),
+            Backend::Sqlite(sqlite) => sqlite.reads().get(tenant, key),
             Backend::Redis(manager) => redis::cmd("GET")
                 .arg(redis_key(tenant, key))
                 .run(manager)
@@ -350,7 +351,10 @@ impl KeyValueStore {
                 .entry(tenant.to_owned())
                 .or_default()
                 .put(&quota, tenant, key, value),
-            Backend::Sqlite(entries) => entries.set(&quota, tenant, key, &value),
+            Backend::Sqlite(sqlite) => {
+                let (_turn, entries) = sqlite.writes(tenant).await;
+                entries.set(&quota, tenant, key, &value)
+            }
             Backend::Redis(manager) => {
                 let status: String = script(&SET_SCRIPT, &quota, tenant, key)
                     .arg(value)
@@ -376,7 +380,10 @@ impl KeyValueStore {
                 }
                 Ok(())
             }
-            Backend::Sqlite(entries) => entries.delete(tenant, key),
+            Backend::Sqlite(sqlite) => {
+                let (_turn, entries) = sqlite.writes(tenant).await;
+                entries.delete(tenant, key)
+            }
             Backend::Redis(manager) => script(&DELETE_SCRIPT, &self.quota, tenant, key)
                 .run::<String>(manager)
                 .await
@@ -397,7 +404,10 @@ impl KeyValueStore {
             Backend::Memory(map) => Ok(lock(map)
                 .remove(tenant)
                 .map_or(0, |entries| entries.entries.len() as u64)),
-            Backend::Sqlite(entries) => entries.forget_tenant(tenant),
+            Backend::Sqlite(sqlite) => {
+                let (_turn, entries) = sqlite.writes(tenant).await;
+                entries.forget_tenant(tenant)
+            }
             Backend::Redis(manager) => {
                 let mut manager = manager.clone();
                 let prefix = redis_key(tenant, "");
@@ -448,7 +458,10 @@ impl KeyValueStore {
                 }
                 result
             }
-            Backend::Sqlite(entries) => entries.increment(&quota, tenant, key, delta),
+            Backend::Sqlite(sqlite) => {
+                let (_turn, entries) = sqlite.writes(tenant).await;
+                entries.increment(&quota, tenant, key, delta)
+            }
             // The script runs INCRBY, atomic on the server, so concurrent increments from
             // any number of processes never lose an update; it then checks the quota and
             // puts the old value back if the new one does not fit. It is not sent again

@@ -818,3 +818,39 @@ async fn a_sqlite_write_that_fails_half_way_leaves_no_trace() {
     assert_eq!(store.get("t", "n").await.unwrap(), None);
     assert_usage_is_exact(dir.path());
 }
+
+// One tenant's large writes must not hold another tenant's reads: a read runs on a
+// connection of its own and sees the last commit while a write is under way.
+#[tokio::test]
+async fn a_sqlite_read_does_not_wait_for_a_write_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = Database::open(dir.path()).unwrap();
+    let store = Arc::new(KeyValueStore::sqlite(database.clone()));
+    store.set("t", "k", b"committed".to_vec()).await.unwrap();
+
+    {
+        // A write under way: the connection that writes is held, its transaction open.
+        let mut writing = database.lock();
+        let write = writing
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        write
+            .execute("UPDATE kv_entries SET value = x'00' WHERE key = 'k'", [])
+            .unwrap();
+
+        // The read runs on a thread of its own: were it to wait for the write, it would
+        // wait forever (this thread holds the write), and the test fail at the timeout.
+        let (answer, read) = std::sync::mpsc::channel();
+        let runtime = tokio::runtime::Handle::current();
+        let reader = Arc::clone(&store);
+        std::thread::spawn(move || answer.send(runtime.block_on(reader.get("t", "k"))));
+        let value = read
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the read waited for the write");
+        assert_eq!(value.unwrap(), Some(b"committed".to_vec()));
+
+        write.commit().unwrap();
+    }
+
+    assert_eq!(store.get("t", "k").await.unwrap(), Some(vec![0]));
+}

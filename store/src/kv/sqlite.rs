@@ -7,6 +7,9 @@
 //! the first read, so two processes sharing the file cannot interleave a
 //! read-check-write either.
 
+use std::sync::Arc;
+
+use super::turns::{TenantTurns, Turn};
 use super::{KvError, KvQuota, Usage, entry_bytes, not_an_integer, parse_counter, would_overflow};
 use crate::Database;
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
@@ -27,26 +30,63 @@ CREATE TABLE IF NOT EXISTS kv_usage (
 );
 ";
 
-/// The entries of a [`super::KeyValueStore`] in a [`Database`].
-#[derive(Clone)]
-pub(super) struct SqliteEntries(pub(super) Database);
+/// The SQLite backend as the store calls it: reads on connections of their own, writes
+/// on the database's one connection in turns handed to tenants in rotation
+/// ([`TenantTurns`]).
+///
+/// A write of a large value holds that connection for a millisecond or more (one that
+/// triggers a WAL checkpoint, which syncs the file, far longer). With every call on
+/// that connection, a tenant writing from all its instances at once kept every other
+/// tenant's calls waiting behind its writes, each on a thread that polls guests. Now
+/// a read does not wait for writes, and a write waits, without holding a thread,
+/// behind at most one write of each other tenant with writes waiting.
+pub(super) struct SqliteBackend {
+    entries: SqliteEntries,
+    turns: Arc<TenantTurns>,
+}
 
-impl std::fmt::Debug for SqliteEntries {
+impl std::fmt::Debug for SqliteBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SqliteEntries")
+        f.write_str("SqliteBackend")
     }
 }
+
+impl SqliteBackend {
+    /// The backend on `database`.
+    pub(super) fn new(database: Database) -> Self {
+        Self {
+            entries: SqliteEntries(database),
+            turns: Arc::default(),
+        }
+    }
+
+    /// The entries, for reads: those need no turn.
+    pub(super) fn reads(&self) -> &SqliteEntries {
+        &self.entries
+    }
+
+    /// The entries once `tenant` has its turn to write, until the returned guard is
+    /// dropped.
+    pub(super) async fn writes(&self, tenant: &str) -> (Turn, &SqliteEntries) {
+        (self.turns.take(tenant).await, &self.entries)
+    }
+}
+
+/// The statements of the backend on a [`Database`].
+pub(super) struct SqliteEntries(Database);
 
 impl SqliteEntries {
     pub(super) fn get(&self, tenant: &str, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         self.0
-            .lock()
-            .query_row(
-                "SELECT value FROM kv_entries WHERE tenant = ?1 AND key = ?2",
-                params![tenant, key],
-                |row| row.get(0),
-            )
-            .optional()
+            .read(|connection| {
+                connection
+                    .query_row(
+                        "SELECT value FROM kv_entries WHERE tenant = ?1 AND key = ?2",
+                        params![tenant, key],
+                        |row| row.get(0),
+                    )
+                    .optional()
+            })
             .map_err(failed("reading a key"))
     }
 
@@ -93,8 +133,6 @@ impl SqliteEntries {
         })
     }
 
-    /// Runs `change` in one immediate transaction, committed only if it succeeds (an
-    /// error, or a panic, rolls everything back when the transaction is dropped).
     /// Removes `tenant`'s entries and usage in one transaction; returns how many
     /// entries there were.
     pub(super) fn forget_tenant(&self, tenant: &str) -> Result<u64, KvError> {
@@ -108,6 +146,8 @@ impl SqliteEntries {
         })
     }
 
+    /// Runs `change` in one immediate transaction, committed only if it succeeds (an
+    /// error, or a panic, rolls everything back when the transaction is dropped).
     fn write<T>(
         &self,
         change: impl FnOnce(&Transaction<'_>) -> Result<T, KvError>,

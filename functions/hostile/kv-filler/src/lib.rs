@@ -7,7 +7,10 @@
 //! - `POST /kv-filler/counters/<prefix>`: increments `<prefix>:0`, `<prefix>:1`...
 //!   (new keys through `increment`);
 //! - `POST /kv-filler/grow/<key>`: overwrites one key with ever longer values (a
-//!   single key growing past the byte quota).
+//!   single key growing past the byte quota);
+//! - `POST /kv-filler/overwrite/<key>?size=N`: overwrites one key with N bytes again
+//!   and again (1 MiB by default): within every quota, so only the event's deadline
+//!   stops it, and the store works as hard as one guest can make it.
 //!
 //! Each writes until a write fails (or a million writes) and answers `507` with
 //! `wrote <n>, then <error>` when refused, `200` with `wrote <n>` otherwise.
@@ -31,12 +34,12 @@ fn handle(req: Request) -> Response {
     match (req.method(), action) {
         ("POST", "keys") => fill(|i| key_value::set(&format!("{name}:{i}"), b"x")),
         ("POST", "bytes") => {
-            let size = req
-                .query_param("size")
-                .and_then(|size| size.parse().ok())
-                .unwrap_or(64 << 10);
-            let value = vec![0xa5u8; size];
+            let value = vec![0xa5u8; size(&req, 64 << 10)];
             fill(|i| key_value::set(&format!("{name}:{i}"), &value))
+        }
+        ("POST", "overwrite") => {
+            let value = vec![0x5au8; size(&req, 1 << 20)];
+            fill(|_| key_value::set(name, &value))
         }
         ("POST", "counters") => fill(|i| key_value::increment(&format!("{name}:{i}"), 1).map(drop)),
         ("POST", "grow") => {
@@ -87,6 +90,13 @@ fn fill(mut write: impl FnMut(u64) -> Result<(), Error>) -> Response {
         }
     }
     Response::text(200, format!("wrote {MAX_WRITES}\n"))
+}
+
+/// The request's `size` query parameter, or `default` without one.
+fn size(req: &Request, default: usize) -> usize {
+    req.query_param("size")
+        .and_then(|size| size.parse().ok())
+        .unwrap_or(default)
 }
 
 fn failed(err: &Error) -> Response {
