@@ -9,11 +9,14 @@
 # - `kv-writes`: tenant `hog` overwrites one key with 1 MiB values for as long as its
 #   1 s deadline lets it (kv-filler's /overwrite), within every quota, so the store
 #   (the state database, `faas up`'s default) is as busy as A can make it; B is measured
-#   on /hello and on a key-value read (kv-counter's GET /counter/bench).
+#   on /hello and on a key-value read (kv-counter's GET /counter/bench). With
+#   STORE=redis the key-value store is a throwaway redis-server (`faas up --redis`)
+#   instead of the state database.
 #
 #   bench/noisy-neighbour.sh                 # 10 s per measurement, 3 rounds
 #   DURATION=20s ROUNDS=5 bench/noisy-neighbour.sh
 #   ATTACK=kv-writes bench/noisy-neighbour.sh
+#   ATTACK=kv-writes STORE=redis bench/noisy-neighbour.sh
 #
 # Installs wrk (apt) if missing.
 set -euo pipefail
@@ -24,6 +27,7 @@ ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-8}
 ATTACKERS=${ATTACKERS:-16}
 ATTACK=${ATTACK:-loops}
+STORE=${STORE:-database}
 PORT=3511
 
 if ! command -v wrk >/dev/null 2>&1; then apt-get update -qq && apt-get install -y -qq wrk; fi
@@ -62,6 +66,18 @@ TOML
         ;;
     *)
         echo "ATTACK must be loops or kv-writes, not '$ATTACK'" >&2
+        exit 2
+        ;;
+esac
+
+case "$STORE" in
+    database) ;;
+    redis)
+        start_redis
+        deploy+=(--redis "$REDIS_URL")
+        ;;
+    *)
+        echo "STORE must be database or redis, not '$STORE'" >&2
         exit 2
         ;;
 esac

@@ -14,6 +14,7 @@
 use crate::Tenant;
 use crate::redis_connection::{Run, manage, redact_url};
 use crate::stream_quota::{self, AppendError, StreamQuota};
+use crate::tenant_connections::TenantConnections;
 use faas_invoke::{BoxFuture, PublishError, Publisher};
 use redis::aio::ConnectionManager;
 use std::collections::HashMap;
@@ -33,12 +34,14 @@ pub struct BrokerError {
     source: redis::RedisError,
 }
 
-/// A connection to Redis shared by functions' messages and short trigger commands
-/// (never a blocking read: each stream consumer has its own connection).
+/// Connections to Redis for functions' messages (a connection per tenant, so one
+/// tenant's large messages never sit ahead of another's: [`TenantConnections`]) and a
+/// shared one for short trigger commands (never a blocking read: each stream consumer
+/// has its own connection).
 #[derive(Clone)]
 pub struct RedisBroker {
     client: redis::Client,
-    connection: ConnectionManager,
+    connections: TenantConnections,
     /// Names this process in stream groups and channel leases.
     consumer: String,
     /// What the streams of a tenant without quotas of its own may hold.
@@ -61,19 +64,20 @@ impl RedisBroker {
         let client = redis::Client::open(url).map_err(error)?;
         let connection = manage(client.clone()).await.map_err(error)?;
         Ok(Self {
+            connections: TenantConnections::new(client.clone(), connection),
             client,
-            connection,
             consumer: format!("faas-{}-{:08x}", std::process::id(), rand::random::<u32>()),
             stream_quota: StreamQuota::default(),
             tenant_stream_quotas: Arc::default(),
         })
     }
 
-    /// This broker over a connection of its own: the same settings, consumer name and
-    /// tenants' quotas (shared with this one as with any clone), but a socket driven
-    /// by a task of the runtime this is called on (after a reconnection, of the runtime
-    /// of the call that found the connection lost). A worker connects its guests'
-    /// publisher this way on its guest threads.
+    /// This broker over connections of its own: the same settings, consumer name and
+    /// tenants' quotas (shared with this one as with any clone), but sockets driven by
+    /// tasks of the runtime this is called on, or of the one its tenants' first
+    /// messages are sent from (after a reconnection, of the runtime of the call that
+    /// found the connection lost). A worker connects its guests' publisher this way on
+    /// its guest threads.
     ///
     /// # Errors
     /// [`BrokerError`] naming the server when it cannot be reached.
@@ -85,7 +89,7 @@ impl RedisBroker {
                 source,
             })?;
         Ok(Self {
-            connection,
+            connections: TenantConnections::new(self.client.clone(), connection),
             ..self.clone()
         })
     }
@@ -97,7 +101,24 @@ impl RedisBroker {
 
     /// The shared connection, for short commands.
     pub fn connection(&self) -> ConnectionManager {
-        self.connection.clone()
+        self.connections.shared().clone()
+    }
+
+    /// `tenant`'s connection; failing to make it fails `operation` on `name`.
+    async fn tenant_connection(
+        &self,
+        tenant: &str,
+        operation: &'static str,
+        name: &str,
+    ) -> Result<ConnectionManager, PublishError> {
+        self.connections
+            .of(tenant)
+            .await
+            .map_err(|err| PublishError::Broker {
+                operation,
+                name: name.to_owned(),
+                reason: err.to_string(),
+            })
     }
 
     /// The name of this process in stream groups and channel leases.
@@ -165,7 +186,7 @@ impl RedisBroker {
         fields: &[(&str, &[u8])],
     ) -> Result<String, AppendError> {
         stream_quota::append(
-            &self.connection,
+            &self.connections.of(tenant).await?,
             self.stream_quota_of(tenant),
             tenant,
             stream,
@@ -185,12 +206,15 @@ impl Publisher for RedisBroker {
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async move {
             let key = namespaced(tenant, channel);
+            let connection = self
+                .tenant_connection(tenant, "publishing to", channel)
+                .await?;
             // Sent again if the connection had dropped (a restarted Redis): a guest's
             // message is not lost to the first command that finds it gone.
             redis::cmd("PUBLISH")
                 .arg(&key)
                 .arg(payload)
-                .run::<i64>(&self.connection)
+                .run::<i64>(&connection)
                 .await
                 .map(|_| ())
                 .map_err(|err| PublishError::Broker {
@@ -213,13 +237,16 @@ impl Publisher for RedisBroker {
                 return Ok(());
             }
             let key = namespaced(tenant, channel);
+            let connection = self
+                .tenant_connection(tenant, "publishing to", channel)
+                .await?;
             // One pipeline: every PUBLISH is written before the first reply is read.
             let mut pipeline = redis::pipe();
             for payload in payloads {
                 pipeline.publish(&key, payload.as_slice()).ignore();
             }
             pipeline
-                .run::<()>(&self.connection)
+                .run::<()>(&connection)
                 .await
                 .map_err(|err| PublishError::Broker {
                     operation: "publishing to",
@@ -336,5 +363,44 @@ mod tests {
         let other: usize = connection.xlen("t:other:s").await.unwrap();
         assert!((99..=100).contains(&small), "kept {small}");
         assert_eq!(other, 1_000);
+    }
+
+    // A tenant's queue of large messages does not hold another tenant's message: each
+    // tenant's go over a connection of their own (on one shared connection, replies
+    // come in order, so every message sent before it would be done first). The server
+    // is stopped while they are sent, so that all of them wait for it at once.
+    #[tokio::test]
+    async fn a_message_does_not_wait_behind_another_tenants_large_ones() {
+        const MESSAGES: usize = 48;
+        let server = RedisServer::start();
+        let broker = Arc::new(RedisBroker::connect(&server.url()).await.unwrap());
+        broker.publish("victim", "c", b"warm").await.unwrap();
+        broker.publish("hog", "c", b"warm").await.unwrap();
+        server.pause();
+        let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut messages = tokio::task::JoinSet::new();
+        for _ in 0..MESSAGES {
+            let (broker, done) = (broker.clone(), done.clone());
+            messages.spawn(async move {
+                let payload = vec![0; faas_invoke::MAX_MESSAGE_BYTES];
+                broker.publish("hog", "c", &payload).await.unwrap();
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        let sleep = || tokio::time::sleep(std::time::Duration::from_millis(100));
+        sleep().await;
+        let small = tokio::spawn({
+            let broker = broker.clone();
+            async move { broker.publish("victim", "c", b"small").await }
+        });
+        sleep().await;
+        server.resume();
+        small.await.unwrap().unwrap();
+        let after = done.load(std::sync::atomic::Ordering::SeqCst);
+        messages.join_all().await;
+        assert!(
+            after < MESSAGES / 2,
+            "the message waited for {after} of {MESSAGES} large ones"
+        );
     }
 }

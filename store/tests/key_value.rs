@@ -539,6 +539,47 @@ async fn a_script_the_server_forgot_is_loaded_again() {
     let stats = command_stats(&mut direct).await;
     assert!(stats.contains("cmdstat_evalsha:"), "{stats}");
     assert!(!stats.contains("cmdstat_eval:"), "{stats}");
+    // The set whose script was missing left no value waiting in its staging key.
+    assert_eq!(
+        redis_keys(&server).await,
+        ["faas:kv-usage:1:t", "faas:kv:1:t:n"]
+    );
+}
+
+/// Every key on `server`, sorted.
+async fn redis_keys(server: &RedisServer) -> Vec<String> {
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let mut keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+// A set goes through a staging key (the value never passes through Lua); one the quota
+// refuses leaves nothing there, nor anything else.
+#[tokio::test]
+async fn a_refused_redis_set_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let store = redis_store(&server).await.with_quota(small_quota());
+    assert!(matches!(
+        store.set("t", "k", vec![0; 200]).await,
+        Err(KvError::Quota(_))
+    ));
+    assert!(redis_keys(&server).await.is_empty());
+    store.set("t", "k", vec![0; 50]).await.unwrap();
+    assert!(matches!(
+        store.set("t", "k", vec![0; 200]).await,
+        Err(KvError::Quota(_))
+    ));
+    assert_eq!(store.get("t", "k").await.unwrap(), Some(vec![0; 50]));
+    assert_eq!(
+        redis_keys(&server).await,
+        ["faas:kv-usage:1:t", "faas:kv:1:t:k"]
+    );
 }
 
 #[tokio::test]
@@ -618,17 +659,13 @@ async fn redis_keys_are_laid_out_per_tenant_under_one_prefix() {
     let server = RedisServer::start();
     let store = redis_store(&server).await;
     store.set("acme", "hits", b"1".to_vec()).await.unwrap();
+    // The values, and the tenant's usage for its quota beside them.
+    assert_eq!(
+        redis_keys(&server).await,
+        ["faas:kv-usage:4:acme", "faas:kv:4:acme:hits"]
+    );
     let client = ::redis::Client::open(server.url()).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = ::redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    let mut keys = keys;
-    keys.sort();
-    // The values, and the tenant's usage for its quota beside them.
-    assert_eq!(keys, ["faas:kv-usage:4:acme", "faas:kv:4:acme:hits"]);
     let usage: Vec<(String, String)> = ::redis::cmd("HGETALL")
         .arg("faas:kv-usage:4:acme")
         .query_async(&mut connection)
@@ -640,12 +677,7 @@ async fn redis_keys_are_laid_out_per_tenant_under_one_prefix() {
     );
     // A tenant without keys has no usage left behind.
     store.delete("acme", "hits").await.unwrap();
-    let keys: Vec<String> = ::redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    assert!(keys.is_empty(), "{keys:?}");
+    assert!(redis_keys(&server).await.is_empty());
 }
 
 #[tokio::test]
@@ -853,4 +885,48 @@ async fn a_sqlite_read_does_not_wait_for_a_write_under_way() {
     }
 
     assert_eq!(store.get("t", "k").await.unwrap(), Some(vec![0]));
+}
+
+// One tenant's queue of large writes does not hold another tenant's read: each
+// tenant's commands go over a connection of their own, and Redis serves connections in
+// turn. On one connection shared by both, the read's reply comes after every write sent
+// before it (replies come in order), so all of them would be done first. The server is
+// stopped while the commands are sent, so that all of them wait for it at once.
+#[tokio::test]
+async fn a_redis_read_does_not_wait_behind_another_tenants_writes() {
+    const WRITES: usize = 48;
+    let server = RedisServer::start();
+    let store = Arc::new(redis_store(&server).await);
+    store.set("victim", "k", b"v".to_vec()).await.unwrap();
+    store
+        .set("hog", "big", vec![1; MAX_VALUE_BYTES])
+        .await
+        .unwrap();
+    server.pause();
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut writes = tokio::task::JoinSet::new();
+    for _ in 0..WRITES {
+        let (store, done) = (store.clone(), done.clone());
+        writes.spawn(async move {
+            store
+                .set("hog", "big", vec![2; MAX_VALUE_BYTES])
+                .await
+                .unwrap();
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let read = tokio::spawn({
+        let store = store.clone();
+        async move { store.get("victim", "k").await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.resume();
+    assert_eq!(read.await.unwrap().unwrap(), Some(b"v".to_vec()));
+    let after = done.load(std::sync::atomic::Ordering::SeqCst);
+    writes.join_all().await;
+    assert!(
+        after < WRITES / 2,
+        "the read waited for {after} of {WRITES} writes"
+    );
 }
