@@ -610,13 +610,15 @@ impl TenantStore {
     pub async fn tenant(&self, name: &str) -> Result<Option<Tenant>, TenantError> {
         match &self.backend {
             Backend::Sqlite(db) => Ok(db
-                .lock()
-                .query_row(
-                    "SELECT name, created_at, quotas FROM tenants WHERE name = ?1",
-                    [name],
-                    tenant_row,
-                )
-                .optional()
+                .read(|connection| {
+                    connection
+                        .query_row(
+                            "SELECT name, created_at, quotas FROM tenants WHERE name = ?1",
+                            [name],
+                            tenant_row,
+                        )
+                        .optional()
+                })
                 .map_err(StoreError::sql(format!("reading tenant {name}")))?),
             Backend::Redis(connection) => {
                 let json: Option<String> = redis::cmd("HGET")
@@ -635,15 +637,14 @@ impl TenantStore {
     /// The backend's.
     pub async fn tenants(&self) -> Result<Vec<Tenant>, TenantError> {
         match &self.backend {
-            Backend::Sqlite(db) => {
-                let connection = db.lock();
+            Backend::Sqlite(db) => Ok(db.read(|connection| {
                 let doing = || StoreError::sql("listing tenants");
                 let mut statement = connection
                     .prepare("SELECT name, created_at, quotas FROM tenants ORDER BY name")
                     .map_err(doing())?;
                 let rows = statement.query_map([], tenant_row).map_err(doing())?;
-                Ok(rows.collect::<Result<_, _>>().map_err(doing())?)
-            }
+                rows.collect::<Result<_, _>>().map_err(doing())
+            })?),
             Backend::Redis(_) => {
                 let mut tenants: Vec<Tenant> = self.redis_records(TENANTS_KEY).await?;
                 tenants.sort_by(|a, b| a.name.cmp(&b.name));
@@ -825,7 +826,8 @@ impl TenantStore {
     /// The backend's.
     pub async fn is_leaving(&self, name: &str) -> Result<bool, TenantError> {
         match &self.backend {
-            Backend::Sqlite(db) => Ok(is_leaving_in(&db.lock(), name)
+            Backend::Sqlite(db) => Ok(db
+                .read(|connection| is_leaving_in(connection, name))
                 .map_err(StoreError::sql(format!("reading tenant {name}")))?),
             Backend::Redis(connection) => Ok(redis::cmd("SISMEMBER")
                 .arg(LEAVING_KEY)
@@ -842,9 +844,8 @@ impl TenantStore {
     /// The backend's.
     pub async fn leaving_tenants(&self) -> Result<Vec<String>, TenantError> {
         let mut names: Vec<String> = match &self.backend {
-            Backend::Sqlite(db) => {
+            Backend::Sqlite(db) => db.read(|connection| {
                 let doing = || StoreError::sql("listing leaving tenants");
-                let connection = db.lock();
                 let mut statement = connection
                     .prepare("SELECT name FROM leaving_tenants")
                     .map_err(doing())?;
@@ -852,8 +853,8 @@ impl TenantStore {
                     .query_map([], |row| row.get(0))
                     .map_err(doing())?
                     .collect::<rusqlite::Result<_>>()
-                    .map_err(doing())?
-            }
+                    .map_err(doing())
+            })?,
             Backend::Redis(connection) => {
                 redis::cmd("SMEMBERS")
                     .arg(LEAVING_KEY)
@@ -987,8 +988,7 @@ impl TenantStore {
     /// The backend's.
     pub async fn tokens(&self, tenant: Option<&str>) -> Result<Vec<TokenInfo>, TenantError> {
         let mut tokens = match &self.backend {
-            Backend::Sqlite(db) => {
-                let connection = db.lock();
+            Backend::Sqlite(db) => db.read(|connection| {
                 let doing = || StoreError::sql("listing tokens");
                 let mut statement = connection
                     .prepare(
@@ -997,8 +997,8 @@ impl TenantStore {
                     )
                     .map_err(doing())?;
                 let rows = statement.query_map([tenant], token_info).map_err(doing())?;
-                rows.collect::<Result<Vec<_>, _>>().map_err(doing())?
-            }
+                rows.collect::<Result<Vec<_>, _>>().map_err(doing())
+            })?,
             Backend::Redis(_) => self
                 .redis_records::<TokenRecord>(TOKENS_KEY)
                 .await?
@@ -1018,13 +1018,15 @@ impl TenantStore {
     pub async fn token(&self, id: &str) -> Result<Option<TokenInfo>, TenantError> {
         match &self.backend {
             Backend::Sqlite(db) => Ok(db
-                .lock()
-                .query_row(
-                    "SELECT id, tenant, label, created_at FROM tokens WHERE id = ?1",
-                    [id],
-                    token_info,
-                )
-                .optional()
+                .read(|connection| {
+                    connection
+                        .query_row(
+                            "SELECT id, tenant, label, created_at FROM tokens WHERE id = ?1",
+                            [id],
+                            token_info,
+                        )
+                        .optional()
+                })
                 .map_err(StoreError::sql(format!("reading token {id}")))?),
             Backend::Redis(connection) => {
                 let json: Option<String> = redis::cmd("HGET")
@@ -1086,14 +1088,17 @@ impl TenantStore {
         let hash = secret_hash(secret);
         match &self.backend {
             Backend::Sqlite(db) => Ok(db
-                .lock()
-                .query_row(
-                    "SELECT tokens.tenant FROM tokens JOIN tenants ON tenants.name = tokens.tenant \
-                     WHERE tokens.secret_sha256 = ?1",
-                    [&hash],
-                    |row| row.get(0),
-                )
-                .optional()
+                .read(|connection| {
+                    connection
+                        .query_row(
+                            "SELECT tokens.tenant FROM tokens \
+                             JOIN tenants ON tenants.name = tokens.tenant \
+                             WHERE tokens.secret_sha256 = ?1",
+                            [&hash],
+                            |row| row.get(0),
+                        )
+                        .optional()
+                })
                 .map_err(StoreError::sql("authenticating a token"))?),
             Backend::Redis(connection) => Ok(redis::cmd("EVAL")
                 .arg(AUTHENTICATE)
@@ -1639,5 +1644,40 @@ mod tests {
             let bytes = std::fs::read(entry.unwrap().path()).unwrap();
             assert!(!bytes.windows(needle.len()).any(|window| window == needle));
         }
+    }
+
+    // Token checks (every admin call) and reads of tenants run on read-only
+    // connections of their own: a write under way on the connection that writes (a
+    // tenant's key-value write, say) does not hold them.
+    #[tokio::test]
+    async fn a_token_check_does_not_wait_for_a_write_under_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = Database::open(dir.path()).unwrap();
+        let store = std::sync::Arc::new(TenantStore::sqlite(database.clone()));
+        store.create_tenant("demo").await.unwrap();
+        let secret = store.create_token("demo", "").await.unwrap().secret;
+
+        let mut writing = database.lock();
+        let write = writing
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        // On a thread of its own: were the check to wait for the write, it would wait
+        // forever (this thread holds the write), and the test fail at the timeout.
+        let (answer, checked) = std::sync::mpsc::channel();
+        let runtime = tokio::runtime::Handle::current();
+        let reader = std::sync::Arc::clone(&store);
+        std::thread::spawn(move || {
+            answer.send(runtime.block_on(async {
+                let tenant = reader.authenticate(&secret).await.unwrap();
+                let tenants = reader.tenants().await.unwrap();
+                (tenant, tenants.len())
+            }))
+        });
+        let (tenant, tenants) = checked
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the token check waited for the write");
+        assert_eq!(tenant.as_deref(), Some("demo"));
+        assert_eq!(tenants, 1);
+        write.commit().unwrap();
     }
 }
