@@ -11,7 +11,8 @@
 #   (the state database, `faas up`'s default) is as busy as A can make it; B is measured
 #   on /hello and on a key-value read (kv-counter's GET /counter/bench). With
 #   STORE=redis the key-value store is a throwaway redis-server (`faas up --redis`)
-#   instead of the state database.
+#   instead of the state database, and the script ends with what the scripts and SETs
+#   it ran cost Redis per call (INFO commandstats).
 #
 #   bench/noisy-neighbour.sh                 # 10 s per measurement, 3 rounds
 #   DURATION=20s ROUNDS=5 bench/noisy-neighbour.sh
@@ -111,3 +112,12 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 echo
 echo "B's throughput under attack / alone, per round: ${ratios[*]} (goal: at least 0.5, p99 under 10 ms)"
+if [ "$STORE" = redis ]; then
+    # What the run's key-value writes cost Redis's one thread, as it counts them: the
+    # scripts (EVALSHA) and plain SETs it ran, with their calls and microseconds each.
+    echo "Redis time per command (INFO commandstats):"
+    redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[:,=]' '
+        $1 == "cmdstat_evalsha" || $1 == "cmdstat_set" {
+            printf "  %-8s %9d calls %10.1f us each\n", substr($1, 9), $3, $7
+        }'
+fi

@@ -540,9 +540,10 @@ fn script<'a>(
 /// of the tenant's staging key, then [`SET_SCRIPT`] (by its hash), which checks the
 /// quota and renames the staging key over `key`, or deletes it. Atomic like the other
 /// scripts, but the value never passes through Lua: Redis keeps a large argument as it
-/// read it, where the script's `ARGV` would copy it into Lua and out again, about 2 ms
-/// of Redis's one thread per 1 MiB value (measured with `INFO commandstats`) during
-/// which it serves no other client.
+/// read it, where the script's `ARGV` would copy it into Lua and out again: about
+/// 2.4 ms of Redis's one thread per 1 MiB value against about 40 µs this way
+/// (`bench/noisy-neighbour.sh` with `STORE=redis` prints both), time in which Redis
+/// serves no other client.
 fn staged_set(quota: &KvQuota, tenant: &str, key: &str, value: &[u8]) -> redis::Pipeline {
     let staging = redis_staging_key(tenant);
     let mut transaction = redis::pipe();
