@@ -13,11 +13,17 @@
 #   STORE=redis the key-value store is a throwaway redis-server (`faas up --redis`)
 #   instead of the state database, and the script ends with what the scripts and SETs
 #   it ran cost Redis per call (INFO commandstats).
+# - `stream-appends` (needs STORE=redis, where streams live): tenant `hog` appends
+#   1 MiB entries to one stream of its own for as long as its 1 s deadline lets it
+#   (messenger's `op=append`), within every quota, so its streams sit at their byte
+#   quota and every append trims; B is measured as with `kv-writes`, and the script
+#   ends with Redis's cost per call of the scripts and stream commands.
 #
 #   bench/noisy-neighbour.sh                 # 10 s per measurement, 3 rounds
 #   DURATION=20s ROUNDS=5 bench/noisy-neighbour.sh
 #   ATTACK=kv-writes bench/noisy-neighbour.sh
 #   ATTACK=kv-writes STORE=redis bench/noisy-neighbour.sh
+#   ATTACK=stream-appends STORE=redis bench/noisy-neighbour.sh
 #
 # Installs wrk (apt) if missing.
 set -euo pipefail
@@ -65,8 +71,34 @@ TOML
         attack_name="1 MiB writers"
         victims=(/hello /counter/bench)
         ;;
+    stream-appends)
+        if [ "$STORE" != redis ]; then
+            echo "ATTACK=stream-appends needs STORE=redis: streams live in Redis" >&2
+            exit 2
+        fi
+        (cd functions && cargo build --release -q -p hello -p kv-counter -p messenger)
+        cat >"$BENCH_DATA/appender.toml" <<TOML
+name = "appender"
+tenant = "hog"
+
+[functions.appender]
+component = "$PWD/target/wasm32-wasip2/release/messenger.wasm"
+timeout_ms = 1000
+
+[[triggers.http]]
+route = "/appender/..."
+function = "appender"
+TOML
+        deploy=(--deploy "$BENCH_DATA/appender.toml" --deploy functions/kv-counter/workflow.toml)
+        # Each event appends its 1 MiB body again and again until its deadline.
+        attack_path="/appender/big?op=append&name=big&count=10000"
+        attack_method=POST
+        attack_body=1048576
+        attack_name="1 MiB appenders"
+        victims=(/hello /counter/bench)
+        ;;
     *)
-        echo "ATTACK must be loops or kv-writes, not '$ATTACK'" >&2
+        echo "ATTACK must be loops, kv-writes or stream-appends, not '$ATTACK'" >&2
         exit 2
         ;;
 esac
@@ -86,6 +118,9 @@ esac
 start_faas "$PORT" --deploy functions/hello/workflow.toml "${deploy[@]}"
 URL=http://127.0.0.1:$PORT
 printf 'wrk.method = "%s"\n' "$attack_method" >"$BENCH_DATA/attack.lua"
+if [ -n "${attack_body:-}" ]; then
+    printf 'wrk.body = string.rep("x", %d)\n' "$attack_body" >>"$BENCH_DATA/attack.lua"
+fi
 curl -sf -o /dev/null -X POST "$URL/counter/bench"
 
 echo "warming up"
@@ -113,11 +148,12 @@ done
 echo
 echo "B's throughput under attack / alone, per round: ${ratios[*]} (goal: at least 0.5, p99 under 10 ms)"
 if [ "$STORE" = redis ]; then
-    # What the run's key-value writes cost Redis's one thread, as it counts them: the
-    # scripts (EVALSHA) and plain SETs it ran, with their calls and microseconds each.
+    # What the run's writes cost Redis's one thread, as it counts them: the scripts
+    # (EVALSHA), plain SETs and stream commands it ran (those inside scripts too), with
+    # their calls and microseconds each.
     echo "Redis time per command (INFO commandstats):"
     redis-cli -p "$REDIS_PORT" info commandstats | awk -F'[:,=]' '
-        $1 == "cmdstat_evalsha" || $1 == "cmdstat_set" {
+        $1 ~ /^cmdstat_(evalsha|set|xadd|xrange|xdel|xtrim|rename)$/ {
             printf "  %-8s %9d calls %10.1f us each\n", substr($1, 9), $3, $7
         }'
 fi

@@ -301,8 +301,10 @@ impl RedisLogReader {
     /// # Errors
     /// When Redis fails.
     pub async fn remove(&self, workflow: &str) -> Result<(), LogStoreError> {
+        let key = log_key(workflow);
         redis::cmd("DEL")
-            .arg(log_key(workflow))
+            .arg(Counted::Logs.entries_key(&key))
+            .arg(key)
             .query_async::<()>(&mut open(&self.client).await?)
             .await?;
         Ok(())

@@ -55,8 +55,11 @@ impl TenantData {
         let mut stream_keys = 0;
         if let Some(connection) = &self.streams {
             let mut connection = connection.clone();
-            let pattern = format!("{}*", glob_escape(&namespaced(tenant, "")));
-            stream_keys = unlink_matching(&mut connection, &pattern).await?;
+            let streams = glob_escape(&namespaced(tenant, ""));
+            stream_keys = unlink_matching(&mut connection, &format!("{streams}*")).await?;
+            // The lists of its streams' entry sizes.
+            let entries = glob_escape(&Counted::Messages.entries_key(&namespaced(tenant, "")));
+            unlink_matching(&mut connection, &format!("{entries}*")).await?;
             let counts: Vec<String> = [Counted::Messages, Counted::Logs]
                 .into_iter()
                 .flat_map(|counted| [counted.sizes_key(tenant), counted.usage_key(tenant)])

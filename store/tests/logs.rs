@@ -3,7 +3,7 @@
 //! Redis that goes away costs dropped (counted) lines, never a waiting guest.
 
 use faas_invoke::{LogLevel, LogLine, LogSink, LogSource};
-use faas_store::logs::{RedisLogReader, RedisLogWriter};
+use faas_store::logs::{RedisLogReader, RedisLogWriter, log_key};
 use faas_store::stream_quota::{Counted, StreamQuota};
 use faas_testing::RedisServer;
 use std::time::{Duration, Instant};
@@ -88,6 +88,20 @@ async fn lines_come_back_in_order_per_workflow_and_streams_are_trimmed() {
     reader.remove("a").await.unwrap();
     assert!(reader.recent("a").await.unwrap().lines.is_empty());
     assert_eq!(reader.recent("b").await.unwrap().lines.len(), 1);
+    // The stream's list of entry sizes (kept for trimming) went with it.
+    let mut connection = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut lists: Vec<String> = redis::cmd("KEYS")
+        .arg(Counted::Logs.entries_key("*"))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    lists.sort();
+    let kept = ["b", "c"].map(|workflow| Counted::Logs.entries_key(&log_key(workflow)));
+    assert_eq!(lists, kept);
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Fair shares: one tenant's busy loops cannot take the cores from another tenant, nor
-//! its writes the key-value store (the state database, or Redis).
+//! its writes the key-value store (the state database, or Redis), nor its stream
+//! appends Redis.
 
 use super::{BYSTANDER_ROUTE, Watch, assert_bystander_served, deploy_bystander};
 use crate::support::{Platform, client, repo, write_manifest};
@@ -15,16 +16,31 @@ const ATTACK_FOR: Duration = Duration::from_secs(4);
 /// again as soon as the last one ended, and asserts that each ended at its 1 s
 /// deadline (504); each thread gives how many did.
 fn attack(platform: &Platform, clients: usize, method: &str, path: &str) -> Vec<JoinHandle<u32>> {
+    attack_with_body(platform, clients, method, path, Vec::new())
+}
+
+/// [`attack`] with `body` in every request.
+fn attack_with_body(
+    platform: &Platform,
+    clients: usize,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Vec<JoinHandle<u32>> {
     let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
     (0..clients)
         .map(|_| {
-            let (url, method) = (platform.at(path), method.clone());
+            let (url, method, body) = (platform.at(path), method.clone(), body.clone());
             std::thread::spawn(move || {
                 let client = client();
                 let started = Instant::now();
                 let mut deadlines = 0;
                 while started.elapsed() < ATTACK_FOR {
-                    let response = client.request(method.clone(), &url).send().unwrap();
+                    let response = client
+                        .request(method.clone(), &url)
+                        .body(body.clone())
+                        .send()
+                        .unwrap();
                     assert_eq!(
                         response.status(),
                         504,
@@ -145,6 +161,49 @@ fn one_tenants_large_writes_leave_another_tenants_redis_key_value_served() {
     let redis = RedisServer::start();
     let platform = Platform::start_with(&["--no-demo", "--redis", &redis.url()]);
     assert_counter_served_through_large_writes(&platform, dir.path());
+}
+
+// On Redis, a tenant's stream appends at its byte quota trim as they append: with the
+// entries passed through Lua (and read back to trim), each 1 MiB append held Redis's
+// one thread for about 6 ms, and another tenant's key-value reads fell to a twentieth
+// of their rate (`bench/noisy-neighbour.sh`, `ATTACK=stream-appends`). As above, the
+// watch bounds the harm loosely; `stream_quota`'s tests check that an entry never
+// passes through Lua and that trimming reads none.
+#[test]
+fn one_tenants_large_stream_appends_leave_another_tenants_redis_key_value_served() {
+    let dir = faas_testing::temp_dir();
+    let redis = RedisServer::start();
+    let platform = Platform::start_with(&["--no-demo", "--redis", &redis.url()]);
+    deploy_counter(&platform, dir.path());
+    let hog = write_manifest(
+        dir.path(),
+        "appender",
+        "hog",
+        "messenger",
+        "/appender/...",
+        "timeout_ms = 1000",
+    );
+    platform.deploy(&hog);
+    // Each event appends its 1 MiB body to stream `big` until its deadline.
+    let appenders = attack_with_body(
+        &platform,
+        8,
+        "POST",
+        "/appender/go?op=append&name=big&count=10000",
+        vec![b'x'; 1 << 20],
+    );
+    assert_served_through(&platform, appenders, "/count/hits");
+    // The attack appended, and its streams stayed within their 64 MiB quota.
+    let mut connection = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let entries: u64 = redis::cmd("XLEN")
+        .arg("t:hog:big")
+        .query(&mut connection)
+        .unwrap();
+    assert!((1..=64).contains(&entries), "{entries} entries");
+    assert_eq!(add_hits(&platform, "1"), "6");
 }
 
 /// Deploys the bystander's counter, then has tenant `hog` overwrite one key with 1 MiB
