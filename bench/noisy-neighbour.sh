@@ -42,6 +42,24 @@ if ! command -v wrk >/dev/null 2>&1; then apt-get update -qq && apt-get install 
 source bench/lib.sh
 echo "building faas and the functions (release)"
 cargo build --release -q -p faas-cli --bin faas
+# hog_manifest NAME COMPONENT: writes $BENCH_DATA/NAME.toml, workflow NAME of tenant
+# `hog`: the release build of COMPONENT (its file name without .wasm) on /NAME/...,
+# with a 1 s deadline.
+hog_manifest() {
+    cat >"$BENCH_DATA/$1.toml" <<TOML
+name = "$1"
+tenant = "hog"
+
+[functions.attack]
+component = "$PWD/target/wasm32-wasip2/release/$2.wasm"
+timeout_ms = 1000
+
+[[triggers.http]]
+route = "/$1/..."
+function = "attack"
+TOML
+}
+
 case "$ATTACK" in
     loops)
         (cd functions && cargo build --release -q -p hello -p misbehave)
@@ -53,18 +71,7 @@ case "$ATTACK" in
         ;;
     kv-writes)
         (cd functions && cargo build --release -q -p hello -p kv-counter -p kv-filler)
-        cat >"$BENCH_DATA/kv-filler.toml" <<TOML
-name = "kv-filler"
-tenant = "hog"
-
-[functions.filler]
-component = "$PWD/target/wasm32-wasip2/release/kv_filler.wasm"
-timeout_ms = 1000
-
-[[triggers.http]]
-route = "/kv-filler/..."
-function = "filler"
-TOML
+        hog_manifest kv-filler kv_filler
         deploy=(--deploy "$BENCH_DATA/kv-filler.toml" --deploy functions/kv-counter/workflow.toml)
         attack_path=/kv-filler/overwrite/big
         attack_method=POST
@@ -77,18 +84,7 @@ TOML
             exit 2
         fi
         (cd functions && cargo build --release -q -p hello -p kv-counter -p messenger)
-        cat >"$BENCH_DATA/appender.toml" <<TOML
-name = "appender"
-tenant = "hog"
-
-[functions.appender]
-component = "$PWD/target/wasm32-wasip2/release/messenger.wasm"
-timeout_ms = 1000
-
-[[triggers.http]]
-route = "/appender/..."
-function = "appender"
-TOML
+        hog_manifest appender messenger
         deploy=(--deploy "$BENCH_DATA/appender.toml" --deploy functions/kv-counter/workflow.toml)
         # Each event appends its 1 MiB body again and again until its deadline.
         attack_path="/appender/big?op=append&name=big&count=10000"

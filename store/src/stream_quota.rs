@@ -880,7 +880,10 @@ mod tests {
             matches!(refused, Err(AppendError::Quota { .. })),
             "{refused:?}"
         );
-        assert_eq!(ids(&connection, "t", "s").await, std::slice::from_ref(&first));
+        assert_eq!(
+            ids(&connection, "t", "s").await,
+            std::slice::from_ref(&first)
+        );
         assert!(staging_keys(&connection).await.is_empty());
         // A server that forgot its scripts (restarted, or flushed them).
         let _: () = redis::cmd("SCRIPT")
