@@ -25,10 +25,9 @@
 //! entries (`faas:stream-sizes:<tenant>`), a hash of its totals
 //! (`faas:stream-usage:<tenant>`: `bytes` in all, and `entries`, the part trimming can
 //! free), and per stream a list of its entries' sizes (`faas:stream-entries:<stream>`),
-//! so that trimming need not read them. Entries appended without
-//! the script (by producers outside the platform, which hold Redis credentials and are
-//! trusted) are not counted; trimming them credits back no more than their stream was
-//! counted for. A stream deleted outside the platform is credited back when the script
+//! so that trimming need not read them. Entries appended without the script (by
+//! producers outside the platform, which hold Redis credentials and are trusted) are
+//! not counted; trimming them credits back no more than their stream was counted for. A stream deleted outside the platform is credited back when the script
 //! next meets it.
 //!
 //! The log streams of a tenant's workflows (`crate::logs`) are counted by the same
@@ -49,7 +48,8 @@ pub const DEFAULT_STREAM_MAX_LEN: u64 = 10_000;
 pub const DEFAULT_STREAM_MAX_BYTES: u64 = 64 << 20;
 /// What an entry counts for beyond its field names and values: its id and Redis's
 /// bookkeeping (about 5 bytes per entry on Redis 7.0, whose entries share the field
-/// names of the first; rounded up, as names may differ).
+/// names of the first), and its size in its stream's list of sizes (a few bytes more);
+/// rounded up, as names may differ.
 pub const ENTRY_OVERHEAD: u64 = 16;
 /// What a stream counts for beyond its entries: Redis 7.0 takes about 4.4 KB for a
 /// stream key with a few entries (its first node is allocated at 4 KiB).

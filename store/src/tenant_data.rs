@@ -1,6 +1,6 @@
 //! What a tenant's guests leave at rest, removed with the tenant: its key-value
 //! entries and, with Redis, its channels' and streams' keys (`t:<tenant>:*`) and the
-//! counts the stream quotas keep of them. Without this a tenant created again under a
+//! counts the stream quotas keep of them (its streams' lists of entry sizes too). Without this a tenant created again under a
 //! removed tenant's name (perhaps for someone else) would read the removed one's data.
 
 use crate::broker::namespaced;
