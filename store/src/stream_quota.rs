@@ -551,7 +551,8 @@ end
 local size = entry_overhead + tonumber(ARGV[6])
 local charge, refusal = admit(size)
 if not charge then return refusal end
-if redis.call('EXISTS', KEYS[1]) == 1 then
+-- Trimming empties a stream but never deletes it: `kind` still holds.
+if kind == 'stream' then
   redis.call('RENAME', KEYS[1], KEYS[5])
 else
   redis.call('XGROUP', 'CREATE', KEYS[5], 'faas-new', '$', 'MKSTREAM')
