@@ -3,14 +3,14 @@
 
 use anyhow::Context;
 use faas_budget::mib_or_unlimited;
-use faas_connections::ConnectionLimits;
+use faas_connections::{ConnectionLimits, RequestLimits};
 use faas_gateway::GatewayConfig;
 use faas_gateway::body_budget::{
     BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB,
 };
 use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-    DEFAULT_MAX_DEPLOYS_PER_TENANT,
+    DEFAULT_MAX_DEPLOYS_PER_TENANT, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_REQUESTS_PER_CLIENT,
 };
 use faas_store::broker::RedisBroker;
 use faas_store::stream_quota::{DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAM_MAX_LEN, StreamQuota};
@@ -104,6 +104,14 @@ pub struct GatewayArgs {
     /// How long a connection may carry no request before it is closed, in milliseconds.
     #[arg(long, env = "FAAS_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
     pub idle_timeout_ms: u64,
+    /// How many requests one client address may have in flight at once, across its
+    /// connections (HTTP/2 carries many on one); one more is answered 429 at once.
+    #[arg(long, env = "FAAS_MAX_REQUESTS_PER_CLIENT", default_value_t = DEFAULT_MAX_REQUESTS_PER_CLIENT)]
+    pub max_requests_per_client: usize,
+    /// How many requests the gateway has in flight at once, in all; one more is
+    /// answered 503 at once.
+    #[arg(long, env = "FAAS_MAX_REQUESTS", default_value_t = DEFAULT_MAX_REQUESTS)]
+    pub max_requests: usize,
 }
 
 /// Default of `--tenant-max-workflows`: far more than a team deploys by hand, few
@@ -130,6 +138,10 @@ impl GatewayArgs {
             per_client: self.max_connections_per_client.max(1),
             total: self.max_connections.max(1),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms.max(1)),
+        };
+        config.requests = RequestLimits {
+            per_client: self.max_requests_per_client.max(1),
+            total: self.max_requests.max(1),
         };
         config
     }

@@ -2,8 +2,11 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::requests::{ClientRequests, RequestLimits};
 use tokio::net::{TcpListener, TcpStream};
 
 /// A server's connection limits.
@@ -38,14 +41,25 @@ pub enum Refused {
 
 #[derive(Default)]
 struct Open {
-    by_client: HashMap<IpAddr, usize>,
+    by_client: HashMap<IpAddr, Client>,
     total: usize,
+}
+
+/// What one client address holds.
+#[derive(Default)]
+struct Client {
+    connections: usize,
+    /// Its requests in flight, counted by [`ClientRequests`] (shared by its connections
+    /// so that no lock is taken per request).
+    requests: Arc<AtomicUsize>,
 }
 
 /// The connections a server holds, by client address.
 pub struct Admission {
     limits: ConnectionLimits,
     open: Mutex<Open>,
+    /// All clients' requests in flight.
+    requests: Arc<AtomicUsize>,
 }
 
 impl Admission {
@@ -54,6 +68,7 @@ impl Admission {
         Arc::new(Self {
             limits,
             open: Mutex::default(),
+            requests: Arc::default(),
         })
     }
 
@@ -73,18 +88,20 @@ impl Admission {
                 limit: self.limits.total,
             });
         }
-        let count = open.by_client.entry(client).or_default();
-        if *count >= self.limits.per_client {
+        let entry = open.by_client.entry(client).or_default();
+        if entry.connections >= self.limits.per_client {
             return Err(Refused::Client {
                 client,
                 limit: self.limits.per_client,
             });
         }
-        *count += 1;
+        entry.connections += 1;
+        let requests = entry.requests.clone();
         open.total += 1;
         Ok(Slot {
             admission: self.clone(),
             client,
+            requests,
         })
     }
 
@@ -133,6 +150,7 @@ impl Admission {
 pub struct Slot {
     admission: Arc<Admission>,
     client: IpAddr,
+    requests: Arc<AtomicUsize>,
 }
 
 impl Slot {
@@ -140,15 +158,31 @@ impl Slot {
     pub fn client(&self) -> IpAddr {
         self.client
     }
+
+    /// The requests in flight of this connection's client (on all its connections)
+    /// and of all clients, to be held to `limits` (a server that multiplexes requests
+    /// on a connection, HTTP/2, needs these besides the connection limits).
+    ///
+    /// A client whose last connection closes while requests of it are still being
+    /// answered starts from none on its next connection: those requests lost their
+    /// connection, and end as soon as they are next polled.
+    pub fn requests(&self, limits: RequestLimits) -> ClientRequests {
+        ClientRequests {
+            client: self.client,
+            limits,
+            of_client: self.requests.clone(),
+            of_all: self.admission.requests.clone(),
+        }
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut open = self.admission.lock();
         open.total = open.total.saturating_sub(1);
-        if let Some(count) = open.by_client.get_mut(&self.client) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
+        if let Some(entry) = open.by_client.get_mut(&self.client) {
+            entry.connections = entry.connections.saturating_sub(1);
+            if entry.connections == 0 {
                 open.by_client.remove(&self.client);
             }
         }

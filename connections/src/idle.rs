@@ -46,10 +46,7 @@ pub struct Busy(Arc<Activity>);
 impl Busy {
     /// `body`, keeping the request in flight until it is sent to its end or dropped.
     pub fn track<B>(self, body: B) -> Tracked<B> {
-        Tracked {
-            inner: body,
-            _busy: self,
-        }
+        Tracked::new(body, self)
     }
 }
 
@@ -60,13 +57,24 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its request counted as in flight.
-pub struct Tracked<B> {
+/// A response body that keeps its request counted as in flight: `guard` (a [`Busy`],
+/// or that and more) is dropped with the body.
+pub struct Tracked<B, G = Busy> {
     inner: B,
-    _busy: Busy,
+    _guard: G,
 }
 
-impl<B: http_body::Body + Unpin> http_body::Body for Tracked<B> {
+impl<B, G> Tracked<B, G> {
+    /// `body`, holding `guard` until it is sent to its end or dropped.
+    pub fn new(body: B, guard: G) -> Self {
+        Self {
+            inner: body,
+            _guard: guard,
+        }
+    }
+}
+
+impl<B: http_body::Body + Unpin, G: Unpin> http_body::Body for Tracked<B, G> {
     type Data = B::Data;
     type Error = B::Error;
 

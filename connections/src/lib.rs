@@ -8,11 +8,17 @@
 //!   request for the idle timeout; then it is told to close (HTTP/1 closes an idle
 //!   keep-alive connection, HTTP/2 sends GOAWAY) and cut off if it does not.
 //!
+//! - [`ClientRequests`]: at most so many requests in flight per client address, and in
+//!   all, across connections (HTTP/2 carries many on one); one more is answered at
+//!   once by the server (429 or 503) rather than held.
+//!
 //! A request counts as in flight from its head until its response body is sent or
 //! dropped ([`Activity::track`]), so a long download is not idle.
 
 mod admission;
 mod idle;
+mod requests;
 
 pub use admission::{Admission, ConnectionLimits, Refused, Slot};
 pub use idle::{Activity, Busy, GracefulConnection, Tracked, drive};
+pub use requests::{ClientRequests, InFlight, RequestLimits, TooManyRequests};

@@ -6,7 +6,7 @@
 //! event's response is ready (an event waiting for a replica holds its body too). The
 //! body limit bounds one body; without a bound on all of them, one client could send
 //! `--max-connections-per-client` bodies at the limit at once over HTTP/1.1 (2 GiB by
-//! default), and two hundred times that over HTTP/2's concurrent streams, and the
+//! default), as many over HTTP/2's streams (`--max-requests-per-client`), and the
 //! gateway every tenant shares would run out of memory. So a body is counted against
 //! the budget as its declared length before any of it is read (or chunk by chunk as it
 //! arrives, when no length is declared, and twice over while those chunks are joined),

@@ -1,7 +1,7 @@
 //! The gateway's settings, with safe defaults.
 
 use crate::body_budget::{BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB};
-use faas_connections::ConnectionLimits;
+use faas_connections::{ConnectionLimits, RequestLimits};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -32,6 +32,10 @@ pub struct GatewayConfig {
     /// (defaults: [`DEFAULT_MAX_CONNECTIONS_PER_CLIENT`], [`DEFAULT_MAX_CONNECTIONS`],
     /// [`DEFAULT_IDLE_TIMEOUT`]).
     pub connections: ConnectionLimits,
+    /// Requests in flight per client address, across its connections, and in all
+    /// (defaults: [`DEFAULT_MAX_REQUESTS_PER_CLIENT`], [`DEFAULT_MAX_REQUESTS`]); one
+    /// more is answered at once, 429 or 503 (see [`faas_connections::ClientRequests`]).
+    pub requests: RequestLimits,
 }
 
 /// How many connections one client address may hold by default: plenty for a browser
@@ -45,6 +49,15 @@ pub const DEFAULT_MAX_DEPLOYS_PER_TENANT: usize = 2;
 
 /// How many connections the gateway holds by default, in all.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// How many requests one client address may have in flight by default: as many as it
+/// may hold connections, so that HTTP/2's streams give a client no more than HTTP/1.1
+/// does.
+pub const DEFAULT_MAX_REQUESTS_PER_CLIENT: usize = DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
+
+/// How many requests the gateway has in flight by default, in all: as many as it
+/// holds connections.
+pub const DEFAULT_MAX_REQUESTS: usize = DEFAULT_MAX_CONNECTIONS;
 
 /// How long a connection may carry no request by default before it is closed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -68,6 +81,10 @@ impl GatewayConfig {
                 per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
                 total: DEFAULT_MAX_CONNECTIONS,
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            },
+            requests: RequestLimits {
+                per_client: DEFAULT_MAX_REQUESTS_PER_CLIENT,
+                total: DEFAULT_MAX_REQUESTS,
             },
         }
     }

@@ -666,11 +666,7 @@ fn over_budget(over: OverBudget) -> Response<Body> {
             ),
         ),
     };
-    let mut response = response::error(status, "body_budget", message);
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-    response
+    response::refused(status, "body_budget", message)
 }
 
 #[cfg(test)]

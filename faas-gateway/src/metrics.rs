@@ -35,6 +35,7 @@ pub(crate) struct Metrics {
     deployed: Gauge,
     instances: Gauge,
     connections_refused: Counter,
+    requests_refused: Counter,
     deploys_refused: Counter,
     activator_requests: Family<ActivatorLabels, Counter>,
 }
@@ -68,6 +69,14 @@ impl Metrics {
              held as many as it may",
             connections_refused.clone(),
         );
+        let requests_refused = Counter::default();
+        registry.register(
+            "requests_refused",
+            "Requests answered 429 or 503 before they were handled because their client \
+             address, or the gateway, had as many in flight as it may \
+             (--max-requests-per-client, --max-requests)",
+            requests_refused.clone(),
+        );
         let deploys_refused = Counter::default();
         registry.register(
             "deploys_refused",
@@ -88,6 +97,7 @@ impl Metrics {
             deployed,
             instances,
             connections_refused,
+            requests_refused,
             deploys_refused,
             activator_requests,
         }
@@ -120,6 +130,11 @@ impl Metrics {
     /// Counts a connection refused by the connection limits.
     pub(crate) fn connection_refused(&self) {
         self.connections_refused.inc();
+    }
+
+    /// Counts a request refused by the limits on requests in flight.
+    pub(crate) fn request_refused(&self) {
+        self.requests_refused.inc();
     }
 
     /// Counts a deploy refused by the tenant's limit of deploys at once.

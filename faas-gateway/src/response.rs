@@ -69,6 +69,20 @@ pub(crate) fn error(status: StatusCode, kind: &str, message: impl Into<String>) 
     error_with(status, kind, message, serde_json::Map::new())
 }
 
+/// A JSON error response for a request refused for want of room, which its client may
+/// send again shortly (`Retry-After: 1`).
+pub(crate) fn refused(
+    status: StatusCode,
+    kind: &str,
+    message: impl Into<String>,
+) -> Response<Body> {
+    let mut response = error(status, kind, message);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
+}
+
 /// A plain-text response.
 pub(crate) fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     Response::builder()

@@ -10,7 +10,7 @@ use crate::redis::RedisBroker;
 use crate::registry::Registry;
 use crate::response::{self, Body};
 use crate::{admin, invoke};
-use faas_connections::{Activity, Admission, drive};
+use faas_connections::{Activity, Admission, TooManyRequests, Tracked, drive};
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -228,14 +228,22 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Recei
         };
         let _ = stream.set_nodelay(true);
         let client = slot.client();
+        let requests = slot.requests(app.config.requests);
         let activity = Activity::new();
         let service = {
             let (app, activity) = (app.clone(), activity.clone());
             service_fn(move |request| {
                 let (app, busy) = (app.clone(), activity.busy());
+                let in_flight = requests.begin();
                 async move {
-                    let response = dispatch(&app, client, request).await;
-                    Ok::<_, Infallible>(response.map(|body| busy.track(body)))
+                    let (response, in_flight) = match in_flight {
+                        Ok(in_flight) => (dispatch(&app, client, request).await, Some(in_flight)),
+                        Err(refusal) => {
+                            app.metrics.request_refused();
+                            (too_many_requests(&refusal), None)
+                        }
+                    };
+                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, (busy, in_flight))))
                 }
             })
         };
@@ -275,6 +283,22 @@ fn metrics_response(app: &App) -> Response<Body> {
                 .encode(|_, workflow| app.registry.get(workflow).is_some()),
         ))
         .expect("static response parts are valid")
+}
+
+/// The answer to a request refused by the limits on requests in flight: 429 when its
+/// client has its share, 503 when the gateway has its most, both with `Retry-After`.
+fn too_many_requests(refusal: &TooManyRequests) -> Response<Body> {
+    let (status, flag) = match refusal {
+        TooManyRequests::Client { .. } => {
+            (StatusCode::TOO_MANY_REQUESTS, "--max-requests-per-client")
+        }
+        TooManyRequests::Total { .. } => (StatusCode::SERVICE_UNAVAILABLE, "--max-requests"),
+    };
+    response::refused(
+        status,
+        "requests_in_flight",
+        format!("{refusal} ({flag}); try again shortly"),
+    )
 }
 
 async fn dispatch(app: &App, client: IpAddr, request: Request<Incoming>) -> Response<Body> {

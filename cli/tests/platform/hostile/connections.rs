@@ -4,11 +4,11 @@
 //! served throughout. The attacker connects from 127.0.0.2, another address than the
 //! bystander's client, as it would from another machine.
 
-use super::{assert_bystander_served, deploy_bystander};
+use super::{BYSTANDER_ROUTE, assert_bystander_served, deploy_bystander};
 use crate::support::{Platform, closed_within, connect_from};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const ATTACKER: [u8; 4] = [127, 0, 0, 2];
 
@@ -85,4 +85,132 @@ fn connections_that_carry_nothing_are_closed_after_the_idle_timeout() {
         assert!(closed < Duration::from_secs(4), "closed after {closed:?}");
     }
     assert_bystander_served(&platform);
+}
+
+/// A request body that never sends a byte and never ends.
+struct NeverEnds;
+
+impl http_body::Body for NeverEnds {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+/// An HTTP/2 attack under way: its connections, and each stream's answer (its status,
+/// and whether it said when to try again), or `None` if its connection failed.
+struct HeldStreams {
+    connections: Vec<hyper::client::conn::http2::SendRequest<NeverEnds>>,
+    answers: Vec<tokio::task::JoinHandle<Option<(u16, bool)>>>,
+}
+
+impl HeldStreams {
+    /// How many streams have been answered.
+    fn answered(&self) -> usize {
+        self.answers
+            .iter()
+            .filter(|answer| answer.is_finished())
+            .count()
+    }
+}
+
+/// Opens `connections` HTTP/2 connections from [`ATTACKER`] to `addr` and `streams`
+/// requests on each: POSTs to the bystander's route with a 60 KB head (a head may be
+/// 64 KiB) and a body that never comes, so each is held until the gateway answers it
+/// or gives up reading its body.
+async fn hold_streams(addr: &str, connections: usize, streams: usize) -> HeldStreams {
+    let padding = "p".repeat(4000);
+    let mut senders = Vec::new();
+    let mut answers = Vec::new();
+    for _ in 0..connections {
+        let stream = connect_from(ATTACKER, addr);
+        stream.set_nonblocking(true).unwrap();
+        let stream = tokio::net::TcpStream::from_std(stream).unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        for _ in 0..streams {
+            let mut request = hyper::Request::post(format!("http://{addr}{BYSTANDER_ROUTE}"));
+            for pad in 0..15 {
+                request = request.header(format!("x-pad-{pad}"), &padding);
+            }
+            let response = sender.send_request(request.body(NeverEnds).unwrap());
+            answers.push(tokio::spawn(async move {
+                let response = response.await.ok()?;
+                let retry = response.headers().contains_key("retry-after");
+                Some((response.status().as_u16(), retry))
+            }));
+        }
+        senders.push(sender);
+    }
+    HeldStreams {
+        connections: senders,
+        answers,
+    }
+}
+
+/// HTTP/2 lets a client open many requests on one connection. Each stream's head (up
+/// to 64 KiB, sent in a few bytes with HPACK) and handler are held until it is
+/// answered, and a body that never comes holds them for the read timeout (30 s): 800
+/// such streams on 8 connections grew the gateway by 60 MiB before requests in flight
+/// were counted per client. Now the client's streams past its share are answered 429
+/// at once, the rest stay held, and another client is served throughout.
+#[test]
+fn a_client_holding_http2_streams_open_is_refused_past_its_share_of_requests() {
+    const SHARE: usize = 32;
+    let platform = Platform::start_with(&["--max-requests-per-client", &SHARE.to_string()]);
+    let dir = faas_testing::temp_dir();
+    deploy_bystander(&platform, dir.path());
+    let addr = gateway_addr(&platform);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = platform.memory("VmRSS");
+    let attack = runtime.block_on(hold_streams(&addr, 8, 100));
+    let opened = attack.answers.len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while attack.answered() < opened - SHARE && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Time for a stream past the share to be held instead, if one would be.
+    std::thread::sleep(Duration::from_millis(500));
+    let grew = platform.memory("VmRSS").saturating_sub(before) >> 20;
+    assert_bystander_served(&platform);
+
+    let mut held = 0;
+    for answer in attack.answers {
+        if !answer.is_finished() {
+            held += 1;
+            continue;
+        }
+        let answer = runtime.block_on(answer).unwrap();
+        assert_eq!(answer, Some((429, true)), "a stream past the share");
+    }
+    assert_eq!(held, SHARE, "the streams within the share are held");
+    assert!(grew < 32, "the gateway grew by {grew} MiB");
+    let metrics = platform.get("/metrics").text().unwrap();
+    let refused = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("faas_requests_refused_total "))
+        .expect("the refusals are counted");
+    assert_eq!(refused.trim().parse::<usize>().unwrap(), opened - SHARE);
+
+    // The attack's connections gone, its streams end and its client is served again.
+    drop(attack.connections);
+    drop(runtime);
+    let served = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        answered(&mut connect_from(ATTACKER, &addr))
+    });
+    assert!(served, "the client is served once its streams are gone");
 }
