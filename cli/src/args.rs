@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use faas_budget::mib_or_unlimited;
-use faas_connections::{ConnectionLimits, RequestLimits};
+use faas_connections::{ConnectionLimits, IPV6_CLIENT_SUBNET, RequestLimits};
 use faas_gateway::GatewayConfig;
 use faas_gateway::body_budget::{
     BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB,
@@ -104,6 +104,12 @@ pub struct GatewayArgs {
     /// How long a connection may carry no request before it is closed, in milliseconds.
     #[arg(long, env = "FAAS_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
     pub idle_timeout_ms: u64,
+    /// How many leading bits of an IPv6 address name one client for the limits per
+    /// client (connections, requests, request bodies): 64 counts a /64, the subnet one
+    /// host or home is given, as one client; 128 counts each address.
+    #[arg(long, env = "FAAS_CLIENT_IPV6_PREFIX", default_value_t = IPV6_CLIENT_SUBNET,
+          value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub client_ipv6_prefix: u8,
     /// How many requests one client address may have in flight at once, across its
     /// connections (HTTP/2 carries many on one); one more is answered 429 at once.
     #[arg(long, env = "FAAS_MAX_REQUESTS_PER_CLIENT", default_value_t = DEFAULT_MAX_REQUESTS_PER_CLIENT)]
@@ -138,6 +144,7 @@ impl GatewayArgs {
             per_client: self.max_connections_per_client.max(1),
             total: self.max_connections.max(1),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms.max(1)),
+            ipv6_client_prefix: self.client_ipv6_prefix,
         };
         config.requests = RequestLimits {
             per_client: self.max_requests_per_client.max(1),

@@ -1,4 +1,9 @@
 //! How many connections each client address, and all of them together, may hold.
+//!
+//! A client is an IPv4 address, or an IPv6 prefix ([`client_of`]): on the public
+//! port a /64, since one host, or one home or phone, is given a whole /64 and may use
+//! any of its 2^64 addresses, and counting them one by one would give such a client
+//! as many shares as it likes.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -18,7 +23,15 @@ pub struct ConnectionLimits {
     pub total: usize,
     /// How long a connection may carry no request before it is closed.
     pub idle_timeout: Duration,
+    /// How many leading bits of an IPv6 address name its client:
+    /// [`IPV6_CLIENT_SUBNET`] where anyone may connect, 128 where the clients are the
+    /// platform's own processes (pods' addresses may share a /64).
+    pub ipv6_client_prefix: u8,
 }
+
+/// The IPv6 prefix length a public server counts as one client: a /64, the subnet one
+/// host, home or phone is given.
+pub const IPV6_CLIENT_SUBNET: u8 = 64;
 
 /// Why a connection was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,11 +90,13 @@ impl Admission {
         self.limits
     }
 
-    /// A slot for one more connection from `client`, held until the slot is dropped.
+    /// A slot for one more connection from `peer` (counted as its client,
+    /// [`client_of`] under the limits' prefix), held until the slot is dropped.
     ///
     /// # Errors
     /// [`Refused`] when the client, or the server, holds as many as it may.
-    pub fn admit(self: &Arc<Self>, client: IpAddr) -> Result<Slot, Refused> {
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Slot, Refused> {
+        let client = client_of(peer, self.limits.ipv6_client_prefix);
         let mut open = self.lock();
         if open.total >= self.limits.total {
             return Err(Refused::Total {
@@ -146,6 +161,20 @@ impl Admission {
     }
 }
 
+/// The client a connection from `peer` counts as: an IPv4 address (also when it comes
+/// as an IPv4-mapped IPv6 address, on a dual-stack listener), or an IPv6 address's
+/// first `ipv6_prefix` bits (written as the prefix's first address, `2001:db8:1:2::`
+/// for a /64).
+pub fn client_of(peer: IpAddr, ipv6_prefix: u8) -> IpAddr {
+    match peer.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(ipv6_prefix.min(128)));
+            IpAddr::V6((v6.to_bits() & mask.unwrap_or(0)).into())
+        }
+        v4 => v4,
+    }
+}
+
 /// One admitted connection; its place is freed when dropped.
 pub struct Slot {
     admission: Arc<Admission>,
@@ -154,7 +183,7 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// The client address the connection came from.
+    /// The client the connection came from ([`client_of`] its address).
     pub fn client(&self) -> IpAddr {
         self.client
     }
@@ -198,6 +227,7 @@ mod tests {
             per_client,
             total,
             idle_timeout: Duration::from_secs(1),
+            ipv6_client_prefix: IPV6_CLIENT_SUBNET,
         }
     }
 
@@ -222,5 +252,54 @@ mod tests {
         drop(first);
         assert_eq!(admission.open(), 2);
         assert!(admission.admit(greedy).is_ok());
+    }
+    #[test]
+    fn an_ipv6_client_is_its_slash_64_and_a_mapped_ipv4_address_is_the_ipv4_one() {
+        let admission = Admission::new(limits(2, 100));
+        let in_one_64: [IpAddr; 3] = [
+            "2001:db8:1:2::1".parse().unwrap(),
+            "2001:db8:1:2:ffff:ffff:ffff:ffff".parse().unwrap(),
+            "2001:db8:1:2:abcd::7".parse().unwrap(),
+        ];
+        let _held = [
+            admission.admit(in_one_64[0]).unwrap(),
+            admission.admit(in_one_64[1]).unwrap(),
+        ];
+        assert_eq!(
+            admission.admit(in_one_64[2]).err(),
+            Some(Refused::Client {
+                client: "2001:db8:1:2::".parse().unwrap(),
+                limit: 2
+            })
+        );
+        let next_64 = admission.admit("2001:db8:1:3::1".parse().unwrap()).unwrap();
+        assert_eq!(
+            next_64.client(),
+            "2001:db8:1:3::".parse::<IpAddr>().unwrap()
+        );
+
+        let mapped = admission
+            .admit("::ffff:192.0.2.7".parse().unwrap())
+            .unwrap();
+        assert_eq!(mapped.client(), IpAddr::from([192, 0, 2, 7]));
+        let _second = admission.admit([192, 0, 2, 7].into()).unwrap();
+        assert!(
+            admission
+                .admit("::ffff:192.0.2.7".parse().unwrap())
+                .is_err()
+        );
+        // Other IPv4 clients are not one /64 of mapped addresses.
+        assert!(admission.admit("::ffff:192.0.2.8".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn a_prefix_of_128_counts_each_ipv6_address() {
+        let peer: IpAddr = "2001:db8::1:2".parse().unwrap();
+        assert_eq!(client_of(peer, 128), peer);
+        assert_eq!(
+            client_of(peer, 112),
+            "2001:db8::1:0".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(client_of(peer, 0), "::".parse::<IpAddr>().unwrap());
     }
 }

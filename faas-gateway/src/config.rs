@@ -1,7 +1,7 @@
 //! The gateway's settings, with safe defaults.
 
 use crate::body_budget::{BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB};
-use faas_connections::{ConnectionLimits, RequestLimits};
+use faas_connections::{ConnectionLimits, IPV6_CLIENT_SUBNET, RequestLimits};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -28,9 +28,9 @@ pub struct GatewayConfig {
     pub read_timeout: Duration,
     /// How long shutdown waits for requests in flight (default 10 s).
     pub shutdown_grace: Duration,
-    /// Connections per client address and in all, and how long one may stay idle
-    /// (defaults: [`DEFAULT_MAX_CONNECTIONS_PER_CLIENT`], [`DEFAULT_MAX_CONNECTIONS`],
-    /// [`DEFAULT_IDLE_TIMEOUT`]).
+    /// Connections per client and in all, how long one may stay idle, and how much of
+    /// an IPv6 address names its client (defaults: [`DEFAULT_MAX_CONNECTIONS_PER_CLIENT`],
+    /// [`DEFAULT_MAX_CONNECTIONS`], [`DEFAULT_IDLE_TIMEOUT`], a /64).
     pub connections: ConnectionLimits,
     /// Requests in flight per client address, across its connections, and in all
     /// (defaults: [`DEFAULT_MAX_REQUESTS_PER_CLIENT`], [`DEFAULT_MAX_REQUESTS`]); one
@@ -81,6 +81,7 @@ impl GatewayConfig {
                 per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
                 total: DEFAULT_MAX_CONNECTIONS,
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
+                ipv6_client_prefix: IPV6_CLIENT_SUBNET,
             },
             requests: RequestLimits {
                 per_client: DEFAULT_MAX_REQUESTS_PER_CLIENT,

@@ -26,6 +26,8 @@ pub const LIMITS: ConnectionLimits = ConnectionLimits {
     per_client: 4,
     total: 32,
     idle_timeout: Duration::from_secs(60),
+    // Scrapers are the operator's; each address counts.
+    ipv6_client_prefix: 128,
 };
 
 /// What renders the metrics' text at each scrape.

@@ -36,6 +36,8 @@ pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
         // workers are meant to reach it.
         total: usize::MAX,
         idle_timeout: node.idle_timeout(),
+        // Gateways' and workers' pods may share a /64: each address counts.
+        ipv6_client_prefix: 128,
     });
     loop {
         let (stream, slot) = admission.accept(&listener, |_| {}).await;
