@@ -250,7 +250,6 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
                 if let Some(logs) = &app.logs {
                     logs.remove(&tenant, name).await;
                 }
-                app.metrics.set_workflows(app.registry.list().len());
                 tracing::info!(workflow = *name, %tenant, "workflow removed");
                 response::json(
                     StatusCode::OK,
@@ -298,7 +297,6 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             {
                 Ok(unplaced) => {
                     tracing::info!(worker = *id, ?unplaced, "worker removed");
-                    app.metrics.set_workflows(app.registry.list().len());
                     response::json(
                         StatusCode::OK,
                         &serde_json::json!({"status": "removed", "id": id, "unplaced": unplaced}),
@@ -411,12 +409,13 @@ async fn logs(app: &App, name: &str, tenant: &str, query: Option<&str>) -> Respo
         .expect("static response parts are valid")
 }
 
-fn unauthorized() -> Response<Body> {
+/// The answer to a request without a credential the admin API (or `/metrics`) knows.
+pub(crate) fn unauthorized() -> Response<Body> {
     let mut response = response::error(
         StatusCode::UNAUTHORIZED,
         "unauthorized",
-        "the admin API needs `Authorization: Bearer <token>`: the admin token or a live \
-         tenant token (see `faas up` output)",
+        "this needs `Authorization: Bearer <token>`: the admin token or a live tenant \
+         token (see `faas up` output)",
     );
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
@@ -559,7 +558,8 @@ async fn revoke_token(app: &App, id: &str, caller: &Caller) -> Response<Body> {
     }
 }
 
-fn tenant_error(err: TenantError) -> Response<Body> {
+/// The answer to a tenant-store error.
+pub(crate) fn tenant_error(err: TenantError) -> Response<Body> {
     let (status, kind) = match &err {
         TenantError::InvalidName(_) | TenantError::InvalidLabel | TenantError::InvalidQuota(_) => {
             (StatusCode::BAD_REQUEST, "bad_request")
@@ -631,7 +631,6 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
                 DeployOutcome::Deployed(deployment) => ("deployed", deployment),
                 DeployOutcome::Unchanged(deployment) => ("unchanged", deployment),
             };
-            app.metrics.set_workflows(app.registry.list().len());
             tracing::info!(
                 workflow = %deployment.workflow.name,
                 tenant = %deployment.key.tenant,

@@ -142,7 +142,7 @@ impl Metrics {
         self.deploys_refused.inc();
     }
 
-    /// Records how many workflows are deployed.
+    /// Records how many workflows are deployed (at each scrape).
     pub(crate) fn set_workflows(&self, count: usize) {
         self.deployed.set(count as i64);
     }
@@ -161,6 +161,33 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
+}
+
+/// The part of an exposition (`text`, as [`Metrics::encode`] writes it) that `tenant`
+/// may read: the metadata lines (`# HELP`, `# TYPE`, `# EOF`) and the samples labelled
+/// `tenant="<tenant>"`. Process-wide series, which count every tenant's work, are left
+/// out with the other tenants'.
+///
+/// A label value cannot forge the pair: quotes in values are escaped
+/// (`faas_invoke::metrics::SeriesEncoder`).
+pub(crate) fn of_tenant(text: &str, tenant: &str) -> String {
+    let pair = format!("tenant=\"{tenant}\"");
+    let labelled = |line: &str| {
+        let Some((_, rest)) = line.split_once('{') else {
+            return false;
+        };
+        let labels = rest.rsplit_once('}').map_or(rest, |(labels, _)| labels);
+        labels.split(',').any(|label| label == pair)
+    };
+    let mut kept = String::with_capacity(text.len() / 2);
+    for line in text
+        .lines()
+        .filter(|line| line.starts_with('#') || labelled(line))
+    {
+        kept.push_str(line);
+        kept.push('\n');
+    }
+    kept
 }
 
 /// Outcomes of runs and steps, the label values of their counters.
@@ -397,6 +424,48 @@ impl WorkflowSeries for WorkflowMetrics {
 mod tests {
     use super::*;
     use faas_invoke::StepRecord;
+
+    #[test]
+    fn a_tenant_reads_its_own_series_only() {
+        let metrics = Metrics::new();
+        metrics
+            .workflow("acme", "shop")
+            .observe_request(200, Duration::from_millis(3));
+        metrics
+            .workflow("acme-2", "rival")
+            .observe_request(200, Duration::from_millis(3));
+        // A stream name is the tenant's to choose: it cannot pass for another tenant.
+        metrics
+            .workflow("evil", "w")
+            .dead_lettered(r#"x",tenant="acme"#);
+        metrics.connection_refused();
+        let text = metrics.encode(|_, _| true);
+        assert!(text.contains("rival") && text.contains("faas_connections_refused_total 1"));
+
+        let own = of_tenant(&text, "acme");
+        let samples: Vec<&str> = own.lines().filter(|line| !line.starts_with('#')).collect();
+        assert!(!samples.is_empty());
+        for sample in &samples {
+            assert!(
+                sample.contains(r#"tenant="acme",workflow="shop""#),
+                "{sample}"
+            );
+        }
+        assert!(
+            samples
+                .iter()
+                .any(|line| line.starts_with("faas_request_duration_seconds_bucket{le="))
+        );
+        for absent in [
+            "rival",
+            "acme-2",
+            "evil",
+            "faas_connections_refused_total 1",
+        ] {
+            assert!(!own.contains(absent), "{absent} in\n{own}");
+        }
+        assert!(own.ends_with("# EOF\n"), "{own}");
+    }
 
     #[test]
     fn every_workflow_metric_is_written_with_its_tenant_and_workflow() {

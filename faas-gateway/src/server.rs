@@ -2,6 +2,7 @@
 //! shutting down gracefully.
 
 use crate::activator::Activator;
+use crate::auth::{Caller, authenticate};
 use crate::body_budget::BodyBudget;
 use crate::config::GatewayConfig;
 use crate::deploy_admission::DeployAdmission;
@@ -272,16 +273,33 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Recei
     }
 }
 
-fn metrics_response(app: &App) -> Response<Body> {
+/// `GET /metrics`: every series for the operator (the admin token), a tenant's own
+/// workflows' series for that tenant's token, nothing without one. The series name
+/// every tenant's workflows, functions and streams, and count their traffic, so on the
+/// public port they are no one else's to read.
+async fn metrics(app: &App, headers: &http::HeaderMap) -> Response<Body> {
+    let caller = match authenticate(headers, &app.config.token, app.registry.tenants()).await {
+        Ok(Some(caller)) => caller,
+        Ok(None) => return admin::unauthorized(),
+        Err(err) => return admin::tenant_error(err),
+    };
+    // Counted at the scrape: workflows arrive by deploy, by restore at start-up and, in
+    // services mode, from other gateways' deploys.
+    app.metrics.set_workflows(app.registry.list().len());
+    app.metrics.set_instances(app.registry.active_instances());
+    let text = app
+        .metrics
+        .encode(|_, workflow| app.registry.get(workflow).is_some());
+    let text = match caller {
+        Caller::Admin => text,
+        Caller::Tenant(tenant) => crate::metrics::of_tenant(&text, &tenant),
+    };
     Response::builder()
         .header(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )
-        .body(response::full(
-            app.metrics
-                .encode(|_, workflow| app.registry.get(workflow).is_some()),
-        ))
+        .body(response::full(text))
         .expect("static response parts are valid")
 }
 
@@ -312,10 +330,7 @@ async fn dispatch(app: &App, client: IpAddr, request: Request<Incoming>) -> Resp
             response::text(StatusCode::SERVICE_UNAVAILABLE, "starting\n")
         }
         "/readyz" => response::text(StatusCode::OK, "ready\n"),
-        "/metrics" => {
-            app.metrics.set_instances(app.registry.active_instances());
-            metrics_response(app)
-        }
+        "/metrics" => metrics(app, request.headers()).await,
         _ if path.starts_with(admin::PREFIX) || path == admin::PREFIX.trim_end_matches('/') => {
             admin::handle(app, request).await
         }

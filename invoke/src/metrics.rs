@@ -16,6 +16,7 @@
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, RwLock};
@@ -66,11 +67,42 @@ impl SeriesEncoder<'_, '_> {
         metric: &impl EncodeMetric,
         labels: &[(&'static str, &str)],
     ) -> fmt::Result {
+        let escaped: Vec<Cow<'_, str>> = labels
+            .iter()
+            .map(|(_, value)| escape_label_value(value))
+            .collect();
         let mut all = Vec::with_capacity(2 + labels.len());
         all.extend([("tenant", self.tenant), ("workflow", self.workflow)]);
-        all.extend_from_slice(labels);
+        all.extend(
+            labels
+                .iter()
+                .zip(&escaped)
+                .map(|((name, _), value)| (*name, &**value)),
+        );
         metric.encode(self.encoder.encode_family(&all)?)
     }
+}
+
+/// `value` as a label value is written between quotes: with `\`, `"` and newlines
+/// escaped, as the exposition formats require. `prometheus-client` writes values as
+/// they are, and a value a tenant chooses (a stream's name may hold any printable
+/// character) could otherwise close its quotes and add labels: a second `tenant` label
+/// makes Prometheus refuse the whole scrape, every tenant's series with it. Tenant,
+/// workflow, function and step names are plain names and need none.
+fn escape_label_value(value: &str) -> Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return Cow::Borrowed(value);
+    }
+    let mut escaped = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
 }
 
 /// The series of every workflow, by workflow name (names are unique on a gateway and
@@ -214,6 +246,44 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         text
+    }
+
+    #[derive(Debug)]
+    struct Lag(Counter);
+
+    impl WorkflowSeries for Lag {
+        const METRICS: &'static [Descriptor] = &[Descriptor {
+            name: "lag",
+            help: "Lag",
+            metric_type: MetricType::Counter,
+        }];
+        fn new() -> Self {
+            Self(Counter::default())
+        }
+        fn encode(&self, _: &str, encoder: &mut SeriesEncoder<'_, '_>) -> fmt::Result {
+            encoder.series(&self.0, &[("stream", r#"x",tenant="victim\"#)])
+        }
+    }
+
+    #[test]
+    fn a_label_value_cannot_close_its_quotes_and_add_labels() {
+        let all = Arc::new(PerWorkflow::<Lag>::default());
+        all.get("evil", "w").0.inc();
+        let mut registry = Registry::with_prefix("faas");
+        registry.register_collector(Box::new(all));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains(
+                r#"faas_lag_total{tenant="evil",workflow="w",stream="x\",tenant=\"victim\\"} 1"#
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            escape_label_value("plain-name"),
+            Cow::Borrowed("plain-name")
+        );
+        assert_eq!(escape_label_value("a\nb"), r"a\nb");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use crate::logs::wait_for_line;
 use crate::redis::{connect, ns, payloads, pending, relay_manifest, xadd};
 use crate::services::Services;
-use crate::support::{TOKEN, client, deploy_at, repo};
+use crate::support::{TOKEN, client, deploy_at, metrics_at, repo};
 use faas_shared_state::{DeploymentRecord, SharedState};
 use faas_workflow::{TenantScope, Workflow};
 use reqwest::blocking::Response;
@@ -119,12 +119,7 @@ fn wait_routed(services: &Services, name: &str) {
 }
 
 fn metrics_text(services: &Services) -> String {
-    client()
-        .get(format!("{}/metrics", services.url))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap()
+    metrics_at(&services.url)
 }
 
 /// The value of the metric sample whose name and labels are `sample` (0 if absent).

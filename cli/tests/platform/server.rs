@@ -61,11 +61,12 @@ fn probes_answer_and_metrics_count_per_tenant_and_workflow_until_it_is_removed()
     assert_eq!(platform.get("/hello").status(), 200);
     assert_eq!(compiles(&platform, "warm"), 1.0);
     assert_eq!(compiles(&platform, "cold"), 0.0);
+    assert_eq!(platform.metric("faas_deployed_workflows"), 1.0);
 
     // A removed workflow takes every one of its series with it, the worker's too (they
     // go once nothing holds the loaded workflow: this found a restored one kept loaded).
     assert!(platform.faas(&["rm", "hello"]).status.success());
-    let metrics = platform.get("/metrics").text().unwrap();
+    let metrics = platform.metrics();
     assert!(!metrics.contains(r#"workflow="hello""#), "{metrics}");
     assert!(metrics.contains("faas_deployed_workflows 0"), "{metrics}");
 }
@@ -124,7 +125,7 @@ fn no_instance_outlives_its_request() {
     // A response body may still be finishing when the client has it: allow a moment.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let metrics = platform.get("/metrics").text().unwrap();
+        let metrics = platform.metrics();
         if metrics.contains("faas_instances_active 0\n") {
             break;
         }
@@ -139,7 +140,7 @@ fn no_instance_outlives_its_request() {
 #[test]
 fn every_metric_the_grafana_dashboard_queries_is_served() {
     let platform = Platform::start();
-    let metrics = platform.get("/metrics").text().unwrap();
+    let metrics = platform.metrics();
     let mut queried = faas_testing::dashboard_families("faas_");
     assert!(queried.len() >= 10, "{queried:?}");
     // Embedded mode has no activator: its outcomes are checked in `activator.rs`; nor

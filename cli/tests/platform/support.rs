@@ -288,10 +288,15 @@ impl Platform {
             .expect("POST failed")
     }
 
+    /// The gateway's `/metrics`, read with the admin token (every tenant's series).
+    pub fn metrics(&self) -> String {
+        metrics_at(&self.url)
+    }
+
     /// The value of the `/metrics` sample whose name and labels are `sample`
     /// (`faas_runs_total{tenant="demo",workflow="w",status="failed"}`), 0 if absent.
     pub fn metric(&self, sample: &str) -> f64 {
-        sample_value(&self.get("/metrics").text().expect("the metrics"), sample)
+        sample_value(&self.metrics(), sample)
     }
 
     /// Runs the `faas` CLI against this platform.
@@ -363,6 +368,17 @@ pub fn faas_as(url: &str, token: &str, args: &[&str]) -> Output {
         .current_dir(faas_testing::repo_root())
         .output()
         .expect("running faas")
+}
+
+/// The `/metrics` of the gateway at `url`, read with the admin token (every tenant's
+/// series).
+pub fn metrics_at(url: &str) -> String {
+    client()
+        .get(format!("{url}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .and_then(Response::text)
+        .expect("the gateway's metrics")
 }
 
 /// Creates tenant `tenant` on the platform at `url` with the admin token, unless it

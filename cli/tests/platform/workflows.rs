@@ -69,7 +69,7 @@ fn runs_are_listed_with_per_step_durations_and_counted_in_metrics() {
         "{text}"
     );
 
-    let metrics = platform.get("/metrics").text().unwrap();
+    let metrics = platform.metrics();
     assert!(
         metrics.contains(
             r#"faas_steps_total{tenant="demo",workflow="wordcount",step="count",outcome="succeeded"} 4"#

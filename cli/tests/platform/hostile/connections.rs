@@ -50,7 +50,7 @@ fn a_client_beyond_its_share_of_connections_is_refused_and_others_are_served() {
         );
     }
     assert_bystander_served(&platform);
-    let metrics = platform.get("/metrics").text().unwrap();
+    let metrics = platform.metrics();
     let refused = metrics
         .lines()
         .find_map(|line| line.strip_prefix("faas_connections_refused_total "))
@@ -198,7 +198,7 @@ fn a_client_holding_http2_streams_open_is_refused_past_its_share_of_requests() {
     }
     assert_eq!(held, SHARE, "the streams within the share are held");
     assert!(grew < 32, "the gateway grew by {grew} MiB");
-    let metrics = platform.get("/metrics").text().unwrap();
+    let metrics = platform.metrics();
     let refused = metrics
         .lines()
         .find_map(|line| line.strip_prefix("faas_requests_refused_total "))

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// The platform's `faas_instances_active` gauge.
 fn active_instances(platform: &Platform) -> u64 {
-    let metrics = platform.get("/metrics").text().unwrap();
+    let metrics = platform.metrics();
     metrics
         .lines()
         .find_map(|line| line.strip_prefix("faas_instances_active "))

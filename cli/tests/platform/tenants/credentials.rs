@@ -370,3 +370,51 @@ fn tenant_names(list: &serde_json::Value) -> Vec<&str> {
         .map(|tenant| tenant["name"].as_str().unwrap())
         .collect()
 }
+
+/// `GET /metrics` names every tenant's workflows and functions and counts their
+/// traffic: no one reads it without a credential, a tenant reads its own series only,
+/// the operator everything.
+#[test]
+fn another_tenants_metrics_are_invisible() {
+    let scene = Scene::embedded();
+    let metrics = |token: Option<&str>| {
+        let request = client().get(format!("{}/metrics", scene.url));
+        let request = match token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        let response = request.send().expect("GET /metrics");
+        (response.status().as_u16(), response.text().unwrap())
+    };
+    let victims = format!(r#"{{tenant="victim",workflow="{VICTIM_WORKFLOW}",status="2xx"}}"#);
+    let (status, text) = metrics(None);
+    assert_eq!(status, 401, "{text}");
+    assert!(!text.contains(VICTIM_WORKFLOW), "{text}");
+    let error: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["error"]["kind"], "unauthorized", "{text}");
+
+    let (status, text) = metrics(Some(&scene.mallory));
+    assert_eq!(status, 200);
+    assert!(text.contains("# TYPE faas_requests counter"), "{text}");
+    for hidden in [VICTIM_WORKFLOW, "victim"] {
+        assert!(!text.contains(hidden), "mallory reads {hidden}:\n{text}");
+    }
+    let process_wide = |text: &str| {
+        text.lines()
+            .any(|line| line.starts_with("faas_instances_active "))
+    };
+    assert!(!process_wide(&text), "{text}");
+
+    let (status, text) = metrics(Some(&scene.victim));
+    assert_eq!(status, 200);
+    assert!(
+        text.contains(&format!("faas_requests_total{victims} 3")),
+        "{text}"
+    );
+    assert!(!process_wide(&text), "{text}");
+
+    let (_, text) = metrics(Some(TOKEN));
+    assert!(text.contains(&format!("faas_requests_total{victims} 3")));
+    assert!(process_wide(&text), "{text}");
+    scene.assert_victim_served();
+}

@@ -6,7 +6,7 @@
 //! nothing deployed.
 
 use super::scene::{Scene, assert_success};
-use crate::support::{Upload, client, sample_value};
+use crate::support::{Upload, client, metrics_at, sample_value};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -41,12 +41,7 @@ fn probe(url: &str, token: &str) -> reqwest::blocking::Response {
 
 /// `faas_deploys_refused_total` on the gateway at `url`.
 fn refusals(url: &str) -> f64 {
-    let text = client()
-        .get(format!("{url}/metrics"))
-        .send()
-        .and_then(reqwest::blocking::Response::text)
-        .expect("the gateway's metrics");
-    sample_value(&text, "faas_deploys_refused_total")
+    sample_value(&metrics_at(url), "faas_deploys_refused_total")
 }
 
 #[test]
