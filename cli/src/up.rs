@@ -100,7 +100,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             .with_metrics(guest_metrics.clone());
         worker = match (&args.redis, &broker) {
             (Some(url), Some(broker)) => {
-                connect_guests_to_redis(worker, url, args.worker.kv_quota(), broker).await?
+                connect_guests_to_redis(worker, url, &args.worker, broker).await?
             }
             _ => worker.with_key_value(key_value.clone()),
         };

@@ -134,6 +134,13 @@ pub struct WorkerArgs {
     #[arg(long, env = "FAAS_COMPILE_MEMORY_MB", default_value_t = DEFAULT_COMPILE_MEMORY_MB,
           value_parser = clap::value_parser!(u64).range(64..))]
     pub compile_memory_mb: u64,
+    /// How many tenants may have Redis connections of their own open at once in this
+    /// process, for their guests' key-value commands, and as many for their messages
+    /// (a tenant's is closed after a minute without a command); the tenants past it
+    /// share one. Every process takes from Redis's `maxclients` (10,000 by default).
+    /// 0: every tenant shares one.
+    #[arg(long, env = "FAAS_REDIS_TENANT_CONNECTIONS", default_value_t = faas_store::DEFAULT_TENANT_CONNECTIONS)]
+    pub redis_tenant_connections: usize,
 }
 
 /// `--slot-reset`: the choices of [`SlotReset`].
@@ -300,20 +307,29 @@ pub struct WorkerCmdArgs {
     internal_max_connections: usize,
 }
 
-/// Gives `worker`'s guests their Redis at `url`: the key-value store (with `quota`)
-/// and `broker` for their messages and stream appends, both over connections made on
-/// the guest threads ([`Worker::on_guest_threads`]) so that Redis's replies wake
-/// guests there. The broker's copy shares its settings and tenants' quotas.
+/// Gives `worker`'s guests their Redis at `url`: the key-value store (with `args`'
+/// quota) and `broker` for their messages and stream appends, both over connections
+/// made on the guest threads ([`Worker::on_guest_threads`]) so that Redis's replies
+/// wake guests there, at most `--redis-tenant-connections` tenants' own in each. The
+/// broker's copy shares its settings and tenants' quotas.
 pub(crate) async fn connect_guests_to_redis(
     worker: Worker,
     url: &str,
-    quota: KvQuota,
+    args: &WorkerArgs,
     broker: &RedisBroker,
 ) -> anyhow::Result<Worker> {
-    let (url, broker) = (url.to_owned(), broker.clone());
+    let (url, quota, tenant_connections) = (
+        url.to_owned(),
+        args.kv_quota(),
+        args.redis_tenant_connections,
+    );
+    let broker = broker.clone().with_tenant_connections(tenant_connections);
     let (key_value, publisher) = worker
         .on_guest_threads(async move {
-            let key_value = KeyValueStore::redis(&url).await?.with_quota(quota);
+            let key_value = KeyValueStore::redis(&url)
+                .await?
+                .with_quota(quota)
+                .with_tenant_connections(tenant_connections);
             anyhow::Ok((key_value, broker.with_own_connection().await?))
         })
         .await
@@ -330,8 +346,7 @@ pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     let broker = args.broker.connect(&args.redis.redis).await?;
     let logs = Arc::new(args.logs.writer(&args.redis).await?);
     let worker = Worker::new(args.worker.config(&args.identity.data_dir)?)?.with_logs(logs.clone());
-    let worker =
-        connect_guests_to_redis(worker, &args.redis.redis, args.worker.kv_quota(), &broker).await?;
+    let worker = connect_guests_to_redis(worker, &args.redis.redis, &args.worker, &broker).await?;
     let worker = Arc::new(worker);
     follow_quotas(
         &args.redis.redis,

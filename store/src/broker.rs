@@ -89,7 +89,8 @@ impl RedisBroker {
                 source,
             })?;
         Ok(Self {
-            connections: TenantConnections::new(self.client.clone(), connection),
+            connections: TenantConnections::new(self.client.clone(), connection)
+                .with_max(self.connections.max()),
             ..self.clone()
         })
     }
@@ -131,6 +132,15 @@ impl RedisBroker {
     #[must_use]
     pub fn with_stream_quota(mut self, quota: StreamQuota) -> Self {
         self.stream_quota = quota;
+        self
+    }
+
+    /// The same broker with at most `max` tenants' connections open at once (see
+    /// [`crate::DEFAULT_TENANT_CONNECTIONS`]; 0: every tenant's messages share one
+    /// connection), in this copy and those [`Self::with_own_connection`] makes of it.
+    #[must_use]
+    pub fn with_tenant_connections(mut self, max: usize) -> Self {
+        self.connections = self.connections.with_max(max);
         self
     }
 
@@ -286,6 +296,24 @@ mod tests {
     use crate::tenants::Quotas;
     use faas_testing::RedisServer;
     use redis::AsyncCommands;
+
+    // The guests' publisher is a copy made with its own connection: it keeps the
+    // broker's limit on tenants' connections.
+    #[tokio::test]
+    async fn a_copy_with_its_own_connection_keeps_the_limit_of_tenant_connections() {
+        let server = RedisServer::start();
+        let broker = RedisBroker::connect(&server.url())
+            .await
+            .unwrap()
+            .with_tenant_connections(1);
+        let publisher = broker.with_own_connection().await.unwrap();
+        let before = server.connected_clients();
+        for tenant in ["a", "b", "c"] {
+            publisher.publish(tenant, "news", b"hello").await.unwrap();
+        }
+        // One tenant's own connection; the other two share the copy's.
+        assert_eq!(server.connected_clients(), before + 1);
+    }
 
     #[tokio::test]
     async fn an_unreachable_broker_is_named_without_its_credentials() {

@@ -271,6 +271,17 @@ impl KeyValueStore {
         self
     }
 
+    /// The same store with at most `max` tenants' Redis connections open at once (see
+    /// [`crate::DEFAULT_TENANT_CONNECTIONS`]; 0: every tenant's commands share one
+    /// connection). Other backends have no connections to limit.
+    #[must_use]
+    pub fn with_tenant_connections(mut self, max: usize) -> Self {
+        if let Backend::Redis(connections) = self.backend {
+            self.backend = Backend::Redis(connections.with_max(max));
+        }
+        self
+    }
+
     /// The quota every tenant without one of its own has.
     pub fn quota(&self) -> KvQuota {
         self.quota

@@ -32,6 +32,7 @@ pub mod tenants;
 pub use db::{Database, StoreError};
 pub use deployments::{DeploymentStore, SavedDeployment};
 pub use kv::{KeyValueStore, KvError, KvQuota};
+pub use tenant_connections::DEFAULT_TENANT_CONNECTIONS;
 pub use tenant_data::{ForgetError, Forgotten, TenantData};
 pub use tenants::{
     IssuedToken, MAX_TOKENS_PER_TENANT, QuotaChanges, Quotas, Tenant, TenantError, TenantStore,

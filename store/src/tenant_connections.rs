@@ -13,7 +13,8 @@
 //!
 //! A tenant's connection is made at its first command and closed once it has sent none
 //! for [`IDLE`], so a process whose tenants are idle holds no connection for them. At
-//! most [`MAX_CONNECTIONS`] are open at once: tenants past it share one connection, as
+//! most a limit ([`DEFAULT_TENANT_CONNECTIONS`] unless the operator sets another) are
+//! open at once: tenants past it share one connection, as
 //! every tenant did before, rather than hold Redis's connections (which every process
 //! and tenant shares) without bound.
 
@@ -30,11 +31,13 @@ use crate::redis_connection::{ConnectError, manage};
 /// How long a tenant's connection stays open without a command.
 pub(crate) const IDLE: Duration = Duration::from_secs(60);
 
-/// Most tenant connections open at once (in one process).
-pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// Most tenant connections open at once (in one process) by default: each process
+/// opens up to this many for key-value commands and as many for messages, and Redis's
+/// `maxclients` (10,000 by default) is shared by every process and tenant.
+pub const DEFAULT_TENANT_CONNECTIONS: usize = 256;
 
 /// Connections to one Redis server: one per tenant that sent a command lately, and one
-/// shared (for tenants past [`MAX_CONNECTIONS`], and for the platform's own commands).
+/// shared (for tenants past the limit, and for the platform's own commands).
 #[derive(Debug, Clone)]
 pub(crate) struct TenantConnections {
     client: redis::Client,
@@ -69,7 +72,20 @@ impl TenantConnections {
     /// Connections to `client`'s server besides `shared`, closed when idle as
     /// [`Self::connect`] says.
     pub(crate) fn new(client: redis::Client, shared: ConnectionManager) -> Self {
-        Self::with_limits(client, shared, MAX_CONNECTIONS, IDLE)
+        Self::with_limits(client, shared, DEFAULT_TENANT_CONNECTIONS, IDLE)
+    }
+
+    /// The same connections, with at most `max` tenants' open at once (0: every tenant
+    /// shares the one connection). Set before the first command.
+    #[must_use]
+    pub(crate) fn with_max(mut self, max: usize) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// Most tenants' connections open at once.
+    pub(crate) fn max(&self) -> usize {
+        self.max
     }
 
     fn with_limits(
@@ -94,7 +110,7 @@ impl TenantConnections {
     }
 
     /// `tenant`'s connection, made now if it has none (or the shared one, when
-    /// [`MAX_CONNECTIONS`] other tenants have theirs).
+    /// as many other tenants as the limit allows have theirs).
     ///
     /// # Errors
     /// When the tenant's connection could not be made (the server cannot be reached).
@@ -153,21 +169,6 @@ mod tests {
     use super::*;
     use faas_testing::RedisServer;
 
-    /// The clients connected to `server`, as it counts them.
-    async fn clients(connection: &ConnectionManager) -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("clients")
-            .query_async(&mut connection.clone())
-            .await
-            .unwrap();
-        info.lines()
-            .find_map(|line| line.strip_prefix("connected_clients:"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
     async fn connections(server: &RedisServer, max: usize, idle: Duration) -> TenantConnections {
         let client = redis::Client::open(server.url()).unwrap();
         let shared = manage(client.clone()).await.unwrap();
@@ -178,8 +179,8 @@ mod tests {
     async fn each_tenant_gets_a_connection_of_its_own_up_to_the_limit() {
         let server = RedisServer::start();
         let connections = connections(&server, 2, Duration::from_secs(60)).await;
-        let shared = connections.shared().clone();
-        assert_eq!(clients(&shared).await, 1);
+        // The shared connection, and the one that asks.
+        assert_eq!(server.connected_clients(), 2);
         for tenant in ["a", "b", "a", "c", "d"] {
             let mut connection = connections.of(tenant).await.unwrap();
             redis::cmd("PING")
@@ -189,20 +190,19 @@ mod tests {
         }
         // a and b have their own; c and d came past the limit and share.
         assert_eq!(connections.open(), 2);
-        assert_eq!(clients(&shared).await, 3);
+        assert_eq!(server.connected_clients(), 4);
     }
 
     #[tokio::test]
     async fn an_idle_tenants_connection_is_closed_and_made_again_when_needed() {
         let server = RedisServer::start();
         let connections = connections(&server, 8, Duration::from_millis(200)).await;
-        let shared = connections.shared().clone();
         connections.of("a").await.unwrap();
-        assert_eq!(clients(&shared).await, 2);
+        assert_eq!(server.connected_clients(), 3);
         let mut closed = false;
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            if connections.open() == 0 && clients(&shared).await == 1 {
+            if connections.open() == 0 && server.connected_clients() == 2 {
                 closed = true;
                 break;
             }
@@ -213,6 +213,6 @@ mod tests {
             .query_async::<()>(&mut again)
             .await
             .unwrap();
-        assert_eq!(clients(&shared).await, 2);
+        assert_eq!(server.connected_clients(), 3);
     }
 }

@@ -968,3 +968,32 @@ async fn a_redis_read_does_not_wait_behind_another_tenants_writes() {
         "the read waited for {after} of {WRITES} writes"
     );
 }
+
+// Each tenant's commands get a connection of their own, up to the store's limit
+// (`--redis-tenant-connections`); past it, and with a limit of 0, they share one.
+#[tokio::test]
+async fn a_redis_store_opens_at_most_its_limit_of_tenant_connections() {
+    let server = RedisServer::start();
+    for (limit, own) in [(0, 0), (2, 2), (8, 4)] {
+        let before = server.connected_clients();
+        let store = redis_store(&server).await.with_tenant_connections(limit);
+        for tenant in ["a", "b", "c", "d"] {
+            store.set(tenant, "k", b"v".to_vec()).await.unwrap();
+            assert_eq!(store.get(tenant, "k").await.unwrap(), Some(b"v".to_vec()));
+        }
+        // The store's shared connection, and each tenant's own.
+        assert_eq!(
+            server.connected_clients(),
+            before + 1 + own,
+            "limit {limit}"
+        );
+        drop(store);
+        // Closed with the store (its connections' tasks end with their last handle).
+        for _ in 0..100 {
+            if server.connected_clients() == before {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}

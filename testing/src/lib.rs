@@ -197,6 +197,43 @@ mod redis_server {
             format!("redis://127.0.0.1:{}", self.port)
         }
 
+        /// How many clients the server has connected, as `INFO clients` counts them (the
+        /// connection that asks among them).
+        ///
+        /// # Panics
+        /// If the server does not answer within 5 s.
+        pub fn connected_clients(&self) -> u64 {
+            let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))
+                .expect("connecting to redis-server");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("a read timeout");
+            stream
+                .write_all(b"*2\r\n$4\r\nINFO\r\n$7\r\nclients\r\n")
+                .expect("sending INFO clients");
+            // A bulk string: `$<length>\r\n<text>\r\n`.
+            let mut reply = Vec::new();
+            let mut chunk = [0; 1024];
+            loop {
+                let text = String::from_utf8_lossy(&reply);
+                if let Some((length, rest)) = text
+                    .strip_prefix('$')
+                    .and_then(|bulk| bulk.split_once("\r\n"))
+                    && let Ok(length) = length.parse::<usize>()
+                    && rest.len() >= length
+                {
+                    return rest[..length]
+                        .lines()
+                        .find_map(|line| line.strip_prefix("connected_clients:"))
+                        .and_then(|count| count.trim().parse().ok())
+                        .unwrap_or_else(|| panic!("no connected_clients in {rest}"));
+                }
+                let read = stream.read(&mut chunk).expect("reading INFO clients");
+                assert!(read > 0, "redis-server closed the connection");
+                reply.extend_from_slice(&chunk[..read]);
+            }
+        }
+
         /// Stops the server's process (SIGSTOP) until [`Self::resume`]: connections
         /// stay open and commands queue unanswered, as on a server too slow to reply.
         ///
