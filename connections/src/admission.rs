@@ -10,9 +10,9 @@ use std::net::IpAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::requests::{ClientRequests, RequestLimits};
-use tokio::net::{TcpListener, TcpStream};
 
 /// A server's connection limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +253,7 @@ mod tests {
         assert_eq!(admission.open(), 2);
         assert!(admission.admit(greedy).is_ok());
     }
+
     #[test]
     fn an_ipv6_client_is_its_slash_64_and_a_mapped_ipv4_address_is_the_ipv4_one() {
         let admission = Admission::new(limits(2, 100));

@@ -1,10 +1,10 @@
 //! Limits on the connections the platform's HTTP servers accept (the gateway's public
 //! port and a worker's internal API), against clients that open connections and keep
 //! them without using them:
-//! - [`Admission`]: at most so many connections per client (an IPv4 address or an IPv6
-//!   prefix, a /64 on the public port: [`client_of`]), and in all; one more is refused (closed as soon as it is
-//!   accepted) rather than let it take the process's descriptors, which every tenant
-//!   shares;
+//! - [`Admission`]: at most so many connections per client (an IPv4 address or an
+//!   IPv6 prefix, a /64 on the public port: [`client_of`]), and in all; one more is
+//!   refused (closed as soon as it is accepted) rather than let it take the process's
+//!   descriptors, which every tenant shares;
 //! - [`drive`]: serves one connection until it ends, the server stops, or it carried no
 //!   request for the idle timeout; then it is told to close (HTTP/1 closes an idle
 //!   keep-alive connection, HTTP/2 sends GOAWAY) and cut off if it does not;
