@@ -235,10 +235,13 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Recei
             let (app, activity) = (app.clone(), activity.clone());
             service_fn(move |request| {
                 let (app, busy) = (app.clone(), activity.busy());
-                let in_flight = requests.begin();
+                // The probes are answered at once and hold nothing; refused at the
+                // gateway's limit, a flood would get it restarted by its liveness probe.
+                let probe = matches!(request.uri().path(), "/healthz" | "/readyz");
+                let in_flight = (!probe).then(|| requests.begin()).transpose();
                 async move {
                     let (response, in_flight) = match in_flight {
-                        Ok(in_flight) => (dispatch(&app, client, request).await, Some(in_flight)),
+                        Ok(in_flight) => (dispatch(&app, client, request).await, in_flight),
                         Err(refusal) => {
                             app.metrics.request_refused();
                             (too_many_requests(&refusal), None)
