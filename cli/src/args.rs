@@ -10,7 +10,8 @@ use faas_gateway::body_budget::{
 };
 use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-    DEFAULT_MAX_DEPLOYS_PER_TENANT, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_REQUESTS_PER_CLIENT,
+    DEFAULT_MAX_DEPLOYS_PER_TENANT, DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT, DEFAULT_MAX_REQUESTS,
+    DEFAULT_MAX_REQUESTS_PER_CLIENT,
 };
 use faas_store::broker::RedisBroker;
 use faas_store::stream_quota::{DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAM_MAX_LEN, StreamQuota};
@@ -94,6 +95,11 @@ pub struct GatewayArgs {
     /// (`faas deploy` waits and sends it again). 0 for no limit.
     #[arg(long, env = "FAAS_MAX_DEPLOYS_PER_TENANT", default_value_t = DEFAULT_MAX_DEPLOYS_PER_TENANT)]
     pub max_deploys_per_tenant: usize,
+    /// How many `faas logs --follow` streams one tenant may have open on this gateway
+    /// at once (each polls its workflow's log stream while open); one more is refused
+    /// with 429. 0 for no limit. The operator's are not counted.
+    #[arg(long, env = "FAAS_MAX_LOG_FOLLOWS_PER_TENANT", default_value_t = DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT)]
+    pub max_log_follows_per_tenant: usize,
     /// How many connections one client address may hold open; more are closed as soon
     /// as they are accepted.
     #[arg(long, env = "FAAS_MAX_CONNECTIONS_PER_CLIENT", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
@@ -140,6 +146,7 @@ impl GatewayArgs {
             per_holder: mib_or_unlimited(self.client_body_budget_mb),
         };
         config.max_deploys_per_tenant = self.max_deploys_per_tenant;
+        config.max_log_follows_per_tenant = self.max_log_follows_per_tenant;
         config.connections = ConnectionLimits {
             per_client: self.max_connections_per_client.max(1),
             total: self.max_connections.max(1),

@@ -270,7 +270,8 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
         },
         (Method::GET, ["workflows", name, "logs"]) => match visible(app, &caller, name) {
             Some(deployment) => {
-                logs(app, name, &deployment.key.tenant, request.uri().query()).await
+                let tenant = &deployment.key.tenant;
+                logs(app, name, tenant, &caller, request.uri().query()).await
             }
             None => not_found(name),
         },
@@ -376,12 +377,35 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
     }
 }
 
-/// A workflow's log lines, or a follow stream of them.
-async fn logs(app: &App, name: &str, tenant: &str, query: Option<&str>) -> Response<Body> {
+/// A workflow's log lines, or a follow stream of them (counted against the tenant's
+/// follows while it is open, when a tenant's token asked for it).
+async fn logs(
+    app: &App,
+    name: &str,
+    tenant: &str,
+    caller: &Caller,
+    query: Option<&str>,
+) -> Response<Body> {
     let (query, follow) = match crate::logs::parse_query(query) {
         Ok(parsed) => parsed,
         Err(message) => return response::error(StatusCode::BAD_REQUEST, "bad_request", message),
     };
+    let mut held = None;
+    if follow && !caller.is_admin() {
+        let mut claim = app.follows.claim(tenant.to_owned());
+        if claim.grow_to(1).is_err() {
+            return response::refused(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_follows",
+                format!(
+                    "tenant `{tenant}` has {} log follow streams open, the most one tenant \
+                     may (the gateway's --max-log-follows-per-tenant); close one first",
+                    app.config.max_log_follows_per_tenant
+                ),
+            );
+        }
+        held = Some(claim);
+    }
     let Some(store) = &app.logs else {
         return response::error(
             StatusCode::NOT_IMPLEMENTED,
@@ -398,9 +422,12 @@ async fn logs(app: &App, name: &str, tenant: &str, query: Option<&str>) -> Respo
             return response::error(StatusCode::SERVICE_UNAVAILABLE, "logs", err.to_string());
         }
     };
-    let body = http_body_util::StreamBody::new(futures_util::StreamExt::map(stream, |chunk| {
-        Ok(hyper::body::Frame::data(chunk))
-    }));
+    // The follow counts until its stream is dropped (its client went).
+    let body =
+        http_body_util::StreamBody::new(futures_util::StreamExt::map(stream, move |chunk| {
+            let _held = &held;
+            Ok(hyper::body::Frame::data(chunk))
+        }));
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/x-ndjson")

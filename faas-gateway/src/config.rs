@@ -24,6 +24,12 @@ pub struct GatewayConfig {
     /// waiting (default [`DEFAULT_MAX_DEPLOYS_PER_TENANT`]; 0 for no limit); one more is
     /// refused with 429 before its upload is read.
     pub max_deploys_per_tenant: usize,
+    /// How many `faas logs --follow` streams one tenant may have open on the gateway at
+    /// once (default [`DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT`]; 0 for no limit): each
+    /// polls its workflow's log stream (in services mode, Redis, four times a second)
+    /// for as long as it is open. One more is refused with 429. The operator's are not
+    /// counted.
+    pub max_log_follows_per_tenant: usize,
     /// How long a client may take to send a request's head and body (default 30 s).
     pub read_timeout: Duration,
     /// How long shutdown waits for requests in flight (default 10 s).
@@ -46,6 +52,10 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
 /// compiling and one waiting its turn, so a tenant's uploads in memory stay bounded and
 /// another tenant's deploy waits behind one of its deploys at most.
 pub const DEFAULT_MAX_DEPLOYS_PER_TENANT: usize = 2;
+
+/// How many log follow streams one tenant may have open at once by default: a few
+/// terminals per workflow of a team, far below what would load Redis with their polls.
+pub const DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT: usize = 16;
 
 /// How many connections the gateway holds by default, in all.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -75,6 +85,7 @@ impl GatewayConfig {
             },
             max_deploy_bytes: 256 << 20,
             max_deploys_per_tenant: DEFAULT_MAX_DEPLOYS_PER_TENANT,
+            max_log_follows_per_tenant: DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT,
             read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             connections: ConnectionLimits {

@@ -47,6 +47,9 @@ pub(crate) struct App {
     pub deploys: DeployAdmission,
     /// The bodies the gateway holds, by client or tenant (`body_budget`).
     pub bodies: Arc<BodyBudget>,
+    /// The log follow streams each tenant has open, one unit each
+    /// (`max_log_follows_per_tenant`).
+    pub follows: Arc<faas_budget::Budget<String>>,
 }
 
 /// A gateway, configured but not yet listening.
@@ -65,6 +68,13 @@ impl Gateway {
             app: Arc::new(App {
                 deploys: DeployAdmission::new(config.max_deploys_per_tenant),
                 bodies: Arc::new(BodyBudget::new(config.body_budget)),
+                follows: Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
+                    total: u64::MAX,
+                    per_holder: match config.max_log_follows_per_tenant {
+                        0 => u64::MAX,
+                        limit => limit as u64,
+                    },
+                })),
                 config,
                 registry,
                 metrics: Metrics::new(),

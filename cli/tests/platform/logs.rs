@@ -600,3 +600,50 @@ fn services_mode_a_tenant_flooding_its_logs_loses_its_own_lines_not_anothers() {
         );
     }
 }
+
+/// Each `faas logs --follow` polls its workflow's lines for as long as it is open (in
+/// services mode, Redis four times a second): a tenant opening them without end would
+/// load Redis and the gateway every tenant shares. Past its limit a tenant's follow
+/// is refused with 429, while another tenant and the operator still follow; a follow
+/// closed gives its place back.
+#[test]
+fn a_tenant_past_its_log_follows_is_refused_and_another_tenant_follows() {
+    let platform = Platform::start_with(&["--no-demo", "--max-log-follows-per-tenant", "2"]);
+    let scene = Scene::set_up(platform.url.clone(), platform);
+    let own = scene.manifest("tail", Some("mallory"), &["/tail"]);
+    assert_success(&scene.deploy(&scene.mallory, &own), "mallory's deploy");
+    let follow = |workflow: &str, token: &str| {
+        crate::support::client()
+            .get(format!(
+                "{}/admin/v1/workflows/{workflow}/logs?follow=1",
+                scene.url
+            ))
+            .bearer_auth(token)
+            .send()
+            .expect("GET logs?follow=1")
+    };
+    let mut open: Vec<_> = (0..2).map(|_| follow("tail", &scene.mallory)).collect();
+    assert!(open.iter().all(|response| response.status() == 200));
+    let refused = follow("tail", &scene.mallory);
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let error: serde_json::Value = refused.json().unwrap();
+    assert_eq!(error["error"]["kind"], "too_many_follows", "{error}");
+
+    assert_eq!(follow(VICTIM_WORKFLOW, &scene.victim).status(), 200);
+    assert_eq!(follow("tail", TOKEN).status(), 200);
+
+    // A follow whose client went gives its place back (once the gateway notices, at
+    // the latest with the next heartbeat).
+    open.pop();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let again = loop {
+        let response = follow("tail", &scene.mallory);
+        if response.status() == 200 || Instant::now() > deadline {
+            break response;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(again.status(), 200, "the closed follow's place is free again");
+    scene.assert_victim_served();
+}
