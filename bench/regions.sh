@@ -37,8 +37,11 @@ source bench/lib.sh
 # linear memory (the manifests ask for up to 2000 MiB). The gateway counts a body
 # twice while its chunks are joined, so its body budgets (64 MiB per client by
 # default) must hold 1.4 GiB.
+# The HTTP chain's producer posts to the consumer through the platform on loopback,
+# which outbound HTTP reaches only where the operator opened it.
 LIMITS=(--no-demo --max-memory-mb 2100 --max-body-bytes 1000000000
-    --body-budget-mb 2048 --client-body-budget-mb 2048)
+    --body-budget-mb 2048 --client-body-budget-mb 2048
+    --outbound-private-networks 127.0.0.1)
 SWEEP_ARG=
 if [ "$SWEEP" = 1 ]; then
     SWEEP_ARG=--sweep

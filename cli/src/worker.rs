@@ -120,6 +120,13 @@ pub struct WorkerArgs {
     /// more fails at once with `connection-limit-reached`.
     #[arg(long, env = "FAAS_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE", default_value_t = DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE)]
     pub max_outbound_connections_per_instance: usize,
+    /// Non-public networks (loopback, private, link-local such as the cloud metadata
+    /// address) that guests' outbound HTTP may reach, comma-separated CIDR ranges or
+    /// addresses (`10.1.0.0/16,127.0.0.1`), and only through an `allowed_outbound_hosts`
+    /// entry that names the host. None by default: a tenant chooses its entries, and
+    /// what their names resolve to.
+    #[arg(long, env = "FAAS_OUTBOUND_PRIVATE_NETWORKS", value_delimiter = ',', value_parser = parse_network)]
+    pub outbound_private_networks: Vec<ipnet::IpNet>,
     /// How many region memory files may be open at once, per worker. Defaults to a
     /// quarter of the process's descriptor limit.
     #[arg(long, env = "FAAS_MAX_REGION_FILES")]
@@ -141,6 +148,14 @@ pub struct WorkerArgs {
     /// 0: every tenant shares one.
     #[arg(long, env = "FAAS_REDIS_TENANT_CONNECTIONS", default_value_t = faas_store::DEFAULT_TENANT_CONNECTIONS)]
     pub redis_tenant_connections: usize,
+}
+
+/// A network of `--outbound-private-networks`: a CIDR range, or one address.
+fn parse_network(text: &str) -> Result<ipnet::IpNet, String> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("`{text}` is neither a CIDR range (10.1.0.0/16) nor an address"))
 }
 
 /// `--slot-reset`: the choices of [`SlotReset`].
@@ -213,6 +228,7 @@ impl WorkerArgs {
         config.max_regions_per_instance = self.max_regions_per_instance;
         config.max_handles_per_instance = self.max_handles_per_instance;
         config.max_outbound_connections_per_instance = self.max_outbound_connections_per_instance;
+        config.outbound_private_networks = self.outbound_private_networks.as_slice().into();
         if let Some(files) = self.max_region_files {
             config.max_region_files = files;
         }

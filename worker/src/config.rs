@@ -2,6 +2,7 @@
 //! once, and the default limits every instance runs under.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Limits one instance runs under. Defaults: 128 MiB of linear memory, a 10 s deadline
@@ -79,6 +80,10 @@ pub struct WorkerConfig {
     /// How many outbound HTTP requests one instance may have in flight at once (each
     /// holds a connection, a descriptor, until its response body is read or dropped).
     pub max_outbound_connections_per_instance: usize,
+    /// The non-public networks (loopback, private, link-local...) outbound HTTP may
+    /// reach, through an `allowed_outbound_hosts` entry that names its host; none by
+    /// default, since a tenant chooses its entries and what their names resolve to.
+    pub outbound_private_networks: Arc<[ipnet::IpNet]>,
     /// How many region memory files may be open in this worker at once: each is a file
     /// descriptor, so this keeps guests far from the process's descriptor limit.
     pub max_region_files: usize,
@@ -202,6 +207,7 @@ impl WorkerConfig {
             max_regions_per_instance: DEFAULT_MAX_REGIONS_PER_INSTANCE,
             max_handles_per_instance: DEFAULT_MAX_HANDLES_PER_INSTANCE,
             max_outbound_connections_per_instance: DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,
+            outbound_private_networks: Arc::from([]),
             max_region_files: default_max_region_files(),
             compiler: crate::compiler::Compiler::InProcess,
             after_load: || {},

@@ -3,9 +3,11 @@
 //!
 //! Every request is checked twice. Its URL must match an entry
 //! ([`AllowedOutboundHosts::access`]); then the host is resolved here, every address it
-//! resolves to is checked ([`OutboundAccess::allows_address`]: a wildcard entry reaches
-//! only public addresses, so `http://*` does not open loopback, private networks or the
-//! cloud metadata address), and the connection goes to a checked address. Nothing
+//! resolves to is checked ([`OutboundAccess::allows_address`]: public addresses, and
+//! for an entry that names its host those of the non-public networks the operator
+//! opened, `--outbound-private-networks`; so neither `http://*` nor a tenant's own
+//! name for them opens loopback, private networks or the cloud metadata address), and
+//! the connection goes to a checked address. Nothing
 //! resolves the name again after the check, so a DNS answer that changes in between
 //! (DNS rebinding) cannot redirect the request. A denied request fails in the guest with
 //! `error-code.HTTP-request-denied`.
@@ -28,6 +30,7 @@ use bytes::Bytes;
 use faas_workflow::{AllowedOutboundHosts, OutboundAccess};
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
+use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -51,10 +54,21 @@ type SendFuture = Box<
         > + Send,
 >;
 
-/// The `wasi:http` hooks of one event's store: its function's allow-list and deadline.
+/// Where an event's outbound requests may go: its function's allow-list, and the
+/// non-public networks the operator opened to entries that name their host.
+#[derive(Clone)]
+pub(crate) struct Destinations {
+    /// The function's `allowed_outbound_hosts`.
+    pub(crate) allowed: Arc<AllowedOutboundHosts>,
+    /// The worker's `--outbound-private-networks`.
+    pub(crate) opened: Arc<[IpNet]>,
+}
+
+/// The `wasi:http` hooks of one event's store: where it may send requests, and its
+/// deadline.
 #[derive(Clone)]
 pub(crate) struct Outbound {
-    allowed: Arc<AllowedOutboundHosts>,
+    destinations: Destinations,
     deadline: Instant,
     function: Arc<str>,
     /// The span of the event (a step attempt, an HTTP call) the store was made in: the
@@ -75,13 +89,13 @@ impl Outbound {
     /// The hooks of an event of `function` that must end within `timeout` from now,
     /// with at most `max_connections` requests in flight at once.
     pub fn new(
-        allowed: Arc<AllowedOutboundHosts>,
+        destinations: Destinations,
         function: Arc<str>,
         timeout: Duration,
         max_connections: usize,
     ) -> Self {
         Self {
-            allowed,
+            destinations,
             deadline: Instant::now() + timeout,
             function,
             span: tracing::Span::current(),
@@ -111,7 +125,7 @@ impl WasiHttpHooks for Outbound {
             tracing::debug!(function = %self.function, "outbound connection limit reached");
             return Box::new(std::future::ready(Err(Error::ConnectionLimitReached)));
         };
-        let allowed = self.allowed.clone();
+        let destinations = self.destinations.clone();
         let deadline = self.deadline;
         let function = self.function.clone();
         let span = tracing::info_span!(
@@ -126,7 +140,7 @@ impl WasiHttpHooks for Outbound {
         faas_invoke::trace::inject(&span, request.headers_mut());
         Box::new(
             async move {
-                let result = send(&allowed, deadline, request, options).await;
+                let result = send(&destinations, deadline, request, options).await;
                 if let Err(Error::HttpRequestDenied) = &result {
                     tracing::debug!(%function, "outbound request denied");
                 }
@@ -155,13 +169,9 @@ struct Checked {
     addresses: Vec<SocketAddr>,
 }
 
-/// Checks `uri` against `allowed`, resolves its host (within `connect_by`) and checks
-/// every address.
-async fn check(
-    allowed: &AllowedOutboundHosts,
-    uri: &http::Uri,
-    connect_by: Instant,
-) -> Result<Checked, Error> {
+/// Checks `uri` against `to`'s allow-list, resolves its host (within `connect_by`) and
+/// checks every address.
+async fn check(to: &Destinations, uri: &http::Uri, connect_by: Instant) -> Result<Checked, Error> {
     let use_tls = match uri.scheme_str() {
         Some("https") => true,
         Some("http") => false,
@@ -169,7 +179,9 @@ async fn check(
     };
     let host = uri.host().ok_or(Error::HttpRequestUriInvalid)?;
     let port = uri.port_u16().unwrap_or(if use_tls { 443 } else { 80 });
-    let access = allowed.access(if use_tls { "https" } else { "http" }, host, port);
+    let access = to
+        .allowed
+        .access(if use_tls { "https" } else { "http" }, host, port);
     if access == OutboundAccess::Denied {
         return Err(Error::HttpRequestDenied);
     }
@@ -201,7 +213,7 @@ async fn check(
     // Every address, not only the first: which one is used is not ours to choose.
     if !addresses
         .iter()
-        .all(|address| access.allows_address(address.ip()))
+        .all(|address| access.allows_address(address.ip(), &to.opened))
     {
         return Err(Error::HttpRequestDenied);
     }
@@ -243,10 +255,10 @@ impl Timeouts {
 trait Stream: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static> Stream for T {}
 
-/// Sends `request` if `allowed` lets it through; the connection goes to one of the
+/// Sends `request` if `to` lets it through; the connection goes to one of the
 /// addresses that were checked.
 async fn send(
-    allowed: &AllowedOutboundHosts,
+    to: &Destinations,
     deadline: Instant,
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
@@ -258,7 +270,7 @@ async fn send(
     Error,
 > {
     let timeouts = Timeouts::new(options, deadline)?;
-    let checked = check(allowed, request.uri(), timeouts.connect_by).await?;
+    let checked = check(to, request.uri(), timeouts.connect_by).await?;
     let tcp = connect(&checked.addresses, timeouts.connect_by).await?;
     let stream: Box<dyn Stream> = if checked.use_tls {
         let server_name = match checked.ip {
@@ -414,13 +426,22 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
-    fn hosts(entries: &[&str]) -> AllowedOutboundHosts {
-        AllowedOutboundHosts(
-            entries
-                .iter()
-                .map(|entry| OutboundHost::parse(entry).unwrap())
-                .collect(),
-        )
+    /// `entries`, with loopback opened by the operator (where the test servers are).
+    fn hosts(entries: &[&str]) -> Destinations {
+        let opened = ["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()];
+        hosts_opening(entries, &opened)
+    }
+
+    /// `entries`, with `opened` opened by the operator.
+    fn hosts_opening(entries: &[&str], opened: &[IpNet]) -> Destinations {
+        let allowed = entries
+            .iter()
+            .map(|entry| OutboundHost::parse(entry).unwrap())
+            .collect();
+        Destinations {
+            allowed: Arc::new(AllowedOutboundHosts(allowed)),
+            opened: opened.into(),
+        }
     }
 
     fn get(url: &str) -> http::Request<WasiBody> {
@@ -472,13 +493,9 @@ mod tests {
         (port, received)
     }
 
-    async fn fetch(
-        allowed: &AllowedOutboundHosts,
-        url: &str,
-        timeout: Duration,
-    ) -> Result<String, Error> {
+    async fn fetch(to: &Destinations, url: &str, timeout: Duration) -> Result<String, Error> {
         let deadline = Instant::now() + timeout;
-        let (response, io) = send(allowed, deadline, get(url), None).await?;
+        let (response, io) = send(to, deadline, get(url), None).await?;
         let io = tokio::spawn(Pin::from(io));
         let body = response.into_body().collect().await?.to_bytes();
         let _ = io.await;
@@ -506,7 +523,7 @@ mod tests {
         let trace_id = faas_invoke::trace::trace_id(&step).expect("the span is traced");
         let mut outbound = step.in_scope(|| {
             Outbound::new(
-                Arc::new(hosts(&[&format!("http://127.0.0.1:{port}")])),
+                hosts(&[&format!("http://127.0.0.1:{port}")]),
                 Arc::from("f"),
                 Duration::from_secs(5),
                 1,
@@ -542,7 +559,7 @@ mod tests {
     #[tokio::test]
     async fn every_request_is_denied_by_default() {
         let port = server(Some("secret"));
-        let none = AllowedOutboundHosts::default();
+        let none = hosts(&[]);
         let url = format!("http://127.0.0.1:{port}/metrics");
         assert!(denied(fetch(&none, &url, Duration::from_secs(5)).await));
     }
@@ -567,8 +584,37 @@ mod tests {
         }
     }
 
+    // A tenant chooses its entries' names and what they resolve to: naming loopback (or
+    // the metadata address, or a private network) opens nothing the operator did not.
     #[tokio::test]
-    async fn an_explicit_entry_reaches_loopback() {
+    async fn an_explicit_entry_reaches_no_address_the_operator_did_not_open() {
+        let port = server(Some("secret"));
+        for (entries, url) in [
+            (
+                format!("http://127.0.0.1:{port}"),
+                format!("http://127.0.0.1:{port}/"),
+            ),
+            (
+                format!("http://localhost:{port}"),
+                format!("http://localhost:{port}/"),
+            ),
+            (
+                format!("http://[::1]:{port}"),
+                format!("http://[::1]:{port}/"),
+            ),
+        ] {
+            let closed = hosts_opening(&[&entries], &[]);
+            let result = fetch(&closed, &url, Duration::from_secs(5)).await;
+            assert!(denied(result), "{url} was not denied");
+            // Another network opened does not open this one.
+            let elsewhere = hosts_opening(&[&entries], &["10.0.0.0/8".parse().unwrap()]);
+            let result = fetch(&elsewhere, &url, Duration::from_secs(5)).await;
+            assert!(denied(result), "{url} was not denied");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_explicit_entry_reaches_loopback_where_the_operator_opened_it() {
         let port = server(Some("hello from loopback"));
         let explicit = hosts(&[&format!("http://127.0.0.1:{port}")]);
         let url = format!("http://127.0.0.1:{port}/x");
@@ -595,7 +641,7 @@ mod tests {
         let (port, heads) = recording_server(None);
         let url = format!("http://127.0.0.1:{port}/");
         let mut outbound = Outbound::new(
-            Arc::new(hosts(&[&format!("http://127.0.0.1:{port}")])),
+            hosts(&[&format!("http://127.0.0.1:{port}")]),
             Arc::from("f"),
             Duration::from_secs(30),
             2,

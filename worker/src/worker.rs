@@ -597,7 +597,10 @@ impl Worker {
             run: None,
             metrics: function.metrics.clone(),
             outbound: crate::outbound::Outbound::new(
-                function.allowed_outbound_hosts.clone(),
+                crate::outbound::Destinations {
+                    allowed: function.allowed_outbound_hosts.clone(),
+                    opened: self.config.outbound_private_networks.clone(),
+                },
                 function.name.clone(),
                 function.limits.timeout,
                 self.config.max_outbound_connections_per_instance,

@@ -14,13 +14,18 @@
 //!
 //! Matching the request's URL is only the first check. The address the host resolves to
 //! is checked too (see [`OutboundAccess`]): an address that is not public (loopback,
-//! private, link-local, unspecified...; see [`is_public_address`]) is reachable only
-//! through an entry that names its host explicitly (`http://127.0.0.1:8080`,
-//! `http://localhost:3000`, `https://db.internal`), never through a wildcard host.
+//! private, link-local such as the cloud metadata address, unspecified...; see
+//! [`is_public_address`]) is reachable only where the operator opened its network to
+//! outbound HTTP (a worker's `--outbound-private-networks`), and then only through an
+//! entry that names its host explicitly (`http://127.0.0.1:8080`,
+//! `http://localhost:3000`, `https://db.internal`), never through a wildcard host. A
+//! tenant's entry alone opens no such address: the tenant chooses the name, and what it
+//! resolves to (`http://metadata.tenant.example` may resolve to `169.254.169.254`).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// A function's `allowed_outbound_hosts`, in file order. Empty (the default) denies
@@ -37,18 +42,23 @@ pub enum OutboundAccess {
     Denied,
     /// Only wildcard entries match: the host may only resolve to public addresses.
     PublicOnly,
-    /// An entry names the host explicitly: any address it resolves to may be reached.
-    AnyAddress,
+    /// An entry names the host explicitly: it may resolve to public addresses, and to
+    /// those of the non-public networks the operator opened.
+    Named,
 }
 
 impl OutboundAccess {
     /// Whether a connection to `address` (one the request's host resolved to) is
-    /// allowed.
-    pub fn allows_address(self, address: IpAddr) -> bool {
+    /// allowed, where the operator opened the non-public networks `opened`.
+    pub fn allows_address(self, address: IpAddr, opened: &[IpNet]) -> bool {
         match self {
             OutboundAccess::Denied => false,
             OutboundAccess::PublicOnly => is_public_address(address),
-            OutboundAccess::AnyAddress => true,
+            OutboundAccess::Named => {
+                // An IPv4-mapped address is its IPv4 one for the operator's ranges too.
+                let address = address.to_canonical();
+                is_public_address(address) || opened.iter().any(|net| net.contains(&address))
+            }
         }
     }
 }
@@ -78,7 +88,7 @@ impl AllowedOutboundHosts {
             .filter(|entry| entry.allows(scheme, &host, port))
         {
             if entry.host.is_explicit() {
-                return OutboundAccess::AnyAddress;
+                return OutboundAccess::Named;
             }
             access = OutboundAccess::PublicOnly;
         }
@@ -579,9 +589,10 @@ mod tests {
         let hosts = list(&["http://*", "https://*.example.com"]);
         let access = hosts.access("http", "localhost", 80);
         assert_eq!(access, OutboundAccess::PublicOnly);
-        assert!(!access.allows_address("127.0.0.1".parse().unwrap()));
-        assert!(!access.allows_address("169.254.169.254".parse().unwrap()));
-        assert!(access.allows_address("93.184.215.14".parse().unwrap()));
+        let opened = ["127.0.0.0/8".parse().unwrap()];
+        assert!(!access.allows_address("127.0.0.1".parse().unwrap(), &opened));
+        assert!(!access.allows_address("169.254.169.254".parse().unwrap(), &[]));
+        assert!(access.allows_address("93.184.215.14".parse().unwrap(), &[]));
         assert_eq!(
             hosts.access("http", "169.254.169.254", 80),
             OutboundAccess::PublicOnly
@@ -590,14 +601,32 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_entry_reaches_any_address() {
+    fn an_explicit_entry_reaches_the_networks_the_operator_opened_and_no_other() {
         let hosts = list(&["http://*:*", "http://127.0.0.1:8080", "http://localhost:*"]);
         let access = hosts.access("http", "127.0.0.1", 8080);
-        assert_eq!(access, OutboundAccess::AnyAddress);
-        assert!(access.allows_address("127.0.0.1".parse().unwrap()));
+        assert_eq!(access, OutboundAccess::Named);
+        let address = |text: &str| text.parse::<IpAddr>().unwrap();
+        // Named by a tenant, nothing non-public is open.
+        for closed in [
+            "127.0.0.1",
+            "169.254.169.254",
+            "10.0.0.5",
+            "::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(!access.allows_address(address(closed), &[]), "{closed}");
+        }
+        assert!(access.allows_address(address("93.184.215.14"), &[]));
+        let opened: [IpNet; 2] = ["127.0.0.1/32".parse().unwrap(), "::1/128".parse().unwrap()];
+        for open in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+            assert!(access.allows_address(address(open), &opened), "{open}");
+        }
+        for closed in ["127.0.0.2", "169.254.169.254", "10.0.0.5"] {
+            assert!(!access.allows_address(address(closed), &opened), "{closed}");
+        }
         assert_eq!(
             hosts.access("http", "LOCALHOST", 3000),
-            OutboundAccess::AnyAddress
+            OutboundAccess::Named
         );
         // Another loopback port than the one named is left to the wildcard.
         assert_eq!(
@@ -613,7 +642,10 @@ mod tests {
             hosts.access("https", "example.com", 443),
             OutboundAccess::Denied
         );
-        assert!(!OutboundAccess::Denied.allows_address("93.184.215.14".parse().unwrap()));
+        let everything = ["0.0.0.0/0".parse().unwrap()];
+        assert!(
+            !OutboundAccess::Denied.allows_address("93.184.215.14".parse().unwrap(), &everything)
+        );
     }
 
     #[test]

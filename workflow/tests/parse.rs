@@ -1088,7 +1088,7 @@ fn allowed_outbound_hosts_are_parsed_and_survive_the_json_trip() {
     );
     assert_eq!(
         hosts.access("https", "api.example.com", 443),
-        OutboundAccess::AnyAddress
+        OutboundAccess::Named
     );
     assert_eq!(
         hosts.access("http", "a.example.org", 8000),

@@ -165,7 +165,8 @@ async fn main() -> anyhow::Result<()> {
         return bench.sweep().await;
     }
     // The producer posts to the consumer through this platform, on loopback: outbound
-    // HTTP reaches it only through an entry that names it.
+    // HTTP reaches it only through an entry that names it, on a platform that opened
+    // loopback to outbound HTTP (`bench/regions.sh`).
     let http = manifest(
         dir.path(),
         "regions-http.toml",

@@ -644,6 +644,10 @@ fn a_tenant_past_its_log_follows_is_refused_and_another_tenant_follows() {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert_eq!(again.status(), 200, "the closed follow's place is free again");
+    assert_eq!(
+        again.status(),
+        200,
+        "the closed follow's place is free again"
+    );
     scene.assert_victim_served();
 }

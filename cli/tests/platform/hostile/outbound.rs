@@ -1,6 +1,8 @@
-//! Outbound HTTP: a guest fetches only what its `allowed_outbound_hosts` names, and a
-//! wildcard never opens loopback, private networks or the cloud metadata address,
-//! whether the URL names them or a host name resolves to them. An instance has at most
+//! Outbound HTTP: a guest fetches only what its `allowed_outbound_hosts` names, and
+//! neither a wildcard nor an entry naming them opens loopback, private networks or the
+//! cloud metadata address unless the operator opened them
+//! (`--outbound-private-networks`), whether the URL names them or a host name resolves
+//! to them. An instance has at most
 //! `--max-outbound-connections-per-instance` requests in flight.
 //!
 //! The attacker is `functions/hostile/outbound`, which fetches the URL in its query and
@@ -112,10 +114,18 @@ struct Scene {
     _dir: tempfile::TempDir,
 }
 
+/// What an operator who opens loopback to outbound HTTP passes.
+const LOOPBACK_OPENED: [&str; 3] = ["--no-demo", "--outbound-private-networks", "127.0.0.1,::1"];
+
 impl Scene {
     fn start(body: &'static str, extra: impl FnOnce(u16) -> String) -> Self {
+        Self::start_with(&["--no-demo"], body, extra)
+    }
+
+    /// As [`Self::start`], on a platform started with `args`.
+    fn start_with(args: &[&str], body: &'static str, extra: impl FnOnce(u16) -> String) -> Self {
         let dir = faas_testing::temp_dir();
-        let platform = Platform::start();
+        let platform = Platform::start_with(args);
         deploy_bystander(&platform, dir.path());
         let server = TestServer::start(body);
         deploy_attacker(&platform, dir.path(), &extra(server.port));
@@ -192,9 +202,27 @@ fn a_host_name_that_resolves_to_loopback_is_denied_under_a_wildcard() {
     ]);
 }
 
+/// A tenant names its entries and chooses what their names resolve to: naming
+/// loopback (as it could name the metadata address, or a private service of the
+/// operator's, directly or by a name it points there) opens nothing by itself.
+#[test]
+fn an_explicit_entry_reaches_no_non_public_address_the_operator_did_not_open() {
+    let scene = Scene::start("reachable", |server| {
+        format!(
+            r#"allowed_outbound_hosts = ["http://127.0.0.1:{server}", "http://localhost:{server}", "http://[::1]:{server}"]"#
+        )
+    });
+    let server = scene.server.port;
+    scene.assert_all_denied(&[
+        format!("http://127.0.0.1:{server}/"),
+        format!("http://localhost:{server}/"),
+        format!("http://[::1]:{server}/"),
+    ]);
+}
+
 #[test]
 fn an_explicit_loopback_entry_lets_that_fetch_through_and_no_other() {
-    let scene = Scene::start("hello from the test server", |server| {
+    let scene = Scene::start_with(&LOOPBACK_OPENED, "hello from the test server", |server| {
         format!(
             r#"allowed_outbound_hosts = ["http://127.0.0.1:{server}", "http://localhost:{server}"]"#
         )
@@ -220,8 +248,13 @@ fn an_explicit_loopback_entry_lets_that_fetch_through_and_no_other() {
 #[test]
 fn an_instance_has_at_most_its_limit_of_outbound_requests_in_flight() {
     let dir = faas_testing::temp_dir();
-    let platform =
-        Platform::start_with(&["--no-demo", "--max-outbound-connections-per-instance", "8"]);
+    let platform = Platform::start_with(
+        &[
+            &LOOPBACK_OPENED[..],
+            &["--max-outbound-connections-per-instance", "8"],
+        ]
+        .concat(),
+    );
     deploy_bystander(&platform, dir.path());
     // Each answer comes half a second late, so the guest's requests are all in flight
     // together.
