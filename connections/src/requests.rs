@@ -5,9 +5,9 @@
 //! as many streams at once as the server allows (hyper's default, 200), each holding its
 //! decoded head (up to 64 KiB, which HPACK lets a client send in a few bytes) and its
 //! handler until it is answered. A client that opens streams and never finishes their
-//! bodies held 800 of them on 8 connections, 60 MiB of the gateway every tenant shares,
-//! for as long as the body read timeout; at its share of connections it would hold
-//! fifty thousand. Counting requests in flight per client address and in all, and
+//! bodies held 800 of them on 8 connections (60 MiB of the gateway every tenant shares,
+//! in the run that found it) for as long as the body read timeout; at its share of
+//! connections it would hold fifty thousand. Counting requests in flight per client address and in all, and
 //! answering one past either limit at once, gives HTTP/2 clients the bounds HTTP/1.1
 //! clients have.
 
