@@ -7,8 +7,13 @@ Usage:
         filesystem, no privilege escalation, all capabilities dropped, requests and
         limits, a liveness probe, and (but for the operator, which serves no
         traffic) a readiness probe; the
-        workers mount no API token and are bound to no role; and no RBAC rule uses a
-        wildcard or reaches Secrets.
+        workers mount no API token and are bound to no role; no RBAC rule uses a
+        wildcard or reaches Secrets; and the workers' NetworkPolicy, where there is
+        one, limits their egress so that no cloud metadata address nor the cluster's
+        API server is reached.
+    manifests.py egress RENDERED.yaml ADDRESS PORT
+        Prints whether the workers' NetworkPolicy lets them connect to ADDRESS:PORT
+        over TCP ("allowed" or "denied").
     manifests.py crd-schema CRD.yaml OUT_DIR
         Writes, for each version of the CRD, OUT_DIR/<kind>_<version>.json: the
         version's openAPIV3Schema as a strict JSON schema kubeconform validates the
@@ -17,6 +22,7 @@ Usage:
         Fails unless every value in VALUES.yaml is described in the schema.
 """
 
+import ipaddress
 import json
 import os
 import sys
@@ -36,6 +42,65 @@ def name_of(doc):
     return f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
 
 
+# Where a guest's outbound request must not land even if the worker's own check had a
+# hole: the cloud metadata services (169.254.169.254; AWS's IPv6 one) and the
+# Kubernetes API server at the usual first address of the service range.
+FORBIDDEN_EGRESS = [("169.254.169.254", 80), ("fd00:ec2::254", 80), ("10.96.0.1", 443)]
+
+
+def is_worker_policy(doc):
+    if doc.get("kind") != "NetworkPolicy":
+        return False
+    labels = doc["spec"].get("podSelector", {}).get("matchLabels", {})
+    return labels.get("app.kubernetes.io/component") == "worker"
+
+
+def port_matches(entry, port):
+    if entry.get("protocol", "TCP") != "TCP":
+        return False
+    number = entry.get("port")
+    if number is None or isinstance(number, str):
+        # All ports, or a port named on the peer pods: taken as a match, which errs
+        # towards finding a path open.
+        return True
+    return number <= port <= entry.get("endPort", number)
+
+
+def egress_allows(doc, address, port):
+    """Whether the NetworkPolicy lets its pods connect to address:port over TCP.
+    Peers chosen by pod or namespace labels never match an address outside the
+    cluster's pods, so only ipBlocks and rules without peers can."""
+    spec = doc["spec"]
+    if "Egress" not in spec.get("policyTypes", []):
+        return True
+    ip = ipaddress.ip_address(address)
+    for rule in spec.get("egress", []):
+        ports = rule.get("ports")
+        if ports and not any(port_matches(entry, port) for entry in ports):
+            continue
+        peers = rule.get("to")
+        if not peers:
+            return True
+        for peer in peers:
+            block = peer.get("ipBlock")
+            if (
+                block
+                and ip in ipaddress.ip_network(block["cidr"])
+                and not any(ip in ipaddress.ip_network(e) for e in block.get("except", []))
+            ):
+                return True
+    return False
+
+
+def egress(path, address, port):
+    policies = [doc for _, doc in load([path]) if is_worker_policy(doc)]
+    if not policies:
+        print("no NetworkPolicy for the workers", file=sys.stderr)
+        return 1
+    print("allowed" if all(egress_allows(doc, address, int(port)) for doc in policies) else "denied")
+    return 0
+
+
 def policy(paths):
     problems = []
     bound = {}  # ServiceAccount name -> role bindings naming it
@@ -53,6 +118,12 @@ def policy(paths):
         if kind in ("RoleBinding", "ClusterRoleBinding"):
             for subject in doc.get("subjects", []):
                 bound.setdefault(subject.get("name"), []).append(where)
+        if kind == "NetworkPolicy" and is_worker_policy(doc):
+            if "Egress" not in doc["spec"].get("policyTypes", []):
+                problems.append(f"{where}: the workers' egress is not limited")
+            for address, port in FORBIDDEN_EGRESS:
+                if egress_allows(doc, address, port):
+                    problems.append(f"{where}: the workers may connect to {address}:{port}")
         if kind != "Deployment":
             continue
         spec = doc["spec"]
@@ -164,6 +235,8 @@ def documented(values_path, schema_path):
 def main(argv):
     if len(argv) >= 2 and argv[0] == "policy":
         return policy(argv[1:])
+    if len(argv) == 4 and argv[0] == "egress":
+        return egress(argv[1], argv[2], argv[3])
     if len(argv) == 3 and argv[0] == "documented":
         return documented(argv[1], argv[2])
     if len(argv) == 3 and argv[0] == "crd-schema":

@@ -92,6 +92,30 @@ redis-url
 {{- end -}}
 {{- end -}}
 
+{{/*
+The external Redis's port, for the workers' egress: redis.url's, 6379 when it names
+none, networkPolicy.workerEgress.externalRedisPort when the URL is in a Secret.
+*/}}
+{{- define "faas.externalRedisPort" -}}
+{{- if .Values.redis.url -}}
+{{- $port := regexFind ":[0-9]+$" (urlParse .Values.redis.url).host | trimPrefix ":" -}}
+{{- default "6379" $port -}}
+{{- else -}}
+{{- .Values.networkPolicy.workerEgress.externalRedisPort -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A network of worker.outboundPrivateNetworks as a CIDR (an address is its own /32 or /128). */}}
+{{- define "faas.cidr" -}}
+{{- if contains "/" . -}}
+{{- . -}}
+{{- else if contains ":" . -}}
+{{- . -}}/128
+{{- else -}}
+{{- . -}}/32
+{{- end -}}
+{{- end -}}
+
 {{/* The environment every platform process gets: Redis and the internal token. */}}
 {{- define "faas.commonEnv" -}}
 - name: FAAS_REDIS_URL
