@@ -1,9 +1,11 @@
-//! A budget of bytes that holders claim shares of: all holders together hold at most
+//! A budget that holders claim shares of: all holders together hold at most
 //! [`BudgetLimits::total`], and one holder at most [`BudgetLimits::per_holder`], so one
 //! holder (a client address, a tenant) cannot take what every other holder needs.
+//! Its unit is the user's: bytes most often (the docs below say bytes), or things.
 //!
-//! The gateway holds events' bodies against one (`faas-gateway/src/body_budget.rs`),
-//! and each worker its instances' guest memory (`faas-worker`'s memory limiter). A
+//! The gateway holds events' bodies against one (`faas-gateway/src/body_budget.rs`)
+//! and counts tenants' log follows in another; each worker its instances' guest memory
+//! (`faas-worker`'s memory limiter) and the guest page ranges its regions map. A
 //! [`Claim`] grows as what it stands for grows, is refused ([`OverBudget`]) when
 //! either limit has no room, and gives back what it holds when dropped.
 
@@ -146,6 +148,14 @@ impl<H: Eq + Hash + Clone> Budget<H> {
     }
 }
 
+impl<H> std::fmt::Debug for Budget<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The part of a budget one holder's thing holds; given back when dropped.
 pub struct Claim<H: Eq + Hash + Clone> {
     budget: Arc<Budget<H>>,
@@ -213,6 +223,15 @@ impl<H: Eq + Hash + Clone> Claim<H> {
         };
         self.budget.lock().remove(&self.holder, less);
         self.bytes = bytes;
+    }
+}
+
+impl<H: Eq + Hash + Clone + std::fmt::Debug> std::fmt::Debug for Claim<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claim")
+            .field("holder", &self.holder)
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
     }
 }
 

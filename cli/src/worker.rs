@@ -131,6 +131,12 @@ pub struct WorkerArgs {
     /// quarter of the process's descriptor limit.
     #[arg(long, env = "FAAS_MAX_REGION_FILES")]
     pub max_region_files: Option<usize>,
+    /// How many guest page ranges regions may have mapped or protected at once, per
+    /// worker; a tenant a quarter of them. Each splits the kernel's memory maps of the
+    /// process, of which it allows only `vm.max_map_count`. Defaults to a quarter of
+    /// that.
+    #[arg(long, env = "FAAS_MAX_REGION_MAPPINGS", value_parser = clap::value_parser!(u64).range(4..))]
+    pub max_region_mappings: Option<u64>,
     /// How long compiling one component may take, in seconds; each is compiled in a
     /// child process, killed past this (the deploy then fails).
     #[arg(long, env = "FAAS_COMPILE_TIMEOUT_SECS", default_value_t = DEFAULT_COMPILE_TIME.as_secs(),
@@ -231,6 +237,9 @@ impl WorkerArgs {
         config.outbound_private_networks = self.outbound_private_networks.as_slice().into();
         if let Some(files) = self.max_region_files {
             config.max_region_files = files;
+        }
+        if let Some(mappings) = self.max_region_mappings {
+            config.max_region_mappings = mappings;
         }
         config.compiler = Compiler::Child {
             // The running executable itself, even once an upgrade replaced or deleted

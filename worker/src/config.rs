@@ -87,6 +87,12 @@ pub struct WorkerConfig {
     /// How many region memory files may be open in this worker at once: each is a file
     /// descriptor, so this keeps guests far from the process's descriptor limit.
     pub max_region_files: usize,
+    /// How many guest page ranges the host may have mapped or protected for regions
+    /// at once in this worker (a quarter of them per tenant). Each may split one of
+    /// the process's memory maps in three, and the kernel allows a process only
+    /// `vm.max_map_count` of them: past that every `mmap` and `mprotect` fails,
+    /// Wasmtime's and the allocator's too, for every tenant.
+    pub max_region_mappings: u64,
     /// Where components are compiled: in this process by default; `faas` compiles each
     /// in a child process bounded in time and memory ([`crate::compiler`]).
     pub compiler: crate::compiler::Compiler,
@@ -170,6 +176,17 @@ pub fn default_max_region_files() -> usize {
     usize::try_from(limit / 4).unwrap_or(usize::MAX).max(16)
 }
 
+/// The default [`WorkerConfig::max_region_mappings`]: a quarter of the kernel's limit on
+/// a process's memory maps (`vm.max_map_count`, 65,530 unless raised), so that at
+/// most half of the maps are regions' (each range splits a map in three at most).
+pub fn default_max_region_mappings() -> u64 {
+    let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(65_530);
+    max_map_count / 4
+}
+
 /// The default [`WorkerConfig::region_map_threshold`], measured with
 /// `bench/regions.sh --sweep` (an A→B chain, mapped against copied, the two modes
 /// alternating run by run, on a 2-core VM). Up to 512 KiB copying is as fast or faster
@@ -209,6 +226,7 @@ impl WorkerConfig {
             max_outbound_connections_per_instance: DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,
             outbound_private_networks: Arc::from([]),
             max_region_files: default_max_region_files(),
+            max_region_mappings: default_max_region_mappings(),
             compiler: crate::compiler::Compiler::InProcess,
             after_load: || {},
         }

@@ -1,5 +1,6 @@
 //! Process-wide limits the worker keeps guests under that Wasmtime does not know of:
-//! file descriptors, which region memory files use.
+//! file descriptors, which region memory files use, and the kernel's memory maps, which
+//! region pages mapped or protected split.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -67,6 +68,22 @@ impl Drop for FileTicket {
         self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// How many guest page ranges the host may have mapped or protected for regions at
+/// once: [`crate::WorkerConfig::max_region_mappings`] in all, a quarter of that per
+/// tenant. One unit per range, held by tenant.
+pub(crate) type MappingBudget = faas_budget::Budget<Arc<str>>;
+
+/// The [`MappingBudget`] of `max` ranges in all.
+pub(crate) fn mapping_budget(max: u64) -> MappingBudget {
+    MappingBudget::new(faas_budget::BudgetLimits {
+        total: max,
+        per_holder: max / 4,
+    })
+}
+
+/// One store's share of the [`MappingBudget`]: as many units as its ranges.
+pub(crate) type MappingClaim = faas_budget::Claim<Arc<str>>;
 
 #[cfg(test)]
 mod tests {

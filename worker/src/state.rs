@@ -120,6 +120,7 @@ impl InstanceState {
         slots: [OwnedSemaphorePermit; 2],
         regions: RegionScope,
     ) -> Self {
+        let tenant = limiter.claim.holder().clone();
         let wasi = WasiCtx::builder()
             .stdout(output.clone())
             .stderr(output.clone())
@@ -132,7 +133,7 @@ impl InstanceState {
             table: ResourceTable::new(),
             limiter,
             event,
-            regions: StoreRegions::new(regions),
+            regions: StoreRegions::new(regions, tenant),
             output,
             _slots: slots,
         }

@@ -53,6 +53,9 @@ pub struct Worker {
     guests: GuestPool,
     /// Region memory files open in this worker, against `max_region_files`.
     region_files: Arc<FileBudget>,
+    /// Guest page ranges mapped or protected for regions, against
+    /// `max_region_mappings`.
+    region_mappings: Arc<crate::limits::MappingBudget>,
     /// The guest memory its instances hold, by tenant, against `guest_memory`.
     guest_memory: Arc<GuestMemory>,
     /// Finished producers kept until their consumers placed their regions; torn down
@@ -139,6 +142,7 @@ impl Worker {
             tenant_slots: std::sync::Mutex::default(),
             quota_tenants: std::sync::Mutex::default(),
             region_files: FileBudget::new(config.max_region_files),
+            region_mappings: Arc::new(crate::limits::mapping_budget(config.max_region_mappings)),
             guest_memory: Arc::new(GuestMemory::new(config.guest_memory)),
             retired: std::sync::Mutex::default(),
             swap: runtimes.first().scans_written_pages.then_some(swap),
@@ -325,6 +329,7 @@ impl Worker {
         RegionLimits {
             per_instance: self.config.max_regions_per_instance,
             files: self.region_files.clone(),
+            mappings: self.region_mappings.clone(),
         }
     }
 

@@ -78,7 +78,7 @@ pub use outbound::{
 };
 pub use route::{Route, RouteError};
 pub use route_table::RouteTable;
-pub use schema_type::{SchemaType, SchemaTypeError};
+pub use schema_type::{MAX_SCHEMA_TYPE_LEN, SchemaType, SchemaTypeError};
 pub use validate::{
     MAX_EDGES, MAX_FUNCTIONS, MAX_HTTP_TRIGGERS, MAX_NAME_LEN, MAX_REDIS_NAME_LEN,
     MAX_REDIS_TRIGGERS, MAX_STEPS, MAX_STREAM_TRIGGERS, is_valid_name, is_valid_redis_name,

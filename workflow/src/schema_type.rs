@@ -6,6 +6,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// The longest type text accepted, in bytes: far more than a schema file's path and a
+/// type name need. The worker refuses a region whose type is longer (a guest chooses
+/// it, and the host keeps it).
+pub const MAX_SCHEMA_TYPE_LEN: usize = 512;
+
 /// What a step takes, returns, or an edge carries, as written in `workflow.toml`
 /// (`input = "bytes"`, `type = "wordcount.km:Chunk"`).
 ///
@@ -32,6 +37,9 @@ pub enum SchemaType {
 /// Why a string is not a valid [`SchemaType`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaTypeError {
+    /// Longer than [`MAX_SCHEMA_TYPE_LEN`] bytes.
+    #[error("a type of {0} bytes is longer than the {MAX_SCHEMA_TYPE_LEN} allowed")]
+    TooLong(usize),
     /// Neither a built-in type nor of the form `file.km:TypeName`.
     #[error(
         "unknown type `{0}`: use `bytes`, `text`, `json` or a Karmem type such as `schema.km:TypeName`"
@@ -60,6 +68,9 @@ impl SchemaType {
             "text" => return Ok(SchemaType::Text),
             "json" => return Ok(SchemaType::Json),
             _ => {}
+        }
+        if text.len() > MAX_SCHEMA_TYPE_LEN {
+            return Err(SchemaTypeError::TooLong(text.len()));
         }
         let Some((file, name)) = text.split_once(':') else {
             return Err(SchemaTypeError::Unknown(text.to_owned()));
@@ -212,6 +223,17 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_type_longer_than_the_limit_is_refused() {
+        let name = "T".repeat(MAX_SCHEMA_TYPE_LEN - "s.km:".len());
+        assert!(SchemaType::parse(&format!("s.km:{name}")).is_ok());
+        let long = format!("s.km:{name}U");
+        assert_eq!(
+            SchemaType::parse(&long),
+            Err(SchemaTypeError::TooLong(MAX_SCHEMA_TYPE_LEN + 1))
+        );
     }
 
     #[test]

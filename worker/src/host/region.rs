@@ -33,7 +33,7 @@ impl HostRegion for InstanceState {
             }
             .into());
         }
-        self.regions.count_created()?;
+        self.regions.count_created(&schema_type)?;
         self.limiter.claim_more(bytes.len())?;
         self.regions.copied_bytes = total;
         let region = Region::copied(&self.regions.scope, schema_type, bytes);
@@ -107,7 +107,7 @@ pub(crate) fn add_page_functions(linker: &mut Linker<InstanceState>) -> wasmtime
             let created = match pages {
                 Err(err) => Err(err),
                 Ok(pages) => {
-                    state.regions.count_created()?;
+                    state.regions.count_created(&schema_type)?;
                     // SAFETY: the pages are this store's guest memory (Wasmtime checked
                     // the list against it), the slice borrow has ended, and the guest
                     // is suspended in this call.
@@ -133,6 +133,7 @@ pub(crate) fn add_page_functions(linker: &mut Linker<InstanceState>) -> wasmtime
          (handle, pages): (Resource<Region>, WasmList<u8>)| {
             let pages = PageRange::of_guest(pages.as_le_slice(&store));
             let state = store.data_mut();
+            state.regions.count_placed()?;
             let region = state.table.get_mut(&handle)?;
             // A span of the step's trace: how the value crossed, and how long it took.
             let span = tracing::info_span!(
@@ -146,11 +147,15 @@ pub(crate) fn add_page_functions(linker: &mut Linker<InstanceState>) -> wasmtime
                 // SAFETY: as for `create-in`.
                 unsafe { region.read_into(&state.regions.scope, &mut state.regions.mapped, pages) }
             });
-            let placed = placed.map(|handoff| {
-                span.record("faas.region.handoff", handoff.as_str());
-                state.event.metrics.region_placed(handoff, region.len());
-                region.release_producer();
-            });
+            let placed = match placed {
+                // A limit fails the event, as `create-in`'s do.
+                Err(RegionError::Limit(limit)) => return Err(limit.into()),
+                placed => placed.map(|handoff| {
+                    span.record("faas.region.handoff", handoff.as_str());
+                    state.event.metrics.region_placed(handoff, region.len());
+                    region.release_producer();
+                }),
+            };
             Ok((placed.map_err(|err| err.to_string()),))
         },
     )?;

@@ -149,6 +149,31 @@ pub enum RegionLimitExceeded {
         /// `max_regions_per_instance`.
         limit: usize,
     },
+    /// The region's type is longer than any a workflow may declare.
+    #[error(
+        "a region type of {len} bytes is longer than the {} allowed",
+        faas_workflow::MAX_SCHEMA_TYPE_LEN
+    )]
+    SchemaType {
+        /// The type's length in bytes.
+        len: usize,
+    },
+    /// The instance placed values as many times as it may.
+    #[error("an instance may place region values at most {limit} times")]
+    Placements {
+        /// `max_regions_per_instance`.
+        limit: usize,
+    },
+    /// The worker, or the tenant's share of it, has as many guest page ranges mapped
+    /// or protected for regions as it may (each splits the kernel's memory maps of the
+    /// process, of which there are only so many).
+    #[error("the worker holds {limit} region page mappings {whose}, its limit")]
+    Mappings {
+        /// The limit reached.
+        limit: u64,
+        /// `for this tenant` or `in all`.
+        whose: &'static str,
+    },
     /// The worker has as many region memory files open as it may.
     #[error("the worker has {limit} region memory files open, its limit")]
     Files {
@@ -289,6 +314,9 @@ pub(crate) struct RegionLimits {
     pub per_instance: usize,
     /// Memory files the whole worker may hold.
     pub files: Arc<FileBudget>,
+    /// Guest page ranges the whole worker, and each tenant, may have mapped or
+    /// protected.
+    pub mappings: Arc<crate::limits::MappingBudget>,
 }
 
 /// One store's region state.
@@ -303,24 +331,49 @@ pub(crate) struct StoreRegions {
     pub copied_bytes: usize,
     /// Regions the store created.
     created: usize,
+    /// Values the store placed in its memory.
+    placed: usize,
 }
 
 impl StoreRegions {
-    /// Fresh state under `scope`.
-    pub(crate) fn new(scope: RegionScope) -> Self {
+    /// Fresh state under `scope`, for a store of `tenant`'s.
+    pub(crate) fn new(scope: RegionScope, tenant: Arc<str>) -> Self {
         Self {
+            mapped: MappedPages::new(scope.limits.mappings.claim(tenant)),
             scope,
-            mapped: MappedPages::default(),
             copied_bytes: 0,
             created: 0,
+            placed: 0,
         }
     }
 
-    /// Counts one more region created by the store.
+    /// Counts one more value placed by the store.
     ///
     /// # Errors
-    /// [`RegionLimitExceeded::PerInstance`] past the limit.
-    pub(crate) fn count_created(&mut self) -> Result<(), RegionLimitExceeded> {
+    /// [`RegionLimitExceeded::Placements`] past the limit: each placement may leave a
+    /// range the host protects on every call into the host.
+    pub(crate) fn count_placed(&mut self) -> Result<(), RegionLimitExceeded> {
+        if self.placed >= self.scope.limits.per_instance {
+            return Err(RegionLimitExceeded::Placements {
+                limit: self.scope.limits.per_instance,
+            });
+        }
+        self.placed += 1;
+        Ok(())
+    }
+
+    /// Counts one more region created by the store, of type `schema_type`.
+    ///
+    /// # Errors
+    /// [`RegionLimitExceeded::PerInstance`] past the limit,
+    /// [`RegionLimitExceeded::SchemaType`] for a type longer than any declared.
+    pub(crate) fn count_created(&mut self, schema_type: &str) -> Result<(), RegionLimitExceeded> {
+        // The host keeps the type with the region, uncounted by any memory limit.
+        if schema_type.len() > faas_workflow::MAX_SCHEMA_TYPE_LEN {
+            return Err(RegionLimitExceeded::SchemaType {
+                len: schema_type.len(),
+            });
+        }
         if self.created >= self.scope.limits.per_instance {
             return Err(RegionLimitExceeded::PerInstance {
                 limit: self.scope.limits.per_instance,
@@ -522,6 +575,7 @@ impl Region {
             Ok(true) => return Ok(Err(RegionError::InitialData)),
             Err(err) => return Ok(Err(err)),
         }
+        mapped.make_room()?;
         let ticket = scope
             .limits
             .files
@@ -633,6 +687,11 @@ impl Region {
         // the pages are only protected in place (see `mappings.rs`). A writable value
         // below the map threshold is copied anyway: no need to ask the kernel then.
         let in_image = (read_only || len >= scope.map_threshold) && target.in_image()?;
+        if read_only || len >= scope.map_threshold {
+            // The range may be recorded below: room for it first, so nothing is
+            // placed that the budget would not cover.
+            mapped.make_room()?;
+        }
         let record = |mapped: &mut MappedPages| match (read_only, in_image) {
             (true, false) => mapped.record_read_only(target),
             (true, true) => mapped.record_read_only_in_image(target),

@@ -9,7 +9,9 @@
 //! component's memory image, which are only ever protected, never replaced, and get
 //! their protection lifted (see `mappings.rs`).
 
-use super::RegionError;
+use super::{RegionError, RegionLimitExceeded};
+use crate::limits::MappingClaim;
+use faas_budget::OverBudget;
 use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
 use std::os::fd::BorrowedFd;
 
@@ -162,8 +164,11 @@ impl PageRange {
 /// ranges are writable whenever the host runs on the guest's behalf: [`Self::on_call`]
 /// lifts the protection when the guest calls the host and puts it back when the
 /// outermost host call returns. The guest itself never runs while they are writable.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MappedPages {
+    /// This store's part of the worker's budget of ranges: one unit per range
+    /// recorded, claimed by [`Self::make_room`] before the range is recorded.
+    claim: MappingClaim,
     ranges: Vec<PageRange>,
     read_only: Vec<PageRange>,
     /// Read-only ranges over the component's memory image, where a value was copied:
@@ -176,6 +181,39 @@ pub(crate) struct MappedPages {
 }
 
 impl MappedPages {
+    /// No range recorded yet; ranges are counted in `claim`.
+    pub(crate) fn new(claim: MappingClaim) -> Self {
+        Self {
+            claim,
+            ranges: Vec::new(),
+            read_only: Vec::new(),
+            in_image: Vec::new(),
+            host_depth: 0,
+        }
+    }
+
+    /// Claims room in the worker's budget for one more range, before it is recorded.
+    /// Idempotent until a range is recorded.
+    ///
+    /// # Errors
+    /// [`RegionLimitExceeded::Mappings`] when the budget, or the tenant's share of it,
+    /// is spent.
+    pub(crate) fn make_room(&mut self) -> Result<(), RegionLimitExceeded> {
+        let recorded = self.ranges.len() + self.in_image.len();
+        self.claim
+            .grow_to(recorded as u64 + 1)
+            .map_err(|over| match over {
+                OverBudget::Share { limit } => RegionLimitExceeded::Mappings {
+                    limit,
+                    whose: "for this tenant",
+                },
+                OverBudget::Total { limit } => RegionLimitExceeded::Mappings {
+                    limit,
+                    whose: "in all",
+                },
+            })
+    }
+
     /// Remembers `range` to restore later.
     pub(crate) fn record(&mut self, range: PageRange) {
         self.ranges.push(range);

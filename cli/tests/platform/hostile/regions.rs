@@ -185,3 +185,121 @@ fn kernel_maps_images() -> bool {
     let (major, minor) = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
     (major, minor) >= (6, 11)
 }
+
+#[test]
+fn a_region_type_longer_than_any_declared_fails_the_event_before_the_host_keeps_it() {
+    // The host keeps each region's type with it, outside every memory limit: 64
+    // regions typed with 16 MiB of text each held a gigabyte of the worker's memory.
+    let dir = faas_testing::temp_dir();
+    let platform = start(&[]);
+    deploy_bystander(&platform, dir.path());
+    deploy_probe(&platform, dir.path(), "long-type", "");
+    let watch = Watch::start(&platform);
+    let message = consumer_failure(&platform, "/regions", 1000);
+    assert!(message.contains("region limit"), "{message}");
+    assert!(
+        message.contains(&format!(
+            "a region type of {} bytes is longer than the 512 allowed",
+            16 << 20
+        )),
+        "{message}"
+    );
+    watch.finish();
+    assert_bystander_served(&platform);
+}
+
+/// The memories example as `tenant`'s workflow `name` on `route`, its consumer the
+/// probe `scatter` with `config` (TOML key-value pairs after the probe's).
+fn deploy_scatter(
+    platform: &crate::support::Platform,
+    dir: &std::path::Path,
+    tenant: &str,
+    name: &str,
+    config: &str,
+) {
+    let [component, _] = probe_as("consume", "scatter");
+    let replacements = [
+        component,
+        (
+            "config = { role = \"consume\" }".to_owned(),
+            format!("config = {{ probe = \"scatter\"{config} }}"),
+        ),
+        (
+            "tenant = \"demo\"".to_owned(),
+            format!("tenant = \"{tenant}\""),
+        ),
+        (
+            "name = \"regions-memories\"".to_owned(),
+            format!("name = \"{name}\""),
+        ),
+        (
+            "route = \"/regions-memories\"".to_owned(),
+            format!("route = \"/{name}\""),
+        ),
+    ];
+    deploy_manifest(platform, dir, MEMORIES, &pairs(&replacements));
+}
+
+#[test]
+fn a_guest_placing_its_input_over_and_over_stops_at_its_instance_limit_and_its_tenants_share_of_mappings()
+ {
+    // Each placement of a read-only value leaves a protected range, which splits the
+    // process's memory maps; past the kernel's `vm.max_map_count` every mmap and
+    // mprotect of the process fails, for every tenant.
+    let dir = faas_testing::temp_dir();
+    let platform = start(&["--max-regions-per-instance", "64"]);
+    deploy_scatter(&platform, dir.path(), "demo", "scatter", "");
+    let message = consumer_failure(&platform, "/scatter", 1000);
+    assert!(message.contains("region limit"), "{message}");
+    assert!(
+        message.contains("place region values at most 64 times"),
+        "{message}"
+    );
+
+    // 160 ranges in all, 40 per tenant. One run of the attacker holds 30 of its
+    // tenant's 40 while a second one asks for 100.
+    let platform = start(&["--max-region-mappings", "160"]);
+    deploy_bystander(&platform, dir.path());
+    deploy_scatter(
+        &platform,
+        dir.path(),
+        "demo",
+        "scatter-hold",
+        ", pairs = \"30\", hold_ms = \"4000\"",
+    );
+    deploy_scatter(&platform, dir.path(), "demo", "scatter", "");
+    deploy_scatter(
+        &platform,
+        dir.path(),
+        "victim",
+        "victim-reads",
+        ", pairs = \"30\"",
+    );
+    let holder = {
+        let url = platform.at("/scatter-hold");
+        std::thread::spawn(move || {
+            reqwest::blocking::Client::new()
+                .post(url)
+                .body("1000")
+                .send()
+        })
+    };
+    // Until the holder's 30 placements are made (its step sleeps after them).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let watch = Watch::start(&platform);
+    let message = consumer_failure(&platform, "/scatter", 1000);
+    assert!(
+        message.contains("the worker holds 40 region page mappings for this tenant"),
+        "{message}"
+    );
+    // Another tenant places its 30 read-only values (mapped, past the map threshold)
+    // while the attacker holds its share.
+    let victim = transfer(&platform, "/victim-reads", (4 << 20) + 1);
+    assert_eq!(victim["placed"], 30, "{victim}");
+    watch.finish();
+    assert_bystander_served(&platform);
+    let held = holder.join().unwrap().expect("the holder's run");
+    assert_eq!(held.status(), 200, "{:?}", held.text());
+    // The mappings are given back with the stores: the attacker's tenant places again.
+    assert_eq!(transfer(&platform, "/scatter-hold", 1000)["placed"], 30);
+}

@@ -20,6 +20,11 @@
 //! - `recreate`: creates a region twice over the same pages (each would otherwise pin a
 //!   memory file the size of the pages, invisible to its memory limit).
 //! - `flood`: creates one-page regions on fresh pages until the host stops it.
+//! - `long-type`: makes 64 empty regions whose type is 16 MiB of text, which the host
+//!   would keep outside every memory limit.
+//! - `scatter`: places its input on every other span of pages, config `pairs` times
+//!   (100), then holds them config `hold_ms` milliseconds (0): each placement of a
+//!   read-only value leaves a protected range, which splits the process's memory maps.
 //! - `huge-error`: fails with a 32 MiB error text, which the platform must not keep.
 //! - `spin`: computes forever (a run whose caller stops waiting must stop it).
 //! - `initial-data`: reports whether its initial data (a data segment of sevens) is
@@ -83,9 +88,7 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
             )
         }
         "scan" => {
-            let pages: usize = faas_sdk::config::get("pages")
-                .and_then(|pages| pages.parse().ok())
-                .unwrap_or(256);
+            let pages = config_number("pages").unwrap_or(256);
             let fresh = grow(pages)?;
             format!(
                 "{{\"scanned\":{},\"nonzero\":{}}}",
@@ -129,6 +132,25 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
                 core::hint::black_box(&regions);
             }
         }
+        "long-type" => {
+            let schema_type = "T".repeat(16 << 20);
+            let kept: Vec<Region> = (0..64)
+                .map(|_| Region::from_bytes(&schema_type, b""))
+                .collect();
+            format!("{{\"kept\":{}}}", kept.len())
+        }
+        "scatter" => {
+            let input = inputs.first().ok_or("needs an input")?;
+            let pairs = config_number("pairs").unwrap_or(100);
+            let span = (input.len() as usize).div_ceil(PAGE_SIZE).max(1);
+            let pages = grow(2 * pairs * span)?;
+            for pair in pages.chunks(2 * span * PAGE_SIZE) {
+                input.read_into(&pair[..span * PAGE_SIZE])?;
+            }
+            let hold = config_number("hold_ms").unwrap_or(0) as u64;
+            std::thread::sleep(std::time::Duration::from_millis(hold));
+            format!("{{\"placed\":{pairs}}}")
+        }
         "huge-error" => return Err("E".repeat(32 << 20)),
         "spin" => loop {
             core::hint::black_box(&inputs);
@@ -161,6 +183,10 @@ unsafe extern "C" {
     /// the `option<string>` result.
     #[link_name = "get"]
     fn raw_config_get(key: *const u8, key_len: usize, result: *mut u8);
+}
+
+fn config_number(key: &str) -> Option<usize> {
+    faas_sdk::config::get(key).and_then(|value| value.parse().ok())
 }
 
 fn nonzero(bytes: &[u8]) -> usize {
