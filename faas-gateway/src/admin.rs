@@ -260,10 +260,10 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             Err(err) => deploy_error(err),
         },
         (Method::GET, ["workflows", name, "runs"]) => match visible(app, &caller, name) {
-            Some(_) => response::json(
+            Some(deployment) => response::json(
                 StatusCode::OK,
                 &RunsResponse {
-                    runs: app.registry.runs(name),
+                    runs: app.registry.runs(&deployment.key.tenant, name),
                 },
             ),
             None => not_found(name),

@@ -347,7 +347,8 @@ fn settle(
     };
     let run_id = record.run_id.clone();
     app.metrics.of(deployment).observe_run(&record);
-    app.registry.record_run(&deployment.workflow.name, record);
+    app.registry
+        .record_run(&deployment.key.tenant, &deployment.workflow.name, record);
     (run_id, run.result)
 }
 

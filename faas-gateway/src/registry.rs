@@ -350,6 +350,9 @@ const RUN_HISTORY: usize = 100;
 /// the worker's `GUEST_TEXT_BYTES`, but a fan-out has a record per branch.
 const RUN_HISTORY_BYTES: usize = 1 << 20;
 
+/// Whose run history: a workflow's tenant and name.
+type RunsKey = (String, String);
+
 /// One workflow's recent runs, newest last, within [`RUN_HISTORY`] and
 /// [`RUN_HISTORY_BYTES`].
 #[derive(Debug, Default)]
@@ -377,8 +380,9 @@ impl RunHistory {
 pub struct Registry {
     backend: Backend,
     state: RwLock<State>,
-    /// Recent runs per workflow name, newest last.
-    runs: Mutex<BTreeMap<String, RunHistory>>,
+    /// Recent runs per deployed workflow, by tenant and name, newest last: a name
+    /// another tenant deploys later starts with none.
+    runs: Mutex<BTreeMap<RunsKey, RunHistory>>,
     /// Serializes deploys and deletes so two uploads of one workflow cannot race.
     deploy_lock: tokio::sync::Mutex<()>,
     /// Bumped whenever the set of deployments changes, for whoever follows them
@@ -597,14 +601,17 @@ impl Registry {
         request.components = self.components.share_all(request.components);
         let digest = digest(&request.manifest, &request.components, &request.schemas);
         let current = self.get(&workflow.name);
-        if let Some(current) = current.as_ref().filter(|current| current.digest == digest) {
-            return Ok(DeployOutcome::Unchanged(current.clone()));
-        }
+        // The owner first: the digest covers no tenant, so another tenant's upload of
+        // the same bytes would otherwise be told "unchanged", with the status of a
+        // workflow it may not see.
         check_owner(
             &workflow,
             current.as_ref().map(|current| &current.workflow),
             caller,
         )?;
+        if let Some(current) = current.as_ref().filter(|current| current.digest == digest) {
+            return Ok(DeployOutcome::Unchanged(current.clone()));
+        }
         // A new version of a deployed workflow never counts against the quota.
         if current.is_none() {
             self.check_workflow_quota(&workflow.tenant, &quotas).await?;
@@ -1050,7 +1057,7 @@ impl Registry {
         }
         state.local_changes += 1;
         drop(state);
-        self.lock_runs().remove(name);
+        self.lock_runs().remove(&(tenant.clone(), name.to_owned()));
         self.changed();
         Ok(Some(tenant))
     }
@@ -1239,18 +1246,39 @@ impl Registry {
             .sum()
     }
 
-    /// Remembers a finished run of `workflow` for [`Registry::runs`].
-    pub fn record_run(&self, workflow: &str, record: RunRecord) {
+    /// Remembers a finished run of `tenant`'s `workflow` for [`Registry::runs`], if
+    /// the tenant still has it deployed: a run that ends after its workflow was
+    /// removed leaves nothing behind.
+    pub fn record_run(&self, tenant: &str, workflow: &str, record: RunRecord) {
+        if self
+            .get(workflow)
+            .is_none_or(|current| current.key.tenant != tenant)
+        {
+            return;
+        }
         let mut runs = self.lock_runs();
-        runs.entry(workflow.to_owned()).or_default().push(record);
+        let key = (tenant.to_owned(), workflow.to_owned());
+        runs.entry(key).or_default().push(record);
     }
 
-    /// The recent runs of `workflow`, newest first.
-    pub fn runs(&self, workflow: &str) -> Vec<RunRecord> {
+    /// The recent runs of `tenant`'s `workflow`, newest first.
+    pub fn runs(&self, tenant: &str, workflow: &str) -> Vec<RunRecord> {
         self.lock_runs()
-            .get(workflow)
+            .get(&(tenant.to_owned(), workflow.to_owned()))
             .map(|history| history.records.iter().rev().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Forgets the runs of workflows no longer deployed (by the tenant that ran them),
+    /// after a change this gateway learnt of from the shared state.
+    fn forget_runs_of_removed(&self) {
+        let state = self.read();
+        self.lock_runs().retain(|(tenant, name), _| {
+            state
+                .deployments
+                .get(name)
+                .is_some_and(|deployment| deployment.key.tenant == *tenant)
+        });
     }
 
     /// Places `workflow` on workers in this process and loads it there, then calls
@@ -1316,7 +1344,7 @@ impl Registry {
         Ok((replicas, functions.unwrap_or_default()))
     }
 
-    fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RunHistory>> {
+    fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<RunsKey, RunHistory>> {
         // Each operation is a single push/pop: a poisoned lock is still consistent.
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -1383,6 +1411,7 @@ impl Registry {
         }
         state.replace_all(deployments);
         drop(state);
+        self.forget_runs_of_removed();
         self.changed();
     }
 

@@ -418,3 +418,71 @@ fn another_tenants_metrics_are_invisible() {
     assert!(process_wide(&text), "{text}");
     scene.assert_victim_served();
 }
+
+#[test]
+fn the_same_upload_as_another_tenants_workflow_is_a_conflict_not_its_status() {
+    // The deploy's digest covers the manifest and components, not the tenant: an
+    // identical upload was answered "unchanged" with the victim's workflow status.
+    let scene = Scene::embedded();
+    let manifest = scene.manifest("lookalike", None, &["/lookalike"]);
+    assert_success(
+        &scene.deploy(&scene.victim, &manifest),
+        "the victim's deploy",
+    );
+    let response = scene.upload(&scene.mallory, &manifest);
+    let status = response.status();
+    let body = response.text().unwrap();
+    assert_eq!(status, 409, "{body}");
+    assert!(!body.contains("victim"), "{body}");
+    assert!(!body.contains("revision"), "{body}");
+    scene.assert_victim_served();
+}
+
+#[test]
+fn a_workflow_name_taken_over_shows_none_of_its_former_owners_runs() {
+    // A run that ended after its workflow was removed was recorded under the bare
+    // name, so the next tenant to deploy that name read it (and the history of removed
+    // names grew without end).
+    let scene = Scene::embedded();
+    let manifest = |tenant: &str, probe: &str| {
+        let [component, config] = crate::regions::probe_as("consume", probe);
+        let tenant = format!("tenant = \"{tenant}\"");
+        crate::support::copy_manifest(
+            scene.dir.path(),
+            crate::regions::EXAMPLE,
+            &[
+                (&component.0, &component.1),
+                (&config.0, &config.1),
+                ("tenant = \"demo\"", &tenant),
+                ("memory_mb = 1100", "memory_mb = 128"),
+                ("timeout_ms = 60000", "timeout_ms = 1500"),
+            ],
+        )
+    };
+    assert_success(
+        &scene.deploy(&scene.mallory, &manifest("mallory", "spin")),
+        "mallory's deploy",
+    );
+    let run = {
+        let url = format!("{}/regions", scene.url);
+        std::thread::spawn(move || client().post(url).body("1000").send())
+    };
+    // The run is in its spinning step (until its 1.5 s deadline) when it is removed.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_success(
+        &scene.faas(&scene.mallory, &["rm", "regions"]),
+        "mallory's rm",
+    );
+    let ended = run.join().unwrap().expect("the run's response");
+    assert_ne!(ended.status(), 200);
+    assert_success(
+        &scene.deploy(&scene.victim, &manifest("victim", "tail")),
+        "the victim's deploy",
+    );
+    let runs: serde_json::Value = scene
+        .api(Method::GET, "workflows/regions/runs", &scene.victim)
+        .json()
+        .unwrap();
+    assert_eq!(runs["runs"], serde_json::json!([]), "{runs}");
+    scene.assert_victim_served();
+}
