@@ -263,7 +263,7 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             Some(deployment) => response::json(
                 StatusCode::OK,
                 &RunsResponse {
-                    runs: app.registry.runs(&deployment.key.tenant, name),
+                    runs: app.registry.runs(&deployment.key),
                 },
             ),
             None => not_found(name),

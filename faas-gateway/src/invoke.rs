@@ -163,7 +163,14 @@ async fn hold(
             workflow,
             look,
             deadline,
-            || app.registry.route(path),
+            // Only to the workflow the event was for (a new version of it): were its
+            // route another workflow's by now, perhaps another tenant's, the event
+            // and its credentials would go there.
+            || {
+                app.registry
+                    .route(path)
+                    .filter(|(found, _)| found.key == deployment.key)
+            },
             |d| !d.replicas.is_empty(),
         )
         .await
@@ -347,8 +354,7 @@ fn settle(
     };
     let run_id = record.run_id.clone();
     app.metrics.of(deployment).observe_run(&record);
-    app.registry
-        .record_run(&deployment.key.tenant, &deployment.workflow.name, record);
+    app.registry.record_run(&deployment.key, record);
     (run_id, run.result)
 }
 
@@ -427,9 +433,12 @@ async fn run_message_in(
                     workflow,
                     Look::Now,
                     activator.deadline(),
+                    // Only to this tenant's workflow: the name may be another
+                    // tenant's by now.
                     || {
                         app.registry
                             .get(workflow)
+                            .filter(|found| found.key == deployment.key)
                             .map(|deployment| (deployment, ()))
                     },
                     |deployment| !deployment.replicas.is_empty(),

@@ -350,9 +350,6 @@ const RUN_HISTORY: usize = 100;
 /// the worker's `GUEST_TEXT_BYTES`, but a fan-out has a record per branch.
 const RUN_HISTORY_BYTES: usize = 1 << 20;
 
-/// Whose run history: a workflow's tenant and name.
-type RunsKey = (String, String);
-
 /// One workflow's recent runs, newest last, within [`RUN_HISTORY`] and
 /// [`RUN_HISTORY_BYTES`].
 #[derive(Debug, Default)]
@@ -382,7 +379,7 @@ pub struct Registry {
     state: RwLock<State>,
     /// Recent runs per deployed workflow, by tenant and name, newest last: a name
     /// another tenant deploys later starts with none.
-    runs: Mutex<BTreeMap<RunsKey, RunHistory>>,
+    runs: Mutex<BTreeMap<WorkflowKey, RunHistory>>,
     /// Serializes deploys and deletes so two uploads of one workflow cannot race.
     deploy_lock: tokio::sync::Mutex<()>,
     /// Bumped whenever the set of deployments changes, for whoever follows them
@@ -1057,7 +1054,10 @@ impl Registry {
         }
         state.local_changes += 1;
         drop(state);
-        self.lock_runs().remove(&(tenant.clone(), name.to_owned()));
+        self.lock_runs().remove(&WorkflowKey {
+            tenant: tenant.clone(),
+            name: name.to_owned(),
+        });
         self.changed();
         Ok(Some(tenant))
     }
@@ -1246,25 +1246,26 @@ impl Registry {
             .sum()
     }
 
-    /// Remembers a finished run of `tenant`'s `workflow` for [`Registry::runs`], if
-    /// the tenant still has it deployed: a run that ends after its workflow was
-    /// removed leaves nothing behind.
-    pub fn record_run(&self, tenant: &str, workflow: &str, record: RunRecord) {
+    /// Remembers a finished run of the workflow `key` for [`Registry::runs`], if its
+    /// tenant still has it deployed: a run that ends after its workflow was removed
+    /// leaves nothing behind.
+    pub fn record_run(&self, key: &WorkflowKey, record: RunRecord) {
         if self
-            .get(workflow)
-            .is_none_or(|current| current.key.tenant != tenant)
+            .get(&key.name)
+            .is_none_or(|current| current.key.tenant != key.tenant)
         {
             return;
         }
-        let mut runs = self.lock_runs();
-        let key = (tenant.to_owned(), workflow.to_owned());
-        runs.entry(key).or_default().push(record);
+        self.lock_runs()
+            .entry(key.clone())
+            .or_default()
+            .push(record);
     }
 
-    /// The recent runs of `tenant`'s `workflow`, newest first.
-    pub fn runs(&self, tenant: &str, workflow: &str) -> Vec<RunRecord> {
+    /// The recent runs of the workflow `key`, newest first.
+    pub fn runs(&self, key: &WorkflowKey) -> Vec<RunRecord> {
         self.lock_runs()
-            .get(&(tenant.to_owned(), workflow.to_owned()))
+            .get(key)
             .map(|history| history.records.iter().rev().cloned().collect())
             .unwrap_or_default()
     }
@@ -1273,11 +1274,11 @@ impl Registry {
     /// after a change this gateway learnt of from the shared state.
     fn forget_runs_of_removed(&self) {
         let state = self.read();
-        self.lock_runs().retain(|(tenant, name), _| {
+        self.lock_runs().retain(|key, _| {
             state
                 .deployments
-                .get(name)
-                .is_some_and(|deployment| deployment.key.tenant == *tenant)
+                .get(&key.name)
+                .is_some_and(|deployment| deployment.key == *key)
         });
     }
 
@@ -1344,7 +1345,7 @@ impl Registry {
         Ok((replicas, functions.unwrap_or_default()))
     }
 
-    fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<RunsKey, RunHistory>> {
+    fn lock_runs(&self) -> std::sync::MutexGuard<'_, BTreeMap<WorkflowKey, RunHistory>> {
         // Each operation is a single push/pop: a poisoned lock is still consistent.
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }

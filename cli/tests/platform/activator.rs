@@ -418,3 +418,48 @@ fn a_stream_entry_for_a_workflow_with_no_worker_signals_demand_and_runs_once_one
         metrics_text(&services).contains(&format!("{lag} 0\n"))
     });
 }
+
+#[test]
+fn a_held_event_goes_to_no_other_tenants_workflow_that_took_its_route() {
+    // The activator looked the held event's route up again and forwarded it to
+    // whatever workflow served it by then: one whose name and route another tenant
+    // took, in a change the gateway saw at once (here one record replacing another, as
+    // a removal and a deploy read in one sync would), got the event, and its
+    // credentials.
+    let mut services = Services::start_full(&[], &[], &["--activator-timeout-ms", "120000"]);
+    let hello = "functions/hello/workflow.toml";
+    let name = publish(
+        &services,
+        hello,
+        &[("tenant = \"demo\"", "tenant = \"victim\"")],
+    );
+    wait_routed(&services, &name);
+    let held = {
+        let url = format!("{}/hello?name=secret", services.url);
+        std::thread::spawn(move || {
+            let response = client()
+                .get(url)
+                .bearer_auth("victims-credential")
+                .send()
+                .unwrap();
+            (response.status().as_u16(), response.text().unwrap())
+        })
+    };
+    wait_held(&services, 1.0);
+    publish(
+        &services,
+        hello,
+        &[("tenant = \"demo\"", "tenant = \"mallory\"")],
+    );
+    services.start_worker_with("w1", &[]);
+    let (status, body) = held.join().unwrap();
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("was removed while the event waited"),
+        "{body}"
+    );
+    // The route's new owner is served, by a worker that loaded its workflow.
+    let (status, body) = get_later(&services, "/hello?name=mallory").join().unwrap();
+    assert_eq!((status, body.trim()), (200, "Hello, mallory!"));
+    assert_eq!(outcomes(&services, "removed"), 1.0);
+}
