@@ -32,6 +32,7 @@ pub mod host_limits;
 mod http;
 mod limits;
 mod linked;
+mod lookups;
 pub mod memory_budget;
 pub mod metrics;
 mod outbound;

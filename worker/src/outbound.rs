@@ -17,7 +17,8 @@
 //! deadline. An instance has at most
 //! [`crate::WorkerConfig::max_outbound_connections_per_instance`] requests in flight
 //! (each a connection, a descriptor, and a name lookup on a blocking thread until it
-//! connects); one more fails at once with `error-code.connection-limit-reached`.
+//! connects, or until the lookup returns if that is later: see [`crate::lookups`]);
+//! one more fails at once with `error-code.connection-limit-reached`.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -26,6 +27,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use crate::lookups::{LookupError, Lookups};
 use bytes::Bytes;
 use faas_workflow::{AllowedOutboundHosts, OutboundAccess};
 use http_body_util::BodyExt;
@@ -33,7 +35,7 @@ use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -55,13 +57,18 @@ type SendFuture = Box<
 >;
 
 /// Where an event's outbound requests may go: its function's allow-list, and the
-/// non-public networks the operator opened to entries that name their host.
+/// non-public networks the operator opened to entries that name their host; and the
+/// worker's name lookups that find them, counted for the tenant.
 #[derive(Clone)]
 pub(crate) struct Destinations {
     /// The function's `allowed_outbound_hosts`.
     pub(crate) allowed: Arc<AllowedOutboundHosts>,
     /// The worker's `--outbound-private-networks`.
     pub(crate) opened: Arc<[IpNet]>,
+    /// The worker's lookups under way.
+    pub(crate) lookups: Arc<Lookups>,
+    /// Whose lookups they are.
+    pub(crate) tenant: Arc<str>,
 }
 
 /// The `wasi:http` hooks of one event's store: where it may send requests, and its
@@ -138,9 +145,12 @@ impl WasiHttpHooks for Outbound {
         // The platform's trace context replaces whatever the guest wrote: the callee
         // continues the trace this step is part of.
         faas_invoke::trace::inject(&span, request.headers_mut());
+        // Shared with the request's name lookup, which may outlive the request.
+        let connection = Arc::new(connection);
+        let lookup_holds = connection.clone();
         Box::new(
             async move {
-                let result = send(&destinations, deadline, request, options).await;
+                let result = send(&destinations, deadline, request, options, lookup_holds).await;
                 if let Err(Error::HttpRequestDenied) = &result {
                     tracing::debug!(%function, "outbound request denied");
                 }
@@ -169,9 +179,14 @@ struct Checked {
     addresses: Vec<SocketAddr>,
 }
 
-/// Checks `uri` against `to`'s allow-list, resolves its host (within `connect_by`) and
-/// checks every address.
-async fn check(to: &Destinations, uri: &http::Uri, connect_by: Instant) -> Result<Checked, Error> {
+/// Checks `uri` against `to`'s allow-list, resolves its host (within `connect_by`;
+/// the lookup holds `connection` until it returns) and checks every address.
+async fn check(
+    to: &Destinations,
+    uri: &http::Uri,
+    connect_by: Instant,
+    connection: Arc<OwnedSemaphorePermit>,
+) -> Result<Checked, Error> {
     let use_tls = match uri.scheme_str() {
         Some("https") => true,
         Some("http") => false,
@@ -194,16 +209,18 @@ async fn check(to: &Destinations, uri: &http::Uri, connect_by: Instant) -> Resul
     let addresses: Vec<SocketAddr> = match ip {
         Some(ip) => vec![SocketAddr::new(ip, port)],
         None => {
-            let lookup = tokio::net::lookup_host((host.as_str(), port));
+            let lookup = to
+                .lookups
+                .resolve(&to.tenant, host.clone(), port, connection);
             match tokio::time::timeout_at(connect_by, lookup).await {
                 Err(_) => return Err(Error::DnsTimeout),
-                Ok(Err(_)) => {
+                Ok(Err(err @ (LookupError::Busy | LookupError::Failed))) => {
                     return Err(Error::DnsError {
-                        rcode: Some("address not available".to_owned()),
+                        rcode: Some(err.to_string()),
                         info_code: None,
                     });
                 }
-                Ok(Ok(addresses)) => addresses.collect(),
+                Ok(Ok(addresses)) => addresses,
             }
         }
     };
@@ -262,6 +279,7 @@ async fn send(
     deadline: Instant,
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
+    connection: Arc<OwnedSemaphorePermit>,
 ) -> Result<
     (
         http::Response<WasiBody>,
@@ -270,7 +288,7 @@ async fn send(
     Error,
 > {
     let timeouts = Timeouts::new(options, deadline)?;
-    let checked = check(to, request.uri(), timeouts.connect_by).await?;
+    let checked = check(to, request.uri(), timeouts.connect_by, connection).await?;
     let tcp = connect(&checked.addresses, timeouts.connect_by).await?;
     let stream: Box<dyn Stream> = if checked.use_tls {
         let server_name = match checked.ip {
@@ -426,6 +444,11 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
+    /// A connection permit of its own, for a request sent without an [`Outbound`].
+    fn permit() -> Arc<OwnedSemaphorePermit> {
+        Arc::new(Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap())
+    }
+
     /// `entries`, with loopback opened by the operator (where the test servers are).
     fn hosts(entries: &[&str]) -> Destinations {
         let opened = ["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()];
@@ -441,6 +464,8 @@ mod tests {
         Destinations {
             allowed: Arc::new(AllowedOutboundHosts(allowed)),
             opened: opened.into(),
+            lookups: Lookups::new(),
+            tenant: Arc::from("t"),
         }
     }
 
@@ -495,7 +520,7 @@ mod tests {
 
     async fn fetch(to: &Destinations, url: &str, timeout: Duration) -> Result<String, Error> {
         let deadline = Instant::now() + timeout;
-        let (response, io) = send(to, deadline, get(url), None).await?;
+        let (response, io) = send(to, deadline, get(url), None, permit()).await?;
         let io = tokio::spawn(Pin::from(io));
         let body = response.into_body().collect().await?.to_bytes();
         let _ = io.await;
@@ -690,7 +715,7 @@ mod tests {
         );
         // Past its deadline, an event sends nothing.
         let past = Instant::now();
-        let result = send(&explicit, past, get(&url), None).await;
+        let result = send(&explicit, past, get(&url), None, permit()).await;
         assert!(matches!(result, Err(Error::ConnectionTimeout)));
     }
 }

@@ -56,6 +56,8 @@ pub struct Worker {
     /// Guest page ranges mapped or protected for regions, against
     /// `max_region_mappings`.
     region_mappings: Arc<crate::limits::MappingBudget>,
+    /// Guests' name lookups under way (`crate::lookups`).
+    lookups: Arc<crate::lookups::Lookups>,
     /// The guest memory its instances hold, by tenant, against `guest_memory`.
     guest_memory: Arc<GuestMemory>,
     /// Finished producers kept until their consumers placed their regions; torn down
@@ -143,6 +145,7 @@ impl Worker {
             quota_tenants: std::sync::Mutex::default(),
             region_files: FileBudget::new(config.max_region_files),
             region_mappings: Arc::new(crate::limits::mapping_budget(config.max_region_mappings)),
+            lookups: crate::lookups::Lookups::new(),
             guest_memory: Arc::new(GuestMemory::new(config.guest_memory)),
             retired: std::sync::Mutex::default(),
             swap: runtimes.first().scans_written_pages.then_some(swap),
@@ -605,6 +608,8 @@ impl Worker {
                 crate::outbound::Destinations {
                     allowed: function.allowed_outbound_hosts.clone(),
                     opened: self.config.outbound_private_networks.clone(),
+                    lookups: self.lookups.clone(),
+                    tenant: workflow.tenant.clone(),
                 },
                 function.name.clone(),
                 function.limits.timeout,
