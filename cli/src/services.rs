@@ -48,7 +48,7 @@ impl RedisArgs {
     }
 }
 
-/// The log streams in Redis (`faas:logs:<workflow>`): workers append their guests'
+/// The log streams in Redis (`faas:logs:<tenant>:<workflow>`): workers append their guests'
 /// lines, gateways a line for each event no worker took (`faas worker`, `faas gateway`).
 #[derive(Debug, clap::Args)]
 pub struct LogStreamArgs {

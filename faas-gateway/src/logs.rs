@@ -585,7 +585,7 @@ impl LogStore {
                 })
             }
             Self::Redis(RedisLogs { reader, .. }) => {
-                let batch = reader.recent(workflow).await?;
+                let batch = reader.recent(tenant, workflow).await?;
                 let lines: Vec<LogLine> = batch
                     .lines
                     .into_iter()
@@ -595,16 +595,19 @@ impl LogStore {
                     return Ok(ReadOutcome::Lines(LogsResponse { lines, dropped: 0 }));
                 }
                 let first = futures_util::stream::iter(vec![ndjson_lines(&lines)]);
-                let state = (reader.clone(), workflow.to_owned(), batch.last_id, query);
+                let stream = (tenant.to_owned(), workflow.to_owned());
+                let state = (reader.clone(), stream, batch.last_id, query);
                 let rest = futures_util::stream::unfold(state, |state| async move {
-                    let (reader, workflow, mut last_id, query) = state;
+                    let (reader, stream, mut last_id, query) = state;
+                    let (tenant, workflow) = &stream;
                     let deadline = tokio::time::Instant::now() + FOLLOW_HEARTBEAT;
                     loop {
                         tokio::time::sleep(REDIS_FOLLOW_POLL).await;
                         // A failed read is retried at the next poll; the heartbeat
                         // still goes out.
-                        if let Ok(batch) =
-                            reader.after(&workflow, &last_id, REDIS_FOLLOW_LINES).await
+                        if let Ok(batch) = reader
+                            .after(tenant, workflow, &last_id, REDIS_FOLLOW_LINES)
+                            .await
                         {
                             last_id = batch.last_id;
                             let lines: Vec<LogLine> = batch
@@ -614,12 +617,12 @@ impl LogStore {
                                 .collect();
                             if !lines.is_empty() {
                                 let chunk = ndjson_lines(&lines);
-                                return Some((chunk, (reader, workflow, last_id, query)));
+                                return Some((chunk, (reader, stream, last_id, query)));
                             }
                         }
                         if tokio::time::Instant::now() >= deadline {
                             let chunk = bytes::Bytes::from_static(b"\n");
-                            return Some((chunk, (reader, workflow, last_id, query)));
+                            return Some((chunk, (reader, stream, last_id, query)));
                         }
                     }
                 });
@@ -635,7 +638,7 @@ impl LogStore {
         match self {
             Self::Memory(logs) => logs.remove(tenant, workflow),
             Self::Redis(RedisLogs { reader, .. }) => {
-                if let Err(err) = reader.remove(workflow).await {
+                if let Err(err) = reader.remove(tenant, workflow).await {
                     tracing::warn!(workflow, "removing the workflow's logs: {err}");
                 }
             }

@@ -1,6 +1,8 @@
 //! Guests' log lines in Redis (services mode): one stream per workflow,
-//! `faas:logs:<workflow>` (a platform key: guests' names are all under `t:<tenant>:`,
-//! so no guest reaches it). Each keeps a number of lines, and a tenant's log streams
+//! `faas:logs:<tenant>:<workflow>` (a platform key: guests' names are all under
+//! `t:<tenant>:`, so no guest reaches it; the tenant in it, so that a workflow name
+//! another tenant had, or still writes to from instances of a removed version, is
+//! another stream). Each keeps a number of lines, and a tenant's log streams
 //! together a number of bytes, by the append script of `stream_quota` (counted apart
 //! from its message streams): a tenant's 100 workflows of 10,000 lines of 4 KiB would
 //! otherwise hold 4 GiB of the Redis every tenant shares. Past its bytes, a line trims
@@ -42,9 +44,15 @@ const BATCH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most lines one read returns (the newest).
 pub const MAX_READ_LINES: usize = 10_000;
 
-/// The Redis key of `workflow`'s log stream.
-pub fn log_key(workflow: &str) -> String {
-    format!("faas:logs:{workflow}")
+/// The Redis key of `tenant`'s `workflow`'s log stream. Tenant names are DNS labels
+/// (no `:`), so no two tenants' keys meet.
+pub fn log_key(tenant: &str, workflow: &str) -> String {
+    format!("{}{workflow}", log_prefix(tenant))
+}
+
+/// The start of every key of `tenant`'s log streams.
+pub fn log_prefix(tenant: &str) -> String {
+    format!("faas:logs:{tenant}:")
 }
 
 /// Why the log store could not start or answer.
@@ -183,7 +191,7 @@ async fn write_batches(
                 continue;
             };
             let fields: [(&str, &[u8]); 1] = [("line", json.as_bytes())];
-            let key = log_key(&line.workflow);
+            let key = log_key(&line.tenant, &line.workflow);
             let quota = StreamQuota {
                 max_bytes: own
                     .get(&line.tenant)
@@ -246,13 +254,14 @@ impl RedisLogReader {
         Ok(Self { client })
     }
 
-    /// The newest lines of `workflow` (at most [`MAX_READ_LINES`]), oldest first.
+    /// The newest lines of `tenant`'s `workflow` (at most [`MAX_READ_LINES`]), oldest
+    /// first.
     ///
     /// # Errors
     /// When Redis fails.
-    pub async fn recent(&self, workflow: &str) -> Result<LogBatch, LogStoreError> {
+    pub async fn recent(&self, tenant: &str, workflow: &str) -> Result<LogBatch, LogStoreError> {
         let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
-            .arg(log_key(workflow))
+            .arg(log_key(tenant, workflow))
             .arg("+")
             .arg("-")
             .arg("COUNT")
@@ -268,19 +277,20 @@ impl RedisLogReader {
         })
     }
 
-    /// The lines of `workflow` appended after entry `after` (at most `count`), oldest
-    /// first.
+    /// The lines of `tenant`'s `workflow` appended after entry `after` (at most
+    /// `count`), oldest first.
     ///
     /// # Errors
     /// When Redis fails.
     pub async fn after(
         &self,
+        tenant: &str,
         workflow: &str,
         after: &str,
         count: usize,
     ) -> Result<LogBatch, LogStoreError> {
         let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-            .arg(log_key(workflow))
+            .arg(log_key(tenant, workflow))
             .arg(format!("({after}"))
             .arg("+")
             .arg("COUNT")
@@ -296,12 +306,12 @@ impl RedisLogReader {
         })
     }
 
-    /// Removes `workflow`'s lines (it was removed).
+    /// Removes the lines of `tenant`'s `workflow` (it was removed).
     ///
     /// # Errors
     /// When Redis fails.
-    pub async fn remove(&self, workflow: &str) -> Result<(), LogStoreError> {
-        let key = log_key(workflow);
+    pub async fn remove(&self, tenant: &str, workflow: &str) -> Result<(), LogStoreError> {
+        let key = log_key(tenant, workflow);
         redis::cmd("DEL")
             .arg(Counted::Logs.entries_key(&key))
             .arg(key)

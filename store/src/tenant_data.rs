@@ -60,6 +60,13 @@ impl TenantData {
             // The lists of its streams' entry sizes.
             let entries = glob_escape(&Counted::Messages.entries_key(&namespaced(tenant, "")));
             unlink_matching(&mut connection, &format!("{entries}*")).await?;
+            // Its log streams (each workflow's went with it, but for lines its last
+            // instances wrote after), and theirs.
+            let logs = crate::logs::log_prefix(tenant);
+            for prefix in [logs.clone(), Counted::Logs.entries_key(&logs)] {
+                let pattern = format!("{}*", glob_escape(&prefix));
+                unlink_matching(&mut connection, &pattern).await?;
+            }
             let counts: Vec<String> = [Counted::Messages, Counted::Logs]
                 .into_iter()
                 .flat_map(|counted| [counted.sizes_key(tenant), counted.usage_key(tenant)])
@@ -105,6 +112,13 @@ mod tests {
             .hset(Counted::Logs.usage_key(tenant), "bytes", 10)
             .await
             .unwrap();
+        // A log stream and its list of entry sizes.
+        let log = crate::logs::log_key(tenant, "wf");
+        let _: String = connection.xadd(&log, "*", &[("line", "{}")]).await.unwrap();
+        let _: u64 = connection
+            .rpush(Counted::Logs.entries_key(&log), 2)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
@@ -145,6 +159,9 @@ mod tests {
                 "{keys:?}"
             );
             assert!(keys.contains(&Counted::Logs.usage_key(tenant)), "{keys:?}");
+            let log = crate::logs::log_key(tenant, "wf");
+            assert!(keys.contains(&Counted::Logs.entries_key(&log)), "{keys:?}");
+            assert!(keys.contains(&log), "{keys:?}");
         }
         assert_eq!(key_value.get("gone", "k").await.unwrap(), None);
         // Again: nothing left to remove.

@@ -36,7 +36,7 @@ fn line_of(tenant: &str, workflow: &str, text: &str) -> LogLine {
 async fn wait_for(reader: &RedisLogReader, workflow: &str, count: usize) -> Vec<LogLine> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let lines = reader.recent(workflow).await.unwrap().lines;
+        let lines = reader.recent("t", workflow).await.unwrap().lines;
         if lines.len() >= count || Instant::now() > deadline {
             return lines;
         }
@@ -61,11 +61,11 @@ async fn lines_come_back_in_order_per_workflow_and_streams_are_trimmed() {
     assert_eq!(wait_for(&reader, "b", 1).await.len(), 1);
 
     // Only what came after an id is read when following.
-    let batch = reader.recent("a").await.unwrap();
+    let batch = reader.recent("t", "a").await.unwrap();
     writer.push(line("a", "third"));
     let deadline = Instant::now() + Duration::from_secs(5);
     let after = loop {
-        let after = reader.after("a", &batch.last_id, 10).await.unwrap();
+        let after = reader.after("t", "a", &batch.last_id, 10).await.unwrap();
         if !after.lines.is_empty() || Instant::now() > deadline {
             break after;
         }
@@ -81,13 +81,13 @@ async fn lines_come_back_in_order_per_workflow_and_streams_are_trimmed() {
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let kept = reader.recent("c").await.unwrap().lines;
+    let kept = reader.recent("t", "c").await.unwrap().lines;
     assert!((99..=100).contains(&kept.len()), "{} kept", kept.len());
     assert_eq!(kept.last().unwrap().text, "1999", "the newest are kept");
 
-    reader.remove("a").await.unwrap();
-    assert!(reader.recent("a").await.unwrap().lines.is_empty());
-    assert_eq!(reader.recent("b").await.unwrap().lines.len(), 1);
+    reader.remove("t", "a").await.unwrap();
+    assert!(reader.recent("t", "a").await.unwrap().lines.is_empty());
+    assert_eq!(reader.recent("t", "b").await.unwrap().lines.len(), 1);
     // The stream's list of entry sizes (kept for trimming) went with it.
     let mut connection = redis::Client::open(server.url())
         .unwrap()
@@ -100,7 +100,7 @@ async fn lines_come_back_in_order_per_workflow_and_streams_are_trimmed() {
         .await
         .unwrap();
     lists.sort();
-    let kept = ["b", "c"].map(|workflow| Counted::Logs.entries_key(&log_key(workflow)));
+    let kept = ["b", "c"].map(|workflow| Counted::Logs.entries_key(&log_key("t", workflow)));
     assert_eq!(lists, kept);
 }
 
@@ -165,7 +165,7 @@ async fn a_tenants_log_streams_hold_its_bytes_in_all_and_anothers_lines_stay() {
     let mut kept = 0;
     for workflow in 0..20 {
         kept += reader
-            .recent(&format!("loud-{workflow}"))
+            .recent("loud", &format!("loud-{workflow}"))
             .await
             .unwrap()
             .lines
@@ -173,7 +173,38 @@ async fn a_tenants_log_streams_hold_its_bytes_in_all_and_anothers_lines_stay() {
     }
     assert!(kept < 64, "{kept} lines of 4 KiB kept");
     // The other tenant's lines are counted apart: all there.
-    assert_eq!(reader.recent("news").await.unwrap().lines.len(), 10);
+    assert_eq!(
+        reader.recent("quiet", "news").await.unwrap().lines.len(),
+        10
+    );
+}
+
+#[tokio::test]
+async fn a_workflow_name_another_tenant_had_is_a_stream_its_former_owner_cannot_trim() {
+    // The stream was the workflow name's alone: the former owner's count of it stayed
+    // in its list of streams after the removal, so its next flood trimmed the stream
+    // by that name, the new owner's, as its own; its instances still running wrote
+    // into it too.
+    const MAX_BYTES: u64 = 256 << 10;
+    let (_server, writer, reader) = within_bytes(MAX_BYTES).await;
+    let long = "x".repeat(4 << 10);
+    for _ in 0..60 {
+        writer.push(line_of("mallory", "chatter", &long));
+    }
+    write_last(&writer, &reader, "mallory", "chatter").await;
+    reader.remove("mallory", "chatter").await.unwrap();
+    for index in 0..10 {
+        writer.push(line_of("victim", "chatter", &format!("victim {index}")));
+    }
+    write_last(&writer, &reader, "victim", "chatter").await;
+    // A late line of the removed version, and a flood of mallory's far past its bytes.
+    writer.push(line_of("mallory", "chatter", &long));
+    flood(&writer, &reader, "mallory", 400).await;
+    let victim = reader.recent("victim", "chatter").await.unwrap().lines;
+    let texts: Vec<&str> = victim.iter().map(|line| line.text.as_str()).collect();
+    let mut expected: Vec<String> = (0..10).map(|index| format!("victim {index}")).collect();
+    expected.push("last".to_owned());
+    assert_eq!(texts, expected);
 }
 
 /// Pushes `lines` lines of 4 KiB of `tenant`'s, over four workflows, and waits until
@@ -200,7 +231,7 @@ async fn write_last(
     writer.push(line_of(tenant, workflow, "last"));
     let deadline = Instant::now() + Duration::from_secs(10);
     while reader
-        .recent(workflow)
+        .recent(tenant, workflow)
         .await
         .unwrap()
         .lines

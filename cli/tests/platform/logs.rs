@@ -492,7 +492,7 @@ fn services_mode_step_lines_carry_their_run_and_go_with_their_workflow() {
         .get_connection()
         .unwrap();
     let len: usize = redis::cmd("XLEN")
-        .arg("faas:logs:wordcount")
+        .arg("faas:logs:demo:wordcount")
         .query(&mut redis)
         .unwrap();
     assert_eq!(len, 2);
@@ -503,7 +503,7 @@ fn services_mode_step_lines_carry_their_run_and_go_with_their_workflow() {
             .success()
     );
     let exists: bool = redis::cmd("EXISTS")
-        .arg("faas:logs:wordcount")
+        .arg("faas:logs:demo:wordcount")
         .query(&mut redis)
         .unwrap();
     assert!(!exists, "the workflow's logs outlived it");
@@ -573,7 +573,7 @@ fn services_mode_a_tenant_flooding_its_logs_loses_its_own_lines_not_anothers() {
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
         let now: usize = redis::cmd("XLEN")
-            .arg("faas:logs:chatter")
+            .arg("faas:logs:mallory:chatter")
             .query(&mut redis)
             .unwrap();
         if now == kept {
