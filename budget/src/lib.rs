@@ -215,6 +215,20 @@ impl<H: Eq + Hash + Clone> Claim<H> {
         &self.holder
     }
 
+    /// Moves `bytes` of what this claim holds (all of it, if it holds less) into a new
+    /// claim of the same holder, which gives them back when dropped: for a part of what
+    /// the claim stands for that lives on apart from it. Nothing is claimed or given
+    /// back meanwhile, so this cannot fail.
+    pub fn split_off(&mut self, bytes: u64) -> Claim<H> {
+        let moved = bytes.min(self.bytes);
+        self.bytes -= moved;
+        Claim {
+            budget: self.budget.clone(),
+            holder: self.holder.clone(),
+            bytes: moved,
+        }
+    }
+
     /// Gives back what the claim holds past `bytes`; a larger `bytes` leaves it as it
     /// is.
     pub fn shrink_to(&mut self, bytes: u64) {
@@ -314,6 +328,28 @@ mod tests {
         assert_eq!(budget.held(), 0);
         assert!(budget.lock().by_holder.is_empty());
         budget.claim("a").grow_to(60).unwrap();
+    }
+
+    #[test]
+    fn a_part_split_off_stays_held_until_its_own_claim_goes() {
+        let budget = budget();
+        let mut whole = budget.claim("a");
+        whole.grow_to(50).unwrap();
+        let part = whole.split_off(20);
+        assert_eq!((whole.bytes(), part.bytes()), (30, 20));
+        drop(whole);
+        assert_eq!(budget.held(), 20, "the part is still held");
+        assert!(
+            budget.claim("a").grow_to(41).is_err(),
+            "and counts in the share"
+        );
+        drop(part);
+        assert_eq!(budget.held(), 0);
+        // Splitting off more than is held moves what is held.
+        let mut small = budget.claim("a");
+        small.grow_to(5).unwrap();
+        assert_eq!(small.split_off(10).bytes(), 5);
+        assert_eq!(small.bytes(), 0);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub(crate) use mappings::answered as images_can_be_told_apart;
 pub(crate) use pages::{MappedPages, PageRange};
 
 use crate::limits::FileBudget;
+use crate::memory_budget::GuestMemoryClaim;
 use payload::PayloadFile;
 use rustix::mm::ProtFlags;
 use std::borrow::Cow;
@@ -192,6 +193,10 @@ pub struct Region {
     /// The producer's instance, kept until the consumers have placed (mapped or copied)
     /// the value.
     producer: Option<Arc<Retired>>,
+    /// The guest memory a copied value's bytes hold once it has left its producer's
+    /// store ([`Region::carry_claim`]), given back when the last clone goes: a value
+    /// waiting out a retry's backoff or a join still counts against its tenant.
+    claim: Option<Arc<GuestMemoryClaim>>,
 }
 
 /// A finished instance whose teardown is put off. Unmapping a producer's written pages
@@ -423,6 +428,17 @@ impl Region {
             owner: None,
             body: Body::Bytes(bytes.into()),
             producer: None,
+            claim: None,
+        }
+    }
+
+    /// Takes the part of `claim` (its producer's claim on guest memory) that the
+    /// value's copied bytes hold, so that they stay counted after the producer's store
+    /// is gone. A value in a memory file keeps its producer's store (and claim) alive
+    /// until its consumers have placed it, and takes nothing.
+    pub(crate) fn carry_claim(&mut self, claim: &mut GuestMemoryClaim) {
+        if let Body::Bytes(bytes) = &self.body {
+            self.claim = Some(Arc::new(claim.split_off(bytes.len() as u64)));
         }
     }
 
@@ -474,6 +490,7 @@ impl Region {
                 len,
             },
             producer: None,
+            claim: None,
         })
     }
 
@@ -543,6 +560,7 @@ impl Region {
             owner: scope.owner.clone(),
             body: Body::Bytes(bytes.into()),
             producer: None,
+            claim: None,
         }
     }
 
@@ -611,6 +629,7 @@ impl Region {
                 pages,
             },
             producer: None,
+            claim: None,
         })
     }
 

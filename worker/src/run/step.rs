@@ -290,7 +290,7 @@ fn take_outputs(
 ) -> Result<Vec<Region>, StepFailure> {
     let mut outputs = Vec::with_capacity(returned.len());
     for handle in returned {
-        let region = store.data_mut().table.delete(handle).map_err(|err| {
+        let mut region = store.data_mut().table.delete(handle).map_err(|err| {
             StepFailure::Returned(format!("returned an invalid region handle: {err}"))
         })?;
         if region.schema_type() != expected_output {
@@ -306,6 +306,8 @@ fn take_outputs(
         {
             return Err(StepFailure::Region(Arc::new(err)));
         }
+        // The producer's store may go before the value does.
+        region.carry_claim(&mut store.data_mut().limiter.claim);
         outputs.push(region);
     }
     Ok(outputs)

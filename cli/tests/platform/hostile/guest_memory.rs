@@ -125,3 +125,70 @@ fn a_tenants_own_share_of_guest_memory_holds_in_place_of_the_workers() {
     let (held, _) = hold_at_once(&platform, hold, 3);
     assert!((1..=2).contains(&held), "{held} holds of 100 MiB ran");
 }
+
+#[test]
+fn a_copied_value_waiting_for_its_consumer_stays_in_its_tenants_share() {
+    // A value copied with `from-bytes` was counted only while its producer's store
+    // lived: once the producer returned, a run waiting out its consumer's retry backoff
+    // held the bytes uncounted, and a tenant's runs could hold any number of them.
+    let dir = faas_testing::temp_dir();
+    let platform = crate::regions::start(&["--tenant-guest-memory-mb", "128"]);
+    deploy_bystander(&platform, dir.path());
+    let [produce, produce_config] = crate::regions::probe_as("produce", "copy-out");
+    let [consume, consume_config] = crate::regions::probe_as("consume", "fail");
+    let produce_config = (
+        produce_config.0,
+        produce_config.1.replace(" }", ", mb = \"32\" }"),
+    );
+    crate::regions::deploy_example(
+        &platform,
+        dir.path(),
+        &crate::regions::pairs(&[
+            produce,
+            produce_config,
+            consume,
+            consume_config,
+            ("memory_mb = 1100".into(), "memory_mb = 128".into()),
+            (
+                "output = \"json\"".into(),
+                "output = \"json\"\nretries = { attempts = 10, backoff_ms = 60000 }".into(),
+            ),
+            ("timeout_ms = 120000".into(), "timeout_ms = 6000".into()),
+        ]),
+    );
+    let watch = Watch::start(&platform);
+    // One run after another, each once the previous producer has returned: its 32 MiB
+    // value then waits in the run, its consumer failing and backing off.
+    let runs: Vec<_> = (0..5)
+        .map(|_| {
+            let url = platform.at("/regions");
+            let run = std::thread::spawn(move || {
+                client().post(url).body("1").send().unwrap().text().unwrap()
+            });
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            run
+        })
+        .collect();
+    let ended: Vec<String> = runs.into_iter().map(|run| run.join().unwrap()).collect();
+    watch.finish();
+    assert_bystander_served(&platform);
+    // The first producers' values fit the share; a later producer finds it full (each
+    // alone, 32 MiB of its own memory and 32 of copy, fits it easily).
+    let refused = |body: &str| body.contains("hold its whole share of guest memory");
+    assert!(!refused(&ended[0]), "{}", ended[0]);
+    assert!(
+        ended
+            .iter()
+            .any(|body| refused(body) && body.contains("--tenant-guest-memory-mb")),
+        "{ended:#?}"
+    );
+    // Once the runs are over, their values are given back.
+    let again = client()
+        .post(platform.at("/regions"))
+        .body("1")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(!refused(&again), "{again}");
+}

@@ -25,6 +25,8 @@
 //! - `scatter`: places its input on every other span of pages, config `pairs` times
 //!   (100), then holds them config `hold_ms` milliseconds (0): each placement of a
 //!   read-only value leaves a protected range, which splits the process's memory maps.
+//! - `copy-out`: returns a value of config `mb` MiB (1) copied with `from-bytes`, of
+//!   the step's output type `blob.km:Blob` (as the example's producer).
 //! - `huge-error`: fails with a 32 MiB error text, which the platform must not keep.
 //! - `spin`: computes forever (a run whose caller stops waiting must stop it).
 //! - `initial-data`: reports whether its initial data (a data segment of sevens) is
@@ -150,6 +152,10 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
             let hold = config_number("hold_ms").unwrap_or(0) as u64;
             std::thread::sleep(std::time::Duration::from_millis(hold));
             format!("{{\"placed\":{pairs}}}")
+        }
+        "copy-out" => {
+            let bytes = vec![7u8; config_number("mb").unwrap_or(1) << 20];
+            return Ok(vec![Region::from_bytes("blob.km:Blob", &bytes)]);
         }
         "huge-error" => return Err("E".repeat(32 << 20)),
         "spin" => loop {
