@@ -223,15 +223,29 @@ impl ServicesBackend {
             caller,
         )?;
         check_routes_once(workflow, &known)?;
-        let digests = self
+        let stored = self
             .put_components(&request.components)
             .await
             .map_err(shared_state)?;
-        let spec = faas_kube::spec_from_manifest(&request.manifest, &digests, &request.schemas)
-            .map_err(KubeError::from)?;
-        let observed = resources
-            .apply(&workflow.tenant, &workflow.name, spec)
-            .await?;
+        let applied = async {
+            let spec =
+                faas_kube::spec_from_manifest(&request.manifest, &stored.digests, &request.schemas)
+                    .map_err(KubeError::from)?;
+            Ok::<_, DeployError>(
+                resources
+                    .apply(&workflow.tenant, &workflow.name, spec)
+                    .await?,
+            )
+        }
+        .await;
+        let observed = match applied {
+            Ok(observed) => observed,
+            Err(err) => {
+                self.forget_components(&workflow.name, &stored.created)
+                    .await;
+                return Err(err);
+            }
+        };
         Ok(Placed {
             revision: observed.revision,
             replicas: Vec::new(),
@@ -269,10 +283,52 @@ impl ServicesBackend {
         )?;
         let claimed = deployed.values().chain(staged.values());
         check_routes_once(workflow, claimed.map(|record| &record.workflow))?;
-        let digests = self
+        let started = unix_millis(SystemTime::now());
+        let stored = self
             .put_components(&components)
             .await
             .map_err(shared_state)?;
+        let placed = self
+            .stage_and_promote(workflow, stored.digests, digest, holder)
+            .await;
+        match &placed {
+            // What it stored itself goes at once (not after --component-ttl-s), or a
+            // tenant failing deploy after deploy could fill the Redis every tenant
+            // shares with bytes no quota counts.
+            Err(_) => self.forget_components(name, &stored.created).await,
+            // So do its previous version's, but those another deploy stored since
+            // it started.
+            Ok(_) => {
+                let previous: Vec<(String, u64)> = deployed
+                    .get(name)
+                    .into_iter()
+                    .flat_map(|record| record.components.values())
+                    .map(|sha| (sha.clone(), started.saturating_sub(1)))
+                    .collect();
+                self.forget_components(name, &previous).await;
+            }
+        }
+        let (revision, replicas, functions) = placed?;
+        Ok(Placed {
+            revision: Some(revision),
+            functions,
+            replicas,
+            components: Arc::new(components),
+            state: PlacedState::Live,
+        })
+    }
+
+    /// Stages `workflow`'s record naming `digests`, waits until its workers loaded it
+    /// and makes it live; unstages it if any of that fails. Returns its revision and
+    /// where it runs.
+    async fn stage_and_promote(
+        &self,
+        workflow: &Workflow,
+        digests: BTreeMap<String, String>,
+        digest: &str,
+        holder: &str,
+    ) -> Result<(u64, Vec<Replica>, Vec<FunctionSummary>), DeployError> {
+        let name = &workflow.name;
         let record = DeploymentRecord {
             workflow: workflow.clone(),
             digest: digest.to_owned(),
@@ -311,27 +367,40 @@ impl ServicesBackend {
                 return Err(err);
             }
         };
-        Ok(Placed {
-            revision: Some(record.revision),
-            functions,
-            replicas,
-            components: Arc::new(components),
-            state: PlacedState::Live,
-        })
+        Ok((record.revision, replicas, functions))
     }
 
-    /// Stores each component under its SHA-256; returns the digests by function name.
+    /// Stores each component under its SHA-256; returns the digests by function name,
+    /// and those this call stored itself, with their stamps.
     async fn put_components(
         &self,
         components: &Components,
-    ) -> Result<BTreeMap<String, String>, SharedStateError> {
-        let mut digests = BTreeMap::new();
+    ) -> Result<StoredComponents, SharedStateError> {
+        let mut stored = StoredComponents::default();
         for (function, component) in components {
             let sha = component.digest();
-            self.shared.put_component(sha, component).await?;
-            digests.insert(function.clone(), sha.to_owned());
+            let put = self.shared.put_component(sha, component).await?;
+            if put.created {
+                stored.created.push((sha.to_owned(), put.stamp));
+            }
+            stored.digests.insert(function.clone(), sha.to_owned());
         }
-        Ok(digests)
+        Ok(stored)
+    }
+
+    /// [`SharedState::forget_components`] for a deploy of `workflow`; a failure is
+    /// logged (the scheduler's collection deletes them later).
+    async fn forget_components(&self, workflow: &str, candidates: &[(String, u64)]) {
+        match self.shared.forget_components(candidates).await {
+            Ok(deleted) if !deleted.is_empty() => {
+                tracing::debug!(workflow, ?deleted, "deleted components no deployment names");
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(
+                workflow,
+                "deleting the deploy's unnamed components (the scheduler will): {err}"
+            ),
+        }
     }
 
     /// The components `record` names: those alive in `pool` (another deployment here
@@ -398,14 +467,14 @@ impl ServicesBackend {
             );
         }
         for deployment in deployments {
-            let components = self.put_components(deployment.components()).await?;
+            let stored = self.put_components(deployment.components()).await?;
             self.shared.raise_revision(deployment.revision).await?;
             let record = DeploymentRecord {
                 workflow: deployment.workflow.clone(),
                 digest: deployment.digest.clone(),
                 revision: deployment.revision,
                 deployed_at: unix_seconds(deployment.deployed_at),
-                components,
+                components: stored.digests,
             };
             self.shared.put_deployment(&record).await?;
         }
@@ -821,6 +890,21 @@ fn has_live_replica(deployment: &Deployment, live: &[String]) -> bool {
         .replicas
         .iter()
         .any(|replica| live.contains(&replica.worker_id.0))
+}
+
+/// What a deploy stored in Redis.
+#[derive(Default)]
+struct StoredComponents {
+    /// Each function's component digest.
+    digests: BTreeMap<String, String>,
+    /// The components the deploy stored itself (they were not there), with their
+    /// stamps: what it leaves behind if it fails.
+    created: Vec<(String, u64)>,
+}
+
+fn unix_millis(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
 }
 
 fn unix_seconds(time: SystemTime) -> u64 {

@@ -23,4 +23,6 @@ mod records;
 mod state;
 
 pub use records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
-pub use state::{DEPLOYMENTS, Promotion, SharedState, SharedStateError, WorkerSets};
+pub use state::{
+    DEPLOYMENTS, Promotion, SharedState, SharedStateError, StoredComponent, WorkerSets,
+};

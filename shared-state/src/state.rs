@@ -101,6 +101,15 @@ fn component_key(digest: &str) -> String {
     format!("faas:component:{digest}")
 }
 
+/// What [`SharedState::put_component`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredComponent {
+    /// Whether this call stored the bytes (they were not there).
+    pub created: bool,
+    /// The time it stamped the component with (ms since the epoch).
+    pub stamp: u64,
+}
+
 /// Why the shared state could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum SharedStateError {
@@ -251,20 +260,91 @@ impl SharedState {
         Ok(())
     }
 
-    /// Stores a component's bytes under their SHA-256 (a no-op when present).
+    /// Stores a component's bytes under their SHA-256 (a no-op when present), and
+    /// stamps it with the time; says whether this call stored the bytes, and the stamp.
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
-    pub async fn put_component(&self, digest: &str, bytes: &[u8]) -> Result<(), SharedStateError> {
-        redis::pipe()
+    pub async fn put_component(
+        &self,
+        digest: &str,
+        bytes: &[u8],
+    ) -> Result<StoredComponent, SharedStateError> {
+        let stamp = unix_millis();
+        let (created,): (bool,) = redis::pipe()
             .atomic()
             .set_nx(component_key(digest), bytes)
+            .hset(COMPONENTS, digest, stamp)
             .ignore()
-            .hset(COMPONENTS, digest, unix_millis())
-            .ignore()
-            .query_async::<()>(&mut self.components.clone())
+            .query_async(&mut self.components.clone())
             .await?;
-        Ok(())
+        Ok(StoredComponent { created, stamp })
+    }
+
+    /// Deletes at once each component of `candidates` (digest, latest stamp) that no
+    /// deployment names, live or staged, and that was last stored at or before its
+    /// stamp given; returns the digests deleted. For what a deploy leaves behind: the
+    /// components it stored itself when it failed (their own stamps), the ones its
+    /// previous version named once it replaced it (stored before it started). A
+    /// component another deploy stored since is kept, as it may be about to name it.
+    ///
+    /// # Errors
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    pub async fn forget_components(
+        &self,
+        candidates: &[(String, u64)],
+    ) -> Result<Vec<String>, SharedStateError> {
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let named = self.named_components().await?;
+        let mut conn = self.conn();
+        let mut deleted = Vec::new();
+        for (digest, latest) in candidates {
+            if named.contains(digest) {
+                continue;
+            }
+            let stamp: Option<u64> = conn.hget(COMPONENTS, digest).await?;
+            let Some(stamp) = stamp.filter(|stamp| stamp <= latest) else {
+                continue;
+            };
+            if self.collect_one(&mut conn, digest, stamp).await? {
+                deleted.push(digest.clone());
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The digests the deployments name, live or staged.
+    async fn named_components(
+        &self,
+    ) -> Result<std::collections::BTreeSet<String>, SharedStateError> {
+        Ok(self
+            .deployments()
+            .await?
+            .into_values()
+            .chain(self.staged_deployments().await?.into_values())
+            .flat_map(|record| record.components.into_values())
+            .collect())
+    }
+
+    /// Deletes component `digest` if its stamp is still `stamp`.
+    async fn collect_one(
+        &self,
+        conn: &mut ConnectionManager,
+        digest: &str,
+        stamp: u64,
+    ) -> Result<bool, SharedStateError> {
+        let removed: i64 = redis::cmd("EVAL")
+            .arg(COLLECT)
+            .arg(2)
+            .arg(COMPONENTS)
+            .arg(component_key(digest))
+            .arg(digest)
+            .arg(stamp)
+            .query_async(conn)
+            .await?;
+        Ok(removed == 1)
     }
 
     /// Deletes the components no deployment names, live or staged, that were last
@@ -278,13 +358,7 @@ impl SharedState {
         &self,
         min_age: Duration,
     ) -> Result<Vec<String>, SharedStateError> {
-        let named: std::collections::BTreeSet<String> = self
-            .deployments()
-            .await?
-            .into_values()
-            .chain(self.staged_deployments().await?.into_values())
-            .flat_map(|record| record.components.into_values())
-            .collect();
+        let named = self.named_components().await?;
         let mut conn = self.conn();
         let stamps: BTreeMap<String, u64> = conn.hgetall(COMPONENTS).await?;
         let cutoff = unix_millis().saturating_sub(min_age.as_millis() as u64);
@@ -293,16 +367,7 @@ impl SharedState {
             if named.contains(&digest) || stamp > cutoff {
                 continue;
             }
-            let removed: i64 = redis::cmd("EVAL")
-                .arg(COLLECT)
-                .arg(2)
-                .arg(COMPONENTS)
-                .arg(component_key(&digest))
-                .arg(&digest)
-                .arg(stamp)
-                .query_async(&mut conn)
-                .await?;
-            if removed == 1 {
+            if self.collect_one(&mut conn, &digest, stamp).await? {
                 deleted.push(digest);
             }
         }

@@ -163,3 +163,43 @@ async fn a_staged_record_whose_lease_expired_is_dropped_and_its_components_colle
     assert_eq!(cluster.deployments().await.unwrap()["shop"], record(1));
     assert!(cluster.component("sha-1").await.is_ok());
 }
+
+/// A deploy that failed forgets at once the components it stored itself; what another
+/// deploy stored first, stored again since, or what a record names stays.
+#[tokio::test]
+async fn a_failed_deploys_own_components_go_at_once_and_others_stay() {
+    let redis = RedisServer::start();
+    let cluster = cluster(&redis).await;
+    // Another deploy stored `theirs` first: storing it again creates nothing.
+    assert!(cluster.put_component("theirs", b"t").await.unwrap().created);
+    let theirs = cluster.put_component("theirs", b"t").await.unwrap();
+    assert!(!theirs.created);
+    let mine = cluster.put_component("mine", b"m").await.unwrap();
+    assert!(mine.created);
+    // Named by a live record (revision 1 names `sha-1`).
+    let named = cluster.put_component("sha-1", b"n").await.unwrap();
+    cluster.put_deployment(&record(1)).await.unwrap();
+    // Stored again by another deploy after this one.
+    let raced = cluster.put_component("raced", b"r").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    cluster.put_component("raced", b"r").await.unwrap();
+
+    let candidates = [
+        ("mine".to_owned(), mine.stamp),
+        ("sha-1".to_owned(), named.stamp),
+        ("raced".to_owned(), raced.stamp),
+    ];
+    assert_eq!(
+        cluster.forget_components(&candidates).await.unwrap(),
+        ["mine"]
+    );
+    for kept in ["theirs", "sha-1", "raced"] {
+        assert!(cluster.has_component(kept).await.unwrap(), "{kept}");
+    }
+    assert!(!cluster.has_component("mine").await.unwrap());
+    // Its stamp went with it: the scheduler's collection finds nothing of it.
+    assert_eq!(
+        cluster.collect_components(Duration::ZERO).await.unwrap(),
+        ["raced", "theirs"]
+    );
+}

@@ -153,19 +153,20 @@ fn a_copied_value_waiting_for_its_consumer_stays_in_its_tenants_share() {
                 "output = \"json\"".into(),
                 "output = \"json\"\nretries = { attempts = 10, backoff_ms = 60000 }".into(),
             ),
-            ("timeout_ms = 120000".into(), "timeout_ms = 6000".into()),
+            ("timeout_ms = 120000".into(), "timeout_ms = 15000".into()),
         ]),
     );
     let watch = Watch::start(&platform);
-    // One run after another, each once the previous producer has returned: its 32 MiB
-    // value then waits in the run, its consumer failing and backing off.
+    // One run after another, each once the previous producer has returned (1.5 s is
+    // far more than a producer takes, on a loaded machine too): its 32 MiB value then
+    // waits in the run, its consumer failing and backing off until the run's deadline.
     let runs: Vec<_> = (0..5)
         .map(|_| {
             let url = platform.at("/regions");
             let run = std::thread::spawn(move || {
                 client().post(url).body("1").send().unwrap().text().unwrap()
             });
-            std::thread::sleep(std::time::Duration::from_millis(700));
+            std::thread::sleep(std::time::Duration::from_millis(1500));
             run
         })
         .collect();

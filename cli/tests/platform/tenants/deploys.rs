@@ -244,3 +244,63 @@ fn an_upload_that_lies_about_itself_is_refused_and_nothing_is_kept() {
     assert_eq!(upload.send(&scene.url, &scene.mallory).status(), 200);
     assert_eq!(scene.get("/liar").status(), 200);
 }
+
+/// `component` with a custom section named `tag` appended: another digest, the same
+/// function.
+fn tagged(component: &[u8], tag: &str) -> Vec<u8> {
+    let payload_len = 1 + tag.len();
+    assert!(
+        payload_len < 128 && tag.len() < 128,
+        "one-byte LEB128 lengths"
+    );
+    let mut tagged = component.to_vec();
+    tagged.extend([0, payload_len as u8, tag.len() as u8]);
+    tagged.extend(tag.as_bytes());
+    tagged
+}
+
+#[test]
+fn services_mode_failed_and_replaced_deploys_leave_no_component_bytes_in_redis() {
+    // A deploy stores its components in the Redis every tenant shares before workers
+    // load them; a failed one's, and a replaced version's, were kept for
+    // --component-ttl-s (10 minutes), counted by no quota: a tenant failing deploy
+    // after deploy of 256 MiB could fill Redis, and break every tenant's state.
+    let services = crate::services::Services::start(&["w1"]);
+    let redis_url = services.redis.url();
+    let scene = Scene::set_up(services.url.clone(), services);
+    let stored = || -> Vec<String> {
+        let mut redis = redis::Client::open(redis_url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg("faas:component:*")
+            .query(&mut redis)
+            .unwrap();
+        keys.sort();
+        keys
+    };
+    let victims = stored();
+    assert_eq!(victims.len(), 1, "the victim's component");
+    let text = std::fs::read_to_string(scene.manifest("swap", None, &["/swap"])).unwrap();
+    for round in 0..3 {
+        // A component header and 4 MiB of junk: stored, then failing to load.
+        let mut junk = b"\0asm\x0d\x00\x01\x00".to_vec();
+        junk.resize(4 << 20, round);
+        let response = Upload::of(&text, &[("main", &junk)]).send(&scene.url, &scene.mallory);
+        assert!(!response.status().is_success(), "{:?}", response.text());
+        assert_eq!(stored(), victims, "round {round}");
+        scene.assert_victim_served();
+    }
+    // Each new version of mallory's replaces the last: only the live one is kept.
+    let hello = faas_testing::component("hello");
+    for version in ["one", "two", "three"] {
+        let component = tagged(&hello, version);
+        let response = Upload::of(&text, &[("main", &component)]).send(&scene.url, &scene.mallory);
+        assert_eq!(response.status(), 200, "{:?}", response.text());
+        assert_eq!(scene.get("/swap?name=m").status(), 200);
+        assert_eq!(stored().len(), 2, "{version}: {:?}", stored());
+    }
+    assert!(victims.iter().all(|key| stored().contains(key)));
+    scene.assert_victim_served();
+}
