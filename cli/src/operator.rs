@@ -65,6 +65,13 @@ struct RunArgs {
     /// How long fetching one component from its URL may take, in seconds.
     #[arg(long, env = "FAAS_FETCH_TIMEOUT_S", default_value_t = 120)]
     fetch_timeout_s: u64,
+    /// Non-public networks (CIDR ranges or addresses) a Workflow's component URL may be
+    /// fetched from. None by default: a tenant writes the URL, and chooses what its
+    /// name resolves to, and the operator's pod reaches the cloud metadata address and
+    /// the cluster's services.
+    #[arg(long, env = "FAAS_COMPONENT_PRIVATE_NETWORKS", value_delimiter = ',',
+          value_parser = crate::worker::parse_network)]
+    component_private_networks: Vec<ipnet::IpNet>,
     /// How many workflows a tenant may have when its quota is the default (0: no
     /// limit); the gateways' default, so that a Workflow applied with kubectl is held to
     /// what a deploy through a gateway is.
@@ -115,6 +122,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         identity,
         max_component_bytes: run.max_component_bytes,
         fetch_timeout: Duration::from_secs(run.fetch_timeout_s.max(1)),
+        component_private_networks: run.component_private_networks.into(),
         tenant_max_workflows: run.tenant_max_workflows,
         tenant_code_max_mb: run.tenant_code_max_mb,
         max_redis_consumers_per_tenant: run.max_redis_consumers_per_tenant,

@@ -157,7 +157,7 @@ pub struct WorkerArgs {
 }
 
 /// A network of `--outbound-private-networks`: a CIDR range, or one address.
-fn parse_network(text: &str) -> Result<ipnet::IpNet, String> {
+pub(crate) fn parse_network(text: &str) -> Result<ipnet::IpNet, String> {
     let text = text.trim();
     text.parse::<ipnet::IpNet>()
         .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))

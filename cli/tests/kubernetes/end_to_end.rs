@@ -255,6 +255,8 @@ fn install(plane: &ControlPlane, namespace: &str, redis: &RedisServer) {
         "worker.replicas=1".to_owned(),
         "operator.workerReplicas=1".to_owned(),
         format!("operator.scaleToZeroAfter={IDLE}"),
+        // Where the test serves the component it fetches by URL.
+        "operator.componentPrivateNetworks={127.0.0.1}".to_owned(),
     ];
     let mut command = plane.command("helm");
     command.args(["install", RELEASE]).arg(&chart).args([

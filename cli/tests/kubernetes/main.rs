@@ -49,6 +49,29 @@ pub fn serve_file(body: Vec<u8>) -> String {
 
 /// A URL whose server accepts connections and never answers, as a hostile tenant's
 /// component URL may: a fetch from it lasts until the operator's fetch timeout.
+/// A URL whose server answers with a head announcing `len` bytes, and then sends none
+/// of them for as long as the test runs.
+pub fn stalling_body_url(len: usize) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!(
+        "http://{}/component.wasm",
+        listener.local_addr().expect("its address")
+    );
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n");
+            let _ = stream.write_all(head.as_bytes());
+            held.push(stream);
+        }
+    });
+    url
+}
+
 pub fn stalling_url() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let url = format!(

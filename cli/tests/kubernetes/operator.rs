@@ -296,6 +296,9 @@ impl Cluster {
 /// The operator's flag that serves its metrics on a free port.
 const METRICS: [&str; 2] = ["--metrics-listen", "127.0.0.1:0"];
 
+/// Opens loopback, where the tests serve components, to the operator's fetches.
+const LOOPBACK_OPENED: [&str; 2] = ["--component-private-networks", "127.0.0.1"];
+
 fn condition<'a>(workflow: &'a Value, kind: &str) -> Option<&'a Value> {
     workflow["status"]["conditions"]
         .as_array()?
@@ -483,8 +486,108 @@ fn a_workflow_is_deployed_placed_and_ready_moves_when_its_pod_goes_and_is_remove
 }
 
 #[test]
-fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
+fn a_component_url_to_a_non_public_address_is_refused_before_any_connection() {
+    // A tenant writes the URL and what its name resolves to: fetched as they were, the
+    // cloud metadata address and the cluster's services answered the operator, and
+    // the Workflow's status told the tenant how (an HTTP status, a digest).
     let cluster = Cluster::start(1, &[]);
+    let (bytes, sha) = hello();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for (name, host, says) in [
+        ("by-address", "127.0.0.1".to_owned(), "not a public address"),
+        (
+            "by-name",
+            "localhost".to_owned(),
+            "resolves to no public address",
+        ),
+        (
+            "metadata",
+            "169.254.169.254".to_owned(),
+            "not a public address",
+        ),
+    ] {
+        let port = if name == "metadata" { 80 } else { port };
+        let url = format!("http://{host}:{port}/component.wasm");
+        cluster.apply(&hello_workflow(
+            &cluster.tenant,
+            name,
+            &format!("/{name}"),
+            &sha,
+            Some(&url),
+            "",
+        ));
+        let (_, message) = cluster.wait_degraded(name, "ComponentFetchFailed");
+        assert!(message.contains(says), "{name}: {message}");
+    }
+    assert!(
+        listener.accept().is_err(),
+        "the operator connected to loopback"
+    );
+    // A Workflow whose component is stored already is served meanwhile.
+    let shared = cluster.shared();
+    cluster
+        .runtime
+        .block_on(shared.put_component(&sha, &bytes))
+        .unwrap();
+    let stored = hello_workflow(&cluster.tenant, "stored", "/stored", &sha, None, "");
+    cluster.apply(&stored);
+    let ready = cluster.wait_condition("stored", "Ready", "True", "Ready");
+    assert_eq!(ready["status"]["replicas"], 1);
+}
+
+#[test]
+fn components_being_fetched_at_once_hold_at_most_the_largest_ones_bytes() {
+    // Each fetch is buffered whole: Workflows naming large URLs at once took the
+    // operator's memory (the chart gives it 640 MiB), and with it every tenant's
+    // reconciles. Here 4 MiB in all: a 3 MiB fetch that never ends holds its bytes,
+    // so a 1.5 MiB one waits (refused, retried) until it times out.
+    let cluster = Cluster::start(
+        1,
+        &[
+            LOOPBACK_OPENED[0],
+            LOOPBACK_OPENED[1],
+            "--max-component-bytes",
+            "4194304",
+            "--fetch-timeout-s",
+            "5",
+        ],
+    );
+    let (bytes, _) = hello();
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "stalled",
+        "/stalled",
+        &"1".repeat(64),
+        Some(&crate::stalling_body_url(3 << 20)),
+        "",
+    ));
+    std::thread::sleep(Duration::from_secs(1));
+    let big = faas_testing::with_custom_section(&bytes, "ballast", &[7; 3 << 19]);
+    let big_sha = hex::encode(Sha256::digest(&big));
+    let url = crate::serve_file(big);
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "waits",
+        "/waits",
+        &big_sha,
+        Some(&url),
+        "",
+    ));
+    let (_, message) = cluster.wait_degraded("waits", "ComponentFetchFailed");
+    assert!(
+        message.contains("the operator is fetching 4194304 bytes of components already"),
+        "{message}"
+    );
+    // Once the stalled fetch has timed out, the retry gets through.
+    let ready = cluster.wait_condition("waits", "Ready", "True", "Ready");
+    assert_eq!(ready["status"]["replicas"], 1);
+}
+
+#[test]
+fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
+    let cluster = Cluster::start(1, &LOOPBACK_OPENED);
     let (bytes, sha) = hello();
     // Another tenant's component URL never answers: its fetch lasts the operator's
     // whole fetch timeout (120 s), far beyond this test's patience, and must hold up
@@ -589,7 +692,15 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
 
 #[test]
 fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
-    let cluster = Cluster::start(1, &["--max-redis-consumers-per-tenant", "1"]);
+    let cluster = Cluster::start(
+        1,
+        &[
+            "--max-redis-consumers-per-tenant",
+            "1",
+            LOOPBACK_OPENED[0],
+            LOOPBACK_OPENED[1],
+        ],
+    );
     let (bytes, sha) = hello();
     let shared = cluster.shared();
     cluster

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 /// is not what the spec names; `Err` when Redis fails (retried).
 pub(crate) async fn ensure(
     context: &Context,
+    tenant: &str,
     function: &str,
     source: &ComponentSource,
     room: &mut Option<CodeRoom>,
@@ -35,8 +36,9 @@ pub(crate) async fn ensure(
             ),
         )));
     };
-    let bytes = match fetch(context, url, *room).await {
-        Ok(bytes) => bytes,
+    // Held until the bytes are in Redis: the command copies them.
+    let (bytes, _fetching) = match fetch(context, tenant, url, *room).await {
+        Ok(fetched) => fetched,
         Err(Unfetched::Failed(message)) => {
             return Ok(Err(Refusal::new(
                 reason::COMPONENT_FETCH_FAILED,
@@ -88,8 +90,14 @@ enum Unfetched {
 }
 
 /// The body at `url` (http or https), refused beyond the configured size or `room`, as
-/// soon as its `Content-Length` or the bytes read so far are past either.
-async fn fetch(context: &Context, url: &str, room: Option<CodeRoom>) -> Result<Vec<u8>, Unfetched> {
+/// soon as its `Content-Length` or the bytes read so far are past either; with its
+/// claim on the operator's bytes being fetched (`Context::fetching`).
+async fn fetch(
+    context: &Context,
+    tenant: &str,
+    url: &str,
+    room: Option<CodeRoom>,
+) -> Result<(Vec<u8>, faas_budget::Claim<String>), Unfetched> {
     let failed = |message: String| Unfetched::Failed(message);
     let parsed = reqwest::Url::parse(url).map_err(|err| failed(format!("not a URL: {err}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
@@ -97,6 +105,11 @@ async fn fetch(context: &Context, url: &str, room: Option<CodeRoom>) -> Result<V
             "scheme `{}` is not http or https",
             parsed.scheme()
         )));
+    }
+    if let Some(refused) =
+        super::fetch_client::refused_host(&parsed, &context.config.component_private_networks)
+    {
+        return Err(failed(refused));
     }
     let limit = context.config.max_component_bytes;
     let within = |size: u64| {
@@ -116,18 +129,45 @@ async fn fetch(context: &Context, url: &str, room: Option<CodeRoom>) -> Result<V
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|err| failed(err.without_url().to_string()))?;
+        .map_err(|err| failed(describe(err)))?;
+    let mut fetching = context.fetching.claim(tenant.to_owned());
+    let mut hold = |size: u64| {
+        fetching.grow_to(size).map_err(|_| {
+            failed(format!(
+                "the operator is fetching {limit} bytes of components already; retried later"
+            ))
+        })
+    };
     if let Some(length) = response.content_length() {
         within(length)?;
+        hold(length)?;
     }
     let mut bytes = Vec::new();
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|err| failed(err.without_url().to_string()))?
+        .map_err(|err| failed(describe(err)))?
     {
-        within((bytes.len() + chunk.len()) as u64)?;
+        let size = (bytes.len() + chunk.len()) as u64;
+        within(size)?;
+        hold(size)?;
         bytes.extend_from_slice(&chunk);
     }
-    Ok(bytes)
+    Ok((bytes, fetching))
+}
+
+/// A fetch's error with its causes ("error sending request" alone would not say that
+/// the name resolved to no public address, or that the server refused).
+fn describe(err: reqwest::Error) -> String {
+    let err = err.without_url();
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }

@@ -19,6 +19,7 @@
 
 mod components;
 mod events;
+mod fetch_client;
 mod leader;
 mod metrics;
 mod observe;
@@ -70,6 +71,9 @@ pub struct OperatorConfig {
     pub max_component_bytes: u64,
     /// How long fetching one component from its URL may take.
     pub fetch_timeout: Duration,
+    /// The non-public networks component URLs may be fetched from
+    /// (`--component-private-networks`; `fetch_client`).
+    pub component_private_networks: Arc<[ipnet::IpNet]>,
     /// The workflows a tenant may have when its quota is the platform's default (0: no
     /// limit).
     pub tenant_max_workflows: u64,
@@ -126,6 +130,11 @@ pub(crate) struct Context {
     pub(crate) metrics: Arc<OperatorMetrics>,
     /// One deploy at a time, since each checks names and routes against the others.
     pub(crate) deploy_lock: tokio::sync::Mutex<()>,
+    /// The bytes of components being fetched, by tenant: at most
+    /// `max_component_bytes` in all, so that Workflows naming large URLs at once
+    /// cannot take the operator's memory (each is buffered whole, then copied into
+    /// the Redis command); a fetch past it fails and is retried.
+    pub(crate) fetching: Arc<faas_budget::Budget<String>>,
     /// Failed reconciles in a row, by `namespace/name`, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -152,9 +161,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), OperatorError> {
     tokio::pin!(shutdown);
-    let http = reqwest::Client::builder()
-        .timeout(config.fetch_timeout)
-        .build()?;
+    let http = fetch_client::build(
+        config.fetch_timeout,
+        config.component_private_networks.clone(),
+    )?;
     let mut leadership = tokio::select! {
         elected = leader::elect(&client, &config) => elected?,
         () = &mut shutdown => return Ok(()),
@@ -162,6 +172,10 @@ pub async fn run(
     tracing::info!(identity = %config.identity, lease = %config.lease_name, "elected leader");
     metrics.set_leader(true);
     let events = events::Events::new(client.clone(), &config.identity);
+    let fetching = Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
+        total: config.max_component_bytes,
+        per_holder: config.max_component_bytes,
+    }));
     let context = Arc::new(Context {
         client,
         shared,
@@ -174,6 +188,7 @@ pub async fn run(
         events,
         metrics: metrics.clone(),
         deploy_lock: tokio::sync::Mutex::new(()),
+        fetching,
         failures: Mutex::new(HashMap::new()),
     });
     let stopped = tokio::select! {

@@ -24,6 +24,9 @@ const NOT_READY_REQUEUE: Duration = Duration::from_secs(1);
 /// How soon a settled Workflow (Ready, scaled to zero, or refused until its spec
 /// changes) is looked at again; changes in Redis wake it sooner.
 const READY_REQUEUE: Duration = Duration::from_secs(30);
+/// How soon a Workflow whose component could not be fetched is fetched again: not at
+/// once, since each try may download up to `--max-component-bytes` again.
+const FETCH_RETRY: Duration = Duration::from_secs(10);
 /// The first retry after an error; it doubles with each failure in a row.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait between retries after errors.
@@ -199,8 +202,14 @@ async fn apply(
         || status
             .condition(faas_kube::status::PLACED)
             .is_some_and(|c| c.reason == reason::SCALED_TO_ZERO);
+    let fetch_failed = deployed
+        .refusal
+        .as_ref()
+        .is_some_and(|refusal| refusal.reason == reason::COMPONENT_FETCH_FAILED);
     let requeue = if settled {
         READY_REQUEUE
+    } else if fetch_failed {
+        FETCH_RETRY
     } else {
         NOT_READY_REQUEUE
     };
@@ -230,7 +239,10 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
         Checked::Changed { valid, room, .. } => (valid, room),
     };
     for (function, source) in &valid.components {
-        if let Err(refusal) = components::ensure(context, function, source, &mut room).await? {
+        let tenant = &valid.workflow.tenant;
+        if let Err(refusal) =
+            components::ensure(context, tenant, function, source, &mut room).await?
+        {
             let ours = ours(&context.shared.deployments().await?, workflow);
             return Ok(Deployed {
                 record: ours,

@@ -245,20 +245,6 @@ fn an_upload_that_lies_about_itself_is_refused_and_nothing_is_kept() {
     assert_eq!(scene.get("/liar").status(), 200);
 }
 
-/// `component` with a custom section named `tag` appended: another digest, the same
-/// function.
-fn tagged(component: &[u8], tag: &str) -> Vec<u8> {
-    let payload_len = 1 + tag.len();
-    assert!(
-        payload_len < 128 && tag.len() < 128,
-        "one-byte LEB128 lengths"
-    );
-    let mut tagged = component.to_vec();
-    tagged.extend([0, payload_len as u8, tag.len() as u8]);
-    tagged.extend(tag.as_bytes());
-    tagged
-}
-
 #[test]
 fn services_mode_failed_and_replaced_deploys_leave_no_component_bytes_in_redis() {
     // A deploy stores its components in the Redis every tenant shares before workers
@@ -295,7 +281,7 @@ fn services_mode_failed_and_replaced_deploys_leave_no_component_bytes_in_redis()
     // Each new version of mallory's replaces the last: only the live one is kept.
     let hello = faas_testing::component("hello");
     for version in ["one", "two", "three"] {
-        let component = tagged(&hello, version);
+        let component = faas_testing::with_custom_section(&hello, version, &[]);
         let response = Upload::of(&text, &[("main", &component)]).send(&scene.url, &scene.mallory);
         assert_eq!(response.status(), 200, "{:?}", response.text());
         assert_eq!(scene.get("/swap?name=m").status(), 200);
