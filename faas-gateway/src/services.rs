@@ -212,6 +212,15 @@ impl ServicesBackend {
                 .list(None)
                 .await?
                 .iter()
+                // One the operator refused claims nothing: a tenant could otherwise
+                // apply, in its own namespace, Workflows naming another tenant's
+                // workflow or routes, and block that tenant's own deploys.
+                .filter(|resource| {
+                    !resource
+                        .status
+                        .as_ref()
+                        .is_some_and(|status| status.is(faas_kube::status::DEGRADED))
+                })
                 .filter_map(|resource| faas_kube::validate(resource).ok())
                 .map(|valid| valid.workflow),
         );

@@ -718,3 +718,56 @@ fn a_deploy_no_operator_observes_fails_after_the_deploy_timeout() {
     // The resource was applied: the operator takes it up when it runs.
     assert_eq!(gateway.workflows(&tenant), vec![name]);
 }
+
+#[test]
+fn a_workflow_refused_in_another_namespace_claims_no_name_or_route() {
+    // The gateway checked a deploy's name and routes against every Workflow in the
+    // cluster, refused ones too: one a tenant applied with kubectl in its own
+    // namespace, naming another tenant's workflow or route, blocked that tenant's
+    // own next deploy, though the operator refused it.
+    let gateway = KubeGateway::start();
+    let victim = gateway.create_tenant("victim");
+    let squatter = gateway.create_tenant("squatter");
+    let shop = unique("shop");
+    let manifest = gateway.hello_manifest(&shop, &victim, &[]);
+    gateway.faas_ok(&["deploy", manifest.to_str().unwrap()]);
+    let sha = "1".repeat(64);
+    for (name, route) in [
+        (shop.clone(), "/elsewhere".to_owned()),
+        (unique("zzz"), format!("/{shop}")),
+    ] {
+        let yaml = gateway.dir.path().join(format!("{name}-squat.yaml"));
+        std::fs::write(
+            &yaml,
+            format!(
+                "apiVersion: faas.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  \
+                 namespace: {squatter}\nspec:\n  description: {DEGRADE}\n  functions:\n    \
+                 hello:\n      component:\n        sha256: \"{sha}\"\n  triggers:\n    http:\n      \
+                 - route: {route}\n        function: hello\n"
+            ),
+        )
+        .unwrap();
+        gateway
+            .plane
+            .kubectl_ok(["apply".as_ref(), "-f".as_ref(), yaml.as_os_str()]);
+        // Refused by the (stand-in) operator.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !gateway
+            .workflow(&squatter, &name)
+            .and_then(|resource| resource["status"]["conditions"].as_array().cloned())
+            .is_some_and(|conditions| {
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "Degraded" && c["status"] == "True")
+            })
+        {
+            assert!(Instant::now() < deadline, "{name} never marked Degraded");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // The victim's next version of its own workflow deploys.
+    let changed = gateway.hello_manifest(&shop, &victim, &[("Says hello.", "Says hello again.")]);
+    let output = gateway.faas_as(TOKEN, &["deploy", changed.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    assert_eq!(generation(&gateway.workflow(&victim, &shop).unwrap()), 2);
+}
