@@ -125,7 +125,7 @@ pub struct WorkerArgs {
     /// addresses (`10.1.0.0/16,127.0.0.1`), and only through an `allowed_outbound_hosts`
     /// entry that names the host. None by default: a tenant chooses its entries, and
     /// what their names resolve to.
-    #[arg(long, env = "FAAS_OUTBOUND_PRIVATE_NETWORKS", value_delimiter = ',', value_parser = parse_network)]
+    #[arg(long, env = "FAAS_OUTBOUND_PRIVATE_NETWORKS", value_delimiter = ',', value_parser = crate::args::parse_network)]
     pub outbound_private_networks: Vec<ipnet::IpNet>,
     /// How many region memory files may be open at once, per worker. Defaults to a
     /// quarter of the process's descriptor limit.
@@ -154,14 +154,6 @@ pub struct WorkerArgs {
     /// 0: every tenant shares one.
     #[arg(long, env = "FAAS_REDIS_TENANT_CONNECTIONS", default_value_t = faas_store::DEFAULT_TENANT_CONNECTIONS)]
     pub redis_tenant_connections: usize,
-}
-
-/// A network of `--outbound-private-networks`: a CIDR range, or one address.
-pub(crate) fn parse_network(text: &str) -> Result<ipnet::IpNet, String> {
-    let text = text.trim();
-    text.parse::<ipnet::IpNet>()
-        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-        .map_err(|_| format!("`{text}` is neither a CIDR range (10.1.0.0/16) nor an address"))
 }
 
 /// `--slot-reset`: the choices of [`SlotReset`].
