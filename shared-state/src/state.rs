@@ -8,7 +8,9 @@ use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Worker id -> [`WorkerInfo`].
@@ -21,6 +23,14 @@ pub const DEPLOYMENTS: &str = "faas:deployments";
 /// Workflow name -> [`DeploymentRecord`]: a new version being deployed, which workers
 /// load beside the live one; it becomes live once they all have.
 const STAGED: &str = "faas:deployments:staged";
+/// A token set anew after every write to [`DEPLOYMENTS`] or [`STAGED`]: readers keep
+/// what they read with the token, and read the hashes again only when it changed
+/// (every process reads them at every sync, and a tenant's records may be large).
+const RECORDS_VERSION: &str = "faas:deployments:version";
+/// How long a reader keeps records under an unchanged token at most: so a write
+/// whose token was lost (its writer died in between, or predates the token) is seen
+/// within this.
+const RECORDS_MAX_AGE: Duration = Duration::from_secs(5);
 /// Workflow name -> [`PlacementRecord`].
 const PLACEMENTS: &str = "faas:placements";
 /// Component digest -> when it was last stored (milliseconds since the Unix epoch).
@@ -163,6 +173,15 @@ const COMPONENT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct SharedState {
     connection: ConnectionManager,
     components: ConnectionManager,
+    /// The records last read, by hash, with the token they were read under.
+    records: Arc<Mutex<HashMap<&'static str, CachedRecords>>>,
+}
+
+/// One hash of records as last read.
+struct CachedRecords {
+    version: String,
+    read_at: std::time::Instant,
+    records: BTreeMap<String, DeploymentRecord>,
 }
 
 impl SharedState {
@@ -179,6 +198,7 @@ impl SharedState {
         Ok(Self {
             connection,
             components,
+            records: Arc::default(),
         })
     }
 
@@ -557,6 +577,7 @@ impl SharedState {
             .conn()
             .hset(DEPLOYMENTS, &record.workflow.name, to_json(record))
             .await?;
+        self.records_changed().await;
         Ok(())
     }
 
@@ -580,6 +601,7 @@ impl SharedState {
             .arg(&record.workflow.tenant)
             .query_async(&mut self.conn())
             .await?;
+        self.records_changed().await;
         Ok(done == 1)
     }
 
@@ -626,6 +648,7 @@ impl SharedState {
             .arg(&record.workflow.tenant)
             .query_async(&mut self.conn())
             .await?;
+        self.records_changed().await;
         Ok(match done {
             1 => Promotion::Live,
             -1 => Promotion::NoTenant,
@@ -687,6 +710,12 @@ impl SharedState {
             cmd.arg(to_json(record));
         }
         let done: i64 = cmd.query_async(&mut self.conn()).await?;
+        if hashes
+            .iter()
+            .any(|hash| [DEPLOYMENTS, STAGED].contains(hash))
+        {
+            self.records_changed().await;
+        }
         Ok(done == 1)
     }
 
@@ -697,7 +726,7 @@ impl SharedState {
     pub async fn staged_deployments(
         &self,
     ) -> Result<BTreeMap<String, DeploymentRecord>, SharedStateError> {
-        self.read_hash(STAGED).await
+        self.read_records(STAGED).await
     }
 
     /// Removes the staged versions whose deploy lost its lease (its gateway died, or
@@ -722,6 +751,9 @@ impl SharedState {
                 dropped.push(name);
             }
         }
+        if !dropped.is_empty() {
+            self.records_changed().await;
+        }
         Ok(dropped)
     }
 
@@ -732,7 +764,7 @@ impl SharedState {
     pub async fn deployments(
         &self,
     ) -> Result<BTreeMap<String, DeploymentRecord>, SharedStateError> {
-        self.read_hash(DEPLOYMENTS).await
+        self.read_records(DEPLOYMENTS).await
     }
 
     /// Every placement, by workflow name.
@@ -829,6 +861,75 @@ impl SharedState {
             }
         }
         Ok(())
+    }
+
+    /// Sets a new [`RECORDS_VERSION`] token after a write to the records. A failure is
+    /// logged: readers then see the write within [`RECORDS_MAX_AGE`].
+    async fn records_changed(&self) {
+        static WRITES: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let token = format!(
+            "{nanos:x}.{:x}.{:x}",
+            std::process::id(),
+            WRITES.fetch_add(1, Ordering::Relaxed)
+        );
+        if let Err(err) = self.conn().set::<_, _, ()>(RECORDS_VERSION, token).await {
+            tracing::warn!("marking the deployment records changed: {err}");
+        }
+    }
+
+    /// The records of `hash` ([`DEPLOYMENTS`] or [`STAGED`]): as last read when the
+    /// [`RECORDS_VERSION`] token is unchanged and the read is recent, read again (with
+    /// the token, in one step) otherwise.
+    async fn read_records(
+        &self,
+        hash: &'static str,
+    ) -> Result<BTreeMap<String, DeploymentRecord>, SharedStateError> {
+        let mut conn = self.conn();
+        let version: Option<String> = conn.get(RECORDS_VERSION).await?;
+        if let Some(version) = &version {
+            let cached = self.lock_records();
+            if let Some(cached) = cached.get(hash).filter(|cached| {
+                cached.version == *version && cached.read_at.elapsed() < RECORDS_MAX_AGE
+            }) {
+                return Ok(cached.records.clone());
+            }
+        }
+        let read_at = std::time::Instant::now();
+        let (version, raw): (Option<String>, BTreeMap<String, String>) = redis::pipe()
+            .atomic()
+            .get(RECORDS_VERSION)
+            .hgetall(hash)
+            .query_async(&mut conn)
+            .await?;
+        let records: BTreeMap<String, DeploymentRecord> = raw
+            .into_iter()
+            .map(|(field, json)| Ok((field.clone(), from_json(&format!("{hash}/{field}"), &json)?)))
+            .collect::<Result<_, SharedStateError>>()?;
+        let mut cached = self.lock_records();
+        match version {
+            Some(version) => {
+                cached.insert(
+                    hash,
+                    CachedRecords {
+                        version,
+                        read_at,
+                        records: records.clone(),
+                    },
+                );
+            }
+            None => {
+                cached.remove(hash);
+            }
+        }
+        Ok(records)
+    }
+
+    fn lock_records(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, CachedRecords>> {
+        // Each entry is replaced whole: a poisoned lock still holds whole entries.
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn read_hash<T: DeserializeOwned>(
