@@ -17,6 +17,7 @@ use crate::registry::Deployment;
 use crate::response::{self, Body};
 use crate::server::App;
 use faas_invoke::EventFailure;
+use faas_scheduler::WorkflowKey;
 use faas_shared_state::SharedState;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
@@ -209,9 +210,11 @@ impl Activator {
         tokio::time::Instant::now() + self.config.timeout
     }
 
-    /// Waits until `resolve` (what the event would go to now) finds a deployment with
-    /// a replica the event can go to (`usable`), holding the event in `workflow`'s
-    /// queue meanwhile, and returns what it found. [`Look::Now`] looks at once and then
+    /// Waits until `resolve` (what the event would go to now) finds a deployment of
+    /// the workflow `key` with a replica the event can go to (`usable`), holding the
+    /// event in its queue meanwhile, and returns what it found. Any other deployment
+    /// found counts as none: were its route or name another workflow's by then,
+    /// perhaps another tenant's, the event (and its credentials) would go there. [`Look::Now`] looks at once and then
     /// after every change to the deployments; [`Look::Again`] (the replicas just found
     /// could not be reached) looks only after a change or the given pause, whichever
     /// comes first, and again after each such pause.
@@ -222,12 +225,14 @@ impl Activator {
     pub(crate) async fn hold<T>(
         &self,
         app: &App,
-        workflow: &str,
+        key: &WorkflowKey,
         look: Look,
         deadline: tokio::time::Instant,
         mut resolve: impl FnMut() -> Option<(Arc<Deployment>, T)>,
         usable: impl Fn(&Deployment) -> bool,
     ) -> Result<(Arc<Deployment>, T), Refusal> {
+        let workflow = key.name.as_str();
+        let mut resolve = move || resolve().filter(|(found, _)| found.key == *key);
         // Subscribed before looking, so a replica that loads in between still wakes us.
         let mut changes = app.registry.changes();
         let mut slot = match look {
@@ -379,7 +384,8 @@ async fn next_recheck(recheck: &mut Option<tokio::time::Interval>) {
     }
 }
 
-fn unix_millis() -> u64 {
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn unix_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)

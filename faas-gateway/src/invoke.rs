@@ -160,17 +160,10 @@ async fn hold(
     activator
         .hold(
             app,
-            workflow,
+            &deployment.key,
             look,
             deadline,
-            // Only to the workflow the event was for (a new version of it): were its
-            // route another workflow's by now, perhaps another tenant's, the event
-            // and its credentials would go there.
-            || {
-                app.registry
-                    .route(path)
-                    .filter(|(found, _)| found.key == deployment.key)
-            },
+            || app.registry.route(path),
             |d| !d.replicas.is_empty(),
         )
         .await
@@ -430,15 +423,12 @@ async fn run_message_in(
             let found = activator
                 .hold(
                     app,
-                    workflow,
+                    &deployment.key,
                     Look::Now,
                     activator.deadline(),
-                    // Only to this tenant's workflow: the name may be another
-                    // tenant's by now.
                     || {
                         app.registry
                             .get(workflow)
-                            .filter(|found| found.key == deployment.key)
                             .map(|deployment| (deployment, ()))
                     },
                     |deployment| !deployment.replicas.is_empty(),

@@ -292,7 +292,7 @@ impl ServicesBackend {
         )?;
         let claimed = deployed.values().chain(staged.values());
         check_routes_once(workflow, claimed.map(|record| &record.workflow))?;
-        let started = unix_millis(SystemTime::now());
+        let started = crate::activator::unix_millis();
         let stored = self
             .put_components(&components)
             .await
@@ -909,11 +909,6 @@ struct StoredComponents {
     /// The components the deploy stored itself (they were not there), with their
     /// stamps: what it leaves behind if it fails.
     created: Vec<(String, u64)>,
-}
-
-fn unix_millis(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64)
 }
 
 fn unix_seconds(time: SystemTime) -> u64 {
