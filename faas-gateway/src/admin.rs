@@ -774,7 +774,8 @@ fn kubernetes_error(err: KubeError, message: String) -> Response<Body> {
             DegradedDetails { reason },
         ),
         KubeError::Spec(_) => response::error(StatusCode::BAD_REQUEST, "unsupported", message),
-        KubeError::Timeout { .. } => {
+        KubeError::Quota { .. } => response::error(StatusCode::FORBIDDEN, "quota", message),
+        KubeError::Timeout { .. } | KubeError::QuotaNotCounted { .. } => {
             response::error(StatusCode::GATEWAY_TIMEOUT, "operator_timeout", message)
         }
         KubeError::Api(_) => {

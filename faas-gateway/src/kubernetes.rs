@@ -11,7 +11,7 @@
 
 use faas_kube::status::DEGRADED;
 use faas_kube::{Workflow as Resource, WorkflowSpec, WorkflowStatus};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,6 +20,11 @@ use std::time::Duration;
 pub const FIELD_MANAGER: &str = "faas-gateway";
 /// The label a tenant's namespace carries (its value: the tenant's name).
 pub const TENANT_LABEL: &str = "faas.dev/tenant";
+/// The ResourceQuota in each tenant's namespace that bounds how many Workflow
+/// resources it holds (the platform owns it: a quota change rewrites it).
+pub const WORKFLOW_QUOTA: &str = "faas-workflows";
+/// The resource count a [`WORKFLOW_QUOTA`] limits.
+const WORKFLOW_COUNT: &str = "count/workflows.faas.dev";
 /// How often a deploy or removal reads the resource while it waits for the operator.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -60,6 +65,28 @@ pub enum KubeError {
         namespace: String,
         /// The workflow.
         name: String,
+        /// How long the gateway waited.
+        timeout: Duration,
+    },
+    /// The tenant's namespace holds as many Workflows as its quota allows (the
+    /// ResourceQuota [`WORKFLOW_QUOTA`]).
+    #[error("tenant `{tenant}`'s namespace holds all the Workflows its quota allows: {message}")]
+    Quota {
+        /// The tenant (and the namespace's name).
+        tenant: String,
+        /// The API server's own words.
+        message: String,
+    },
+    /// The quota controller did not count a new [`WORKFLOW_QUOTA`] in time; until it
+    /// does, the API server refuses every Workflow in that namespace.
+    #[error(
+        "the ResourceQuota `{WORKFLOW_QUOTA}` in namespace `{tenant}` was not counted within \
+         {}s (is kube-controller-manager running?); set the tenant's quota again to retry",
+        timeout.as_secs()
+    )]
+    QuotaNotCounted {
+        /// The tenant (and the namespace's name).
+        tenant: String,
         /// How long the gateway waited.
         timeout: Duration,
     },
@@ -152,6 +179,14 @@ impl WorkflowResources {
                 err if is_not_found(&err) => KubeError::NoNamespace {
                     tenant: namespace.to_owned(),
                 },
+                kube::Error::Api(status)
+                    if status.code == 403 && status.message.contains("exceeded quota") =>
+                {
+                    KubeError::Quota {
+                        tenant: namespace.to_owned(),
+                        message: status.message,
+                    }
+                }
                 err => err.into(),
             })?;
         let generation = applied.metadata.generation.unwrap_or_default();
@@ -274,6 +309,77 @@ impl WorkflowResources {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
             Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Bounds the Workflow resources tenant `tenant`'s namespace may hold to `max` (its
+    /// `max_workflows` quota) with the ResourceQuota [`WORKFLOW_QUOTA`]; `0` removes the
+    /// bound.
+    ///
+    /// The operator refuses a Workflow past the quota, but it still caches and
+    /// reconciles every resource: without this bound, a tenant allowed to `kubectl
+    /// apply` in its namespace could create them by the thousand, and the operator,
+    /// which serves every tenant, would spend its memory and time on them. The API
+    /// server refuses a create past the quota before anything is stored.
+    ///
+    /// # Errors
+    /// [`KubeError::NoNamespace`], [`KubeError::Api`].
+    pub(crate) async fn limit_workflows(&self, tenant: &str, max: u64) -> Result<(), KubeError> {
+        let api = Api::<ResourceQuota>::namespaced(self.client.clone(), tenant);
+        let result = if max == 0 {
+            match api.delete(WORKFLOW_QUOTA, &DeleteParams::default()).await {
+                Err(err) if is_not_found(&err) => Ok(()),
+                result => result.map(drop),
+            }
+        } else {
+            let quota = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {
+                    "name": WORKFLOW_QUOTA,
+                    "labels": { TENANT_LABEL: tenant },
+                },
+                "spec": { "hard": { WORKFLOW_COUNT: max.to_string() } },
+            });
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            api.patch(WORKFLOW_QUOTA, &params, &Patch::Apply(&quota))
+                .await
+                .map(drop)
+        };
+        result.map_err(|err| match err {
+            err if is_not_found(&err) => KubeError::NoNamespace {
+                tenant: tenant.to_owned(),
+            },
+            err => err.into(),
+        })?;
+        if max > 0 {
+            self.wait_counted(&api, tenant).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the quota controller has counted the Workflows in `tenant`'s
+    /// namespace into [`WORKFLOW_QUOTA`]: until then the API server refuses every
+    /// Workflow there ("status unknown for quota"), so a tenant's first deploy right
+    /// after `faas tenant create` would fail.
+    async fn wait_counted(&self, api: &Api<ResourceQuota>, tenant: &str) -> Result<(), KubeError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let counted = api
+                .get_opt(WORKFLOW_QUOTA)
+                .await?
+                .and_then(|quota| quota.status?.used)
+                .is_some_and(|used| used.contains_key(WORKFLOW_COUNT));
+            if counted {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(KubeError::QuotaNotCounted {
+                    tenant: tenant.to_owned(),
+                    timeout: self.timeout,
+                });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
         }
     }
 }

@@ -699,14 +699,21 @@ impl Registry {
         }
     }
 
+    /// How many workflows a tenant with `quotas` may have deployed: its own quota, else
+    /// the platform's default (0: no limit).
+    fn max_workflows_of(&self, quotas: &Quotas) -> u64 {
+        quotas.max_workflows.unwrap_or(self.max_workflows)
+    }
+
     /// Refuses a new workflow of `tenant` when it has as many deployed as its quota
     /// (its own, else the platform's default) allows. In services mode the count is of
     /// the shared state, so it includes what other gateways deployed; two gateways
     /// deploying at the same moment may each let one more in.
     async fn check_workflow_quota(&self, tenant: &str, quotas: &Quotas) -> Result<(), DeployError> {
-        let (max, whose) = match quotas.max_workflows {
-            Some(max) => (max, "its quota"),
-            None => (self.max_workflows, "the platform's default quota"),
+        let max = self.max_workflows_of(quotas);
+        let whose = match quotas.max_workflows {
+            Some(_) => "its quota",
+            None => "the platform's default quota",
         };
         if max == 0 {
             return Ok(());
@@ -791,7 +798,9 @@ impl Registry {
         if let Backend::Services(shared) = &self.backend
             && faas_workflow::is_valid_name(name)
         {
-            shared.prepare_tenant(name).await?;
+            shared
+                .prepare_tenant(name, self.max_workflows_of(&quotas))
+                .await?;
         }
         let tenant = tenants.create_tenant_with_quotas(name, quotas).await?;
         self.apply_quotas_here(&tenant.name, &tenant.quotas);
@@ -852,6 +861,12 @@ impl Registry {
         let tenant = tenants.update_quotas(name, changes).await?;
         self.apply_quotas_here(&tenant.name, &tenant.quotas);
         self.tenants_changed().await;
+        // After the store: should this fail, the same change sent again applies it.
+        if let Backend::Services(shared) = &self.backend {
+            shared
+                .tenant_quotas_changed(&tenant.name, self.max_workflows_of(&tenant.quotas))
+                .await?;
+        }
         Ok(tenant)
     }
 

@@ -134,12 +134,31 @@ impl ServicesBackend {
     }
 
     /// Readies what a new tenant needs beyond the tenant store: in Kubernetes mode its
-    /// namespace, created (labelled) if missing.
-    pub(crate) async fn prepare_tenant(&self, tenant: &str) -> Result<(), DeployError> {
-        if let DeployTarget::Resources(resources) = &self.target
-            && resources.ensure_namespace(tenant).await?
-        {
-            tracing::info!(tenant, "tenant namespace created");
+    /// namespace, created (labelled) if missing, holding at most `max_workflows`
+    /// Workflow resources.
+    pub(crate) async fn prepare_tenant(
+        &self,
+        tenant: &str,
+        max_workflows: u64,
+    ) -> Result<(), DeployError> {
+        if let DeployTarget::Resources(resources) = &self.target {
+            if resources.ensure_namespace(tenant).await? {
+                tracing::info!(tenant, "tenant namespace created");
+            }
+            resources.limit_workflows(tenant, max_workflows).await?;
+        }
+        Ok(())
+    }
+
+    /// After a change of `tenant`'s quotas: in Kubernetes mode, its namespace holds at
+    /// most `max_workflows` Workflow resources from now on.
+    pub(crate) async fn tenant_quotas_changed(
+        &self,
+        tenant: &str,
+        max_workflows: u64,
+    ) -> Result<(), DeployError> {
+        if let DeployTarget::Resources(resources) = &self.target {
+            resources.limit_workflows(tenant, max_workflows).await?;
         }
         Ok(())
     }

@@ -7,7 +7,8 @@
 //! namespace, and a function's `component` says where the bytes come from instead of a
 //! path on the deployer's disk. Values are checked by that validator, not here, so the
 //! types below only fix the shape (`deny_unknown_fields` keeps a misspelt field from
-//! being dropped silently).
+//! being dropped silently) and the validator's most items of each kind, which the API
+//! server then enforces itself: a resource with more is refused before it is stored.
 
 use crate::status::WorkflowStatus;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -59,12 +60,15 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// The functions, by name.
+    #[schemars(extend("maxProperties" = faas_workflow::MAX_FUNCTIONS))]
     pub functions: BTreeMap<String, FunctionSpec>,
     /// The steps of a chained workflow, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = faas_workflow::MAX_STEPS))]
     pub steps: BTreeMap<String, StepSpec>,
     /// How the steps chain, fan out and join.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = faas_workflow::MAX_EDGES))]
     pub edges: Vec<EdgeSpec>,
     /// Limits of a run and the number of replicas (`[workflow]` in workflow.toml).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,12 +206,15 @@ pub struct SettingsSpec {
 pub struct TriggersSpec {
     /// HTTP routes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = faas_workflow::MAX_HTTP_TRIGGERS))]
     pub http: Vec<HttpTriggerSpec>,
     /// Redis pub/sub channels.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = faas_workflow::MAX_REDIS_TRIGGERS))]
     pub redis: Vec<RedisTriggerSpec>,
     /// Redis streams.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = faas_workflow::MAX_STREAM_TRIGGERS))]
     pub stream: Vec<StreamTriggerSpec>,
 }
 

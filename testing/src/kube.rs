@@ -470,6 +470,11 @@ fn start() -> Result<ControlPlane, String> {
         plane.kubectl(["get", "--raw=/readyz"]).status.success()
     })?;
     let apiserver_ready = began.elapsed();
+    // The chart's CRDs before the controllers, as a cluster has them before its first
+    // tenant: the quota controller discovers resource types every 30 s, so a Workflow
+    // type it has not seen yet would leave each tenant's Workflow quota uncounted (and
+    // every Workflow create refused) for up to that long.
+    install_chart_crds(&plane)?;
 
     let common = |kubeconfig: &Path, port: u16| -> Vec<String> {
         vec![
@@ -647,6 +652,37 @@ impl ControlPlane {
             Ok(None) => Ok(()),
             _ => Err(describe(c)),
         }
+    }
+}
+
+/// Applies every CRD in the chart (`charts/faas/crds/`) and waits until each is served.
+fn install_chart_crds(plane: &ControlPlane) -> Result<(), String> {
+    let dir = crate::repo_root().join("charts/faas/crds");
+    let output = plane.kubectl([
+        "apply".as_ref(),
+        "--server-side".as_ref(),
+        "--force-conflicts".as_ref(),
+        "-f".as_ref(),
+        dir.as_os_str(),
+    ]);
+    let output = if output.status.success() {
+        plane.kubectl([
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ])
+    } else {
+        output
+    };
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "installing the chart's CRDs: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ))
     }
 }
 

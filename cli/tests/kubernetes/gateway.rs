@@ -47,6 +47,10 @@ rules:
   - apiGroups: [""]
     resources: ["namespaces"]
     verbs: ["create"]
+  - apiGroups: [""]
+    resources: ["resourcequotas"]
+    resourceNames: ["faas-workflows"]
+    verbs: ["get", "create", "patch", "delete"]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -770,4 +774,163 @@ fn a_workflow_refused_in_another_namespace_claims_no_name_or_route() {
     let output = gateway.faas_as(TOKEN, &["deploy", changed.to_str().unwrap()]);
     assert!(output.status.success(), "{}", stderr_of(&output));
     assert_eq!(generation(&gateway.workflow(&victim, &shop).unwrap()), 2);
+}
+
+/// The ResourceQuota the gateway keeps in `namespace`: its hard count of Workflows, if
+/// it exists, and whether the quota controller has taken that count in (until then
+/// the API server refuses every Workflow create in the namespace).
+fn workflow_quota(plane: &ControlPlane, namespace: &str) -> Option<(String, bool)> {
+    let output = plane.kubectl_ok([
+        "get",
+        "resourcequota",
+        "faas-workflows",
+        "-n",
+        namespace,
+        "-o",
+        "json",
+        "--ignore-not-found",
+    ]);
+    if output.trim().is_empty() {
+        return None;
+    }
+    let quota: Value = serde_json::from_str(&output).expect("kubectl prints JSON");
+    let count = "count/workflows.faas.dev";
+    let hard = quota["spec"]["hard"][count].as_str()?.to_owned();
+    let counted = quota["status"]["hard"][count].as_str() == Some(hard.as_str())
+        && quota["status"]["used"][count].is_string();
+    Some((hard, counted))
+}
+
+#[test]
+fn a_tenants_namespace_holds_no_more_workflow_resources_than_its_quota() {
+    // The operator refuses a Workflow past the tenant's quota, but it caches and
+    // reconciles every resource: a tenant allowed to `kubectl apply` in its namespace
+    // could create them by the thousand and take the operator's memory and time from
+    // every other tenant. The API server must refuse them before they are stored.
+    let gateway = KubeGateway::start();
+    let hoarder = gateway.create_tenant("hoarder");
+    let neighbour = gateway.create_tenant("neighbour");
+    let default = workflow_quota(gateway.plane, &neighbour).expect("a new tenant's quota");
+    assert!(default.0.parse::<u64>().unwrap() > 0, "{default:?}");
+    // Right after `tenant create`, the namespace takes Workflows (the gateway waited
+    // for the quota controller to count them).
+    let first = unique("first");
+    let manifest = gateway.hello_manifest(&first, &neighbour, &[]);
+    gateway.faas_ok(&["deploy", manifest.to_str().unwrap()]);
+    gateway.faas_ok(&["tenant", "set", &hoarder, "--max-workflows", "2"]);
+    let wait_counted = |max: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while workflow_quota(gateway.plane, &hoarder) != Some((max.to_owned(), true)) {
+            assert!(
+                Instant::now() < deadline,
+                "quota never {max}: {:?}",
+                workflow_quota(gateway.plane, &hoarder)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_counted("2");
+
+    let sha = "1".repeat(64);
+    let apply = |name: &str| {
+        let yaml = gateway.dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &yaml,
+            format!(
+                "apiVersion: faas.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  \
+                 namespace: {hoarder}\nspec:\n  functions:\n    hello:\n      component:\n        \
+                 sha256: \"{sha}\"\n"
+            ),
+        )
+        .unwrap();
+        gateway
+            .plane
+            .kubectl(["apply".as_ref(), "-f".as_ref(), yaml.as_os_str()])
+    };
+    for i in 0..2 {
+        let output = apply(&format!("hoard-{i}"));
+        assert!(output.status.success(), "{}", stderr_of(&output));
+    }
+    let refused = apply("hoard-2");
+    assert!(!refused.status.success());
+    assert!(
+        stderr_of(&refused).contains("exceeded quota: faas-workflows"),
+        "{}",
+        stderr_of(&refused)
+    );
+    // Through the gateway, the same limit (the gateway counts the resources itself).
+    let manifest = gateway.hello_manifest(&unique("more"), &hoarder, &[]);
+    let output = gateway.faas_as(TOKEN, &["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(
+        stderr_of(&output).contains("max_workflows = 2"),
+        "{}",
+        stderr_of(&output)
+    );
+    assert_eq!(gateway.workflows(&hoarder).len(), 2);
+
+    // The neighbour deploys meanwhile.
+    let shop = unique("shop");
+    let manifest = gateway.hello_manifest(&shop, &neighbour, &[]);
+    gateway.faas_ok(&["deploy", manifest.to_str().unwrap()]);
+    let mut expected = vec![first, shop];
+    expected.sort();
+    assert_eq!(gateway.workflows(&neighbour), expected);
+
+    // A raised quota raises the bound; no quota, no bound.
+    gateway.faas_ok(&["tenant", "set", &hoarder, "--max-workflows", "3"]);
+    wait_counted("3");
+    let output = apply("hoard-2");
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    gateway.faas_ok(&["tenant", "set", &hoarder, "--max-workflows", "0"]);
+    assert_eq!(workflow_quota(gateway.plane, &hoarder), None);
+    let output = apply("hoard-3");
+    assert!(output.status.success(), "{}", stderr_of(&output));
+}
+
+#[test]
+fn the_api_server_refuses_a_workflow_with_more_items_than_a_workflow_may_declare() {
+    // The operator's validator refuses such a spec too, but only after the resource is
+    // stored and cached: the CRD's own bounds keep it out of etcd.
+    let plane = ControlPlane::shared();
+    install_crd(plane);
+    let namespace = unique("crowded");
+    plane.kubectl_ok(["create", "namespace", &namespace]);
+    let sha = "1".repeat(64);
+    let dir = faas_testing::temp_dir();
+    let apply = |name: &str, functions: usize| {
+        let functions: String = (0..functions)
+            .map(|i| format!("    f{i}:\n      component:\n        sha256: \"{sha}\"\n"))
+            .collect();
+        let yaml = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &yaml,
+            format!(
+                "apiVersion: faas.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  \
+                 namespace: {namespace}\nspec:\n  functions:\n{functions}"
+            ),
+        )
+        .unwrap();
+        plane.kubectl(["apply".as_ref(), "-f".as_ref(), yaml.as_os_str()])
+    };
+    let most = faas_workflow::MAX_FUNCTIONS;
+    let output = apply("most", most);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let output = apply("more", most + 1);
+    assert!(!output.status.success());
+    let stderr = stderr_of(&output);
+    assert!(
+        stderr.contains("spec.functions") && stderr.contains(&format!("at most {most}")),
+        "{stderr}"
+    );
+    let stored = plane.kubectl_ok([
+        "get",
+        "workflows",
+        "-n",
+        &namespace,
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
+    assert_eq!(stored.trim(), "most");
+    plane.kubectl_ok(["delete", "namespace", &namespace, "--wait=false"]);
 }

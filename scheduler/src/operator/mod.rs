@@ -137,12 +137,19 @@ pub(crate) struct Context {
     pub(crate) fetching: Arc<faas_budget::Budget<String>>,
     /// Failed reconciles in a row, by `namespace/name`, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// Reconciles in a row that left a Workflow refused for a cause outside its spec
+    /// (quota, name, route, tenant), by `namespace/name`, for its requeue backoff.
+    refusals: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
     pub(crate) fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         // A count is always consistent, even after a panic elsewhere.
         self.failures.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn refusals(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.refusals.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -190,6 +197,7 @@ pub async fn run(
         deploy_lock: tokio::sync::Mutex::new(()),
         fetching,
         failures: Mutex::new(HashMap::new()),
+        refusals: Mutex::new(HashMap::new()),
     });
     let stopped = tokio::select! {
         lost = leadership.lost() => {

@@ -19,7 +19,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How soon a Workflow that is not Ready yet is looked at again.
+/// How soon a Workflow that is not Ready yet is looked at again; for one refused by
+/// the state of the platform (a quota, another tenant's name or route), the first
+/// wait, doubled at each refusal in a row up to [`READY_REQUEUE`].
 const NOT_READY_REQUEUE: Duration = Duration::from_secs(1);
 /// How soon a settled Workflow (Ready, scaled to zero, or refused until its spec
 /// changes) is looked at again; changes in Redis wake it sooner.
@@ -142,14 +144,25 @@ fn error_policy(
     context: Arc<Context>,
 ) -> Action {
     let key = object_key(&workflow);
-    let mut failures = context.failures();
-    let count = failures.entry(key.clone()).or_insert(0);
-    *count = count.saturating_add(1);
-    let wait = FIRST_BACKOFF
-        .saturating_mul(1 << (*count - 1).min(10))
-        .min(MAX_BACKOFF);
+    let count = count_in_a_row(&mut context.failures(), &key);
+    let wait = doubling(FIRST_BACKOFF, count, MAX_BACKOFF);
     tracing::warn!(workflow = %key, "reconcile failed, retrying in {wait:?}: {err}");
     Action::requeue(wait)
+}
+
+/// Counts one more in a row for `key` in `counts`; returns the count.
+fn count_in_a_row(counts: &mut std::collections::HashMap<String, u32>, key: &str) -> u32 {
+    let count = counts.entry(key.to_owned()).or_insert(0);
+    *count = count.saturating_add(1);
+    *count
+}
+
+/// `first` for the first of `count` in a row, doubled for each further one, at most
+/// `max`.
+fn doubling(first: Duration, count: u32, max: Duration) -> Duration {
+    first
+        .saturating_mul(1 << count.saturating_sub(1).min(10))
+        .min(max)
 }
 
 fn object_key(workflow: &Workflow) -> String {
@@ -206,13 +219,25 @@ async fn apply(
         .refusal
         .as_ref()
         .is_some_and(|refusal| refusal.reason == reason::COMPONENT_FETCH_FAILED);
+    // A refusal only a change elsewhere can lift (the tenant's other workflows, its
+    // quotas, another tenant's name or route): each tenant may keep as many refused
+    // Workflows as its namespace holds, so they back off, rather than have the
+    // operator recheck them all every second. Removals and placements wake them all.
+    let key = object_key(workflow);
+    let waiting = !settled && !fetch_failed && deployed.refusal.is_some();
     let requeue = if settled {
         READY_REQUEUE
     } else if fetch_failed {
         FETCH_RETRY
+    } else if waiting {
+        let count = count_in_a_row(&mut context.refusals(), &key);
+        doubling(NOT_READY_REQUEUE, count, READY_REQUEUE)
     } else {
         NOT_READY_REQUEUE
     };
+    if !waiting {
+        context.refusals().remove(&key);
+    }
     Ok(Action::requeue(requeue))
 }
 
@@ -475,6 +500,7 @@ fn digest(workflow: &Workflow) -> String {
 /// finalizer can go.
 async fn cleanup(workflow: &Workflow, context: &Context) -> Result<Action, ReconcileError> {
     context.metrics.workflow_state(&object_key(workflow), None);
+    context.refusals().remove(&object_key(workflow));
     let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
     let _guard = context.deploy_lock.lock().await;
@@ -501,6 +527,8 @@ async fn cleanup(workflow: &Workflow, context: &Context) -> Result<Action, Recon
     }
     tracing::info!(workflow = %name, tenant = %tenant, "removed");
     context.place_now.notify_one();
+    // The name, routes and quota it held may be what a refused Workflow waits for.
+    context.reconcile_all.notify_one();
     Ok(Action::await_change())
 }
 
@@ -524,6 +552,25 @@ mod tests {
 
     const SPEC: &str =
         r#"{"functions": {"hello": {"component": {"sha256": "ab", "url": "https://a/x.wasm"}}}}"#;
+
+    #[test]
+    fn waits_double_from_their_first_up_to_their_most() {
+        let mut counts = std::collections::HashMap::new();
+        let waits: Vec<Duration> = (0..8)
+            .map(|_| {
+                let count = count_in_a_row(&mut counts, "acme/hello");
+                doubling(NOT_READY_REQUEUE, count, READY_REQUEUE)
+            })
+            .collect();
+        let secs: Vec<u64> = waits.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(count_in_a_row(&mut counts, "acme/other"), 1, "per Workflow");
+        assert_eq!(
+            doubling(FIRST_BACKOFF, u32::MAX, MAX_BACKOFF),
+            MAX_BACKOFF,
+            "no overflow"
+        );
+    }
 
     #[test]
     fn the_digest_follows_what_runs_not_where_it_was_fetched_from() {
