@@ -74,16 +74,14 @@ impl LogLine {
     }
 
     /// Cuts `text` to [`MAX_LOG_LINE_BYTES`], marking the cut; returns whether it cut.
+    /// The kept part is a new allocation of its own size: a log store keeps lines
+    /// long after, and `truncate` would keep all of a guest's long text with them.
     pub fn cut_text(text: &mut String) -> bool {
         if text.len() <= MAX_LOG_LINE_BYTES {
             return false;
         }
-        let mut end = MAX_LOG_LINE_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str(" [cut]");
+        let end = text.floor_char_boundary(MAX_LOG_LINE_BYTES);
+        *text = [&text[..end], " [cut]"].concat();
         true
     }
 
@@ -149,6 +147,11 @@ mod tests {
         assert!(LogLine::cut_text(&mut text));
         assert!(text.len() <= MAX_LOG_LINE_BYTES + " [cut]".len());
         assert!(text.ends_with(" [cut]"));
+        assert!(
+            text.capacity() < 2 * MAX_LOG_LINE_BYTES,
+            "it holds {} bytes, not the guest's whole text",
+            text.capacity()
+        );
         let mut short = "hello".to_owned();
         assert!(!LogLine::cut_text(&mut short));
         assert_eq!(short, "hello");

@@ -15,18 +15,17 @@ pub const GUEST_TEXT_BYTES: usize = 4096;
 
 /// `text` cut to [`GUEST_TEXT_BYTES`] at a character boundary, saying how much was cut,
 /// so that nothing a guest returns is kept unbounded.
-pub(crate) fn cut_guest_text(mut text: String) -> String {
+///
+/// The kept part is copied into a new string: `truncate` keeps the whole allocation,
+/// so a guest's 64 MiB log line would have held 64 MiB of the host's memory for as long
+/// as its 4 KiB were kept.
+pub(crate) fn cut_guest_text(text: String) -> String {
     if text.len() <= GUEST_TEXT_BYTES {
         return text;
     }
-    let total = text.len();
-    let mut end = GUEST_TEXT_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    text.push_str(&format!("... ({} more bytes cut)", total - end));
-    text
+    let end = text.floor_char_boundary(GUEST_TEXT_BYTES);
+    let mark = format!("... ({} more bytes cut)", text.len() - end);
+    [&text[..end], &mark].concat()
 }
 
 /// Where a guest failed: starting, or running.
@@ -127,6 +126,11 @@ mod tests {
         let text = "é".repeat(GUEST_TEXT_BYTES);
         let cut = cut_guest_text(text.clone());
         assert!(cut.len() < GUEST_TEXT_BYTES + 40, "{}", cut.len());
+        assert!(
+            cut.capacity() < 2 * GUEST_TEXT_BYTES,
+            "it holds {} bytes, not the guest's whole text",
+            cut.capacity()
+        );
         assert!(cut.ends_with(&format!("({} more bytes cut)", GUEST_TEXT_BYTES)));
         assert_eq!(cut_guest_text("short".into()), "short");
     }

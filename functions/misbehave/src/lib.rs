@@ -7,7 +7,8 @@
 //! it to hold a request in flight across a redeploy or a shutdown.
 //! `/misbehave/hold?mb=N&ms=M` writes N MiB of fresh memory and holds it M ms: many at
 //! once hold many times that, within the instance's memory limit each. `/misbehave/count`
-//! counts the requests its instance has seen. `/misbehave/shout` logs 8 MB.
+//! counts the requests its instance has seen. `/misbehave/shout?kib=K&lines=N` logs N
+//! lines of K KiB (by default 1000 of 8 KiB).
 //! `/misbehave/forge` logs one line whose text holds a line break and a forged line of
 //! the platform's log after it.
 //! `/misbehave/scatter` writes every other page of a fresh 4 MiB buffer (hundreds of
@@ -74,8 +75,13 @@ fn handle(req: Request) -> Response {
         }
         "/misbehave/shout" => {
             // Far more log text than a workflow's log budget: it must stay bounded.
-            let line = "x".repeat(8 << 10);
-            for _ in 0..1000 {
+            let param = |name: &str, default: usize| {
+                req.query_param(name)
+                    .and_then(|value| value.parse().ok())
+                    .unwrap_or(default)
+            };
+            let line = "x".repeat(param("kib", 8) << 10);
+            for _ in 0..param("lines", 1000) {
                 faas_sdk::log::info(&line);
             }
             Response::text(200, "shouted\n")

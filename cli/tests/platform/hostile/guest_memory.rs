@@ -193,3 +193,42 @@ fn a_copied_value_waiting_for_its_consumer_stays_in_its_tenants_share() {
         .unwrap();
     assert!(!refused(&again), "{again}");
 }
+
+/// A guest's log line is cut to 4 KiB, and the platform keeps only those 4 KiB. It
+/// kept the whole allocation of the guest's text (`String::truncate`), which the log
+/// store then held with the line: one event logging 240 lines of 4 MiB held 960 MiB of
+/// the platform's memory, charged to the log budget as 1 MiB.
+#[test]
+fn a_long_log_line_holds_only_what_is_kept_of_it() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start_with(&["--no-demo"]);
+    deploy_bystander(&platform, dir.path());
+    let extra = "timeout_ms = 60000";
+    platform.deploy(&write_manifest(
+        dir.path(),
+        "loud",
+        "loud",
+        "misbehave",
+        "/misbehave/...",
+        extra,
+    ));
+    // Once first, so that the allocator holds what one event uses for a moment.
+    assert_eq!(
+        platform.get("/misbehave/shout?kib=4096&lines=1").status(),
+        200
+    );
+    let before = platform.memory("VmRSS");
+    let watch = Watch::start(&platform);
+    for _ in 0..4 {
+        let response = platform.get("/misbehave/shout?kib=4096&lines=60");
+        assert_eq!(response.status(), 200);
+    }
+    watch.finish();
+    let grew = platform.memory("VmRSS").saturating_sub(before);
+    assert!(
+        grew < 128 << 20,
+        "240 log lines of 4 MiB grew the platform by {} MiB",
+        grew >> 20
+    );
+    assert_bystander_served(&platform);
+}
