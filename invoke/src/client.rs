@@ -17,6 +17,13 @@ use std::sync::{Arc, Mutex};
 /// How long the gateway keeps an unused connection to a worker.
 const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The most header bytes one head may carry on the internal API, as HTTP/2 counts them
+/// (each field's name and value, plus 32). HTTP/2's default, 16 KiB, is less than the
+/// 64 KiB of headers a client's request (the gateway's limit) or a guest's response
+/// (the worker's `MAX_FIELDS_BYTES`, which counts at least 72 bytes a field) may have:
+/// a larger head reset its stream, failing the event as if its worker had gone.
+pub const MAX_HEADER_LIST_BYTES: u32 = 128 << 10;
+
 /// Clients of worker processes, one per worker id and address, so that connections
 /// are reused across events.
 pub struct RemoteWorkers {
@@ -73,6 +80,7 @@ impl RemoteWorker {
                 // Before the worker's own idle timeout (60 s by default) closes it.
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .pool_timer(TokioTimer::new())
+                .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
                 .build(connector),
         }
     }

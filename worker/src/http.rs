@@ -139,6 +139,16 @@ impl Worker {
         let deadline = loaded.limits.timeout + crate::worker::HOST_WAIT_GRACE;
         let outcome = tokio::time::timeout(deadline, async {
             match receiver.await {
+                // An informational status is not an answer: over HTTP/2 (the internal
+                // API in services mode) a body after it is an error of the whole
+                // connection, which every tenant's events to this worker share.
+                Ok(Ok(response)) if response.status().is_informational() => Err(bad_response(
+                    loaded,
+                    &format!(
+                        "status {} is informational, not a final response (use 200 to 599)",
+                        response.status().as_u16()
+                    ),
+                )),
                 Ok(Ok(response)) => {
                     streaming.head_sent.store(true, Ordering::Release);
                     Ok(response.map(|body| {

@@ -67,6 +67,7 @@ async fn serve_connection(stream: TcpStream, node: Arc<Node>) {
         })
     };
     let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .max_header_list_size(faas_invoke::client::MAX_HEADER_LIST_BYTES)
         .serve_connection(TokioIo::new(stream), service);
     // The task is dropped when the worker stops: no stop signal of its own.
     drive(connection, &activity, idle_timeout, std::future::pending()).await;

@@ -14,6 +14,7 @@ mod platform_log;
 mod quotas;
 mod regions;
 mod resources;
+mod responses;
 
 use crate::support::{Platform, client, write_manifest};
 use std::path::Path;

@@ -4,6 +4,8 @@
 //! - `/linger/sleep?ms=N`: sends the head and a first chunk, then sleeps N ms in the
 //!   host (a `wasi:io` poll, where no epoch tick can interrupt it), then finishes.
 //! - `/linger/spin`: sends the head and a first chunk, then spins forever.
+//! - `/linger/answer?status=N&header-kib=K`: answers `answered` at once, with status N
+//!   (200 by default) and K headers of 1 KiB each (none by default).
 //! - anything else: answers `still here` at once.
 
 use wasip2::exports::http::incoming_handler::Guest;
@@ -16,6 +18,10 @@ struct Linger;
 impl Guest for Linger {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
         let path = request.path_with_query().unwrap_or_default();
+        if let Some(query) = path.strip_prefix("/linger/answer") {
+            answer(query, out);
+            return;
+        }
         let response = OutgoingResponse::new(Fields::new());
         let body = response
             .body()
@@ -42,6 +48,38 @@ impl Guest for Linger {
         drop(stream);
         let _ = OutgoingBody::finish(body, None);
     }
+}
+
+/// The number `name=` gives in `query`, if any.
+fn param(query: &str, name: &str) -> Option<usize> {
+    query
+        .trim_start_matches('?')
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == name)
+        .and_then(|(_, value)| value.parse().ok())
+}
+
+/// `/linger/answer`: whatever status and headers `query` asks for, then a body.
+fn answer(query: &str, out: ResponseOutparam) {
+    let headers = Fields::new();
+    let value = vec![b'p'; 1000];
+    for i in 0..param(query, "header-kib").unwrap_or(0) {
+        if headers.append(&format!("x-pad-{i}"), &value).is_err() {
+            break;
+        }
+    }
+    let response = OutgoingResponse::new(headers);
+    let status = param(query, "status").unwrap_or(200);
+    let _ = response.set_status_code(u16::try_from(status).unwrap_or(200));
+    let body = response
+        .body()
+        .expect("a new response's body is taken once");
+    ResponseOutparam::set(out, Ok(response));
+    let stream = body.write().expect("a new body's stream is taken once");
+    let _ = stream.blocking_write_and_flush(b"answered\n");
+    drop(stream);
+    let _ = OutgoingBody::finish(body, None);
 }
 
 wasip2::http::proxy::export!(Linger);
