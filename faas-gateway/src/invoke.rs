@@ -8,7 +8,7 @@ use crate::registry::Deployment;
 use crate::replica::copy_request;
 use crate::response::{self, Body};
 use crate::server::App;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use faas_invoke::{
     EventFailure, FailureKind, LogLevel, LogLine, LogSink as _, LogSource, OutputRegion, RunReply,
     TriggerMessage,
@@ -566,7 +566,7 @@ async fn read_body(
     }
     let collected = tokio::time::timeout(
         app.config.read_timeout,
-        collect_claimed(Limited::new(body, limit), declared, &mut claim),
+        collect_claimed(body, limit, declared, &mut claim),
     );
     match collected.await {
         Err(_) => Err(response::error(
@@ -596,13 +596,16 @@ enum ReadFailure {
     Body(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// Reads `body` whole, the claim growing with what arrives, so that the claim covers
-/// the memory the body takes. A body of one chunk is kept as it came. With a declared
-/// length, the chunks are copied into one buffer of that length as they come, so the
-/// body is held once; without one they are kept and joined at the end, and for that
-/// moment the claim covers both.
+/// Reads `body` whole (at most `limit` bytes), the claim covering the memory it takes
+/// as it arrives. A body of one chunk is kept as it came. Otherwise the chunks are
+/// copied into one buffer as they come: kept as they came, each would hold its own
+/// allocation (and hyper's read buffer behind it), so a body sent in one-byte chunks
+/// would hold some 40 bytes for each byte the claim counts. The buffer is the declared
+/// length; without one it doubles as it fills, and while it grows the claim covers
+/// both the old buffer and the new. The claim is then the buffer's capacity.
 async fn collect_claimed<B>(
-    mut body: Limited<B>,
+    body: B,
+    limit: usize,
     declared: Option<u64>,
     claim: &mut Claim,
 ) -> Result<Bytes, ReadFailure>
@@ -610,8 +613,9 @@ where
     B: hyper::body::Body<Data = Bytes> + Unpin,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut chunks: Vec<Bytes> = Vec::new();
-    let mut joined: Option<BytesMut> = None;
+    let mut body = Limited::new(body, limit);
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
     let mut received = 0u64;
     while let Some(frame) = body.frame().await {
         let Ok(chunk) = frame.map_err(ReadFailure::Body)?.into_data() else {
@@ -619,30 +623,34 @@ where
         };
         received += chunk.len() as u64;
         claim.grow_to(received).map_err(ReadFailure::Budget)?;
-        if let Some(joined) = joined.as_mut() {
-            joined.extend_from_slice(&chunk);
-        } else if let (Some(declared), Some(first)) = (declared, chunks.first()) {
-            // The read stops at the body limit, which the declared length is within.
-            let mut buffer = BytesMut::with_capacity(declared.max(received) as usize);
-            buffer.extend_from_slice(first);
-            buffer.extend_from_slice(&chunk);
-            chunks.clear();
-            joined = Some(buffer);
-        } else {
-            chunks.push(chunk);
+        if first.is_none() && joined.capacity() == 0 {
+            first = Some(chunk);
+            continue;
         }
+        let needed = joined.len() + first.as_ref().map_or(0, Bytes::len) + chunk.len();
+        if needed > joined.capacity() {
+            let declared = declared.map_or(0, |declared| declared as usize);
+            let capacity = needed
+                .max(declared)
+                .max(2 * joined.capacity())
+                .min(limit.max(needed));
+            // The first chunk, copied over once, is not counted twice: it is one
+            // chunk, and goes right after.
+            claim
+                .grow_to((joined.capacity() + capacity) as u64)
+                .map_err(ReadFailure::Budget)?;
+            joined.reserve_exact(capacity - joined.len());
+            if let Some(first) = first.take() {
+                joined.extend_from_slice(&first);
+            }
+            claim.shrink_to((joined.capacity() as u64).max(received));
+        }
+        joined.extend_from_slice(&chunk);
     }
-    if let Some(joined) = joined {
-        return Ok(joined.freeze());
-    }
-    if chunks.len() <= 1 {
-        return Ok(chunks.pop().unwrap_or_default());
-    }
-    claim.grow_to(2 * received).map_err(ReadFailure::Budget)?;
-    let body = Bytes::from(chunks.concat());
-    drop(chunks);
-    claim.shrink_to(received);
-    Ok(body)
+    Ok(match first {
+        Some(first) => first,
+        None => Bytes::from(joined),
+    })
 }
 
 /// The answer to a body the budget has no room for: 429 when its client holds its
@@ -720,7 +728,7 @@ mod tests {
         if let Some(declared) = declared {
             claim.grow_to(declared).map_err(ReadFailure::Budget)?;
         }
-        collect_claimed(Limited::new(body, 1 << 20), declared, claim).await
+        collect_claimed(body, 1 << 20, declared, claim).await
     }
 
     #[tokio::test]
@@ -735,19 +743,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_body_of_tiny_chunks_is_held_in_one_buffer() {
+        let budget = budget(1 << 20);
+        let mut claim = budget.claim(Holder::Client(CLIENT));
+        let body = collect(100_000, 1, false, &mut claim).await.ok().unwrap();
+        assert_eq!(body.len(), 100_000);
+        assert!(
+            budget.held() < 2 * 100_000,
+            "{} bytes claimed: one buffer, at most twice the body",
+            budget.held()
+        );
+    }
+
+    #[tokio::test]
     async fn joining_an_undeclared_body_claims_both_copies_for_the_moment() {
         let budget = budget(100);
         let mut claim = budget.claim(Holder::Client(CLIENT));
         let body = collect(3, 16, false, &mut claim).await.ok().unwrap();
         assert_eq!(body.len(), 48);
+        assert_eq!((body[0], body[16], body[47]), (0, 1, 2));
         assert_eq!(
             budget.held(),
-            48,
-            "the claim is back to the body once joined"
+            64,
+            "the claim is the buffer's capacity, doubled from 32 to fit the third chunk"
         );
         drop(claim);
 
-        // 90 bytes fit the share of 100, but the chunks and their join do not.
+        // 90 bytes fit the share of 100, but the buffer of 60 and the one of 120 it
+        // grows into do not.
         let mut claim = budget.claim(Holder::Client(CLIENT));
         let refused = collect(3, 30, false, &mut claim).await;
         assert!(matches!(
