@@ -24,6 +24,22 @@ const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30
 /// a larger head reset its stream, failing the event as if its worker had gone.
 pub const MAX_HEADER_LIST_BYTES: u32 = 128 << 10;
 
+/// The most events a worker takes at once on one connection (HTTP/2 streams). Past
+/// it, events wait in the client; HTTP/2's usual 200 would let one tenant's events,
+/// waiting for its instance slots, hold every other tenant's back.
+pub const MAX_STREAMS: u32 = 1024;
+
+/// What may wait unread in one stream of the internal API, each way: an answer its
+/// client does not read, a request body its guest does not read.
+pub const STREAM_WINDOW_BYTES: u32 = 256 << 10;
+
+/// What may wait unread in one connection of the internal API, each way: every
+/// stream's window at once. HTTP/2 lets a connection's window be less than the sum of
+/// its streams' (hyper's defaults: 2 MiB a stream, 5 MiB the connection), and then a
+/// few streams left unread, by a client or a guest, held all of it: no tenant's body
+/// moved on that connection until they went.
+pub const CONNECTION_WINDOW_BYTES: u32 = STREAM_WINDOW_BYTES * MAX_STREAMS;
+
 /// Clients of worker processes, one per worker id and address, so that connections
 /// are reused across events.
 pub struct RemoteWorkers {
@@ -81,6 +97,8 @@ impl RemoteWorker {
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .pool_timer(TokioTimer::new())
                 .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
+                .http2_initial_stream_window_size(STREAM_WINDOW_BYTES)
+                .http2_initial_connection_window_size(CONNECTION_WINDOW_BYTES)
                 .build(connector),
         }
     }

@@ -15,9 +15,9 @@ use super::branch::{CallHead, reply_frame};
 use super::node::Node;
 use bytes::Bytes;
 use faas_connections::{Activity, Admission, ConnectionLimits, drive};
-use faas_invoke::TriggerMessage;
 use faas_invoke::wire::{self, split_frame};
 use faas_invoke::{BodyError, EventFailure, FailureKind, HttpResponse};
+use faas_invoke::{TriggerMessage, client};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
@@ -67,7 +67,10 @@ async fn serve_connection(stream: TcpStream, node: Arc<Node>) {
         })
     };
     let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-        .max_header_list_size(faas_invoke::client::MAX_HEADER_LIST_BYTES)
+        .max_header_list_size(client::MAX_HEADER_LIST_BYTES)
+        .max_concurrent_streams(client::MAX_STREAMS)
+        .initial_stream_window_size(client::STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(client::CONNECTION_WINDOW_BYTES)
         .serve_connection(TokioIo::new(stream), service);
     // The task is dropped when the worker stops: no stop signal of its own.
     drive(connection, &activity, idle_timeout, std::future::pending()).await;

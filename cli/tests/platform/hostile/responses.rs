@@ -82,3 +82,92 @@ fn a_response_head_as_large_as_a_guest_may_write_crosses_the_workers_connection(
         assert_eq!(response.text().unwrap(), "answered\n");
     }
 }
+
+/// Opens an HTTP/2 connection from `source` to the gateway at `url` that grants no
+/// flow-control window to its streams: a client that never reads what it asked for.
+async fn unreading_connection(
+    url: &str,
+    source: [u8; 4],
+) -> hyper::client::conn::http2::SendRequest<String> {
+    let stream = crate::support::connect_from(source, url.trim_start_matches("http://"));
+    stream.set_nonblocking(true).unwrap();
+    let stream = tokio::net::TcpStream::from_std(stream).unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+/// Services mode: what a client leaves unread (a large answer) and what a guest leaves
+/// unread (a large request body) wait in the HTTP/2 connection between the gateway and
+/// a worker, each up to its stream's flow-control window. With hyper's defaults (2 MiB
+/// a stream, 5 MiB the whole connection) three such requests held the connection's
+/// window, and no tenant's body moved on it until they went.
+#[test]
+fn what_is_left_unread_holds_no_other_tenants_bodies_on_the_workers_connection() {
+    let dir = faas_testing::temp_dir();
+    let services = Services::start(&["w1"]);
+    deploy_both(&services.url, dir.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let url = services.url.clone();
+    // Four answers of 3 MiB, never read.
+    let held = runtime.block_on(async {
+        let mut sender = unreading_connection(&url, [127, 0, 0, 2]).await;
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let request = hyper::Request::get(format!("{url}/linger/answer?body-kib=3072"))
+                .body(String::new())
+                .unwrap();
+            sender.ready().await.unwrap();
+            let response =
+                tokio::time::timeout(Duration::from_secs(20), sender.send_request(request))
+                    .await
+                    .expect("the head arrives")
+                    .unwrap();
+            assert_eq!(response.status(), 200);
+            held.push(response);
+        }
+        held
+    });
+    // Four request bodies of 3 MiB that their guest never reads, held in flight.
+    let unread: Vec<_> = (0..4)
+        .map(|_| {
+            let url = services.url.clone();
+            std::thread::spawn(move || {
+                crate::support::client()
+                    .post(format!("{url}/linger/sleep?ms=15000"))
+                    .body(vec![b'u'; 3 << 20])
+                    .timeout(Duration::from_secs(30))
+                    .send()
+                    .map(|response| response.status())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    // The bystander's body goes to its worker, and its answer comes back.
+    let started = std::time::Instant::now();
+    let response = crate::support::client()
+        .post(format!("{}/misbehave/slow?ms=10", services.url))
+        .body(vec![b'b'; 1 << 20])
+        .timeout(Duration::from_secs(10))
+        .send()
+        .expect("the bystander is served while bodies are left unread");
+    assert_eq!(response.status(), 200);
+    let answer = crate::support::client()
+        .get(format!("{}/linger/answer?body-kib=1024", services.url))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .and_then(|response| response.bytes())
+        .expect("an answer of 1 MiB arrives while others are left unread");
+    assert_eq!(answer.len(), 1 << 20);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    drop(held);
+    drop(runtime);
+    for request in unread {
+        let _ = request.join();
+    }
+}

@@ -4,8 +4,9 @@
 //! - `/linger/sleep?ms=N`: sends the head and a first chunk, then sleeps N ms in the
 //!   host (a `wasi:io` poll, where no epoch tick can interrupt it), then finishes.
 //! - `/linger/spin`: sends the head and a first chunk, then spins forever.
-//! - `/linger/answer?status=N&header-kib=K`: answers `answered` at once, with status N
-//!   (200 by default) and K headers of 1 KiB each (none by default).
+//! - `/linger/answer?status=N&header-kib=K&body-kib=B`: answers at once, with status N
+//!   (200 by default), K headers of 1 KiB each (none by default) and a body of B KiB
+//!   of `b` (by default `answered`). It never reads the request's body.
 //! - anything else: answers `still here` at once.
 
 use wasip2::exports::http::incoming_handler::Guest;
@@ -77,7 +78,20 @@ fn answer(query: &str, out: ResponseOutparam) {
         .expect("a new response's body is taken once");
     ResponseOutparam::set(out, Ok(response));
     let stream = body.write().expect("a new body's stream is taken once");
-    let _ = stream.blocking_write_and_flush(b"answered\n");
+    match param(query, "body-kib") {
+        None => {
+            let _ = stream.blocking_write_and_flush(b"answered\n");
+        }
+        Some(kib) => {
+            // 4 KiB at a time: the most one blocking write takes.
+            let chunk = [b'b'; 4096];
+            for _ in 0..kib / 4 {
+                if stream.blocking_write_and_flush(&chunk).is_err() {
+                    return;
+                }
+            }
+        }
+    }
     drop(stream);
     let _ = OutgoingBody::finish(body, None);
 }
