@@ -147,6 +147,27 @@ impl InstanceState {
             && self.regions.mapped.is_empty()
     }
 
+    /// Claims guest memory for the `bytes` a host call takes from this instance's
+    /// arguments (a message, a batch, a value) while it waits on a broker or store:
+    /// [`HELD_COPIES`] copies of them. Its linear memory does not count them, and need
+    /// not hold them once: a batch's lists may all point at the same guest bytes, so
+    /// 16 MiB of messages may be 1 MiB of the guest's. Returns what the claim was, for
+    /// [`Self::release_held`] once the call is done.
+    ///
+    /// # Errors
+    /// [`GuestMemoryHeld`] when the budget, or the tenant's share, has no room: the
+    /// guest traps, as when its memory would grow past it.
+    pub(crate) fn hold(&mut self, bytes: usize) -> wasmtime::Result<u64> {
+        let before = self.limiter.claim.bytes();
+        self.limiter.claim_more(bytes.saturating_mul(HELD_COPIES))?;
+        Ok(before)
+    }
+
+    /// Gives back what [`Self::hold`] claimed (`before`: what it returned).
+    pub(crate) fn release_held(&mut self, before: u64) {
+        self.limiter.claim.shrink_to(before);
+    }
+
     /// Claims [`HANDLE_CHARGE_BYTES`] of guest memory for each handle the host holds
     /// for this instance beyond the most it held before (`host_limits.rs`). Regions are
     /// not counted: their bytes are claimed as guest memory or as copies already.
@@ -201,6 +222,11 @@ impl WasiHttpView for InstanceState {
         }
     }
 }
+
+/// How many copies of a guest's message or value the host may hold while a call
+/// sends it: the arguments Wasmtime lifted, the command built from them, and the
+/// buffer that command is written from.
+pub(crate) const HELD_COPIES: usize = 3;
 
 /// The error a guest's memory growth fails with once it passes its limit. It traps
 /// the guest (rather than letting `memory.grow` return -1) so the failure is reported

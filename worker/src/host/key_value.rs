@@ -4,6 +4,7 @@
 use super::platform::key_value::{Error, Host};
 use crate::kv::KvError;
 use crate::state::{EventContext, InstanceState};
+use faas_store::kv::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use tracing::Instrument as _;
 
 impl From<KvError> for Error {
@@ -40,12 +41,14 @@ impl Host for InstanceState {
     }
 
     async fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<Result<(), Error>> {
+        // Past the limits it is refused at once, holding nothing while it waits.
+        let held =
+            self.hold(key.len().min(MAX_KEY_BYTES + 1) + value.len().min(MAX_VALUE_BYTES + 1))?;
         let event = &self.event;
         let set = event.kv.set(&event.tenant, &key, value);
-        Ok(set
-            .instrument(span(event, "kv set"))
-            .await
-            .map_err(Error::from))
+        let result = set.instrument(span(event, "kv set")).await;
+        self.release_held(held);
+        Ok(result.map_err(Error::from))
     }
 
     async fn delete(&mut self, key: String) -> wasmtime::Result<Result<(), Error>> {

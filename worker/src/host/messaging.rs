@@ -96,10 +96,13 @@ impl Host for InstanceState {
     ) -> wasmtime::Result<Result<(), String>> {
         let result = match self.publisher(check(&channel, &payload)) {
             Ok(publisher) => {
-                publisher
+                let held = self.hold(payload.len())?;
+                let sent = publisher
                     .publish(&self.event.tenant, &channel, &payload)
                     .instrument(span(&self.event, "publish", &channel))
-                    .await
+                    .await;
+                self.release_held(held);
+                sent
             }
             Err(err) => Err(err),
         };
@@ -113,10 +116,13 @@ impl Host for InstanceState {
     ) -> wasmtime::Result<Result<(), String>> {
         let result = match self.publisher(check_batch(&channel, &payloads)) {
             Ok(publisher) => {
-                publisher
+                let held = self.hold(payloads.iter().map(Vec::len).sum())?;
+                let sent = publisher
                     .publish_all(&self.event.tenant, &channel, &payloads)
                     .instrument(span(&self.event, "publish", &channel))
-                    .await
+                    .await;
+                self.release_held(held);
+                sent
             }
             Err(err) => Err(err),
         };
@@ -130,10 +136,13 @@ impl Host for InstanceState {
     ) -> wasmtime::Result<Result<String, String>> {
         let result = match self.publisher(check(&stream, &payload)) {
             Ok(publisher) => {
-                publisher
+                let held = self.hold(payload.len())?;
+                let sent = publisher
                     .append(&self.event.tenant, &stream, &payload)
                     .instrument(span(&self.event, "append", &stream))
-                    .await
+                    .await;
+                self.release_held(held);
+                sent
             }
             Err(err) => Err(err),
         };

@@ -232,3 +232,72 @@ fn a_long_log_line_holds_only_what_is_kept_of_it() {
     );
     assert_bystander_served(&platform);
 }
+
+/// A host call holds its guest's arguments while it waits on Redis: the lists
+/// Wasmtime lifted and the command made of them, outside the guest's linear memory. A
+/// batch's lists may all point at the same guest bytes, so 16 messages of 1 MiB cost
+/// the guest 1 MiB and the host some 48 MiB. With Redis stopped, calls wait 5 s each,
+/// and a tenant's instances held that many times over, counted by no budget. Now each
+/// call claims what it holds in its tenant's share: past it, the guest traps (503
+/// `memory_budget`), and the platform grows by about the share at most.
+#[test]
+fn a_batch_of_messages_that_all_point_at_the_same_bytes_counts_in_its_tenants_share() {
+    let redis = faas_testing::RedisServer::start();
+    let url = redis.url();
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start_with(&[
+        "--no-demo",
+        "--redis",
+        &url,
+        "--tenant-guest-memory-mb",
+        "128",
+    ]);
+    deploy_bystander(&platform, dir.path());
+    let manifest = write_manifest(
+        dir.path(),
+        "messenger",
+        "mallory",
+        "messenger",
+        "/mallory/messenger",
+        "timeout_ms = 60000",
+    );
+    platform.deploy(&manifest);
+    redis.pause();
+    // 12 calls of 16 MiB at once, each held until Redis times out (5 s): 576 MiB in
+    // the host, were they not counted. 48 MiB each, two fit a share of 128 MiB.
+    let peak_before = platform.memory("VmHWM");
+    let watch = Watch::start(&platform);
+    let path = "/mallory/messenger?op=publish-all-aliased&name=news&count=16&kib=1024";
+    let calls: Vec<_> = (0..12)
+        .map(|_| {
+            let url = platform.at(path);
+            std::thread::spawn(move || {
+                let response = client().get(url).send().unwrap();
+                (response.status().as_u16(), response.text().unwrap())
+            })
+        })
+        .collect();
+    let mut held = 0;
+    for call in calls {
+        match call.join().unwrap() {
+            // It held its batch until Redis timed out.
+            (502, body) => {
+                assert!(body.contains("timed out"), "{body}");
+                held += 1;
+            }
+            (status, body) => {
+                assert_eq!(status, 503, "{body}");
+                assert!(body.contains("memory_budget"), "{body}");
+            }
+        }
+    }
+    watch.finish();
+    redis.resume();
+    let grew = platform.memory("VmHWM").saturating_sub(peak_before) >> 20;
+    assert!(grew < 300, "the platform's peak memory grew by {grew} MiB");
+    assert!(
+        (1..=2).contains(&held),
+        "{held} calls held 48 MiB each at once"
+    );
+    assert_bystander_served(&platform);
+}
