@@ -34,18 +34,9 @@ fn platform_with(dir: &std::path::Path, function: &str, route: &str) -> Platform
 fn hold_at_once(platform: &Platform, path: &str, holds: usize) -> (usize, u64) {
     let peak_before = platform.memory("VmHWM");
     let watch = Watch::start(platform);
-    let holds: Vec<_> = (0..holds)
-        .map(|_| {
-            let url = platform.at(path);
-            std::thread::spawn(move || {
-                let response = client().get(url).send().unwrap();
-                (response.status().as_u16(), response.text().unwrap())
-            })
-        })
-        .collect();
     let mut held = 0;
-    for hold in holds {
-        match hold.join().unwrap() {
+    for answer in get_at_once(platform, path, holds) {
+        match answer {
             (200, _) => held += 1,
             (status, body) => {
                 assert_eq!(status, 503, "{body}");
@@ -59,6 +50,23 @@ fn hold_at_once(platform: &Platform, path: &str, holds: usize) -> (usize, u64) {
     assert_bystander_served(platform);
     let grew = platform.memory("VmHWM").saturating_sub(peak_before) >> 20;
     (held, grew)
+}
+
+/// Sends `count` GET requests to `path` at once; returns each one's status and body.
+fn get_at_once(platform: &Platform, path: &str, count: usize) -> Vec<(u16, String)> {
+    let requests: Vec<_> = (0..count)
+        .map(|_| {
+            let url = platform.at(path);
+            std::thread::spawn(move || {
+                let response = client().get(url).send().unwrap();
+                (response.status().as_u16(), response.text().unwrap())
+            })
+        })
+        .collect();
+    requests
+        .into_iter()
+        .map(|request| request.join().unwrap())
+        .collect()
 }
 
 #[test]
@@ -268,18 +276,9 @@ fn a_batch_of_messages_that_all_point_at_the_same_bytes_counts_in_its_tenants_sh
     let peak_before = platform.memory("VmHWM");
     let watch = Watch::start(&platform);
     let path = "/mallory/messenger?op=publish-all-aliased&name=news&count=16&kib=1024";
-    let calls: Vec<_> = (0..12)
-        .map(|_| {
-            let url = platform.at(path);
-            std::thread::spawn(move || {
-                let response = client().get(url).send().unwrap();
-                (response.status().as_u16(), response.text().unwrap())
-            })
-        })
-        .collect();
     let mut held = 0;
-    for call in calls {
-        match call.join().unwrap() {
+    for answer in get_at_once(&platform, path, 12) {
+        match answer {
             // It held its batch until Redis timed out.
             (502, body) => {
                 assert!(body.contains("timed out"), "{body}");
