@@ -369,8 +369,12 @@ impl KeyValueStore {
                 .or_default()
                 .put(&quota, tenant, key, value),
             Backend::Sqlite(sqlite) => {
-                let (_turn, entries) = sqlite.writes(tenant).await;
-                entries.set(&quota, tenant, key, &value)
+                let (tenant_name, key) = (tenant.to_owned(), key.to_owned());
+                sqlite
+                    .write(tenant, move |entries| {
+                        entries.set(&quota, &tenant_name, &key, &value)
+                    })
+                    .await
             }
             Backend::Redis(connections) => {
                 let connection = tenant_connection(connections, tenant, "SET").await?;
@@ -409,8 +413,10 @@ impl KeyValueStore {
                 Ok(())
             }
             Backend::Sqlite(sqlite) => {
-                let (_turn, entries) = sqlite.writes(tenant).await;
-                entries.delete(tenant, key)
+                let (tenant_name, key) = (tenant.to_owned(), key.to_owned());
+                sqlite
+                    .write(tenant, move |entries| entries.delete(&tenant_name, &key))
+                    .await
             }
             Backend::Redis(connections) => script(&DELETE_SCRIPT, &self.quota, tenant, key)
                 .run::<String>(&tenant_connection(connections, tenant, "DEL").await?)
@@ -433,8 +439,10 @@ impl KeyValueStore {
                 .remove(tenant)
                 .map_or(0, |entries| entries.entries.len() as u64)),
             Backend::Sqlite(sqlite) => {
-                let (_turn, entries) = sqlite.writes(tenant).await;
-                entries.forget_tenant(tenant)
+                let tenant_name = tenant.to_owned();
+                sqlite
+                    .write(tenant, move |entries| entries.forget_tenant(&tenant_name))
+                    .await
             }
             // The platform's command, on the shared connection.
             Backend::Redis(connections) => {
@@ -489,8 +497,12 @@ impl KeyValueStore {
                 result
             }
             Backend::Sqlite(sqlite) => {
-                let (_turn, entries) = sqlite.writes(tenant).await;
-                entries.increment(&quota, tenant, key, delta)
+                let (tenant_name, key) = (tenant.to_owned(), key.to_owned());
+                sqlite
+                    .write(tenant, move |entries| {
+                        entries.increment(&quota, &tenant_name, &key, delta)
+                    })
+                    .await
             }
             // The script runs INCRBY, atomic on the server, so concurrent increments from
             // any number of processes never lose an update; it then checks the quota and

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::turns::{TenantTurns, Turn};
+use super::turns::TenantTurns;
 use super::{KvError, KvQuota, Usage, entry_bytes, not_an_integer, parse_counter, would_overflow};
 use crate::Database;
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
@@ -65,14 +65,46 @@ impl SqliteBackend {
         &self.entries
     }
 
-    /// The entries once `tenant` has its turn to write, until the returned guard is
-    /// dropped.
-    pub(super) async fn writes(&self, tenant: &str) -> (Turn, &SqliteEntries) {
-        (self.turns.take(tenant).await, &self.entries)
+    /// Runs `write` on the entries once `tenant` has its turn, on a task of its own.
+    ///
+    /// Not in the caller's task: a guest's host calls run in its instance's task,
+    /// which gets the CPU in turns among its tenant's instances. A turn handed to a
+    /// call is used only once that call is polled, so a tenant with hundreds of busy
+    /// instances kept each turn it was handed, and every other tenant's writes, waiting
+    /// for its own CPU turn, hundreds of milliseconds. The caller dropped (its event's
+    /// deadline passed) drops the task, and with it its place in the rotation; a write
+    /// already under way completes first, as one transaction.
+    pub(super) async fn write<T>(
+        &self,
+        tenant: &str,
+        write: impl FnOnce(&SqliteEntries) -> Result<T, KvError> + Send + 'static,
+    ) -> Result<T, KvError>
+    where
+        T: Send + 'static,
+    {
+        let (turns, entries) = (Arc::clone(&self.turns), self.entries.clone());
+        let tenant = tenant.to_owned();
+        let mut task = AbortOnDrop(tokio::spawn(async move {
+            let _turn = turns.take(&tenant).await;
+            write(&entries)
+        }));
+        (&mut task.0)
+            .await
+            .map_err(|err| KvError::Store(format!("the write's task failed: {err}")))?
+    }
+}
+
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
 /// The statements of the backend on a [`Database`].
+#[derive(Clone)]
 pub(super) struct SqliteEntries(Database);
 
 impl SqliteEntries {
