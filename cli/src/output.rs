@@ -113,6 +113,12 @@ pub fn print_runs(runs: &RunsResponse, format: OutputFormat) -> anyhow::Result<(
                     run.duration_ms,
                     steps.join(", ")
                 );
+                if run.omitted_steps > 0 {
+                    println!(
+                        "{:<18} ({} more step records not kept)",
+                        "", run.omitted_steps
+                    );
+                }
                 if let Some(error) = &run.error {
                     println!("{:<18} error: {error}", "");
                 }

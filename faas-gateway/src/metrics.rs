@@ -491,6 +491,7 @@ mod tests {
                 worker: None,
                 handoff: None,
             }],
+            omitted_steps: 0,
         });
         series.held(1);
         series.dead_lettered("orders");

@@ -1562,6 +1562,7 @@ mod tests {
             status: RunStatus::Failed,
             error: Some("x".repeat(error_bytes)),
             steps: Vec::new(),
+            omitted_steps: 0,
         }
     }
 

@@ -37,7 +37,7 @@ pub use failure::{EventFailure, FailureKind};
 pub use load::{FunctionSummary, LoadError, LoadErrorKind};
 pub use logs::{LogLevel, LogLine, LogSink, LogSource, log_excerpt};
 pub use message::{BoxFuture, MAX_MESSAGE_BYTES, PublishError, Publisher, TriggerMessage};
-pub use record::{RunRecord, RunStatus, StepRecord};
+pub use record::{MAX_STEP_RECORD_BYTES, RunRecord, RunStatus, StepRecord};
 pub use replica::{
     BodyError, HttpResponse, Invoke, Loaded, LocalWorker, OutputRegion, RunReply, WorkerQuotas,
 };

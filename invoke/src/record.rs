@@ -28,23 +28,37 @@ pub struct RunRecord {
     pub status: RunStatus,
     /// Why it failed, if it did.
     pub error: Option<String>,
-    /// Every step invocation, in the order they finished.
+    /// Every step invocation, in the order they finished, as far as
+    /// [`MAX_STEP_RECORD_BYTES`] keeps them.
     pub steps: Vec<StepRecord>,
+    /// How many step invocations finished past [`MAX_STEP_RECORD_BYTES`], whose
+    /// records were not kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted_steps: u64,
+}
+
+/// The most bytes of step records one run keeps (by [`StepRecord::approx_bytes`]):
+/// a workflow of 128 steps that fan out to 1,024 branches each makes 131,072 of them,
+/// each with up to 4 KiB of its guest's error text, some 500 MiB for the worker to
+/// send and the gateway to keep. The records past it are counted, not kept.
+pub const MAX_STEP_RECORD_BYTES: usize = 1 << 20;
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 impl RunRecord {
     /// About how many bytes the record holds, to keep run history within a byte
     /// budget: its strings plus a fixed cost per step.
     pub fn approx_bytes(&self) -> usize {
-        let step = |record: &StepRecord| {
-            64 + record.step.len()
-                + record.error.as_ref().map_or(0, String::len)
-                + record.worker.as_ref().map_or(0, String::len)
-        };
         128 + self.run_id.len()
             + self.workflow.len()
             + self.error.as_ref().map_or(0, String::len)
-            + self.steps.iter().map(step).sum::<usize>()
+            + self
+                .steps
+                .iter()
+                .map(StepRecord::approx_bytes)
+                .sum::<usize>()
     }
 }
 
@@ -70,4 +84,14 @@ pub struct StepRecord {
     /// over a Unix socket, on the same host) or `network` (one copy over HTTP/2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<String>,
+}
+
+impl StepRecord {
+    /// About how many bytes the record holds: its strings plus a fixed cost.
+    pub fn approx_bytes(&self) -> usize {
+        64 + self.step.len()
+            + self.error.as_ref().map_or(0, String::len)
+            + self.worker.as_ref().map_or(0, String::len)
+            + self.handoff.as_ref().map_or(0, String::len)
+    }
 }

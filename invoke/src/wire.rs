@@ -150,6 +150,7 @@ mod tests {
             status: RunStatus::Succeeded,
             error: None,
             steps: Vec::new(),
+            omitted_steps: 0,
         }
     }
 

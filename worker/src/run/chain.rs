@@ -87,6 +87,7 @@ pub(crate) async fn run(
         Ok(result) => result,
         Err(_) => Err(RunError::Timeout(deadline)),
     };
+    let recorded = run.recorder.take();
     let record = RunRecord {
         run_id: run.run_id.clone(),
         workflow: run.workflow.name().to_owned(),
@@ -100,7 +101,8 @@ pub(crate) async fn run(
             RunStatus::Failed
         },
         error: result.as_ref().err().map(ToString::to_string),
-        steps: run.recorder.take(),
+        steps: recorded.steps,
+        omitted_steps: recorded.omitted,
     };
     RunOutcome { record, result }
 }
@@ -363,7 +365,9 @@ pub(crate) async fn run_branch(
         Ok(result) => result,
         Err(_) => Err(RunError::Timeout(deadline)),
     };
-    (run.recorder.take(), result)
+    // What this worker's budget left out is not sent: the caller's run counts only
+    // the records it gets, within its own budget.
+    (run.recorder.take().steps, result)
 }
 
 /// The owner of the regions of run `run_id` of `workflow`.
