@@ -32,6 +32,8 @@ pub(crate) struct RunShared {
     /// Other workers holding this workflow, which run some fan-out branches when the
     /// workflow spreads them (services mode); empty otherwise.
     pub peers: Peers,
+    /// When the run's deadline passes: a branch sent to a peer must end by then too.
+    pub deadline: Instant,
 }
 
 impl RunShared {
@@ -41,9 +43,11 @@ impl RunShared {
         run_id: String,
         message: Option<TriggerMessage>,
         peers: Peers,
+        timeout: Duration,
     ) -> Arc<Self> {
         let settings = workflow.manifest().settings;
         Arc::new(Self {
+            deadline: Instant::now() + timeout,
             worker,
             owner: RegionOwner {
                 tenant: workflow.tenant.clone(),
@@ -69,10 +73,10 @@ pub(crate) async fn run(
     peers: Peers,
 ) -> RunOutcome {
     let settings = workflow.manifest().settings;
-    let run = RunShared::new(worker, workflow, new_run_id(), message, peers);
+    let deadline = Duration::from_millis(settings.timeout_ms);
+    let run = RunShared::new(worker, workflow, new_run_id(), message, peers, deadline);
     let started_at = SystemTime::now();
     let clock = Instant::now();
-    let deadline = Duration::from_millis(settings.timeout_ms);
     let span = tracing::info_span!(
         "run",
         run_id = %run.run_id,
@@ -302,12 +306,18 @@ async fn on_peer(
 ) -> Result<Vec<Region>, Option<RunError>> {
     let call = BranchCall {
         workflow: run.workflow.name().to_owned(),
+        tenant: run.workflow.tenant().to_owned(),
         run_id: run.run_id.clone(),
         message: run.message.clone(),
         segment: segment.to_vec(),
         branch,
         branches,
         revision: None,
+        remaining_ms: Some(
+            run.deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64,
+        ),
     };
     let (steps, outputs) = match peer.run_branch(call, inputs, run.owner.clone()).await {
         // The peer was reached but ran nothing: it has not loaded the run's revision yet
@@ -345,7 +355,11 @@ pub(crate) async fn run_branch(
     call: BranchCall,
     inputs: Vec<Region>,
 ) -> (Vec<StepRecord>, Result<Vec<Region>, RunError>) {
-    let deadline = Duration::from_millis(workflow.manifest().settings.timeout_ms);
+    // What is left of the caller's run, not a deadline of its own: the caller stops
+    // waiting then.
+    let deadline = call.remaining().min(Duration::from_millis(
+        workflow.manifest().settings.timeout_ms,
+    ));
     let unknown = call
         .segment
         .iter()
@@ -359,7 +373,14 @@ pub(crate) async fn run_branch(
             ))),
         );
     }
-    let run = RunShared::new(worker, workflow, call.run_id, call.message, Arc::from([]));
+    let run = RunShared::new(
+        worker,
+        workflow,
+        call.run_id,
+        call.message,
+        Arc::from([]),
+        deadline,
+    );
     let segment = run_segment(&run, &call.segment, call.branch, call.branches, inputs);
     let result = match tokio::time::timeout(deadline, segment).await {
         Ok(result) => result,

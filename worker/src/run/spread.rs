@@ -8,12 +8,17 @@ use crate::region::{Region, RegionOwner};
 use faas_invoke::{BoxFuture, EventFailure, TriggerMessage};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What a peer is asked to run: one branch of a fan-out, in the caller's run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct BranchCall {
-    /// The workflow (the peer uses its own loaded copy, tenant included).
+    /// The workflow (the peer uses its own loaded copy).
     pub workflow: String,
+    /// Its tenant: the peer runs the branch only on its copy of that tenant's
+    /// workflow, never on another tenant's that took the name since.
+    #[serde(default)]
+    pub tenant: String,
     /// The caller's run: the regions stay that run's.
     pub run_id: String,
     /// The message that started the run, if any.
@@ -26,6 +31,19 @@ pub(crate) struct BranchCall {
     /// The revision the caller runs (the peer may hold it staged beside the live one).
     #[serde(default)]
     pub revision: Option<u64>,
+    /// What is left of the caller's run, in milliseconds, when it sends the call: the
+    /// branch ends by then, and the caller stops waiting for it then.
+    #[serde(default)]
+    pub remaining_ms: Option<u64>,
+}
+
+impl BranchCall {
+    /// What is left of the caller's run ([`Self::remaining_ms`]; without it, from a
+    /// caller of an older version, the workflow's own timeout applies).
+    pub fn remaining(&self) -> Duration {
+        self.remaining_ms
+            .map_or(Duration::MAX, Duration::from_millis)
+    }
 }
 
 /// A branch's step records and outputs, as its worker reported them.

@@ -97,6 +97,10 @@ struct ReplyHead {
     error: Option<EventFailure>,
 }
 
+/// How long after the caller's run deadline a reply is still read: the peer stops the
+/// branch at that deadline and then sends what it has.
+const REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs `call` on `peer` with `inputs`; the outputs belong to `owner`'s run.
 ///
 /// # Errors
@@ -117,6 +121,9 @@ async fn run_on_peer(
             let path = path.clone();
             let token = peer.token.clone();
             let files = peer.files.clone();
+            // The caller's run ends by then, and so does this thread's wait (a blocking
+            // read cannot be cancelled with the task that waits for it).
+            let deadline = Instant::now().checked_add(call.remaining().saturating_add(REPLY_GRACE));
             tokio::task::spawn_blocking(move || {
                 let mut stream = UnixStream::connect(&path)?;
                 // The credential goes alone, first: the peer reads it before anything
@@ -129,8 +136,7 @@ async fn run_on_peer(
                 };
                 send_frame(&stream, &frame(&head, &packed.inline), &packed.fds)?;
                 drop(inputs);
-                // The branch takes as long as its steps do: their deadlines bound it.
-                let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream, None)?;
+                let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream, deadline)?;
                 decode_reply(reply, fds, &inline, &owner, &files)
             })
             .await

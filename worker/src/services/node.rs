@@ -299,10 +299,20 @@ impl Node {
         fds: Vec<OwnedFd>,
         inline: &[u8],
     ) -> BranchReply {
-        let Some((_, workflow)) = self.serving(&head.call.workflow, head.call.revision) else {
+        // The caller's own workflow, at the caller's revision: a name another tenant
+        // took since (the caller's run outlives its removal, up to its deadline), or
+        // another version, would run the branch on steps that are not the run's, and
+        // hand them its inputs.
+        let served = self
+            .serving(&head.call.workflow, head.call.revision)
+            .filter(|(revision, workflow)| {
+                workflow.tenant() == head.call.tenant
+                    && head.call.revision.is_none_or(|wanted| wanted == *revision)
+            });
+        let Some((_, workflow)) = served else {
             let message = format!(
-                "workflow `{}` is not loaded on worker `{}`",
-                head.call.workflow, self.config.id
+                "workflow `{}` of tenant `{}` (revision {:?}) is not loaded on worker `{}`",
+                head.call.workflow, head.call.tenant, head.call.revision, self.config.id
             );
             return (Vec::new(), Err(EventFailure::unavailable(message)));
         };
