@@ -42,7 +42,16 @@ pub(crate) struct Peer {
     /// The caller's memory-file budget, which the outputs' files the peer passes back
     /// are counted against.
     pub files: Arc<FileBudget>,
+    /// The caller's places for calls over sockets ([`MAX_SOCKET_CALLS`]).
+    pub socket_calls: Arc<tokio::sync::Semaphore>,
 }
+
+/// The most branch calls over Unix sockets one worker waits on at once. Each waits on
+/// a thread of the guests' runtime's blocking pool (512 threads, which also tear
+/// stores down and resolve guests' names), for as long as its run may last: one
+/// tenant's wide fan-out could take them all. Past it, the caller runs the branch
+/// itself, as when a peer is unavailable.
+pub(crate) const MAX_SOCKET_CALLS: usize = 128;
 
 /// How a peer is reached, decided from placement.
 #[derive(Clone)]
@@ -118,6 +127,11 @@ async fn run_on_peer(
     };
     match &peer.link {
         PeerLink::Socket(path) => {
+            let Ok(place) = peer.socket_calls.clone().try_acquire_owned() else {
+                return Err(unavailable(&format!(
+                    "{MAX_SOCKET_CALLS} branch calls over sockets are waiting already"
+                )));
+            };
             let path = path.clone();
             let token = peer.token.clone();
             let files = peer.files.clone();
@@ -137,6 +151,7 @@ async fn run_on_peer(
                 send_frame(&stream, &frame(&head, &packed.inline), &packed.fds)?;
                 drop(inputs);
                 let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream, deadline)?;
+                drop(place);
                 decode_reply(reply, fds, &inline, &owner, &files)
             })
             .await

@@ -77,6 +77,9 @@ pub struct Node {
     failed: RwLock<HashMap<String, (u64, Refusal)>>,
     /// For workflows that spread their branches: the other workers holding them.
     peers: RwLock<HashMap<String, Arc<[Peer]>>>,
+    /// Places for branch calls over Unix sockets waiting for their replies, each on a
+    /// blocking thread ([`super::branch::MAX_SOCKET_CALLS`]).
+    socket_calls: Arc<tokio::sync::Semaphore>,
     /// Clients of the other workers.
     clients: RemoteWorkers,
     /// Set when the worker is stopping: it keeps what it holds and takes nothing new.
@@ -124,6 +127,7 @@ impl Node {
             staged: RwLock::default(),
             failed: RwLock::default(),
             peers: RwLock::default(),
+            socket_calls: Arc::new(tokio::sync::Semaphore::new(super::branch::MAX_SOCKET_CALLS)),
             draining: AtomicBool::new(false),
         });
         let mut tasks = JoinSet::new();
@@ -497,6 +501,7 @@ impl Node {
                     token: token.clone(),
                     revision: None,
                     files: self.worker.region_limits().files,
+                    socket_calls: self.socket_calls.clone(),
                 }
             })
             .collect()
