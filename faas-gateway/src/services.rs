@@ -141,13 +141,12 @@ impl ServicesBackend {
         tenant: &str,
         max_workflows: u64,
     ) -> Result<(), DeployError> {
-        if let DeployTarget::Resources(resources) = &self.target {
-            if resources.ensure_namespace(tenant).await? {
-                tracing::info!(tenant, "tenant namespace created");
-            }
-            resources.limit_workflows(tenant, max_workflows).await?;
+        if let DeployTarget::Resources(resources) = &self.target
+            && resources.ensure_namespace(tenant).await?
+        {
+            tracing::info!(tenant, "tenant namespace created");
         }
-        Ok(())
+        self.tenant_quotas_changed(tenant, max_workflows).await
     }
 
     /// After a change of `tenant`'s quotas: in Kubernetes mode, its namespace holds at

@@ -369,10 +369,10 @@ impl KeyValueStore {
                 .or_default()
                 .put(&quota, tenant, key, value),
             Backend::Sqlite(sqlite) => {
-                let (tenant_name, key) = (tenant.to_owned(), key.to_owned());
+                let key = key.to_owned();
                 sqlite
-                    .write(tenant, move |entries| {
-                        entries.set(&quota, &tenant_name, &key, &value)
+                    .write(tenant, move |entries, tenant| {
+                        entries.set(&quota, tenant, &key, &value)
                     })
                     .await
             }
@@ -413,9 +413,9 @@ impl KeyValueStore {
                 Ok(())
             }
             Backend::Sqlite(sqlite) => {
-                let (tenant_name, key) = (tenant.to_owned(), key.to_owned());
+                let key = key.to_owned();
                 sqlite
-                    .write(tenant, move |entries| entries.delete(&tenant_name, &key))
+                    .write(tenant, move |entries, tenant| entries.delete(tenant, &key))
                     .await
             }
             Backend::Redis(connections) => script(&DELETE_SCRIPT, &self.quota, tenant, key)
@@ -439,9 +439,8 @@ impl KeyValueStore {
                 .remove(tenant)
                 .map_or(0, |entries| entries.entries.len() as u64)),
             Backend::Sqlite(sqlite) => {
-                let tenant_name = tenant.to_owned();
                 sqlite
-                    .write(tenant, move |entries| entries.forget_tenant(&tenant_name))
+                    .write(tenant, |entries, tenant| entries.forget_tenant(tenant))
                     .await
             }
             // The platform's command, on the shared connection.
@@ -497,10 +496,10 @@ impl KeyValueStore {
                 result
             }
             Backend::Sqlite(sqlite) => {
-                let (tenant_name, key) = (tenant.to_owned(), key.to_owned());
+                let key = key.to_owned();
                 sqlite
-                    .write(tenant, move |entries| {
-                        entries.increment(&quota, &tenant_name, &key, delta)
+                    .write(tenant, move |entries, tenant| {
+                        entries.increment(&quota, tenant, &key, delta)
                     })
                     .await
             }

@@ -65,7 +65,8 @@ impl SqliteBackend {
         &self.entries
     }
 
-    /// Runs `write` on the entries once `tenant` has its turn, on a task of its own.
+    /// Runs `write` on the entries, with `tenant`, once `tenant` has its turn, on a
+    /// task of its own.
     ///
     /// Not in the caller's task: a guest's host calls run in its instance's task,
     /// which gets the CPU in turns among its tenant's instances. A turn handed to a
@@ -77,7 +78,7 @@ impl SqliteBackend {
     pub(super) async fn write<T>(
         &self,
         tenant: &str,
-        write: impl FnOnce(&SqliteEntries) -> Result<T, KvError> + Send + 'static,
+        write: impl FnOnce(&SqliteEntries, &str) -> Result<T, KvError> + Send + 'static,
     ) -> Result<T, KvError>
     where
         T: Send + 'static,
@@ -86,7 +87,7 @@ impl SqliteBackend {
         let tenant = tenant.to_owned();
         let mut task = AbortOnDrop(tokio::spawn(async move {
             let _turn = turns.take(&tenant).await;
-            write(&entries)
+            write(&entries, &tenant)
         }));
         (&mut task.0)
             .await

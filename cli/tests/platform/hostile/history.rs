@@ -5,6 +5,17 @@ use super::{Watch, assert_bystander_served, deploy_bystander};
 use crate::regions::{deploy_probe, start};
 use crate::support::{TOKEN, client, error_of};
 
+/// The admin API's answer listing `workflow`'s runs, as bytes.
+fn runs_answer(platform: &crate::support::Platform, workflow: &str) -> bytes::Bytes {
+    let runs = client()
+        .get(platform.at(&format!("/admin/v1/workflows/{workflow}/runs")))
+        .bearer_auth(TOKEN)
+        .send()
+        .unwrap();
+    assert_eq!(runs.status(), 200);
+    runs.bytes().unwrap()
+}
+
 #[test]
 fn a_32_mib_error_text_is_cut_in_the_response_and_in_run_history() {
     let dir = faas_testing::temp_dir();
@@ -20,13 +31,7 @@ fn a_32_mib_error_text_is_cut_in_the_response_and_in_run_history() {
         assert!(message.contains("more bytes cut"), "{}", &message[..200]);
     }
     watch.finish();
-    let runs = client()
-        .get(platform.at("/admin/v1/workflows/regions/runs"))
-        .bearer_auth(TOKEN)
-        .send()
-        .unwrap();
-    assert_eq!(runs.status(), 200);
-    let body = runs.bytes().unwrap();
+    let body = runs_answer(&platform, "regions");
     let records: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         records["runs"].as_array().map(Vec::len),
@@ -75,13 +80,7 @@ fn a_run_of_many_failing_branches_keeps_a_bounded_record() {
     let watch = Watch::start(&platform);
     let _ = platform.post("/wide", "go");
     watch.finish();
-    let runs = client()
-        .get(platform.at("/admin/v1/workflows/wide/runs"))
-        .bearer_auth(TOKEN)
-        .send()
-        .unwrap();
-    assert_eq!(runs.status(), 200);
-    let body = runs.bytes().unwrap();
+    let body = runs_answer(&platform, "wide");
     assert!(
         body.len() < 2 << 20,
         "one run's record is {} bytes",
