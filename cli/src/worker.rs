@@ -127,8 +127,8 @@ pub struct WorkerArgs {
     /// what their names resolve to.
     #[arg(long, env = "FAAS_OUTBOUND_PRIVATE_NETWORKS", value_delimiter = ',', value_parser = crate::args::parse_network)]
     pub outbound_private_networks: Vec<ipnet::IpNet>,
-    /// How many region memory files may be open at once, per worker. Defaults to a
-    /// quarter of the process's descriptor limit.
+    /// How many region memory files may be open at once, per worker (a quarter of
+    /// them per tenant). Defaults to a quarter of the process's descriptor limit.
     #[arg(long, env = "FAAS_MAX_REGION_FILES")]
     pub max_region_files: Option<usize>,
     /// How many guest page ranges regions may have mapped or protected at once, per

@@ -84,8 +84,9 @@ pub struct WorkerConfig {
     /// reach, through an `allowed_outbound_hosts` entry that names its host; none by
     /// default, since a tenant chooses its entries and what their names resolve to.
     pub outbound_private_networks: Arc<[ipnet::IpNet]>,
-    /// How many region memory files may be open in this worker at once: each is a file
-    /// descriptor, so this keeps guests far from the process's descriptor limit.
+    /// How many region memory files may be open in this worker at once (a quarter of
+    /// them per tenant): each is a file descriptor, so this keeps guests far from the
+    /// process's descriptor limit.
     pub max_region_files: usize,
     /// How many guest page ranges the host may have mapped or protected for regions
     /// at once in this worker (a quarter of them per tenant). Each may split one of

@@ -3,7 +3,6 @@
 //! region pages mapped or protected split.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Raises the process's soft limit on open files to its hard limit, so that sockets
 /// and region memory files have all the room the operator allows. Idempotent; a
@@ -20,54 +19,47 @@ pub fn raise_descriptor_limit() {
     }
 }
 
-/// How many region memory files may be open at once in one worker; each is a file
+/// How many region memory files may be open at once in one worker
+/// ([`crate::WorkerConfig::max_region_files`]), and by one tenant's regions (a quarter
+/// of that, so one tenant's values cannot leave none for the others); each is a file
 /// descriptor until the last region or mapping of it goes.
 #[derive(Debug)]
 pub(crate) struct FileBudget {
-    open: AtomicUsize,
-    max: usize,
+    budget: Arc<faas_budget::Budget<Arc<str>>>,
 }
 
 impl FileBudget {
     /// A budget of `max` files.
     pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(Self {
-            open: AtomicUsize::new(0),
-            max,
+            budget: Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
+                total: max as u64,
+                per_holder: (max / 4).max(1) as u64,
+            })),
         })
     }
 
-    /// Takes one file from the budget, or `None` when it is spent.
-    pub(crate) fn take(self: &Arc<Self>) -> Option<FileTicket> {
-        self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-                (open < self.max).then_some(open + 1)
-            })
-            .ok()
-            .map(|_| FileTicket(self.clone()))
-    }
-
-    /// The budget's size.
-    pub(crate) fn max(&self) -> usize {
-        self.max
+    /// Takes one file from the budget for `tenant`'s region.
+    ///
+    /// # Errors
+    /// [`faas_budget::OverBudget`] when the tenant's share, or the whole budget, is
+    /// spent.
+    pub(crate) fn take(&self, tenant: &Arc<str>) -> Result<FileTicket, faas_budget::OverBudget> {
+        let mut claim = self.budget.claim(tenant.clone());
+        claim.grow_to(1)?;
+        Ok(FileTicket(claim))
     }
 
     /// How many files are open now.
     #[cfg(test)]
     pub(crate) fn open(&self) -> usize {
-        self.open.load(Ordering::Acquire)
+        self.budget.held() as usize
     }
 }
 
 /// One file of a [`FileBudget`], given back when dropped.
 #[derive(Debug)]
-pub(crate) struct FileTicket(Arc<FileBudget>);
-
-impl Drop for FileTicket {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+pub(crate) struct FileTicket(#[allow(dead_code)] faas_budget::Claim<Arc<str>>);
 
 /// How many guest page ranges the host may have mapped or protected for regions at
 /// once: [`crate::WorkerConfig::max_region_mappings`] in all, a quarter of that per
@@ -91,13 +83,21 @@ mod tests {
 
     #[test]
     fn a_spent_budget_refuses_until_a_file_is_given_back() {
-        let budget = FileBudget::new(2);
-        let first = budget.take().unwrap();
-        let _second = budget.take().unwrap();
-        assert!(budget.take().is_none());
+        let budget = FileBudget::new(8);
+        let (hog, other): (Arc<str>, Arc<str>) = ("hog".into(), "other".into());
+        let first = budget.take(&hog).unwrap();
+        let _second = budget.take(&hog).unwrap();
+        // A tenant's share is a quarter of the files; the others keep the rest.
+        assert!(matches!(
+            budget.take(&hog),
+            Err(faas_budget::OverBudget::Share { limit: 2 })
+        ));
+        let others: Vec<_> = (0..2).map(|_| budget.take(&other).unwrap()).collect();
         drop(first);
+        assert_eq!(budget.open(), 3);
+        assert!(budget.take(&hog).is_ok());
+        drop(others);
         assert_eq!(budget.open(), 1);
-        assert!(budget.take().is_some());
     }
 
     #[test]

@@ -327,6 +327,12 @@ impl Worker {
         }
     }
 
+    /// The guest memory all of this worker's instances, and the values its runs hold,
+    /// count against.
+    pub(crate) fn guest_memory(&self) -> &Arc<GuestMemory> {
+        &self.guest_memory
+    }
+
     /// What every store's regions are held to.
     pub(crate) fn region_limits(&self) -> RegionLimits {
         RegionLimits {

@@ -175,12 +175,43 @@ pub enum RegionLimitExceeded {
         /// `for this tenant` or `in all`.
         whose: &'static str,
     },
-    /// The worker has as many region memory files open as it may.
-    #[error("the worker has {limit} region memory files open, its limit")]
-    Files {
-        /// `max_region_files`.
-        limit: usize,
+    /// Values received from another worker would take more guest memory than the
+    /// worker, or the tenant's share of it, has left.
+    #[error(
+        "the values received from another worker would pass this worker's guest memory \
+         {whose} ({limit} MiB)"
+    )]
+    GuestMemory {
+        /// The limit reached, in MiB.
+        limit: u64,
+        /// `for this tenant` or `in all`.
+        whose: &'static str,
     },
+    /// The worker, or the tenant's share of it (a quarter), has as many region
+    /// memory files open as it may.
+    #[error("the worker has {limit} region memory files open {whose}, its limit")]
+    Files {
+        /// The limit reached.
+        limit: u64,
+        /// `for this tenant` or `in all`.
+        whose: &'static str,
+    },
+}
+
+impl RegionLimitExceeded {
+    /// The limit `over` reached, and whose it is, as the errors say it.
+    pub(crate) fn whose(over: &faas_budget::OverBudget) -> (u64, &'static str) {
+        match *over {
+            faas_budget::OverBudget::Share { limit } => (limit, "for this tenant"),
+            faas_budget::OverBudget::Total { limit } => (limit, "in all"),
+        }
+    }
+
+    /// The file budget's refusal `over`.
+    fn files(over: &faas_budget::OverBudget) -> Self {
+        let (limit, whose) = Self::whose(over);
+        Self::Files { limit, whose }
+    }
 }
 
 /// One value handed between workflow steps: the host side of a `region` resource.
@@ -193,9 +224,10 @@ pub struct Region {
     /// The producer's instance, kept until the consumers have placed (mapped or copied)
     /// the value.
     producer: Option<Arc<Retired>>,
-    /// The guest memory a copied value's bytes hold once it has left its producer's
-    /// store ([`Region::carry_claim`]), given back when the last clone goes: a value
-    /// waiting out a retry's backoff or a join still counts against its tenant.
+    /// The guest memory the value holds once it has left its producer's store
+    /// ([`Region::carry_claim`]), or came from another worker process
+    /// ([`Region::holding`]), given back when the last clone goes: a value waiting
+    /// out a retry's backoff or a join still counts against its tenant.
     claim: Option<Arc<GuestMemoryClaim>>,
 }
 
@@ -433,13 +465,23 @@ impl Region {
     }
 
     /// Takes the part of `claim` (its producer's claim on guest memory) that the
-    /// value's copied bytes hold, so that they stay counted after the producer's store
-    /// is gone. A value in a memory file keeps its producer's store (and claim) alive
-    /// until its consumers have placed it, and takes nothing.
+    /// value holds, so that it stays counted after the producer's store is gone: its
+    /// copied bytes, or its memory file's pages (which stay when the worker tears a
+    /// retired producer down early, [`Retired::release`]).
     pub(crate) fn carry_claim(&mut self, claim: &mut GuestMemoryClaim) {
-        if let Body::Bytes(bytes) = &self.body {
-            self.claim = Some(Arc::new(claim.split_off(bytes.len() as u64)));
-        }
+        let held = match &self.body {
+            Body::Bytes(bytes) => bytes.len(),
+            Body::Sealed { len, .. } => pages::round_to_pages(*len),
+            Body::Writing { .. } => return,
+        };
+        self.claim = Some(Arc::new(claim.split_off(held as u64)));
+    }
+
+    /// The same value, holding `claim` (the guest memory it takes here) until its last
+    /// clone goes.
+    pub(crate) fn holding(mut self, claim: GuestMemoryClaim) -> Self {
+        self.claim = Some(Arc::new(claim));
+        self
     }
 
     /// The Karmem schema type of the value.
@@ -480,8 +522,8 @@ impl Region {
         files: &Arc<FileBudget>,
     ) -> Result<Self, RegionError> {
         let ticket = files
-            .take()
-            .ok_or(RegionLimitExceeded::Files { limit: files.max() })?;
+            .take(&owner.tenant)
+            .map_err(|over| RegionLimitExceeded::files(&over))?;
         Ok(Self {
             schema_type,
             owner: Some(owner),
@@ -597,10 +639,8 @@ impl Region {
         let ticket = scope
             .limits
             .files
-            .take()
-            .ok_or(RegionLimitExceeded::Files {
-                limit: scope.limits.files.max(),
-            })?;
+            .take(mapped.tenant())
+            .map_err(|over| RegionLimitExceeded::files(&over))?;
         // SAFETY: forwarded from the caller.
         Ok(unsafe { Self::create_in_file(scope, mapped, schema_type, pages, ticket) })
     }

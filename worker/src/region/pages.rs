@@ -11,7 +11,6 @@
 
 use super::{RegionError, RegionLimitExceeded};
 use crate::limits::MappingClaim;
-use faas_budget::OverBudget;
 use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
 use std::os::fd::BorrowedFd;
 
@@ -192,6 +191,11 @@ impl MappedPages {
         }
     }
 
+    /// The tenant whose store this is.
+    pub(crate) fn tenant(&self) -> &std::sync::Arc<str> {
+        self.claim.holder()
+    }
+
     /// Claims room in the worker's budget for one more range, before it is recorded.
     /// Idempotent until a range is recorded.
     ///
@@ -200,18 +204,10 @@ impl MappedPages {
     /// is spent.
     pub(crate) fn make_room(&mut self) -> Result<(), RegionLimitExceeded> {
         let recorded = self.ranges.len() + self.in_image.len();
-        self.claim
-            .grow_to(recorded as u64 + 1)
-            .map_err(|over| match over {
-                OverBudget::Share { limit } => RegionLimitExceeded::Mappings {
-                    limit,
-                    whose: "for this tenant",
-                },
-                OverBudget::Total { limit } => RegionLimitExceeded::Mappings {
-                    limit,
-                    whose: "in all",
-                },
-            })
+        self.claim.grow_to(recorded as u64 + 1).map_err(|over| {
+            let (limit, whose) = RegionLimitExceeded::whose(&over);
+            RegionLimitExceeded::Mappings { limit, whose }
+        })
     }
 
     /// Remembers `range` to restore later.

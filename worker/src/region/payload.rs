@@ -4,7 +4,7 @@
 use super::RegionError;
 use super::pages::round_to_pages;
 use crate::limits::FileTicket;
-use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// A payload buffer: an anonymous memory file, alive while any region refers to it
@@ -35,10 +35,10 @@ impl PayloadFile {
     }
 
     /// Freezes the file holding a `len`-byte value: zeroes the last page's tail (the
-    /// producer may have written past `len`, and consumers map whole pages) and seals
-    /// it against further writes, growth and shrinking. The producer's own mapping may
-    /// still exist (it is removed when its store is dropped) but its guest no longer
-    /// runs. Does nothing if already frozen.
+    /// producer may have written past `len`, and consumers map whole pages), frees the
+    /// pages past the value's, and seals it against further writes, growth and
+    /// shrinking. The producer's own mapping may still exist (it is removed when its
+    /// store is dropped) but its guest no longer runs. Does nothing if already frozen.
     pub(crate) fn freeze(&self, len: usize) -> Result<(), RegionError> {
         let map_err = |errno: rustix::io::Errno| RegionError::Map(errno.into());
         if rustix::fs::fcntl_get_seals(&self.fd)
@@ -53,6 +53,22 @@ impl PayloadFile {
         while written < tail.len() {
             written += rustix::io::pwrite(&self.fd, &tail[written..], (len + written) as u64)
                 .map_err(map_err)?;
+        }
+        // The value is what its run counts (`Region::carry_claim`), so the file may
+        // hold no more: a producer could fill a large capacity and seal a few bytes.
+        // A hole, not a shorter file, since the producer's pages still map it all.
+        let capacity = rustix::fs::fstat(&self.fd).map_err(map_err)?.st_size;
+        let beyond = u64::try_from(capacity)
+            .unwrap_or(0)
+            .saturating_sub(size as u64);
+        if beyond > 0 {
+            rustix::fs::fallocate(
+                &self.fd,
+                FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                size as u64,
+                beyond,
+            )
+            .map_err(map_err)?;
         }
         rustix::fs::fcntl_add_seals(
             &self.fd,
@@ -114,7 +130,7 @@ mod tests {
     use crate::limits::FileBudget;
 
     fn ticket() -> FileTicket {
-        FileBudget::new(1).take().unwrap()
+        FileBudget::new(1).take(&"t".into()).unwrap()
     }
 
     fn file_with(len: usize) -> PayloadFile {

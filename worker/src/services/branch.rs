@@ -8,10 +8,9 @@
 //! call: one copy over the network. Either way the branch runs there exactly as it
 //! would here, and its output regions come back the same way.
 
-use super::wire::{carry, uncarry};
-use crate::limits::FileBudget;
+use super::wire::{Received, carry, uncarry};
 use crate::region::{Region, RegionError, RegionOwner};
-use crate::run::{BranchCall, BranchPeer, BranchReply};
+use crate::run::{BranchCall, BranchPeer, BranchReply, RunError};
 use faas_invoke::wire::{Carried, InlineLen, MAX_FDS, frame, inline_len, split_frame};
 use faas_invoke::{BoxFuture, EventFailure, RemoteWorker, StepRecord};
 use rustix::net::{
@@ -39,9 +38,8 @@ pub(crate) struct Peer {
     pub token: Arc<str>,
     /// The workflow revision the caller runs, which the peer runs the branch with.
     pub revision: Option<u64>,
-    /// The caller's memory-file budget, which the outputs' files the peer passes back
-    /// are counted against.
-    pub files: Arc<FileBudget>,
+    /// What the outputs the peer passes back count against in the caller.
+    pub received: Received,
     /// The caller's places for calls over sockets ([`MAX_SOCKET_CALLS`]).
     pub socket_calls: Arc<tokio::sync::Semaphore>,
 }
@@ -134,7 +132,7 @@ async fn run_on_peer(
             };
             let path = path.clone();
             let token = peer.token.clone();
-            let files = peer.files.clone();
+            let received = peer.received.clone();
             // The caller's run ends by then, and so does this thread's wait (a blocking
             // read cannot be cancelled with the task that waits for it).
             let deadline = Instant::now().checked_add(call.remaining().saturating_add(REPLY_GRACE));
@@ -152,7 +150,7 @@ async fn run_on_peer(
                 drop(inputs);
                 let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream, deadline)?;
                 drop(place);
-                decode_reply(reply, fds, &inline, &owner, &files)
+                Ok::<_, std::io::Error>(decode_reply(reply, fds, &inline, &owner, &received))
             })
             .await
             .map_err(|err| unavailable(&err))?
@@ -170,25 +168,33 @@ async fn run_on_peer(
                 .await?;
             let (reply, inline) =
                 split_frame::<ReplyHead>(&body).map_err(|err| unavailable(&err))?;
-            decode_reply(reply, Vec::new(), inline, &owner, &peer.files)
-                .map_err(|err| unavailable(&err))
+            Ok(decode_reply(
+                reply,
+                Vec::new(),
+                inline,
+                &owner,
+                &peer.received,
+            ))
         }
     }
 }
 
+/// The branch's outcome from a peer's reply. The branch ran there, so outputs this
+/// worker cannot take (over its budgets, malformed) fail the branch: running it again
+/// here would repeat what it did.
 fn decode_reply(
     reply: ReplyHead,
     fds: Vec<OwnedFd>,
     inline: &[u8],
     owner: &RegionOwner,
-    files: &Arc<FileBudget>,
-) -> std::io::Result<BranchReply> {
+    received: &Received,
+) -> BranchReply {
     let outputs = match reply.error {
         Some(error) => Err(error),
-        None => Ok(uncarry(reply.outputs, fds, inline, Some(owner), files)
-            .map_err(std::io::Error::other)?),
+        None => uncarry(reply.outputs, fds, inline, owner, received)
+            .map_err(|err| EventFailure::from(&RunError::Output(err.to_string()))),
     };
-    Ok((reply.steps, outputs))
+    (reply.steps, outputs)
 }
 
 /// A call's inputs rebuilt from a frame, owned by `owner`'s run.
@@ -197,14 +203,14 @@ pub(crate) fn call_inputs(
     fds: Vec<OwnedFd>,
     inline: &[u8],
     owner: &RegionOwner,
-    files: &Arc<FileBudget>,
+    received: &Received,
 ) -> Result<Vec<Region>, RegionError> {
     uncarry(
         std::mem::take(&mut head.inputs),
         fds,
         inline,
-        Some(owner),
-        files,
+        owner,
+        received,
     )
 }
 

@@ -321,8 +321,8 @@ impl Node {
             return (Vec::new(), Err(EventFailure::unavailable(message)));
         };
         let owner = owner_of(&workflow, &head.call.run_id);
-        let files = self.worker.region_limits().files;
-        let inputs = match call_inputs(&mut head, fds, inline, &owner, &files) {
+        let received = received(&self.worker);
+        let inputs = match call_inputs(&mut head, fds, inline, &owner, &received) {
             Ok(inputs) => inputs,
             Err(err) => {
                 let failure = EventFailure::from(&RunError::Output(err.to_string()));
@@ -500,7 +500,7 @@ impl Node {
                     link,
                     token: token.clone(),
                     revision: None,
-                    files: self.worker.region_limits().files,
+                    received: received(&self.worker),
                     socket_calls: self.socket_calls.clone(),
                 }
             })
@@ -648,5 +648,13 @@ fn ready(revision: u64, workflow: &LoadedWorkflow) -> LoadStatus {
         error: None,
         error_kind: None,
         functions: workflow.summaries(),
+    }
+}
+
+/// What regions another worker process hands `worker` count against there.
+fn received(worker: &Worker) -> super::wire::Received {
+    super::wire::Received {
+        files: worker.region_limits().files,
+        memory: worker.guest_memory().clone(),
     }
 }

@@ -3,7 +3,8 @@
 //! and rebuilt from one.
 
 use crate::limits::FileBudget;
-use crate::region::{Region, RegionError, RegionOwner};
+use crate::memory_budget::GuestMemory;
+use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner};
 use crate::run::{RunError, RunOutcome};
 use faas_invoke::EventFailure;
 use faas_invoke::wire::{Carried, MAX_FDS, RunHead, frame};
@@ -67,14 +68,26 @@ pub(crate) fn carry(regions: &[Region], fds: bool) -> Result<Packed<'_>, RegionE
     })
 }
 
-/// Rebuilds the regions of a frame, owned by `owner`'s run when given; each memory
-/// file received takes one of this worker's budget `files`.
+/// What the regions another worker process hands this one count against here: each
+/// memory file takes one of the files, and each value its bytes of its tenant's guest
+/// memory (a value held here while its run goes on, at a join perhaps, after the
+/// sender has let it go).
+#[derive(Debug, Clone)]
+pub(crate) struct Received {
+    /// This worker's region memory files.
+    pub files: Arc<FileBudget>,
+    /// This worker's guest memory.
+    pub memory: Arc<GuestMemory>,
+}
+
+/// Rebuilds the regions of a frame, owned by `owner`'s run, counted against
+/// `budgets` for `owner`'s tenant.
 pub(crate) fn uncarry(
     carried: Vec<Carried>,
     fds: Vec<OwnedFd>,
     mut inline: &[u8],
-    owner: Option<&RegionOwner>,
-    files: &Arc<FileBudget>,
+    owner: &RegionOwner,
+    budgets: &Received,
 ) -> Result<Vec<Region>, RegionError> {
     let mut fds = fds.into_iter();
     let malformed = |what: &str| RegionError::Map(std::io::Error::other(what.to_owned()));
@@ -82,24 +95,34 @@ pub(crate) fn uncarry(
         .into_iter()
         .map(|entry| {
             let len = usize::try_from(entry.len).map_err(|_| malformed("length"))?;
-            if entry.fd {
+            let mut claim = budgets.memory.claim(owner.tenant.clone());
+            // A file holds the value's whole pages.
+            let held = if entry.fd {
+                len.next_multiple_of(4096)
+            } else {
+                len
+            };
+            claim.grow_to(held as u64).map_err(|over| {
+                let (limit, whose) = RegionLimitExceeded::whose(&over);
+                RegionLimitExceeded::GuestMemory {
+                    limit: limit >> 20,
+                    whose,
+                }
+            })?;
+            let region = if entry.fd {
                 let fd = fds
                     .next()
                     .ok_or_else(|| malformed("a memory file is missing"))?;
-                let owner = owner.ok_or_else(|| malformed("a memory file needs a run"))?;
-                Region::from_memory_file(entry.schema_type, owner.clone(), fd, len, files)
+                Region::from_memory_file(entry.schema_type, owner.clone(), fd, len, &budgets.files)?
             } else {
                 if inline.len() < len {
                     return Err(malformed("the inline bytes are truncated"));
                 }
                 let (bytes, rest) = inline.split_at(len);
                 inline = rest;
-                let region = Region::new(entry.schema_type, bytes);
-                Ok(match owner {
-                    Some(owner) => region.owned_by(owner.clone()),
-                    None => region,
-                })
-            }
+                Region::new(entry.schema_type, bytes).owned_by(owner.clone())
+            };
+            Ok(region.holding(claim))
         })
         .collect()
 }
@@ -130,41 +153,100 @@ mod tests {
         }
     }
 
-    #[test]
-    fn received_memory_files_are_charged_to_this_workers_budget() {
-        let owner = RegionOwner {
+    fn owner() -> RegionOwner {
+        RegionOwner {
             tenant: "a".into(),
             workflow: "w".into(),
             run_id: "r".into(),
-        };
-        let budget = FileBudget::new(1);
+        }
+    }
+
+    /// Budgets of `files` memory files and `memory` bytes of guest memory, half of it a
+    /// tenant's share.
+    fn budgets(files: usize, memory: u64) -> Received {
+        Received {
+            files: FileBudget::new(files),
+            memory: Arc::new(GuestMemory::new(faas_budget::BudgetLimits {
+                total: memory,
+                per_holder: memory / 2,
+            })),
+        }
+    }
+
+    #[test]
+    fn received_memory_files_are_charged_to_this_workers_budget() {
+        let owner = owner();
+        let received = budgets(1, 1 << 30);
         let carried = vec![by_descriptor(), by_descriptor()];
         let refused = uncarry(
             carried,
             vec![sealed_file(), sealed_file()],
             &[],
-            Some(&owner),
-            &budget,
+            &owner,
+            &received,
         );
         match refused {
-            Err(RegionError::Limit(RegionLimitExceeded::Files { limit: 1 })) => {}
+            Err(RegionError::Limit(RegionLimitExceeded::Files { limit: 1, .. })) => {}
             other => panic!("expected the file budget to refuse, got {other:?}"),
         }
         // Nothing of the refused frame stays charged.
-        assert_eq!(budget.open(), 0);
+        assert_eq!(received.files.open(), 0);
+        assert_eq!(received.memory.held(), 0);
 
-        let budget = FileBudget::new(2);
+        let received = budgets(8, 1 << 30);
         let carried = vec![by_descriptor(), by_descriptor()];
         let regions = uncarry(
             carried,
             vec![sealed_file(), sealed_file()],
             &[],
-            Some(&owner),
-            &budget,
+            &owner,
+            &received,
         )
         .unwrap();
-        assert_eq!(budget.open(), 2);
+        assert_eq!(received.files.open(), 2);
+        // Each file holds the value's whole page.
+        assert_eq!(received.memory.held(), 2 * 4096);
         drop(regions);
-        assert_eq!(budget.open(), 0);
+        assert_eq!(received.files.open(), 0);
+        assert_eq!(received.memory.held(), 0);
+    }
+
+    #[test]
+    fn received_values_count_in_their_tenants_share_of_guest_memory_while_they_live() {
+        let owner = owner();
+        // A share of 8 KiB: two values of 3 KiB fit, a third does not.
+        let received = budgets(8, 16 << 10);
+        let inline = |count: usize| {
+            let carried = (0..count)
+                .map(|_| Carried {
+                    schema_type: "bytes".into(),
+                    len: 3 << 10,
+                    fd: false,
+                })
+                .collect();
+            uncarry(
+                carried,
+                Vec::new(),
+                &vec![7; count * (3 << 10)],
+                &owner,
+                &received,
+            )
+        };
+        let held = inline(2).unwrap();
+        assert_eq!(received.memory.held(), 6 << 10);
+        match inline(1) {
+            Err(RegionError::Limit(RegionLimitExceeded::GuestMemory {
+                whose: "for this tenant",
+                ..
+            })) => {}
+            other => panic!("expected the tenant's share to refuse, got {other:?}"),
+        }
+        // A clone shares the claim; the last one gives it back.
+        let clones = held.clone();
+        drop(held);
+        assert_eq!(received.memory.held(), 6 << 10);
+        drop(clones);
+        assert_eq!(received.memory.held(), 0);
+        assert!(inline(2).is_ok());
     }
 }

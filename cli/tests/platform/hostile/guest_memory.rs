@@ -139,50 +139,121 @@ fn a_copied_value_waiting_for_its_consumer_stays_in_its_tenants_share() {
     // A value copied with `from-bytes` was counted only while its producer's store
     // lived: once the producer returned, a run waiting out its consumer's retry backoff
     // held the bytes uncounted, and a tenant's runs could hold any number of them.
-    let dir = faas_testing::temp_dir();
     let platform = crate::regions::start(&["--tenant-guest-memory-mb", "128"]);
-    deploy_bystander(&platform, dir.path());
     let [produce, produce_config] = crate::regions::probe_as("produce", "copy-out");
-    let [consume, consume_config] = crate::regions::probe_as("consume", "fail");
     let produce_config = (
         produce_config.0,
         produce_config.1.replace(" }", ", mb = \"32\" }"),
     );
-    crate::regions::deploy_example(
-        &platform,
-        dir.path(),
-        &crate::regions::pairs(&[
-            produce,
-            produce_config,
-            consume,
-            consume_config,
-            ("memory_mb = 1100".into(), "memory_mb = 128".into()),
-            (
-                "output = \"json\"".into(),
-                "output = \"json\"\nretries = { attempts = 10, backoff_ms = 60000 }".into(),
-            ),
-            ("timeout_ms = 120000".into(), "timeout_ms = 15000".into()),
-        ]),
+    let (ended, _) = values_waiting_for_consumers(&platform, &[produce, produce_config], "1");
+    assert_a_later_value_found_the_share_full(&platform, &ended, "1");
+}
+
+#[test]
+fn a_mapped_value_waiting_for_its_consumer_stays_in_its_tenants_share() {
+    // A value in a memory file was counted only through its producer's store, which the
+    // worker tears down early when the tenant's instance slots run short (here, a slot
+    // of its own for each of its events): a run waiting out its consumer's retry
+    // backoff then held the file's pages uncounted. Five such runs held 160 MiB of
+    // memory files beside a share of 128.
+    let platform = crate::regions::start(&["--tenant-guest-memory-mb", "128"]);
+    release_producers_early(&platform);
+    let body = (32 << 20).to_string();
+    let (ended, most_held) = values_waiting_for_consumers(&platform, &[], &body);
+    assert!(
+        most_held <= (128 + 16) << 20,
+        "the tenant's memory files held {} MiB at once",
+        most_held >> 20
     );
-    let watch = Watch::start(&platform);
-    // One run after another, each once the previous producer has returned (1.5 s is
-    // far more than a producer takes, on a loaded machine too): its 32 MiB value then
-    // waits in the run, its consumer failing and backing off until the run's deadline.
+    assert_a_later_value_found_the_share_full(&platform, &ended, &body);
+}
+
+#[test]
+fn a_value_sealed_short_of_its_pages_holds_only_its_own_pages() {
+    // A producer may fill a region's whole capacity and seal a byte of it. Its memory
+    // file kept every page, though only the value is counted once the producer is gone:
+    // five such runs held 160 MiB.
+    let platform = crate::regions::start(&["--tenant-guest-memory-mb", "128"]);
+    release_producers_early(&platform);
+    let [produce, produce_config] = crate::regions::probe_as("produce", "seal-short");
+    let produce_config = (
+        produce_config.0,
+        produce_config.1.replace(" }", ", mb = \"32\" }"),
+    );
+    let (ended, most_held) =
+        values_waiting_for_consumers(&platform, &[produce, produce_config], "1");
+    assert!(
+        most_held < 8 << 20,
+        "the tenant's one-byte values held {} MiB of memory files",
+        most_held >> 20
+    );
+    // Each run waited for its consumer until its deadline; none found the share full.
+    for body in &ended {
+        assert!(body.contains("run_timeout"), "{body}");
+    }
+}
+
+/// Gives the regions example's tenant one instance slot, so that each step's store
+/// takes the previous one's: the worker then tears its retired producers down early,
+/// and their values live on without them.
+fn release_producers_early(platform: &Platform) {
+    let quota = platform.faas(&["tenant", "set", "demo", "--max-instances", "1"]);
+    assert!(quota.status.success(), "{quota:?}");
+}
+
+/// Posts `body` to the regions example five times, one run after another once the
+/// previous producer has returned (1.5 s is far more than a producer takes, on a loaded
+/// machine too): its 32 MiB value then waits in the run, its consumer failing and
+/// backing off until the run's deadline. `producer` replaces the producer. Returns each
+/// run's answer, and the most the platform's region memory files held at once meanwhile.
+fn values_waiting_for_consumers(
+    platform: &Platform,
+    producer: &[(String, String)],
+    body: &str,
+) -> (Vec<String>, u64) {
+    let dir = faas_testing::temp_dir();
+    deploy_bystander(platform, dir.path());
+    let mut replacements = producer.to_vec();
+    replacements.extend(crate::regions::probe_as("consume", "fail"));
+    replacements.extend([
+        ("memory_mb = 1100".into(), "memory_mb = 128".into()),
+        (
+            "output = \"json\"".into(),
+            "output = \"json\"\nretries = { attempts = 10, backoff_ms = 60000 }".into(),
+        ),
+        ("timeout_ms = 120000".into(), "timeout_ms = 15000".into()),
+    ]);
+    crate::regions::deploy_example(platform, dir.path(), &crate::regions::pairs(&replacements));
+    let watch = Watch::start(platform);
+    let mut most_held = 0;
     let runs: Vec<_> = (0..5)
         .map(|_| {
             let url = platform.at("/regions");
+            let body = body.to_owned();
             let run = std::thread::spawn(move || {
-                client().post(url).body("1").send().unwrap().text().unwrap()
+                client()
+                    .post(url)
+                    .body(body)
+                    .send()
+                    .unwrap()
+                    .text()
+                    .unwrap()
             });
             std::thread::sleep(std::time::Duration::from_millis(1500));
+            most_held = most_held.max(region_file_bytes(platform));
             run
         })
         .collect();
-    let ended: Vec<String> = runs.into_iter().map(|run| run.join().unwrap()).collect();
+    let ended = runs.into_iter().map(|run| run.join().unwrap()).collect();
     watch.finish();
-    assert_bystander_served(&platform);
-    // The first producers' values fit the share; a later producer finds it full (each
-    // alone, 32 MiB of its own memory and 32 of copy, fits it easily).
+    assert_bystander_served(platform);
+    (ended, most_held)
+}
+
+/// Asserts that the first of the runs `ended` fit its tenant's share of guest memory
+/// and a later one found it full (each alone, 32 MiB of its own memory and 32 of value,
+/// fits it easily), and that once the runs are over their values were given back.
+fn assert_a_later_value_found_the_share_full(platform: &Platform, ended: &[String], body: &str) {
     let refused = |body: &str| body.contains("hold its whole share of guest memory");
     assert!(!refused(&ended[0]), "{}", ended[0]);
     assert!(
@@ -191,15 +262,23 @@ fn a_copied_value_waiting_for_its_consumer_stays_in_its_tenants_share() {
             .any(|body| refused(body) && body.contains("--tenant-guest-memory-mb")),
         "{ended:#?}"
     );
-    // Once the runs are over, their values are given back.
-    let again = client()
-        .post(platform.at("/regions"))
-        .body("1")
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let again = platform.post("/regions", body.to_owned()).text().unwrap();
     assert!(!refused(&again), "{again}");
+}
+
+/// The bytes the platform's region memory files hold in memory, read from the sizes of
+/// the files it has open.
+fn region_file_bytes(platform: &Platform) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", platform.pid())).unwrap();
+    fds.filter_map(Result::ok)
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|link| link.to_string_lossy().starts_with("/memfd:faas-region"))
+        })
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .map(|file| file.blocks() * 512)
+        .sum()
 }
 
 /// A guest's log line is cut to 4 KiB, and the platform keeps only those 4 KiB. It

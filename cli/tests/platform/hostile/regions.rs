@@ -101,7 +101,8 @@ fn a_region_limit_the_handle_limit_would_preempt_is_refused_at_start() {
 }
 
 #[test]
-fn a_flood_of_regions_stops_at_the_instance_limit_then_at_the_worker_file_limit() {
+fn a_flood_of_regions_stops_at_the_instance_limit_then_at_its_tenants_share_of_the_worker_file_limit()
+ {
     let dir = faas_testing::temp_dir();
     let platform = start(&[
         "--max-regions-per-instance",
@@ -126,9 +127,13 @@ fn a_flood_of_regions_stops_at_the_instance_limit_then_at_the_worker_file_limit(
     deploy_bystander(&platform, dir.path());
     deploy_probe(&platform, dir.path(), "flood", "");
     for _ in 0..3 {
-        // Each run is stopped at the worker's budget, and gives its files back.
+        // Each run is stopped at its tenant's share of the worker's budget (a
+        // quarter), and gives its files back.
         let message = consumer_failure(&platform, "/regions", 1000);
-        assert!(message.contains("40 region memory files open"), "{message}");
+        assert!(
+            message.contains("10 region memory files open for this tenant"),
+            "{message}"
+        );
     }
     assert_bystander_served(&platform);
     deploy_example(&platform, dir.path(), &[]);
@@ -302,4 +307,56 @@ fn a_guest_placing_its_input_over_and_over_stops_at_its_instance_limit_and_its_t
     assert_eq!(held.status(), 200, "{:?}", held.text());
     // The mappings are given back with the stores: the attacker's tenant places again.
     assert_eq!(transfer(&platform, "/scatter-hold", 1000)["placed"], 30);
+}
+
+#[test]
+fn one_tenants_waiting_values_hold_at_most_its_share_of_region_files_and_another_tenant_gets_its_own()
+ {
+    // Region memory files had one budget for the whole worker: a tenant whose runs held
+    // their values (waiting out a consumer's retry backoff, or at a join) could hold
+    // every file, and every other tenant's regions were refused.
+    let dir = faas_testing::temp_dir();
+    let platform = start(&["--max-region-files", "8"]);
+    let mut hog = vec![(
+        "tenant = \"demo\"".to_owned(),
+        "tenant = \"hog\"".to_owned(),
+    )];
+    hog.extend(probe_as("consume", "fail"));
+    hog.extend([
+        (
+            "output = \"json\"".into(),
+            "output = \"json\"\nretries = { attempts = 10, backoff_ms = 60000 }".into(),
+        ),
+        ("timeout_ms = 120000".into(), "timeout_ms = 15000".into()),
+    ]);
+    deploy_example(&platform, dir.path(), &pairs(&hog));
+    deploy_example(
+        &platform,
+        dir.path(),
+        &[
+            ("tenant = \"demo\"", "tenant = \"other\""),
+            ("name = \"regions\"", "name = \"their-regions\""),
+            ("route = \"/regions\"", "route = \"/their-regions\""),
+        ],
+    );
+    // Eight runs at once, each holding its value's file until its deadline if it can.
+    let runs: Vec<_> = (0..8)
+        .map(|_| {
+            let url = platform.at("/regions");
+            std::thread::spawn(move || {
+                let response = crate::support::client().post(url).body("1000").send();
+                response.unwrap().text().unwrap()
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // The other tenant's value still gets a file, while the runs wait.
+    let report = transfer(&platform, "/their-regions", 1000);
+    assert_eq!(report["sum"], expected_sum(1000), "{report}");
+    let ended: Vec<String> = runs.into_iter().map(|run| run.join().unwrap()).collect();
+    let refused = ended
+        .iter()
+        .filter(|body| body.contains("2 region memory files open for this tenant"))
+        .count();
+    assert!(refused >= 6, "{ended:#?}");
 }

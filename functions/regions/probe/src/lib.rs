@@ -27,6 +27,8 @@
 //!   read-only value leaves a protected range, which splits the process's memory maps.
 //! - `copy-out`: returns a value of config `mb` MiB (1) copied with `from-bytes`, of
 //!   the step's output type `blob.km:Blob` (as the example's producer).
+//! - `seal-short`: fills a region of config `mb` MiB (1) of the step's output type
+//!   `blob.km:Blob`, and seals one byte of it (the memory file must not keep the rest).
 //! - `huge-error`: fails with a 32 MiB error text, which the platform must not keep.
 //! - `spin`: computes forever (a run whose caller stops waiting must stop it).
 //! - `initial-data`: reports whether its initial data (a data segment of sevens) is
@@ -156,6 +158,12 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
         "copy-out" => {
             let bytes = vec![7u8; config_number("mb").unwrap_or(1) << 20];
             return Ok(vec![Region::from_bytes("blob.km:Blob", &bytes)]);
+        }
+        "seal-short" => {
+            let capacity = config_number("mb").unwrap_or(1) << 20;
+            let mut writer = RegionWriter::<()>::labelled("blob.km:Blob", capacity)?;
+            writer.buffer().fill(7);
+            return writer.finish(1).map(|region| vec![region]);
         }
         "huge-error" => return Err("E".repeat(32 << 20)),
         "spin" => loop {
