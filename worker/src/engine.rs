@@ -62,6 +62,11 @@ impl PoolReset {
     }
 }
 
+/// The most core module instances one component may make: a Rust component makes 3, a
+/// componentize-py one 14, a componentize-js one 4. A component with more is refused
+/// at load.
+pub const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+
 /// Builds an engine: pooling allocator and epoch interruption, and fuel metering if
 /// `fuel`; its slots are reset as `reset` says.
 ///
@@ -85,8 +90,14 @@ pub(crate) fn build_engine(
         // a moment. Twice the slots costs only address space.
         let slots = config.max_instances.saturating_mul(2);
         pool.total_component_instances(slots)
-            // A Rust component holds a few core instances (its module plus shims).
-            .total_core_instances(slots.saturating_mul(4))
+            // Every slot may hold a component with the most core instances one may
+            // have, so the core instances never run out before the slots do: the slots
+            // are what each tenant's share counts, and a component of hundreds of
+            // core instances must not leave other tenants' instantiations failing.
+            // Only a count (each instance's memory is bounded by
+            // `max_component_instance_size`, whatever the count).
+            .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
+            .total_core_instances(slots.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT))
             .total_memories(slots)
             .total_tables(slots.saturating_mul(2))
             .max_memory_size(config.max_memory_mb as usize * (1 << 20))
@@ -263,6 +274,69 @@ impl Drop for EpochClock {
 mod tests {
     use super::*;
     use tokio::sync::Semaphore;
+
+    /// A component that instantiates an empty core module `count` times, and does
+    /// nothing else.
+    fn component_of_core_instances(count: u32) -> Vec<u8> {
+        let mut component = b"\0asm\x0d\0\x01\0".to_vec();
+        let module = b"\0asm\x01\0\0\0";
+        component.extend([1, module.len() as u8]);
+        component.extend(module);
+        // The core instance section: `count` times (instantiate module 0, no args).
+        let mut instances = Vec::new();
+        leb128(&mut instances, count);
+        for _ in 0..count {
+            instances.extend([0, 0, 0]);
+        }
+        component.push(2);
+        leb128(&mut component, instances.len() as u32);
+        component.extend(instances);
+        component
+    }
+
+    fn leb128(out: &mut Vec<u8>, mut value: u32) {
+        loop {
+            let byte = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    #[tokio::test]
+    async fn every_slot_may_hold_a_component_of_the_most_core_instances_and_no_more() {
+        // The pool had four core instances a slot, and no bound per component: a few
+        // instances of a component making hundreds of them left every other
+        // tenant's instantiation failing.
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = WorkerConfig::new(dir.path());
+        config.max_instances = 4;
+        let codegen = Codegen {
+            fuel: false,
+            memory_init_cow: false,
+        };
+        let engine = build_engine(&config, codegen, PoolReset::Whole { bytes: 0 }).unwrap();
+        let over = component_of_core_instances(MAX_CORE_INSTANCES_PER_COMPONENT + 1);
+        let refused = wasmtime::component::Component::new(&engine, over).unwrap_err();
+        assert!(
+            format!("{refused:?}").contains("core module instances"),
+            "{refused:?}"
+        );
+        let most = component_of_core_instances(MAX_CORE_INSTANCES_PER_COMPONENT);
+        let component = wasmtime::component::Component::new(&engine, most).unwrap();
+        let linker = wasmtime::component::Linker::<()>::new(&engine);
+        let mut stores = Vec::new();
+        for slot in 0..config.max_instances * 2 {
+            let mut store = wasmtime::Store::new(&engine, ());
+            if let Err(err) = linker.instantiate_async(&mut store, &component).await {
+                panic!("slot {slot} of {}: {err:?}", config.max_instances * 2);
+            }
+            stores.push(store);
+        }
+    }
 
     #[test]
     fn the_clock_stands_still_while_no_store_exists() {
