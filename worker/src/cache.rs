@@ -206,6 +206,12 @@ impl ComponentCache {
         self.store(&path, &compiled)?;
         // SAFETY: as above; the file was written by us a moment ago.
         let component = unsafe { Component::deserialize_file(engine, &path) }.map_err(|err| {
+            // A component this engine refuses (more memories than an instance may
+            // have...) is refused again at every deploy: its file would only fill the
+            // disk, deploy after deploy, with nothing pruning it.
+            if let Err(err) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), "cannot remove a refused artifact: {err}");
+            }
             LoadError::Compile {
                 function: function.to_owned(),
                 message: format!("{err:#}"),

@@ -51,6 +51,19 @@ pub const DEFAULT_COMPILE_TIME: Duration = Duration::from_secs(120);
 /// measured here need (the 18 MiB Python and 13 MiB JavaScript hellos: 450 MiB).
 pub const DEFAULT_COMPILE_MEMORY_MB: u64 = 2048;
 
+/// How much compiled code a component of `wasm_bytes` may make: its code and its
+/// initial data, laid out to be mapped, come to two or three times its size (the
+/// JavaScript hello's 12 MiB make 34 MiB, the Python hello's 18 MiB make 36 MiB).
+/// Initial data is laid out as whole memory images, zeros and all, up to 16 MiB each
+/// however little of it a component holds: a component of a few hundred bytes could
+/// otherwise make hundreds of MiB of code file, in the worker's memory and in its
+/// cache.
+pub fn max_artifact_bytes(wasm_bytes: usize) -> u64 {
+    (wasm_bytes as u64)
+        .saturating_mul(8)
+        .saturating_add(32 << 20)
+}
+
 /// How often a compile child's resident memory is looked at: a compiler touches at
 /// most a few MiB per millisecond, so it is stopped a few tens of MiB past its limit.
 pub const MEMORY_POLL: Duration = Duration::from_millis(10);
@@ -168,10 +181,16 @@ fn in_child(
         // The child is not reaped before this thread ends (`wait` comes after the
         // scope), so `pid` names it, or its zombie, for as long as this may kill it.
         let watchdog = scope.spawn(move || watch(pid, limits, &finish));
+        let most = max_artifact_bytes(bytes.len());
         let mut artifact = Vec::new();
-        let read = stdout.read_to_end(&mut artifact);
+        let read = stdout.by_ref().take(most + 1).read_to_end(&mut artifact);
+        let too_large = artifact.len() as u64 > most;
+        if too_large {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
         drop(finished);
         let stopped = watchdog.join().unwrap_or(None);
+        let stopped = stopped.or(too_large.then_some(Stopped::Output { most }));
         (
             read.map(|_| artifact),
             said.join().unwrap_or_default(),
@@ -206,6 +225,10 @@ enum Stopped {
         cpu: Option<Duration>,
     },
     Memory,
+    /// Its artifact passed [`max_artifact_bytes`], this many bytes.
+    Output {
+        most: u64,
+    },
 }
 
 impl Stopped {
@@ -235,6 +258,12 @@ impl Stopped {
                 "compiling needed more memory than the worker allows ({} MiB, \
                  --compile-memory-mb): the component is too large or too complex",
                 limits.memory_mb
+            ),
+            Self::Output { most } => format!(
+                "its compiled code would pass {} MiB, eight times the component's size \
+                 and 32 MiB: it declares far more code or initial data (sparse data \
+                 segments across large memories) than its size holds",
+                most >> 20
             ),
         }
     }

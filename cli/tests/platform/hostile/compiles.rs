@@ -10,8 +10,8 @@ use crate::support::{Platform, deploy_at, faas_at, repo, write_manifest, write_m
 use std::path::Path;
 use std::time::{Duration, Instant};
 use wasm_encoder::{
-    CodeSection, Component, Function, FunctionSection, Instruction, Module, ModuleSection,
-    TypeSection, ValType,
+    CodeSection, Component, ConstExpr, DataSection, Function, FunctionSection, InstanceSection,
+    Instruction, MemorySection, MemoryType, Module, ModuleSection, TypeSection, ValType,
 };
 
 /// A component of 1.7 MiB that is expensive to compile: four functions of 200 locals
@@ -57,6 +57,36 @@ fn expensive_component(seed: i32) -> Vec<u8> {
     module.section(&types).section(&functions).section(&code);
     let mut component = Component::new();
     component.section(&ModuleSection(&module));
+    component.finish()
+}
+
+/// A component of a few hundred bytes of `modules` core modules, the first
+/// instantiated, each with `memories` memories of 16 MiB, each with two one-byte data
+/// segments 15 MiB apart: Wasmtime lays initial data out as a whole image, zeros and
+/// all, up to 16 MiB a memory, so each memory makes 15 MiB of compiled code file.
+fn sparse_data_component(modules: u32, memories: u32) -> Vec<u8> {
+    let (mut memory, mut data) = (MemorySection::new(), DataSection::new());
+    for index in 0..memories {
+        memory.memory(MemoryType {
+            minimum: 256,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+        for offset in [0, 15 << 20] {
+            data.active(index, &ConstExpr::i32_const(offset), [7]);
+        }
+    }
+    let mut module = Module::new();
+    module.section(&memory).section(&data);
+    let mut component = Component::new();
+    for _ in 0..modules {
+        component.section(&ModuleSection(&module));
+    }
+    let mut instances = InstanceSection::new();
+    instances.instantiate(0, Vec::<(&str, wasm_encoder::ModuleArg)>::new());
+    component.section(&instances);
     component.finish()
 }
 
@@ -157,4 +187,55 @@ fn a_worker_process_reports_a_compile_past_its_limit_as_such() {
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
     let hello = services.get("/hello?name=after");
     assert_eq!(hello.text().unwrap().trim(), "Hello, after!");
+}
+
+#[test]
+fn a_component_of_sparse_initial_data_makes_no_more_code_than_its_size_allows_and_a_refused_one_leaves_nothing_cached()
+ {
+    // A component of a few hundred bytes could compile to hundreds of MiB of code file,
+    // which the worker read whole into its memory and wrote to its cache; and one it
+    // then refused at load (more memories than an instance may have) left its file
+    // there, deploy after deploy, with nothing pruning it, until the disk was full.
+    let dir = faas_testing::temp_dir();
+    let cache = faas_testing::temp_dir();
+    let cache_dir = cache.path().to_str().unwrap();
+    let platform = Platform::start_with(&["--no-demo", "--cache-dir", cache_dir]);
+    deploy_bystander(&platform, dir.path());
+    let cached = || -> Vec<u64> {
+        walk(cache.path())
+            .iter()
+            .filter(|path| path.extension().is_some_and(|ext| ext == "cwasm"))
+            .map(|path| std::fs::metadata(path).map_or(0, |file| file.len()))
+            .collect()
+    };
+    let before = cached();
+    // 30 MiB of code file for a module of more memories than an instance may have: it
+    // compiles, is refused at load, and nothing of it stays.
+    let (error, _) = deploy_expensive(&platform, dir.path(), sparse_data_component(1, 2));
+    assert!(error.contains("memories count of 2"), "{error}");
+    assert_eq!(cached(), before, "the refused component stayed cached");
+    // 240 MiB of code file for modules it never instantiates (which no limit of an
+    // instance looks at): refused while compiling, and nothing stays either.
+    let (error, _) = deploy_expensive(&platform, dir.path(), sparse_data_component(16, 1));
+    assert!(error.contains("compiled code would pass 32 MiB"), "{error}");
+    assert!(error.contains("HTTP 422"), "{error}");
+    assert_eq!(cached(), before, "the refused component stayed cached");
+    assert_platform_carries_on(&platform, dir.path());
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .flat_map(|entry| {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path)
+            } else {
+                vec![path]
+            }
+        })
+        .collect()
 }
