@@ -7,6 +7,7 @@ use faas_connections::{ConnectionLimits, IPV6_CLIENT_SUBNET, RequestLimits};
 use faas_gateway::GatewayConfig;
 use faas_gateway::body_budget::{
     BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB,
+    DEFAULT_MESSAGE_BUDGET_MB, DEFAULT_TENANT_MESSAGE_BUDGET_MB,
 };
 use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
@@ -66,16 +67,23 @@ pub struct GatewayArgs {
     /// Largest request body an invocation may send, in bytes.
     #[arg(long, env = "FAAS_MAX_BODY_BYTES", default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
-    /// How much memory the request bodies and pub/sub messages the gateway holds may
-    /// take in all, in MiB; a body past it is refused with 503 (a message dropped). 0
-    /// for no limit.
+    /// How much memory the request bodies the gateway holds may take in all, in MiB; a
+    /// body past it is refused with 503. 0 for no limit.
     #[arg(long, env = "FAAS_BODY_BUDGET_MB", default_value_t = DEFAULT_BODY_BUDGET_MB)]
     pub body_budget_mb: u64,
-    /// How much of that one client address's bodies, or one tenant's pub/sub messages,
-    /// may take, in MiB; a body past it is refused with 429 (a message dropped). 0 for
-    /// no limit.
+    /// How much of that one client address's bodies may take, in MiB; a body past it
+    /// is refused with 429. 0 for no limit.
     #[arg(long, env = "FAAS_CLIENT_BODY_BUDGET_MB", default_value_t = DEFAULT_CLIENT_BODY_BUDGET_MB)]
     pub client_body_budget_mb: u64,
+    /// How much memory the pub/sub messages and stream entries the gateway holds may
+    /// take in all, in MiB (a budget of their own, which no client reaches); a message
+    /// past it is dropped, a stream entry waits in Redis. 0 for no limit.
+    #[arg(long, env = "FAAS_MESSAGE_BUDGET_MB", default_value_t = DEFAULT_MESSAGE_BUDGET_MB)]
+    pub message_budget_mb: u64,
+    /// How much of that one tenant's messages and entries may take, in MiB. 0 for no
+    /// limit.
+    #[arg(long, env = "FAAS_TENANT_MESSAGE_BUDGET_MB", default_value_t = DEFAULT_TENANT_MESSAGE_BUDGET_MB)]
+    pub tenant_message_budget_mb: u64,
     /// How many workflows each tenant may have deployed, unless the operator set the
     /// tenant's own quota (`faas tenant set <name> --max-workflows N`). 0 for no limit.
     #[arg(long, env = "FAAS_TENANT_MAX_WORKFLOWS", default_value_t = DEFAULT_TENANT_MAX_WORKFLOWS)]
@@ -144,6 +152,10 @@ impl GatewayArgs {
         config.body_budget = BodyBudgetLimits {
             total: mib_or_unlimited(self.body_budget_mb),
             per_holder: mib_or_unlimited(self.client_body_budget_mb),
+        };
+        config.message_budget = BodyBudgetLimits {
+            total: mib_or_unlimited(self.message_budget_mb),
+            per_holder: mib_or_unlimited(self.tenant_message_budget_mb),
         };
         config.max_deploys_per_tenant = self.max_deploys_per_tenant;
         config.max_log_follows_per_tenant = self.max_log_follows_per_tenant;

@@ -1,6 +1,9 @@
-//! How much memory the events' bodies the gateway holds may take: those of one holder
-//! (a client address's request bodies, or a tenant's channel messages), and those of
-//! all holders together.
+//! How much memory the events' bodies the gateway holds may take: two budgets of the
+//! same kind, one for request bodies (held by client address) and one for pub/sub
+//! messages and stream entries (held by tenant), each bounding what one holder and
+//! all holders together take. Two, because clients are anyone who can reach the
+//! gateway: with one budget, requests that declare large bodies and never send them
+//! held the whole of it, and every tenant's messages were dropped meanwhile.
 //!
 //! An invocation's body is read whole before its event starts, and held until the
 //! event's response is ready (an event waiting for a replica holds its body too). The
@@ -16,8 +19,8 @@
 //!
 //! A pub/sub message is a body too, held from when it arrives until its run ends, and
 //! messages arrive as fast as a tenant's guests publish them, whatever its runs keep
-//! up with: its tenant holds it (`redis/channel.rs`), and one that does not fit is
-//! dropped, as pub/sub may drop messages. A stream consumer reserves room before it
+//! up with: its tenant holds it in the message budget (`redis/channel.rs`), and one
+//! that does not fit is dropped, as pub/sub may drop messages. A stream consumer reserves room before it
 //! reads (`redis/stream.rs`), so entries wait in Redis instead.
 //!
 //! Behind a proxy every client has the proxy's address, so the share per holder is a
@@ -28,8 +31,8 @@
 
 use std::net::IpAddr;
 
-/// The budget's sizes, in bytes: all holders' bodies together (`total`), and one
-/// holder's (`per_holder`: one client address's, or one tenant's channel messages).
+/// A budget's sizes, in bytes: all holders' bodies together (`total`), and one
+/// holder's (`per_holder`: one client address's bodies, or one tenant's messages).
 pub use faas_budget::BudgetLimits as BodyBudgetLimits;
 pub(crate) use faas_budget::OverBudget;
 
@@ -39,6 +42,13 @@ pub const DEFAULT_BODY_BUDGET_MB: u64 = 256;
 
 /// The default [`BodyBudgetLimits::per_holder`]: a quarter of the whole.
 pub const DEFAULT_CLIENT_BODY_BUDGET_MB: u64 = 64;
+
+/// The default total of the message budget: a quarter of the Helm chart's gateway
+/// pod's memory limit, beside the bodies' half.
+pub const DEFAULT_MESSAGE_BUDGET_MB: u64 = 128;
+
+/// The default share of one tenant's messages: a quarter of the message budget.
+pub const DEFAULT_TENANT_MESSAGE_BUDGET_MB: u64 = 32;
 
 /// What a pub/sub message or stream entry claims beyond its bytes: what holding it
 /// costs besides, so that empty messages are bounded too.

@@ -1,6 +1,9 @@
 //! The gateway's settings, with safe defaults.
 
-use crate::body_budget::{BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB};
+use crate::body_budget::{
+    BodyBudgetLimits, DEFAULT_BODY_BUDGET_MB, DEFAULT_CLIENT_BODY_BUDGET_MB,
+    DEFAULT_MESSAGE_BUDGET_MB, DEFAULT_TENANT_MESSAGE_BUDGET_MB,
+};
 use faas_connections::{ConnectionLimits, IPV6_CLIENT_SUBNET, RequestLimits};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -14,10 +17,14 @@ pub struct GatewayConfig {
     pub token: String,
     /// Largest request body an invocation may send (default 8 MiB); larger gets 413.
     pub max_body_bytes: usize,
-    /// How much the request bodies and pub/sub messages the gateway holds may take, per
-    /// client address (or tenant, for messages) and in all (defaults: [`DEFAULT_CLIENT_BODY_BUDGET_MB`], [`DEFAULT_BODY_BUDGET_MB`];
+    /// How much the request bodies the gateway holds may take, per client address and
+    /// in all (defaults: [`DEFAULT_CLIENT_BODY_BUDGET_MB`], [`DEFAULT_BODY_BUDGET_MB`];
     /// see [`crate::body_budget`]).
     pub body_budget: BodyBudgetLimits,
+    /// How much the pub/sub messages and stream entries the gateway holds may take, per
+    /// tenant and in all (defaults: [`DEFAULT_TENANT_MESSAGE_BUDGET_MB`],
+    /// [`DEFAULT_MESSAGE_BUDGET_MB`]): a budget of their own, which no client reaches.
+    pub message_budget: BodyBudgetLimits,
     /// Largest deploy upload (default 256 MiB).
     pub max_deploy_bytes: usize,
     /// How many deploys one tenant may have in the gateway at once, in progress or
@@ -82,6 +89,10 @@ impl GatewayConfig {
             body_budget: BodyBudgetLimits {
                 total: DEFAULT_BODY_BUDGET_MB << 20,
                 per_holder: DEFAULT_CLIENT_BODY_BUDGET_MB << 20,
+            },
+            message_budget: BodyBudgetLimits {
+                total: DEFAULT_MESSAGE_BUDGET_MB << 20,
+                per_holder: DEFAULT_TENANT_MESSAGE_BUDGET_MB << 20,
             },
             max_deploy_bytes: 256 << 20,
             max_deploys_per_tenant: DEFAULT_MAX_DEPLOYS_PER_TENANT,

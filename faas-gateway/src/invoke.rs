@@ -668,7 +668,7 @@ fn over_budget(over: OverBudget) -> Response<Body> {
         OverBudget::Total { limit } => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "the gateway holds {} MiB of request bodies and messages, its budget \
+                "the gateway holds {} MiB of request bodies, its budget \
                  (--body-budget-mb); try again shortly",
                 limit >> 20
             ),

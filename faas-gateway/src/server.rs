@@ -45,8 +45,11 @@ pub(crate) struct App {
     pub logs: Option<crate::logs::LogStore>,
     /// The deploys each tenant has in the gateway (`max_deploys_per_tenant`).
     pub deploys: DeployAdmission,
-    /// The bodies the gateway holds, by client or tenant (`body_budget`).
+    /// The request bodies the gateway holds, by client (`body_budget`).
     pub bodies: Arc<BodyBudget>,
+    /// The pub/sub messages and stream entries the gateway holds, by tenant
+    /// (`message_budget`).
+    pub messages: Arc<BodyBudget>,
     /// The log follow streams each tenant has open, one unit each
     /// (`max_log_follows_per_tenant`).
     pub follows: Arc<faas_budget::Budget<String>>,
@@ -68,6 +71,7 @@ impl Gateway {
             app: Arc::new(App {
                 deploys: DeployAdmission::new(config.max_deploys_per_tenant),
                 bodies: Arc::new(BodyBudget::new(config.body_budget)),
+                messages: Arc::new(BodyBudget::new(config.message_budget)),
                 follows: Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
                     total: u64::MAX,
                     per_holder: match config.max_log_follows_per_tenant {

@@ -169,7 +169,7 @@ async fn serve(
                     return Ok(());
                 };
                 let payload: Vec<u8> = message.get_payload()?;
-                let mut claim = app.bodies.claim(Holder::Tenant(trigger.tenant.clone()));
+                let mut claim = app.messages.claim(Holder::Tenant(trigger.tenant.clone()));
                 if let Err(over) = claim.grow_to(payload.len() as u64 + MESSAGE_OVERHEAD) {
                     dropped.note(over);
                     continue;
@@ -242,13 +242,13 @@ impl Dropped {
         };
         let why = match why {
             OverBudget::Share { limit } => format!(
-                "the gateway held {} MiB of this tenant's channel messages, waiting for \
-                 their runs or in them, its share (--client-body-budget-mb)",
+                "the gateway held {} MiB of this tenant's messages, waiting for their \
+                 runs or in them, its share (--tenant-message-budget-mb)",
                 limit >> 20
             ),
             OverBudget::Total { limit } => format!(
-                "the gateway held {} MiB of request bodies and messages, its budget \
-                 (--body-budget-mb)",
+                "the gateway held {} MiB of all tenants' messages, its budget \
+                 (--message-budget-mb)",
                 limit >> 20
             ),
         };

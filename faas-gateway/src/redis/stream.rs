@@ -214,7 +214,7 @@ async fn round(
         return Ok(());
     }
     let entry_room = faas_invoke::MAX_MESSAGE_BYTES as u64 + MESSAGE_OVERHEAD;
-    let mut held = app.bodies.claim(Holder::Tenant(consumer.tenant.clone()));
+    let mut held = app.messages.claim(Holder::Tenant(consumer.tenant.clone()));
     let room = held.grow_by_units(entry_room, u64::from(trigger.batch)) as usize;
     if room == 0 {
         tokio::time::sleep(SHARE_HELD_WAIT).await;

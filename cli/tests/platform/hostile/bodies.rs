@@ -183,3 +183,60 @@ fn a_body_sent_in_one_byte_chunks_holds_about_its_own_size() {
     assert_bystander_served(&platform);
     drop(held);
 }
+
+/// Clients that hold the whole body budget with bodies they never finish leave every
+/// tenant's pub/sub messages running: messages have a budget of their own. With one
+/// budget for both, anyone who could reach the gateway had every message that came
+/// meanwhile dropped, whatever its tenant's share.
+#[test]
+fn bodies_that_hold_the_whole_body_budget_leave_every_tenants_messages_running() {
+    let redis = faas_testing::RedisServer::start();
+    let redis_url = redis.url();
+    let platform = Platform::start_with(&[
+        "--no-demo",
+        "--redis",
+        &redis_url,
+        "--max-body-bytes",
+        "1048576",
+        "--client-body-budget-mb",
+        "2",
+        "--body-budget-mb",
+        "2",
+    ]);
+    let dir = faas_testing::temp_dir();
+    deploy_bystander(&platform, dir.path());
+    let channel = "[[triggers.redis]]\nchannel = \"news\"\nstep = \"relay\"\n";
+    platform.deploy(&crate::redis::relay_manifest_for(
+        dir.path(),
+        "victim",
+        "news",
+        "",
+        channel,
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while crate::services::subscribers(&redis, "t:victim:news") == 0 {
+        assert!(std::time::Instant::now() < deadline, "never subscribed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The attacker holds the whole body budget: anyone's body is refused.
+    let held = [
+        hold_body(&platform, ATTACKER),
+        hold_body(&platform, ATTACKER),
+    ];
+    let mut late = post_from(&platform, LATECOMER, "content-length: 1024", &[b'z'; 1024]);
+    let refused = answer(&mut late);
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+
+    // The victim's messages, published meanwhile, all run.
+    let mut connection = crate::redis::connect(&redis);
+    for index in 0..20 {
+        let receivers: i64 =
+            redis::Commands::publish(&mut connection, "t:victim:news", format!("news-{index}"))
+                .unwrap();
+        assert_eq!(receivers, 1);
+    }
+    let out = crate::redis::payloads(&redis, "t:victim:news:out", 20, Duration::from_secs(30));
+    assert_eq!(crate::redis::distinct_messages(&out).len(), 20, "{out:?}");
+    drop(held);
+}

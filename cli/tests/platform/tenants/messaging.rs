@@ -496,7 +496,7 @@ fn a_tenants_redis_triggers_are_bounded_in_all_and_anothers_are_served() {
 }
 
 /// Mallory's guest publishes to mallory's own channel far faster than its runs take the
-/// messages: what the gateway holds of them is bounded by mallory's share of the body
+/// messages: what the gateway holds of them is bounded by mallory's share of the message
 /// budget, past which they are dropped and mallory's logs say so, while victim's
 /// messages on its own channel all run.
 #[test]
@@ -504,7 +504,12 @@ fn a_tenant_publishing_faster_than_its_runs_holds_its_share_and_anothers_message
     let redis = RedisServer::start();
     let platform = platform(
         &redis,
-        &["--client-body-budget-mb", "2", "--body-budget-mb", "16"],
+        &[
+            "--tenant-message-budget-mb",
+            "2",
+            "--message-budget-mb",
+            "16",
+        ],
     );
     let url = platform.url.as_str();
     let dir = faas_testing::temp_dir();
@@ -537,7 +542,7 @@ fn a_tenant_publishing_faster_than_its_runs_holds_its_share_and_anothers_message
         .unwrap();
     assert!(
         line.contains("messages on channel `flood` were dropped")
-            && line.contains("--client-body-budget-mb"),
+            && line.contains("--tenant-message-budget-mb"),
         "{line}"
     );
 
@@ -560,7 +565,7 @@ fn a_tenant_publishing_faster_than_its_runs_holds_its_share_and_anothers_message
 
 /// Mallory's guest appends 300 entries of about 1 MiB to mallory's own stream, then
 /// mallory deploys a trigger on it that reads 256 at a time: its consumer reads only
-/// as many as mallory's share of the body budget has room for (3 MiB here), so the
+/// as many as mallory's share of the message budget has room for (3 MiB here), so the
 /// gateway holds a few at once, not the batch (a quarter of a gigabyte); none is lost
 /// or dead-lettered, and victim's entries run meanwhile.
 #[test]
@@ -571,9 +576,9 @@ fn a_tenants_stream_entries_are_read_within_its_share_and_none_is_lost() {
         &redis,
         // Its streams hold 600 MiB: this is about the gateway's memory, not Redis's.
         &[
-            "--client-body-budget-mb",
+            "--tenant-message-budget-mb",
             "3",
-            "--body-budget-mb",
+            "--message-budget-mb",
             "32",
             "--stream-max-bytes",
             "0",
