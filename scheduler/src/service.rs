@@ -193,13 +193,20 @@ impl Scheduler {
         self.seeded = true;
     }
 
-    /// Places every deployment (keeping replicas already placed) and forgets removed ones.
+    /// Places every deployment (keeping replicas already placed) and forgets removed ones:
+    /// those whose name is gone, and those whose name another tenant took since (one
+    /// removed it and another deployed it between two rounds), which would otherwise
+    /// hold their workers' room for good.
     fn place(&mut self, deployments: &BTreeMap<String, DeploymentRecord>) {
         let removed: Vec<String> = self
             .placed
-            .keys()
-            .filter(|name| !deployments.contains_key(*name))
-            .cloned()
+            .iter()
+            .filter(|(name, key)| {
+                deployments
+                    .get(*name)
+                    .is_none_or(|record| key_of(record) != **key)
+            })
+            .map(|(name, _)| name.clone())
             .collect();
         for name in removed {
             if let Some(key) = self.placed.remove(&name) {
@@ -228,5 +235,43 @@ fn key_of(record: &DeploymentRecord) -> WorkflowKey {
     WorkflowKey {
         tenant: record.workflow.tenant.clone(),
         name: record.workflow.name.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tenant: &str, name: &str) -> DeploymentRecord {
+        let manifest = format!(
+            "name = \"{name}\"\ntenant = \"{tenant}\"\n\n[functions.f]\ncomponent = \"f.wasm\"\n\n\
+             [[triggers.http]]\nroute = \"/{name}\"\nfunction = \"f\"\n"
+        );
+        DeploymentRecord {
+            workflow: faas_workflow::Workflow::parse("workflow.toml", &manifest).unwrap(),
+            digest: format!("{tenant}-{name}"),
+            revision: 1,
+            deployed_at: 0,
+            components: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_name_another_tenant_took_between_two_rounds_gives_its_workers_room_back() {
+        // The former owner's placement was kept, keyed by the bare name: every such
+        // takeover left a workflow on its workers for good, until none had room.
+        let mut scheduler = Scheduler::default();
+        scheduler.planner.add_worker(WorkerSpec {
+            id: WorkerId("w1".into()),
+            capacity: 1,
+        });
+        let victim = record("victim", "shop");
+        scheduler.place(&BTreeMap::from([("shop".to_owned(), victim.clone())]));
+        assert_eq!(scheduler.planner.replicas_of(&key_of(&victim)).len(), 1);
+        let taker = record("mallory", "shop");
+        scheduler.place(&BTreeMap::from([("shop".to_owned(), taker.clone())]));
+        assert!(scheduler.planner.replicas_of(&key_of(&victim)).is_empty());
+        assert_eq!(scheduler.planner.replicas_of(&key_of(&taker)).len(), 1);
+        assert!(scheduler.unplaced.is_empty(), "{:?}", scheduler.unplaced);
     }
 }
