@@ -384,6 +384,7 @@ pub(crate) fn message_runtime(app: &App, workflow: &str) -> tokio::runtime::Hand
 /// message by.
 pub(crate) async fn run_message(
     app: &App,
+    tenant: &str,
     workflow: &str,
     payload: Vec<u8>,
     message: TriggerMessage,
@@ -400,18 +401,26 @@ pub(crate) async fn run_message(
     if let Some(traceparent) = traceparent {
         faas_invoke::trace::continue_from_traceparent(&span, traceparent);
     }
-    run_message_in(app, workflow, payload, message)
+    run_message_in(app, tenant, workflow, payload, message)
         .instrument(span)
         .await
 }
 
 async fn run_message_in(
     app: &App,
+    tenant: &str,
     workflow: &str,
     payload: Vec<u8>,
     message: TriggerMessage,
 ) -> Result<(), MessageFailure> {
-    let Some(mut deployment) = app.registry.get(workflow) else {
+    // The trigger's tenant's workflow only: another tenant may take the name between
+    // its removal and the moment its consumers stop, and must not get its messages.
+    let deployed = || {
+        app.registry
+            .get(workflow)
+            .filter(|deployment| deployment.key.tenant == tenant)
+    };
+    let Some(mut deployment) = deployed() else {
         return Err(MessageFailure {
             failure: EventFailure::unavailable(format!("workflow `{workflow}` is not deployed")),
             not_started: true,
@@ -426,11 +435,7 @@ async fn run_message_in(
                     &deployment.key,
                     Look::Now,
                     activator.deadline(),
-                    || {
-                        app.registry
-                            .get(workflow)
-                            .map(|deployment| (deployment, ()))
-                    },
+                    || deployed().map(|deployment| (deployment, ())),
                     |deployment| !deployment.replicas.is_empty(),
                 )
                 .await;

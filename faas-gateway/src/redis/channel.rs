@@ -195,14 +195,15 @@ fn start_run(
     permit: OwnedSemaphorePermit,
 ) {
     let app = app.clone();
-    let (workflow, channel) = (trigger.workflow.clone(), trigger.channel.clone());
+    let (tenant, workflow) = (trigger.tenant.clone(), trigger.workflow.clone());
+    let channel = trigger.channel.clone();
     message_runtime(&app, &workflow).spawn(async move {
         let message = TriggerMessage {
             source: channel.clone(),
             id: String::new(),
             delivery_count: 1,
         };
-        if let Err(err) = run_message(&app, &workflow, payload, message, None).await {
+        if let Err(err) = run_message(&app, &tenant, &workflow, payload, message, None).await {
             let message = faas_invoke::log_excerpt(&err.failure.message);
             tracing::warn!(
                 workflow,

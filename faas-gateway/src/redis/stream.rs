@@ -381,7 +381,16 @@ async fn process(
                 delivery_count,
             };
             let traceparent: Option<String> = entry.get(faas_invoke::trace::TRACEPARENT);
-            run_message(app, workflow, payload, message, traceparent.as_deref()).await
+            let tenant = &consumer.tenant;
+            run_message(
+                app,
+                tenant,
+                workflow,
+                payload,
+                message,
+                traceparent.as_deref(),
+            )
+            .await
         }
     };
     let error = match result {
