@@ -238,8 +238,11 @@ pub(crate) struct MemoryLimitExceeded {
     pub desired: usize,
 }
 
-/// Caps the linear memory of one instance, and claims it against the worker's guest
-/// memory budget (`memory_budget.rs`).
+/// What one table element takes in the host (a function reference).
+const TABLE_ELEMENT_BYTES: usize = 8;
+
+/// Caps the linear memory of one instance, and claims it and its tables against the
+/// worker's guest memory budget (`memory_budget.rs`).
 pub(crate) struct MemoryLimiter {
     pub max_memory_bytes: usize,
     /// The bytes the instance's linear memories have, all together.
@@ -301,12 +304,19 @@ impl ResourceLimiter for MemoryLimiter {
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         // Tables hold function references; a million is far beyond any real program.
-        Ok(desired <= 1_000_000)
+        if desired > 1_000_000 {
+            return Ok(false);
+        }
+        // Their elements are the host's memory, kept resident in the pool's table slots
+        // like linear memory: up to 160 KiB a table, four tables an instance.
+        let grown = desired.saturating_sub(current);
+        self.claim_more(grown.saturating_mul(TABLE_ELEMENT_BYTES))?;
+        Ok(true)
     }
 }
 
@@ -394,5 +404,35 @@ mod tests {
         other.limiter(|limiter| limiter);
         wasmtime::Instance::new(&mut other, &module, &[]).unwrap();
         assert_eq!(budget.held(), 6 * PAGE as u64);
+    }
+
+    /// `(module (table 20000 funcref))`
+    const TABLE_OF_20000: &[u8] = &[
+        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
+        0x04, 0x06, 0x01, 0x70, 0x00, 0xa0, 0x9c, 0x01, // table: 20000 funcrefs
+    ];
+
+    #[test]
+    fn an_instances_tables_count_in_its_tenants_share_too() {
+        // Tables were not counted: four tables of 20,000 elements an instance, kept
+        // resident in the pool, 300 MiB across a tenant's 500 instances.
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, TABLE_OF_20000).unwrap();
+        let budget = budget(usize::MAX, 200_000);
+        let instantiate = || {
+            let limiter = MemoryLimiter::new(usize::MAX, budget.claim(Arc::from("mallory")));
+            let mut store = wasmtime::Store::new(&engine, limiter);
+            store.limiter(|limiter| limiter);
+            wasmtime::Instance::new(&mut store, &module, &[]).map(|_| store)
+        };
+        let first = instantiate().unwrap();
+        assert_eq!(budget.held(), 160_000);
+        let refused = instantiate().map(drop).unwrap_err();
+        assert!(
+            refused.downcast_ref::<GuestMemoryHeld>().is_some(),
+            "{refused:?}"
+        );
+        drop(first);
+        assert_eq!(budget.held(), 0);
     }
 }
