@@ -137,8 +137,8 @@ pub struct WorkerArgs {
     /// that.
     #[arg(long, env = "FAAS_MAX_REGION_MAPPINGS", value_parser = clap::value_parser!(u64).range(4..))]
     pub max_region_mappings: Option<u64>,
-    /// How long compiling one component may take, in seconds; each is compiled in a
-    /// child process, killed past this (the deploy then fails).
+    /// How long compiling the components of one deploy may take in all, in seconds;
+    /// each is compiled in a child process, killed past this (the deploy then fails).
     #[arg(long, env = "FAAS_COMPILE_TIMEOUT_SECS", default_value_t = DEFAULT_COMPILE_TIME.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     pub compile_timeout_secs: u64,

@@ -68,14 +68,19 @@ pub fn max_artifact_bytes(wasm_bytes: usize) -> u64 {
 /// most a few MiB per millisecond, so it is stopped a few tens of MiB past its limit.
 pub const MEMORY_POLL: Duration = Duration::from_millis(10);
 
-/// What one component's compile may take.
+/// What compiling may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompileLimits {
-    /// Wall-clock time, after which the child is killed.
+    /// Wall-clock time for all the components of one workflow's load (each compiles
+    /// in the time the ones before it left), after which the child is killed: a deploy
+    /// of 128 functions would otherwise hold the deploy lock 128 times as long.
     pub time: Duration,
     /// Memory the child may hold resident, in MiB.
     pub memory_mb: u64,
 }
+
+/// When one workflow's compiles must have ended, from [`CompileLimits::time`].
+pub(crate) type CompileDeadline = Option<std::time::Instant>;
 
 impl Default for CompileLimits {
     fn default() -> Self {
@@ -104,8 +109,17 @@ pub enum Compiler {
 }
 
 impl Compiler {
+    /// When the compiles of a workflow's load that starts now must have ended (none
+    /// for a compile in this process, which has no limits).
+    pub(crate) fn deadline(&self) -> CompileDeadline {
+        match self {
+            Self::InProcess => None,
+            Self::Child { limits, .. } => std::time::Instant::now().checked_add(limits.time),
+        }
+    }
+
     /// Compiles `bytes` (the component of `function`) into an artifact `engine` can
-    /// load; `codegen` is what `engine` was built with.
+    /// load, by `deadline`; `codegen` is what `engine` was built with.
     ///
     /// # Errors
     /// [`LoadError::CompileLimit`] if its compile went past a limit (the child was
@@ -117,10 +131,16 @@ impl Compiler {
         codegen: Codegen,
         function: &str,
         bytes: &[u8],
+        deadline: CompileDeadline,
     ) -> Result<Vec<u8>, LoadError> {
         match self {
             Self::InProcess => compile_threads::run(|| in_process(engine, function, bytes)),
-            Self::Child { program, limits } => in_child(program, *limits, codegen, function, bytes),
+            Self::Child { program, limits } => {
+                let left = deadline.map_or(limits.time, |deadline| {
+                    deadline.saturating_duration_since(std::time::Instant::now())
+                });
+                in_child(program, *limits, left, codegen, function, bytes)
+            }
         }
     }
 }
@@ -146,10 +166,12 @@ fn compile_error(function: &str, message: String) -> LoadError {
     }
 }
 
-/// Compiles in a child of `program` and returns its artifact.
+/// Compiles in a child of `program` within `limits` and the time `left` of its
+/// workflow's load, and returns its artifact.
 fn in_child(
     program: &Path,
     limits: CompileLimits,
+    left: Duration,
     codegen: Codegen,
     function: &str,
     bytes: &[u8],
@@ -180,7 +202,7 @@ fn in_child(
         let (finished, finish) = mpsc::channel::<()>();
         // The child is not reaped before this thread ends (`wait` comes after the
         // scope), so `pid` names it, or its zombie, for as long as this may kill it.
-        let watchdog = scope.spawn(move || watch(pid, limits, &finish));
+        let watchdog = scope.spawn(move || watch(pid, limits.memory_mb, left, &finish));
         let most = max_artifact_bytes(bytes.len());
         let mut artifact = Vec::new();
         let read = stdout.by_ref().take(most + 1).read_to_end(&mut artifact);
@@ -220,9 +242,10 @@ fn in_child(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stopped {
     /// The wall-clock limit, after the child had this much CPU time (all its threads;
-    /// `None` if it could not be read).
+    /// `None` if it could not be read) of the `allowed` time its load had left.
     Time {
         cpu: Option<Duration>,
+        allowed: Duration,
     },
     Memory,
     /// Its artifact passed [`max_artifact_bytes`], this many bytes.
@@ -238,14 +261,14 @@ impl Stopped {
             // longer than it; a compile at nice 10 gets little CPU on a worker kept
             // busy by events, and the message then says so rather than blame the
             // component.
-            Self::Time { cpu } => {
-                let allowed = limits.time.as_secs_f64();
+            Self::Time { cpu, allowed } => {
                 let head = format!(
-                    "compiling took longer than the worker allows ({allowed} s, \
-                     --compile-timeout-secs)"
+                    "compiling took longer than the worker allows one deploy's \
+                     functions ({} s in all, --compile-timeout-secs)",
+                    limits.time.as_secs_f64()
                 );
                 match cpu {
-                    Some(cpu) if cpu < limits.time / 2 => format!(
+                    Some(cpu) if cpu < allowed / 2 => format!(
                         "{head}, but the compiler got only {:.1} s of CPU time in it: \
                          the worker is busy serving events; deploy again when it is \
                          quieter, or raise the limit",
@@ -269,20 +292,25 @@ impl Stopped {
     }
 }
 
-/// Watches the compile child `pid` until `finish` is dropped, killing it at a limit.
+/// Watches the compile child `pid` until `finish` is dropped, killing it once it has
+/// run for `allowed` or holds more than `memory_mb` resident.
 fn watch(
     pid: rustix::process::Pid,
-    limits: CompileLimits,
+    memory_mb: u64,
+    allowed: Duration,
     finish: &mpsc::Receiver<()>,
 ) -> Option<Stopped> {
     let started = std::time::Instant::now();
-    let most = limits.memory_mb.saturating_mul(1 << 20);
+    let most = memory_mb.saturating_mul(1 << 20);
     loop {
         if finish.recv_timeout(MEMORY_POLL) != Err(mpsc::RecvTimeoutError::Timeout) {
             return None;
         }
-        let stopped = if started.elapsed() >= limits.time {
-            Some(Stopped::Time { cpu: cpu_time(pid) })
+        let stopped = if started.elapsed() >= allowed {
+            Some(Stopped::Time {
+                cpu: cpu_time(pid),
+                allowed,
+            })
         } else if resident_bytes(pid).is_some_and(|resident| resident > most) {
             Some(Stopped::Memory)
         } else {
@@ -421,10 +449,10 @@ mod tests {
             ..CompileLimits::default()
         };
         let (_finished, finish) = mpsc::channel::<()>();
-        let stopped = watch(pid, limits, &finish);
+        let stopped = watch(pid, limits.memory_mb, limits.time, &finish);
         let status = child.wait().unwrap();
         assert!(!status.success(), "the child was not killed: {status}");
-        let Some(Stopped::Time { cpu: Some(cpu) }) = stopped else {
+        let Some(Stopped::Time { cpu: Some(cpu), .. }) = stopped else {
             panic!("stopped: {stopped:?}");
         };
         assert!(cpu < Duration::from_millis(100), "{cpu:?}");
@@ -439,6 +467,7 @@ mod tests {
         let limits = CompileLimits::default();
         let stopped = Stopped::Time {
             cpu: Some(limits.time),
+            allowed: limits.time,
         };
         let message = stopped.describe(limits);
         assert!(message.contains("too large or too complex"), "{message}");

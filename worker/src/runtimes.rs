@@ -108,6 +108,7 @@ impl Runtime {
         name: &str,
         kind: FunctionKind,
         bytes: faas_invoke::Component,
+        deadline: crate::compiler::CompileDeadline,
     ) -> Result<(Entry, CacheOutcome), LoadError> {
         let (engine, cache, owned_name, after_load) = (
             self.engine.clone(),
@@ -122,7 +123,7 @@ impl Runtime {
         let (component, outcome) = tokio::task::spawn_blocking(move || {
             compile_threads::run(|| {
                 let loaded = cache.load_with(&engine, &owned_name, &bytes, |bytes| {
-                    compiler.compile(&engine, codegen, &owned_name, bytes)
+                    compiler.compile(&engine, codegen, &owned_name, bytes, deadline)
                 });
                 // On the thread that compiled: what it freed is what to give back.
                 after_load();

@@ -423,6 +423,7 @@ impl Worker {
     ) -> Result<LoadedWorkflow, LoadError> {
         // Held from here, so a scrape during the load keeps the series.
         let metrics = self.metrics.workflow(&workflow.tenant, &workflow.name);
+        let deadline = self.config.compiler.deadline();
         let mut functions = HashMap::new();
         for (name, spec) in &workflow.functions {
             let component = components
@@ -431,7 +432,7 @@ impl Worker {
                     function: name.clone(),
                 })?;
             let function = self
-                .load_function(name, spec, component, metrics.function(name))
+                .load_function(name, spec, component, metrics.function(name), deadline)
                 .await?;
             functions.insert(name.clone(), Arc::new(function));
         }
@@ -455,6 +456,7 @@ impl Worker {
         spec: &Function,
         component: Component,
         metrics: Arc<FunctionCounters>,
+        deadline: crate::compiler::CompileDeadline,
     ) -> Result<LoadedFunction, LoadError> {
         let limits = self.limits_for(name, spec)?;
         faas_workflow::check_component_header(&component).map_err(|reason| {
@@ -485,7 +487,7 @@ impl Worker {
                 (entry, CacheOutcome::Hit)
             }
             None => {
-                let (entry, outcome) = runtime.link(name, spec.kind, component).await?;
+                let (entry, outcome) = runtime.link(name, spec.kind, component, deadline).await?;
                 (runtime.shared.share(spec.kind, &digest, entry), outcome)
             }
         };

@@ -19,9 +19,30 @@ use wasm_encoder::{
 /// about 250 MiB of the compiler's memory on the test build. `seed` makes its bytes,
 /// and so its compile-cache entry, its own.
 fn expensive_component(seed: i32) -> Vec<u8> {
+    costly_component(seed, 40_000)
+}
+
+/// [`expensive_component`] with `rounds` of arithmetic a function in place of 40,000:
+/// far cheaper to compile with fewer (the cost grows faster than the code).
+fn costly_component(seed: i32, rounds: u32) -> Vec<u8> {
+    let mut component = Component::new();
+    component.section(&ModuleSection(&costly_module(seed, rounds)));
+    component.finish()
+}
+
+/// The hello function (a valid HTTP component) carrying [`costly_module`] too, which
+/// it never instantiates but Wasmtime compiles all the same.
+fn costly_hello(seed: i32, rounds: u32) -> Vec<u8> {
+    let mut bytes = std::fs::read(faas_testing::component_path("hello")).unwrap();
+    // The section as an empty component would hold it, after that component's header.
+    bytes.extend_from_slice(&costly_component(seed, rounds)[8..]);
+    bytes
+}
+
+/// The core module of [`costly_component`].
+fn costly_module(seed: i32, rounds: u32) -> Module {
     const FUNCTIONS: u32 = 4;
     const LOCALS: u32 = 200;
-    const ROUNDS: u32 = 40_000;
     let mut types = TypeSection::new();
     types.ty().function([ValType::I32], [ValType::I32]);
     let (mut functions, mut code) = (FunctionSection::new(), CodeSection::new());
@@ -35,7 +56,7 @@ fn expensive_component(seed: i32) -> Vec<u8> {
                 .instruction(&Instruction::I32Mul)
                 .instruction(&Instruction::LocalSet(local));
         }
-        for round in 0..ROUNDS {
+        for round in 0..rounds {
             let (a, b) = (round % LOCALS + 1, (round * 7 + 3) % LOCALS + 1);
             body.instruction(&Instruction::LocalGet(a))
                 .instruction(&Instruction::LocalGet(b))
@@ -55,9 +76,7 @@ fn expensive_component(seed: i32) -> Vec<u8> {
     }
     let mut module = Module::new();
     module.section(&types).section(&functions).section(&code);
-    let mut component = Component::new();
-    component.section(&ModuleSection(&module));
-    component.finish()
+    module
 }
 
 /// A component of a few hundred bytes of `modules` core modules, the first
@@ -238,4 +257,46 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
             }
         })
         .collect()
+}
+
+#[test]
+fn a_deploy_of_many_functions_compiles_within_one_timeout_in_all() {
+    // The timeout was each component's: a deploy of 128 functions, each compiling for
+    // just under it, held the deploy lock (which every other deploy waits for) 128
+    // times as long.
+    const FUNCTIONS: i32 = 16;
+    let dir = faas_testing::temp_dir();
+    // A cache of its own: code compiled by an earlier run would take no time.
+    let cache = faas_testing::temp_dir();
+    let platform = Platform::start_with(&[
+        "--no-demo",
+        "--compile-timeout-secs",
+        "3",
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+    ]);
+    deploy_bystander(&platform, dir.path());
+    let mut manifest = "name = \"many\"\ntenant = \"mallory\"\n\n".to_owned();
+    for index in 0..FUNCTIONS {
+        let path = dir.path().join(format!("costly-{index}.wasm"));
+        std::fs::write(&path, costly_hello(100 + index, 8_000)).unwrap();
+        manifest.push_str(&format!(
+            "[functions.f{index}]\ncomponent = \"{}\"\n\n\
+             [[triggers.http]]\nroute = \"/many/{index}\"\nfunction = \"f{index}\"\n\n",
+            path.display()
+        ));
+    }
+    let manifest_path = dir.path().join("many.toml");
+    std::fs::write(&manifest_path, manifest).unwrap();
+    let started = Instant::now();
+    let output = faas_at(&platform.url, &["deploy", manifest_path.to_str().unwrap()]);
+    let took = started.elapsed();
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{error}");
+    assert!(
+        error.contains("3 s in all, --compile-timeout-secs"),
+        "{error}"
+    );
+    assert!(took < Duration::from_secs(15), "the deploy took {took:?}");
+    assert_platform_carries_on(&platform, dir.path());
 }
