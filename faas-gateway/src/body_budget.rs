@@ -15,7 +15,9 @@
 //! arrives, when no length is declared, and twice over while those chunks are joined),
 //! and one that does not fit is refused at once: 429 when its client holds its share,
 //! 503 when all holders together hold the whole budget. A request without a body takes
-//! nothing from it.
+//! nothing from it. A workflow run's answer is held whole until sent, so it takes a
+//! claim of its client's too, until the connection has taken its last slice
+//! (`response::held`).
 //!
 //! A pub/sub message is a body too, held from when it arrives until its run ends, and
 //! messages arrive as fast as a tenant's guests publish them, whatever its runs keep

@@ -70,7 +70,7 @@ pub(crate) async fn invoke(
     let response = async {
         match read_body(app, client, request).await {
             Err(response) => response,
-            Ok((request, _claim)) => serve(app, &deployment, target, request).await,
+            Ok((request, _claim)) => serve(app, client, &deployment, target, request).await,
         }
     }
     .instrument(span.clone())
@@ -89,15 +89,16 @@ pub(crate) async fn invoke(
 /// it is sent once more when a replica may take it, until the activator's timeout.
 async fn serve(
     app: &App,
+    client: IpAddr,
     deployment: &Arc<Deployment>,
     target: TriggerTarget,
     request: Request<Bytes>,
 ) -> Response<Body> {
     let Some(activator) = app.activator.as_ref() else {
         // Embedded mode: a deployment always has its replicas.
-        return attempt(app, deployment, &target, request)
+        return attempt(app, client, deployment, &target, request)
             .await
-            .response(app, deployment);
+            .response(app, client, deployment);
     };
     let deadline = activator.deadline();
     let (mut ready, mut target) = if deployment.replicas.is_empty() {
@@ -122,7 +123,7 @@ async fn serve(
     let mut request = request;
     loop {
         let again = copy_request(&request);
-        match attempt(app, &ready, &target, request).await {
+        match attempt(app, client, &ready, &target, request).await {
             Outcome::Unreached(_) if tokio::time::Instant::now() < deadline => {
                 let look = Look::Again(pause);
                 let held = hold(app, activator, &ready, &target, &again, look, deadline);
@@ -133,7 +134,7 @@ async fn serve(
                 pause = (pause * 2).min(LAST_PAUSE);
                 request = again;
             }
-            outcome => return outcome.response(app, &ready),
+            outcome => return outcome.response(app, client, &ready),
         }
     }
 }
@@ -268,20 +269,22 @@ enum Unreached {
 }
 
 impl Outcome {
-    fn response(self, app: &App, deployment: &Deployment) -> Response<Body> {
+    fn response(self, app: &App, client: IpAddr, deployment: &Deployment) -> Response<Body> {
         match self {
             Outcome::Served(response) => response,
             Outcome::Unreached(Unreached::Function(function, failure)) => {
                 failure_response(app, deployment, Some(&function), failure)
             }
-            Outcome::Unreached(Unreached::Run(run)) => run_response(app, deployment, run),
+            Outcome::Unreached(Unreached::Run(run)) => run_response(app, client, deployment, run),
         }
     }
 }
 
-/// Calls the function, or runs the workflow, that `target` names on a replica.
+/// Calls the function, or runs the workflow, that `target` names on a replica, for
+/// `client`.
 async fn attempt(
     app: &App,
+    client: IpAddr,
     deployment: &Deployment,
     target: &TriggerTarget,
     request: Request<Bytes>,
@@ -304,7 +307,7 @@ async fn attempt(
                 Err(failure) if run.record.is_none() && failure.is_unavailable() => {
                     Outcome::Unreached(Unreached::Run(run))
                 }
-                _ => Outcome::Served(run_response(app, deployment, run)),
+                _ => Outcome::Served(run_response(app, client, deployment, run)),
             }
         }
     }
@@ -468,8 +471,16 @@ async fn run_message_in(
         })
 }
 
-/// The answer to a run of the workflow's steps started by a request.
-fn run_response(app: &App, deployment: &Deployment, run: RunReply) -> Response<Body> {
+/// The answer to a run of the workflow's steps started by a request from `client`.
+/// Its output is held until sent, so it takes a claim in the client's share of the
+/// body budget for that long: a client that never reads its answers would otherwise
+/// have the gateway hold any number of outputs, each as large as a run may make.
+fn run_response(
+    app: &App,
+    client: IpAddr,
+    deployment: &Deployment,
+    run: RunReply,
+) -> Response<Body> {
     let workflow = deployment.workflow.name.as_str();
     // A run with no record never reached a worker's steps, so no worker said why.
     if let (None, Err(failure)) = (&run.record, &run.result) {
@@ -493,8 +504,25 @@ fn run_response(app: &App, deployment: &Deployment, run: RunReply) -> Response<B
             if let Some(region) = outputs.last() {
                 builder = builder.header("x-faas-schema-type", &region.schema_type);
             }
+            let output = concat_outputs(outputs);
+            let mut claim = app.bodies.claim(Holder::Client(client));
+            if let Err(over) = claim.grow_to(output.len() as u64) {
+                let message = format!(
+                    "the run's output ({} bytes) does not fit what this client may hold \
+                     in the gateway: {}",
+                    output.len(),
+                    over_budget_message(over)
+                );
+                tracing::warn!(workflow, run_id, "run output refused: {message}");
+                let details = RunFailureDetails {
+                    workflow,
+                    run_id: &run_id,
+                };
+                let status = over_budget_status(over);
+                return response::error_with(status, "body_budget", message, details);
+            }
             builder
-                .body(response::full(concat_outputs(outputs)))
+                .body(response::held(output, claim))
                 .expect("the headers are valid")
         }
         Err(failure) => {
@@ -661,25 +689,36 @@ where
 /// The answer to a body the budget has no room for: 429 when its client holds its
 /// share, 503 when all holders hold the whole; either may be sent again shortly.
 fn over_budget(over: OverBudget) -> Response<Body> {
-    let (status, message) = match over {
-        OverBudget::Share { limit } => (
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "this client's request bodies in the gateway would exceed {} MiB \
-                 (--client-body-budget-mb); try again when one has been served",
-                limit >> 20
-            ),
+    response::refused(
+        over_budget_status(over),
+        "body_budget",
+        over_budget_message(over),
+    )
+}
+
+/// 429 when the client holds its share of the body budget, 503 when all clients hold
+/// the whole.
+fn over_budget_status(over: OverBudget) -> StatusCode {
+    match over {
+        OverBudget::Share { .. } => StatusCode::TOO_MANY_REQUESTS,
+        OverBudget::Total { .. } => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// What the body budget's refusal `over` says.
+fn over_budget_message(over: OverBudget) -> String {
+    match over {
+        OverBudget::Share { limit } => format!(
+            "this client's request bodies and answers in the gateway would exceed {} MiB \
+             (--client-body-budget-mb); try again when one has been served",
+            limit >> 20
         ),
-        OverBudget::Total { limit } => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the gateway holds {} MiB of request bodies, its budget \
-                 (--body-budget-mb); try again shortly",
-                limit >> 20
-            ),
+        OverBudget::Total { limit } => format!(
+            "the gateway holds {} MiB of request bodies and answers, its budget \
+             (--body-budget-mb); try again shortly",
+            limit >> 20
         ),
-    };
-    response::refused(status, "body_budget", message)
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,51 @@ pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed_unsync()
 }
 
+/// How much of a held answer ([`held`]) is handed to the connection at a time.
+const HELD_SLICE: usize = 64 << 10;
+
+/// `bytes` as a body handed to the connection in slices as it takes them, holding
+/// `claim` until it has taken the last: a client that does not read leaves the body
+/// unfinished, and the claim held, instead of the gateway holding the bytes uncounted.
+pub(crate) fn held(bytes: Bytes, claim: crate::body_budget::Claim) -> Body {
+    Held {
+        rest: bytes,
+        _claim: claim,
+    }
+    .boxed_unsync()
+}
+
+/// The body [`held`] makes.
+struct Held {
+    rest: Bytes,
+    _claim: crate::body_budget::Claim,
+}
+
+impl hyper::body::Body for Held {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        if self.rest.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let slice = self.rest.len().min(HELD_SLICE);
+        let data = self.rest.split_to(slice);
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.rest.len() as u64)
+    }
+}
+
 /// A JSON response.
 pub(crate) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
     let bytes = serde_json::to_vec_pretty(value).unwrap_or_else(|err| {

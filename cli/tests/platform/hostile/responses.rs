@@ -171,3 +171,82 @@ fn what_is_left_unread_holds_no_other_tenants_bodies_on_the_workers_connection()
         let _ = request.join();
     }
 }
+
+/// Posts `body` to `path` of the platform at `url` from `source` on a connection of its
+/// own, and reads only the answer's status line: the rest stays unread.
+fn post_unread(
+    url: &str,
+    source: [u8; 4],
+    path: &str,
+    body: &str,
+) -> (std::net::TcpStream, String) {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = crate::support::connect_from(source, addr);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut status = [0u8; 12];
+    stream.read_exact(&mut status).unwrap();
+    (stream, String::from_utf8_lossy(&status).into_owned())
+}
+
+/// A run's output is held until it is sent, and counted in its client's share of the
+/// body budget for that long. It was held uncounted: a client that asked a workflow
+/// for large outputs and never read them had the gateway every tenant shares hold any
+/// number of them (up to 256 requests an address).
+#[test]
+fn run_outputs_a_client_leaves_unread_hold_at_most_its_share_of_the_body_budget() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start_with(&["--no-demo", "--client-body-budget-mb", "64"]);
+    super::deploy_bystander(&platform, dir.path());
+    // A one-step workflow whose output is a blob of as many bytes as it is asked for.
+    std::fs::copy(
+        crate::support::repo("functions/regions/blob.km"),
+        dir.path().join("blob.km"),
+    )
+    .unwrap();
+    let manifest = format!(
+        "name = \"big\"\ntenant = \"hog\"\n\n[functions.produce]\ncomponent = \"{}\"\n\
+         kind = \"step\"\nconfig = {{ role = \"produce\" }}\nmemory_mb = 128\n\n\
+         [steps.produce]\nfunction = \"produce\"\ninput = \"text\"\noutput = \"blob.km:Blob\"\n\n\
+         [[triggers.http]]\nroute = \"/big\"\nstep = \"produce\"\n",
+        faas_testing::component_path("region-transfer").display()
+    );
+    let path = dir.path().join("big.toml");
+    std::fs::write(&path, manifest).unwrap();
+    platform.deploy(&path);
+    let before = platform.memory("VmRSS");
+    // Six outputs of 24 MiB, never read: two fit the client's 64 MiB.
+    let size = (24 << 20).to_string();
+    let unread: Vec<_> = (0..6)
+        .map(|_| post_unread(&platform.url, [127, 0, 0, 9], "/big", &size))
+        .collect();
+    let served = unread
+        .iter()
+        .filter(|(_, status)| status.contains(" 200"))
+        .count();
+    let refused = unread
+        .iter()
+        .filter(|(_, status)| status.contains(" 429"))
+        .count();
+    assert_eq!(
+        (served, refused),
+        (2, 4),
+        "{:?}",
+        unread.iter().map(|(_, status)| status).collect::<Vec<_>>()
+    );
+    super::assert_bystander_served(&platform);
+    let grew = platform.memory("VmRSS").saturating_sub(before);
+    assert!(grew < 112 << 20, "the platform grew by {} MiB", grew >> 20);
+    // Once the client goes, its outputs are given back: another output fits.
+    drop(unread);
+    std::thread::sleep(Duration::from_millis(500));
+    let (_stream, status) = post_unread(&platform.url, [127, 0, 0, 9], "/big", &size);
+    assert!(status.contains(" 200"), "{status}");
+}
