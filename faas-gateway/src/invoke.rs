@@ -60,7 +60,7 @@ pub(crate) async fn invoke(
         otel.kind = "server",
         workflow,
         target = %target,
-        url.path = path,
+        url.path = faas_invoke::trace::attribute(path),
         http.request.method = %request.method(),
         http.response.status_code = tracing::field::Empty,
     );

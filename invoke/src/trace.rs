@@ -15,11 +15,31 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 /// The W3C header naming the trace and the parent span.
 pub const TRACEPARENT: &str = "traceparent";
 
+/// The W3C header carrying vendors' trace state.
+const TRACESTATE: &str = "tracestate";
+
+/// The longest `tracestate` adopted: the 512 characters W3C trace context asks every
+/// platform to pass on. A longer one (a client may send tens of KiB) is dropped,
+/// since it would be copied into every span of the trace, the workers' and the
+/// guests' host calls' included, and exported with each.
+pub const MAX_TRACESTATE_BYTES: usize = 512;
+
+/// The most of a client's or a guest's text (a path, a host name) a span attribute
+/// keeps: each span is held in the exporter's queue and sent with its attributes.
+pub const MAX_ATTRIBUTE_BYTES: usize = 256;
+
+/// `text` cut to [`MAX_ATTRIBUTE_BYTES`] (at a character boundary), for a span
+/// attribute.
+pub fn attribute(text: &str) -> &str {
+    &text[..text.floor_char_boundary(MAX_ATTRIBUTE_BYTES)]
+}
+
 struct Headers<'a>(&'a HeaderMap);
 
 impl Extractor for Headers<'_> {
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|value| value.to_str().ok())
+        let value = self.0.get(key).and_then(|value| value.to_str().ok())?;
+        (key != TRACESTATE || value.len() <= MAX_TRACESTATE_BYTES).then_some(value)
     }
 
     fn keys(&self) -> Vec<&str> {

@@ -69,6 +69,8 @@ pub struct Span {
     /// The span's attributes, values rendered as strings (integers in decimal, arrays
     /// and maps as JSON).
     pub attributes: BTreeMap<String, String>,
+    /// Its W3C `tracestate` (`""` if none).
+    pub trace_state: String,
 }
 
 /// Whether every span of `trace_id` has its parent among `spans`, but for those whose
@@ -259,6 +261,7 @@ fn parse_request(request: &Value) -> Vec<Span> {
                     service: service.clone(),
                     kind: kind_name(span["kind"].as_u64().unwrap_or(0)).to_owned(),
                     attributes: attributes(span),
+                    trace_state: string(span, "traceState"),
                 });
             }
         }
@@ -386,6 +389,7 @@ mod tests {
             service: String::new(),
             kind: String::new(),
             attributes: BTreeMap::new(),
+            trace_state: String::new(),
         };
         let leaf = span("c", "b");
         let middle = span("b", "a");

@@ -140,7 +140,7 @@ impl WasiHttpHooks for Outbound {
             "outbound",
             otel.kind = "client",
             http.request.method = %request.method(),
-            server.address = request.uri().host().unwrap_or_default(),
+            server.address = faas_invoke::trace::attribute(request.uri().host().unwrap_or_default()),
         );
         // The platform's trace context replaces whatever the guest wrote: the callee
         // continues the trace this step is part of.

@@ -315,3 +315,75 @@ fn a_region_handoff_is_a_span_of_the_consuming_step_saying_how_it_crossed() {
         Some("consume")
     );
 }
+
+#[test]
+fn a_clients_long_path_and_trace_state_are_not_copied_into_every_span() {
+    // Any client could send a 60 KB path, or a 60 KB `tracestate`, which was copied
+    // into the request's span, and the trace state into every span of the trace (the
+    // workers' and the guests' host calls' too), each held in the exporter's queue and
+    // sent with every batch: everyone's traces were then dropped with the batches.
+    let collector = Collector::start();
+    let endpoint = collector.endpoint();
+    let platform = Platform::start_with_env(
+        &["--no-demo"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", OsStr::new(&endpoint)),
+            ("OTEL_BSP_SCHEDULE_DELAY", OsStr::new("100")),
+        ],
+    );
+    let dir = faas_testing::temp_dir();
+    let manifest = crate::support::write_manifest(
+        dir.path(),
+        "prefix",
+        "demo",
+        "misbehave",
+        "/misbehave/...",
+        "",
+    );
+    platform.deploy(&manifest);
+    let long = "a".repeat(16 << 10);
+    let state = (0..2000)
+        .map(|index| format!("k{index}=v{index}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let short_state = "vendor=opaque";
+    for trace_state in [state.as_str(), short_state] {
+        let response = client()
+            .get(platform.at(&format!("/misbehave/{long}")))
+            .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN_ID}-01"))
+            .header("tracestate", trace_state)
+            .send()
+            .expect("GET a long path");
+        assert!(response.status().as_u16() < 500, "{:?}", response.text());
+    }
+    let spans = collector.wait_for_spans(EXPORT_TIMEOUT, |spans| {
+        requests_in(spans, TRACE_ID).len() == 2
+    });
+    for span in &spans {
+        for (key, value) in &span.attributes {
+            assert!(
+                value.len() <= 256,
+                "{}: {key} is {} bytes",
+                span.name,
+                value.len()
+            );
+        }
+        assert!(
+            span.trace_state.len() <= 512,
+            "{}: {}",
+            span.name,
+            span.trace_state.len()
+        );
+    }
+    let requests = requests_in(&spans, TRACE_ID);
+    assert!(
+        requests.iter().any(|span| span.trace_state == short_state),
+        "a short trace state still goes on: {requests:#?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .all(|span| span.attributes["url.path"].starts_with("/misbehave/aaa")),
+        "{requests:#?}"
+    );
+}
