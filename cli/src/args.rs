@@ -103,9 +103,10 @@ pub struct GatewayArgs {
     /// (`faas deploy` waits and sends it again). 0 for no limit.
     #[arg(long, env = "FAAS_MAX_DEPLOYS_PER_TENANT", default_value_t = DEFAULT_MAX_DEPLOYS_PER_TENANT)]
     pub max_deploys_per_tenant: usize,
-    /// How many `faas logs --follow` streams one tenant may have open on this gateway
-    /// at once (each polls its workflow's log stream while open); one more is refused
-    /// with 429. 0 for no limit. The operator's are not counted.
+    /// How many `faas logs` reads and `--follow` streams one tenant may have open on
+    /// this gateway at once (a follow polls its workflow's log stream while open, a
+    /// read is held until sent); one more is refused with 429. 0 for no limit. The
+    /// operator's are not counted.
     #[arg(long, env = "FAAS_MAX_LOG_FOLLOWS_PER_TENANT", default_value_t = DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT)]
     pub max_log_follows_per_tenant: usize,
     /// How many connections one client address may hold open; more are closed as soon

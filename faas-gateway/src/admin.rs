@@ -377,8 +377,10 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
     }
 }
 
-/// A workflow's log lines, or a follow stream of them (counted against the tenant's
-/// follows while it is open, when a tenant's token asked for it).
+/// A workflow's log lines, or a follow stream of them. Asked for with a tenant's token,
+/// either counts against the tenant's log requests open at once
+/// (`--max-log-follows-per-tenant`) until it is sent or closed: a read is up to
+/// [`faas_store::logs::MAX_READ_BYTES`] of lines, parsed and held as JSON.
 async fn logs(
     app: &App,
     name: &str,
@@ -391,15 +393,16 @@ async fn logs(
         Err(message) => return response::error(StatusCode::BAD_REQUEST, "bad_request", message),
     };
     let mut held = None;
-    if follow && !caller.is_admin() {
+    if !caller.is_admin() {
         let mut claim = app.follows.claim(tenant.to_owned());
         if claim.grow_to(1).is_err() {
             return response::refused(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_follows",
                 format!(
-                    "tenant `{tenant}` has {} log follow streams open, the most one tenant \
-                     may (the gateway's --max-log-follows-per-tenant); close one first",
+                    "tenant `{tenant}` has {} log reads and follow streams open, the most \
+                     one tenant may (the gateway's --max-log-follows-per-tenant); close \
+                     one first",
                     app.config.max_log_follows_per_tenant
                 ),
             );
@@ -415,7 +418,7 @@ async fn logs(
     };
     let stream = match store.read(tenant, name, query, follow).await {
         Ok(crate::logs::ReadOutcome::Lines(read)) => {
-            return response::json(StatusCode::OK, &read);
+            return response::json_holding(StatusCode::OK, &read, held);
         }
         Ok(crate::logs::ReadOutcome::Follow(stream)) => stream,
         Err(err) => {

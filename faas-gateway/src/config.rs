@@ -31,11 +31,11 @@ pub struct GatewayConfig {
     /// waiting (default [`DEFAULT_MAX_DEPLOYS_PER_TENANT`]; 0 for no limit); one more is
     /// refused with 429 before its upload is read.
     pub max_deploys_per_tenant: usize,
-    /// How many `faas logs --follow` streams one tenant may have open on the gateway at
-    /// once (default [`DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT`]; 0 for no limit): each
-    /// polls its workflow's log stream (in services mode, Redis, four times a second)
-    /// for as long as it is open. One more is refused with 429. The operator's are not
-    /// counted.
+    /// How many `faas logs` reads and `--follow` streams one tenant may have open on
+    /// the gateway at once (default [`DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT`]; 0 for no
+    /// limit): a follow polls its workflow's log stream (in services mode, Redis, four
+    /// times a second) for as long as it is open, a read is held whole until sent. One
+    /// more is refused with 429. The operator's are not counted.
     pub max_log_follows_per_tenant: usize,
     /// How long a client may take to send a request's head and body (default 30 s).
     pub read_timeout: Duration,

@@ -23,9 +23,10 @@ pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
 const HELD_SLICE: usize = 64 << 10;
 
 /// `bytes` as a body handed to the connection in slices as it takes them, holding
-/// `claim` until it has taken the last: a client that does not read leaves the body
-/// unfinished, and the claim held, instead of the gateway holding the bytes uncounted.
-pub(crate) fn held(bytes: Bytes, claim: crate::body_budget::Claim) -> Body {
+/// `claim` (a claim of a budget, a place) until it has taken the last: a client that
+/// does not read leaves the body unfinished, and the claim held, instead of the
+/// gateway holding the bytes uncounted.
+pub(crate) fn held<C: Send + Unpin + 'static>(bytes: Bytes, claim: C) -> Body {
     Held {
         rest: bytes,
         _claim: claim,
@@ -34,12 +35,12 @@ pub(crate) fn held(bytes: Bytes, claim: crate::body_budget::Claim) -> Body {
 }
 
 /// The body [`held`] makes.
-struct Held {
+struct Held<C> {
     rest: Bytes,
-    _claim: crate::body_budget::Claim,
+    _claim: C,
 }
 
-impl hyper::body::Body for Held {
+impl<C: Unpin> hyper::body::Body for Held<C> {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -66,13 +67,22 @@ impl hyper::body::Body for Held {
 
 /// A JSON response.
 pub(crate) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    json_holding(status, value, ())
+}
+
+/// A JSON response whose body holds `claim` until it is sent ([`held`]).
+pub(crate) fn json_holding<T: Serialize, C: Send + Unpin + 'static>(
+    status: StatusCode,
+    value: &T,
+    claim: C,
+) -> Response<Body> {
     let bytes = serde_json::to_vec_pretty(value).unwrap_or_else(|err| {
         format!("{{\"error\":{{\"message\":\"serializing the response: {err}\"}}}}").into()
     });
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(full(bytes))
+        .body(held(bytes.into(), claim))
         .expect("static response parts are valid")
 }
 

@@ -44,6 +44,14 @@ const BATCH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Most lines one read returns (the newest).
 pub const MAX_READ_LINES: usize = 10_000;
 
+/// Most bytes of lines one read returns (the newest): a read is held whole in the
+/// gateway, parsed and answered as JSON, and a tenant's guests choose how long its
+/// lines are (up to 4 KiB, so 10,000 of them would be 40 MB).
+pub const MAX_READ_BYTES: usize = 2 << 20;
+
+/// How many entries one page of a read asks Redis for.
+const READ_PAGE: usize = 500;
+
 /// The Redis key of `tenant`'s `workflow`'s log stream. Tenant names are DNS labels
 /// (no `:`), so no two tenants' keys meet.
 pub fn log_key(tenant: &str, workflow: &str) -> String {
@@ -229,11 +237,14 @@ async fn write_batches(
     }
 }
 
-/// A gateway's reader of the log streams. It opens a connection per read (reads are
-/// rare and small), so an idle gateway holds no extra connection to Redis.
+/// A gateway's reader of the log streams, on one connection made at its first read
+/// (an idle gateway holds none) and shared by every read and follow after: a follow
+/// polls four times a second, and a connection for each poll would leave the gateway's
+/// ports in TIME_WAIT by the thousand.
 #[derive(Clone)]
 pub struct RedisLogReader {
     client: redis::Client,
+    connection: std::sync::Arc<tokio::sync::OnceCell<redis::aio::ConnectionManager>>,
 }
 
 /// Lines read from a stream, with the id to read after next time.
@@ -251,23 +262,59 @@ impl RedisLogReader {
     /// When Redis cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, LogStoreError> {
         let client = checked_client(url).await?;
-        Ok(Self { client })
+        Ok(Self {
+            client,
+            connection: std::sync::Arc::default(),
+        })
     }
 
-    /// The newest lines of `tenant`'s `workflow` (at most [`MAX_READ_LINES`]), oldest
-    /// first.
+    /// The shared connection (reconnecting by itself after a failure).
+    async fn connection(&self) -> Result<redis::aio::ConnectionManager, LogStoreError> {
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(BATCH_TIMEOUT))
+            .set_response_timeout(Some(BATCH_TIMEOUT));
+        let connection = self
+            .connection
+            .get_or_try_init(|| {
+                redis::aio::ConnectionManager::new_with_config(self.client.clone(), config)
+            })
+            .await?;
+        Ok(connection.clone())
+    }
+
+    /// The newest lines of `tenant`'s `workflow` (at most [`MAX_READ_LINES`], and
+    /// [`MAX_READ_BYTES`] of them), oldest first.
     ///
     /// # Errors
     /// When Redis fails.
     pub async fn recent(&self, tenant: &str, workflow: &str) -> Result<LogBatch, LogStoreError> {
-        let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
-            .arg(log_key(tenant, workflow))
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(MAX_READ_LINES)
-            .query_async(&mut open(&self.client).await?)
-            .await?;
+        let key = log_key(tenant, workflow);
+        let mut connection = self.connection().await?;
+        let mut entries: Vec<(String, Vec<(String, String)>)> = Vec::new();
+        let mut bytes = 0;
+        let mut before = "+".to_owned();
+        'pages: while entries.len() < MAX_READ_LINES {
+            let page: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+                .arg(&key)
+                .arg(&before)
+                .arg("-")
+                .arg("COUNT")
+                .arg(READ_PAGE.min(MAX_READ_LINES - entries.len()))
+                .query_async(&mut connection)
+                .await?;
+            let full = page.len() == READ_PAGE;
+            for entry in page {
+                bytes += entry.1.iter().map(|(_, value)| value.len()).sum::<usize>();
+                if bytes > MAX_READ_BYTES {
+                    break 'pages;
+                }
+                before = format!("({}", entry.0);
+                entries.push(entry);
+            }
+            if !full {
+                break;
+            }
+        }
         let last_id = entries
             .first()
             .map_or_else(|| "0-0".to_owned(), |(id, _)| id.clone());
@@ -295,7 +342,7 @@ impl RedisLogReader {
             .arg("+")
             .arg("COUNT")
             .arg(count)
-            .query_async(&mut open(&self.client).await?)
+            .query_async(&mut self.connection().await?)
             .await?;
         let last_id = entries
             .last()
@@ -315,7 +362,7 @@ impl RedisLogReader {
         redis::cmd("DEL")
             .arg(Counted::Logs.entries_key(&key))
             .arg(key)
-            .query_async::<()>(&mut open(&self.client).await?)
+            .query_async::<()>(&mut self.connection().await?)
             .await?;
         Ok(())
     }

@@ -513,15 +513,9 @@ fn services_mode_step_lines_carry_their_run_and_go_with_their_workflow() {
 /// one queue per worker holds every tenant's lines for Redis): the flood overflows the
 /// queue, yet every line the victim's function printed meanwhile reaches its logs, and
 /// the victim is served throughout.
-#[test]
-fn services_mode_a_tenant_flooding_its_logs_loses_its_own_lines_not_anothers() {
-    const FLOODERS: usize = 4;
-    const SHOUTS: usize = 10;
-    const GREETINGS: usize = 20;
-    let mut services = crate::services::Services::start(&[]);
-    services.start_worker_with("w1", &["--log-stream-len", "0"]);
-    let redis_url = services.redis.url();
-    let scene = Scene::set_up(services.url.clone(), services);
+/// Deploys mallory's `chatter` (misbehave, whose `/misbehave/shout` logs 1,000 lines of
+/// 4 KiB).
+fn deploy_chatter<P>(scene: &Scene<P>) {
     let manifest = scene.dir.path().join("chatter.toml");
     std::fs::write(
         &manifest,
@@ -534,6 +528,54 @@ fn services_mode_a_tenant_flooding_its_logs_loses_its_own_lines_not_anothers() {
     )
     .unwrap();
     assert_success(&scene.deploy(&scene.mallory, &manifest), "mallory's deploy");
+}
+
+/// A log read is held whole in the gateway, parsed and answered as JSON, so it returns
+/// at most 2 MiB of the newest lines: it returned up to 10,000 lines of up to 4 KiB
+/// (40 MB), and a tenant's guests choose how long its lines are.
+#[test]
+fn services_mode_a_log_read_returns_at_most_two_mib_of_the_newest_lines() {
+    let services = crate::services::Services::start(&["w1"]);
+    let redis_url = services.redis.url();
+    let scene = Scene::set_up(services.url.clone(), services);
+    deploy_chatter(&scene);
+    let response = scene.get("/misbehave/shout?kib=4");
+    assert_eq!(response.status(), 200);
+    // Every line written (1,000 of 4 KiB) before the read.
+    let mut redis = redis::Client::open(redis_url)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis::cmd("XLEN")
+        .arg("faas:logs:mallory:chatter")
+        .query::<usize>(&mut redis)
+        .unwrap()
+        < 1000
+    {
+        assert!(Instant::now() < deadline, "the lines never all arrived");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let last = log_lines(&scene.url, &scene.mallory, &["chatter"]);
+    let text: usize = last
+        .iter()
+        .map(|line| line["text"].as_str().unwrap().len())
+        .sum();
+    assert!(text <= 2 << 20, "a read returned {text} bytes of text");
+    assert!(last.len() > 400, "{} lines", last.len());
+    assert!(last.len() < 1000, "{} lines", last.len());
+}
+
+#[test]
+fn services_mode_a_tenant_flooding_its_logs_loses_its_own_lines_not_anothers() {
+    const FLOODERS: usize = 4;
+    const SHOUTS: usize = 10;
+    const GREETINGS: usize = 20;
+    let mut services = crate::services::Services::start(&[]);
+    services.start_worker_with("w1", &["--log-stream-len", "0"]);
+    let redis_url = services.redis.url();
+    let scene = Scene::set_up(services.url.clone(), services);
+    deploy_chatter(&scene);
 
     // Each shout logs 1,000 lines of 4 KiB (cut from 8).
     let flooders: Vec<_> = (0..FLOODERS)
@@ -629,6 +671,14 @@ fn a_tenant_past_its_log_follows_is_refused_and_another_tenant_follows() {
     assert!(refused.headers().contains_key("retry-after"));
     let error: serde_json::Value = refused.json().unwrap();
     assert_eq!(error["error"]["kind"], "too_many_follows", "{error}");
+
+    // A plain read is held whole until sent, and counts with the follows too.
+    let read = crate::support::client()
+        .get(format!("{}/admin/v1/workflows/tail/logs", scene.url))
+        .bearer_auth(&scene.mallory)
+        .send()
+        .unwrap();
+    assert_eq!(read.status(), 429);
 
     assert_eq!(follow(VICTIM_WORKFLOW, &scene.victim).status(), 200);
     assert_eq!(follow("tail", TOKEN).status(), 200);
