@@ -163,6 +163,47 @@ impl Metrics {
     }
 }
 
+/// The exposition as last rendered. A tenant decides how many series there are (its
+/// workflows' steps and functions: hundreds of thousands of lines), and each render
+/// holds all of them and takes a core for as long as it writes them: so one render
+/// runs at a time, off the async threads, and the scrapes that waited for it take its
+/// text instead of each making its own. A text answers only scrapes that arrived
+/// before its render started, so each sees what happened before it asked.
+#[derive(Default)]
+pub(crate) struct Exposition {
+    last: tokio::sync::Mutex<Option<(tokio::time::Instant, Arc<String>)>>,
+}
+
+impl Exposition {
+    /// The text `render` makes, or that of a render that started after this call did;
+    /// `None` if `render` panicked.
+    pub(crate) async fn text(
+        &self,
+        render: impl FnOnce() -> String + Send + 'static,
+    ) -> Option<Arc<String>> {
+        let arrived = tokio::time::Instant::now();
+        let mut last = self.last.lock().await;
+        if let Some((started, text)) = last.as_ref()
+            && *started >= arrived
+        {
+            return Some(text.clone());
+        }
+        let started = tokio::time::Instant::now();
+        let text = Arc::new(tokio::task::spawn_blocking(render).await.ok()?);
+        *last = Some((started, text.clone()));
+        Some(text)
+    }
+}
+
+/// A rendered exposition as the bytes of a body, without a copy.
+pub(crate) struct Text(pub Arc<String>);
+
+impl AsRef<[u8]> for Text {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
 /// The part of an exposition (`text`, as [`Metrics::encode`] writes it) that `tenant`
 /// may read: the metadata lines (`# HELP`, `# TYPE`, `# EOF`) and the samples labelled
 /// `tenant="<tenant>"`. Process-wide series, which count every tenant's work, are left
@@ -422,6 +463,36 @@ impl WorkflowSeries for WorkflowMetrics {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn scrapes_waiting_for_a_render_share_it_and_a_later_one_renders_again() {
+        let exposition = Arc::new(Exposition::default());
+        // Held while the scrapes arrive, as a render under way would.
+        let busy = exposition.last.lock().await;
+        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let scrape = || {
+            let (exposition, renders) = (exposition.clone(), renders.clone());
+            tokio::spawn(async move {
+                exposition
+                    .text(move || {
+                        renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        "text".to_owned()
+                    })
+                    .await
+            })
+        };
+        let scrapes: Vec<_> = (0..8).map(|_| scrape()).collect();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        drop(busy);
+        for scrape in scrapes {
+            assert_eq!(scrape.await.unwrap().unwrap().as_str(), "text");
+        }
+        assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // One that comes after the render started sees what happened since.
+        scrape().await.unwrap().unwrap();
+        assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
     use super::*;
     use faas_invoke::StepRecord;
 

@@ -32,7 +32,9 @@ const MAX_HEAD_BYTES: usize = 64 * 1024;
 pub(crate) struct App {
     pub config: GatewayConfig,
     pub registry: Arc<Registry>,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
+    /// The metrics text as last rendered, shared by the scrapes that come meanwhile.
+    pub exposition: crate::metrics::Exposition,
     pub shutting_down: AtomicBool,
     /// Set once the initial workflows are deployed; `/readyz` answers 503 before.
     pub ready: AtomicBool,
@@ -81,7 +83,8 @@ impl Gateway {
                 })),
                 config,
                 registry,
-                metrics: Metrics::new(),
+                metrics: Arc::new(Metrics::new()),
+                exposition: crate::metrics::Exposition::default(),
                 shutting_down: AtomicBool::new(false),
                 ready: AtomicBool::new(false),
                 activator,
@@ -117,9 +120,10 @@ impl Gateway {
         mut self,
         collector: Box<dyn prometheus_client::collector::Collector>,
     ) -> Self {
-        Arc::get_mut(&mut self.app)
-            .expect("the gateway's state is not shared before it starts")
-            .metrics
+        let app = Arc::get_mut(&mut self.app);
+        let app = app.expect("the gateway's state is not shared before it starts");
+        Arc::get_mut(&mut app.metrics)
+            .expect("the metrics are not shared before the gateway starts")
             .add_worker(collector);
         self
     }
@@ -304,19 +308,27 @@ async fn metrics(app: &App, headers: &http::HeaderMap) -> Response<Body> {
     // services mode, from other gateways' deploys.
     app.metrics.set_workflows(app.registry.list().len());
     app.metrics.set_instances(app.registry.active_instances());
-    let text = app
-        .metrics
-        .encode(|_, workflow| app.registry.get(workflow).is_some());
-    let text = match caller {
-        Caller::Admin => text,
-        Caller::Tenant(tenant) => crate::metrics::of_tenant(&text, &tenant),
+    let (metrics, registry) = (app.metrics.clone(), app.registry.clone());
+    let rendered = app
+        .exposition
+        .text(move || metrics.encode(|_, workflow| registry.get(workflow).is_some()));
+    let Some(text) = rendered.await else {
+        return response::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "metrics",
+            "rendering the metrics failed",
+        );
+    };
+    let body = match caller {
+        Caller::Admin => bytes::Bytes::from_owner(crate::metrics::Text(text)),
+        Caller::Tenant(tenant) => crate::metrics::of_tenant(&text, &tenant).into(),
     };
     Response::builder()
         .header(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )
-        .body(response::full(text))
+        .body(response::full(body))
         .expect("static response parts are valid")
 }
 
