@@ -243,22 +243,19 @@ impl MemoryLogs {
             .by_tenant
             .get(tenant)
             .and_then(|buffers| buffers.by_workflow.get(workflow));
-        let response = match buffer {
-            Some(buffer) => LogsResponse {
-                lines: buffer
-                    .lines
-                    .iter()
-                    .filter(|line| query.matches(line))
-                    .map(|line| LogLine::clone(line))
-                    .collect(),
-                dropped: buffer.dropped,
-            },
-            None => LogsResponse {
-                lines: Vec::new(),
-                dropped: 0,
-            },
+        // Only the lines' handles are taken under the lock, which every guest's line
+        // pushed waits for: filtering and copying thousands of lines is done after.
+        let (held, dropped): (Vec<Arc<LogLine>>, u64) = match buffer {
+            Some(buffer) => (buffer.lines.iter().cloned().collect(), buffer.dropped),
+            None => (Vec::new(), 0),
         };
-        (response, receiver)
+        drop(state);
+        let lines = held
+            .iter()
+            .filter(|line| query.matches(line))
+            .map(|line| LogLine::clone(line))
+            .collect();
+        (LogsResponse { lines, dropped }, receiver)
     }
 
     /// How many bytes `tenant`'s buffers hold, all together.
