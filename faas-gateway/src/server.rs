@@ -309,9 +309,13 @@ async fn metrics(app: &App, headers: &http::HeaderMap) -> Response<Body> {
     app.metrics.set_workflows(app.registry.list().len());
     app.metrics.set_instances(app.registry.active_instances());
     let (metrics, registry) = (app.metrics.clone(), app.registry.clone());
-    let rendered = app
-        .exposition
-        .text(move || metrics.encode(|_, workflow| registry.get(workflow).is_some()));
+    let rendered = app.exposition.text(move || {
+        metrics.encode(|tenant, workflow| {
+            registry
+                .get(workflow)
+                .is_some_and(|deployment| deployment.key.tenant == tenant)
+        })
+    });
     let Some(text) = rendered.await else {
         return response::error(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -105,11 +105,13 @@ fn escape_label_value(value: &str) -> Cow<'_, str> {
     Cow::Owned(escaped)
 }
 
-/// The series of every workflow, by workflow name (names are unique on a gateway and
-/// on a worker). Register it once with [`prometheus_client::registry::Registry::register_collector`].
+/// The series of every workflow, by workflow name and tenant. A name is one tenant's
+/// at a time, but a run of its former owner's may end after another tenant took it:
+/// its series must not replace the new owner's. Register it once with
+/// [`prometheus_client::registry::Registry::register_collector`].
 #[derive(Debug)]
 pub struct PerWorkflow<S> {
-    series: RwLock<HashMap<String, (String, Arc<S>)>>,
+    series: RwLock<HashMap<String, HashMap<String, Arc<S>>>>,
     drop_unheld: bool,
 }
 
@@ -133,34 +135,40 @@ impl<S: WorkflowSeries> PerWorkflow<S> {
     }
 
     /// The series of `workflow` of `tenant`, made on first use. A workflow of the same
-    /// name redeployed by another tenant starts from zero.
+    /// name deployed by another tenant has series of its own, from zero.
     pub fn get(&self, tenant: &str, workflow: &str) -> Arc<S> {
-        if let Some((owner, series)) = self.read().get(workflow)
-            && owner == tenant
+        if let Some(series) = self
+            .read()
+            .get(workflow)
+            .and_then(|by_tenant| by_tenant.get(tenant))
         {
             return series.clone();
         }
         let mut all = self.series.write().unwrap_or_else(|p| p.into_inner());
-        let entry = all
-            .entry(workflow.to_owned())
-            .or_insert_with(|| (tenant.to_owned(), Arc::new(S::new())));
-        if entry.0 != tenant {
-            *entry = (tenant.to_owned(), Arc::new(S::new()));
-        }
-        entry.1.clone()
+        all.entry(workflow.to_owned())
+            .or_default()
+            .entry(tenant.to_owned())
+            .or_insert_with(|| Arc::new(S::new()))
+            .clone()
     }
 
     /// Keeps the series of the workflows for which `keep(tenant, workflow)` holds.
     pub fn retain(&self, keep: impl Fn(&str, &str) -> bool) {
-        self.series
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|workflow, (tenant, _)| keep(tenant, workflow));
+        self.retain_series(|tenant, workflow, _| keep(tenant, workflow));
+    }
+
+    /// Keeps the series for which `keep(tenant, workflow, series)` holds.
+    fn retain_series(&self, keep: impl Fn(&str, &str, &Arc<S>) -> bool) {
+        let mut all = self.series.write().unwrap_or_else(|p| p.into_inner());
+        all.retain(|workflow, by_tenant| {
+            by_tenant.retain(|tenant, series| keep(tenant, workflow, series));
+            !by_tenant.is_empty()
+        });
     }
 
     /// How many workflows have series.
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.read().values().map(HashMap::len).sum()
     }
 
     /// Whether no workflow has series.
@@ -168,7 +176,7 @@ impl<S: WorkflowSeries> PerWorkflow<S> {
         self.len() == 0
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, (String, Arc<S>)>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, HashMap<String, Arc<S>>>> {
         self.series.read().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -176,15 +184,16 @@ impl<S: WorkflowSeries> PerWorkflow<S> {
 impl<S: WorkflowSeries> Collector for PerWorkflow<S> {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         if self.drop_unheld {
-            self.series
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|_, (_, series)| Arc::strong_count(series) > 1);
+            self.retain_series(|_, _, series| Arc::strong_count(series) > 1);
         }
         let mut all: Vec<(String, String, Arc<S>)> = self
             .read()
             .iter()
-            .map(|(workflow, (tenant, series))| (tenant.clone(), workflow.clone(), series.clone()))
+            .flat_map(|(workflow, by_tenant)| {
+                by_tenant
+                    .iter()
+                    .map(|(tenant, series)| (tenant.clone(), workflow.clone(), series.clone()))
+            })
             .collect();
         all.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         for metric in S::METRICS {
@@ -312,6 +321,28 @@ mod tests {
         // Another tenant's workflow of the same name does not continue its counts.
         all.get("acme", "mail").0.inc();
         assert!(scrape(all).contains(r#"tenant="acme",workflow="mail",status="2xx"} 1"#));
+    }
+
+    #[test]
+    fn a_former_owners_late_count_leaves_the_new_owners_series_alone() {
+        // A name passed from acme to globex while one of acme's runs went on: its end
+        // made acme's series again in place of globex's, and globex's counts restarted
+        // from zero at each such turn.
+        let all = Arc::new(PerWorkflow::<Hits>::default());
+        all.get("globex", "shop").0.inc();
+        all.get("globex", "shop").0.inc();
+        all.get("acme", "shop").0.inc();
+        all.get("globex", "shop").0.inc();
+        let text = scrape(all.clone());
+        assert!(
+            text.contains(r#"tenant="globex",workflow="shop",status="2xx"} 3"#),
+            "{text}"
+        );
+        // The scrape keeps the name's owner only.
+        all.retain(|tenant, _| tenant == "globex");
+        let text = scrape(all);
+        assert!(!text.contains("acme"), "{text}");
+        assert!(text.contains(r#"tenant="globex",workflow="shop",status="2xx"} 3"#));
     }
 
     #[test]
