@@ -24,11 +24,12 @@
 //! [`faas_invoke::MAX_MESSAGE_BYTES`], and a batch (up to 1,024 entries) is read and
 //! run at once, so one tenant's consumers could hold gigabytes of the gateway every
 //! tenant shares. So before it reads, a consumer reserves room for that many entries
-//! of that size in its tenant's share of the body budget (`body_budget.rs`) and reads
-//! only as many as fit, none while the share is held: the entries wait in Redis. The
-//! reservation shrinks to what was read and is held until the batch's runs end. Only
-//! the read that waits for new entries reserves nothing (so idle consumers do not hold
-//! the share): it takes one entry.
+//! of that size in its tenant's share of the message budget (`body_budget.rs`) and
+//! reads only as many as fit, none while the share is held: the entries wait in Redis.
+//! The reservation shrinks to what was read and is held until the batch's runs end.
+//! Only the read that waits for new entries reserves nothing (so idle consumers do not
+//! hold the share): it takes one entry, and puts it back, pending and uncounted, if
+//! the share has no room for it once read.
 
 use super::{RedisBroker, namespaced};
 use crate::body_budget::{Holder, MESSAGE_OVERHEAD};
@@ -245,15 +246,21 @@ async fn round(
         held.shrink_to(0);
         entries = read_new(connection, broker, consumer, 1, Some(BLOCK)).await?;
     }
-    // What was read, rather than the room for it; the blocking read's one entry is
-    // held beyond the share if it must (one per consumer).
+    // What was read, rather than the room for it. The blocking read's entry was read
+    // with no room held: if its tenant's share has none for it now (a tenant has up to
+    // 64 consumers), it goes back, pending and uncounted, until there is.
     let bytes: u64 = entries
         .iter()
         .map(|entry| entry_bytes(entry) + MESSAGE_OVERHEAD)
         .sum();
-    if held.grow_to(bytes).is_ok() {
-        held.shrink_to(bytes);
+    if held.grow_to(bytes).is_err() && matches!(delivered, Delivered::First) {
+        for entry in &entries {
+            uncount(connection, broker, consumer, &entry.id, 1).await?;
+        }
+        tokio::time::sleep(SHARE_HELD_WAIT).await;
+        return Ok(());
     }
+    held.shrink_to(bytes);
     let mut tasks = JoinSet::new();
     for entry in entries {
         let (app, broker) = (app.clone(), broker.clone());
