@@ -308,11 +308,11 @@ impl RedisLogReader {
                 if bytes > MAX_READ_BYTES {
                     break 'pages;
                 }
-                before = format!("({}", entry.0);
                 entries.push(entry);
             }
-            if !full {
-                break;
+            match entries.last() {
+                Some((oldest, _)) if full => before = format!("({oldest}"),
+                _ => break,
             }
         }
         let last_id = entries

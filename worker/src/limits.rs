@@ -22,44 +22,33 @@ pub fn raise_descriptor_limit() {
 /// How many region memory files may be open at once in one worker
 /// ([`crate::WorkerConfig::max_region_files`]), and by one tenant's regions (a quarter
 /// of that, so one tenant's values cannot leave none for the others); each is a file
-/// descriptor until the last region or mapping of it goes.
-#[derive(Debug)]
-pub(crate) struct FileBudget {
-    budget: Arc<faas_budget::Budget<Arc<str>>>,
-}
+/// descriptor until the last region or mapping of it goes. One unit per file, held by
+/// tenant.
+pub(crate) type FileBudget = faas_budget::Budget<Arc<str>>;
 
-impl FileBudget {
-    /// A budget of `max` files.
-    pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self {
-            budget: Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
-                total: max as u64,
-                per_holder: (max / 4).max(1) as u64,
-            })),
-        })
-    }
-
-    /// Takes one file from the budget for `tenant`'s region.
-    ///
-    /// # Errors
-    /// [`faas_budget::OverBudget`] when the tenant's share, or the whole budget, is
-    /// spent.
-    pub(crate) fn take(&self, tenant: &Arc<str>) -> Result<FileTicket, faas_budget::OverBudget> {
-        let mut claim = self.budget.claim(tenant.clone());
-        claim.grow_to(1)?;
-        Ok(FileTicket(claim))
-    }
-
-    /// How many files are open now.
-    #[cfg(test)]
-    pub(crate) fn open(&self) -> usize {
-        self.budget.held() as usize
-    }
+/// The [`FileBudget`] of `max` files in all.
+pub(crate) fn file_budget(max: usize) -> Arc<FileBudget> {
+    Arc::new(FileBudget::new(faas_budget::BudgetLimits {
+        total: max as u64,
+        per_holder: (max / 4).max(1) as u64,
+    }))
 }
 
 /// One file of a [`FileBudget`], given back when dropped.
-#[derive(Debug)]
-pub(crate) struct FileTicket(#[allow(dead_code)] faas_budget::Claim<Arc<str>>);
+pub(crate) type FileTicket = faas_budget::Claim<Arc<str>>;
+
+/// Takes one file of `files` for `tenant`'s region.
+///
+/// # Errors
+/// [`faas_budget::OverBudget`] when the tenant's share, or the whole budget, is spent.
+pub(crate) fn take_file(
+    files: &Arc<FileBudget>,
+    tenant: &Arc<str>,
+) -> Result<FileTicket, faas_budget::OverBudget> {
+    let mut ticket = files.claim(tenant.clone());
+    ticket.grow_to(1)?;
+    Ok(ticket)
+}
 
 /// How many guest page ranges the host may have mapped or protected for regions at
 /// once: [`crate::WorkerConfig::max_region_mappings`] in all, a quarter of that per
@@ -83,21 +72,23 @@ mod tests {
 
     #[test]
     fn a_spent_budget_refuses_until_a_file_is_given_back() {
-        let budget = FileBudget::new(8);
+        let budget = file_budget(8);
         let (hog, other): (Arc<str>, Arc<str>) = ("hog".into(), "other".into());
-        let first = budget.take(&hog).unwrap();
-        let _second = budget.take(&hog).unwrap();
+        let first = take_file(&budget, &hog).unwrap();
+        let _second = take_file(&budget, &hog).unwrap();
         // A tenant's share is a quarter of the files; the others keep the rest.
         assert!(matches!(
-            budget.take(&hog),
+            take_file(&budget, &hog),
             Err(faas_budget::OverBudget::Share { limit: 2 })
         ));
-        let others: Vec<_> = (0..2).map(|_| budget.take(&other).unwrap()).collect();
+        let others: Vec<_> = (0..2)
+            .map(|_| take_file(&budget, &other).unwrap())
+            .collect();
         drop(first);
-        assert_eq!(budget.open(), 3);
-        assert!(budget.take(&hog).is_ok());
+        assert_eq!(budget.held(), 3);
+        assert!(take_file(&budget, &hog).is_ok());
         drop(others);
-        assert_eq!(budget.open(), 1);
+        assert_eq!(budget.held(), 1);
     }
 
     #[test]

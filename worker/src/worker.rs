@@ -143,7 +143,7 @@ impl Worker {
             instance_slots,
             tenant_slots: std::sync::Mutex::default(),
             quota_tenants: std::sync::Mutex::default(),
-            region_files: FileBudget::new(config.max_region_files),
+            region_files: crate::limits::file_budget(config.max_region_files),
             region_mappings: Arc::new(crate::limits::mapping_budget(config.max_region_mappings)),
             lookups: crate::lookups::Lookups::new(),
             guest_memory: Arc::new(GuestMemory::new(config.guest_memory)),

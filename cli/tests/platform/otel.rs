@@ -19,6 +19,19 @@ const CALLER_SPAN_ID: &str = "00f067aa0ba902b7";
 /// every 100 ms, the file flushed every 20 ms).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A platform started with `args` that sends its spans to `collector`, a batch every
+/// 100 ms.
+fn exporting_to(collector: &Collector, args: &[&str]) -> Platform {
+    let endpoint = collector.endpoint();
+    Platform::start_with_env(
+        args,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", OsStr::new(&endpoint)),
+            ("OTEL_BSP_SCHEDULE_DELAY", OsStr::new("100")),
+        ],
+    )
+}
+
 /// The `request` spans of the trace `trace_id`.
 fn requests_in<'a>(spans: &'a [Span], trace_id: &str) -> Vec<&'a Span> {
     spans
@@ -30,14 +43,7 @@ fn requests_in<'a>(spans: &'a [Span], trace_id: &str) -> Vec<&'a Span> {
 #[test]
 fn request_span_continues_the_callers_trace_at_a_real_collector() {
     let collector = Collector::start();
-    let endpoint = collector.endpoint();
-    let platform = Platform::start_with_env(
-        &["--no-demo"],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", OsStr::new(&endpoint)),
-            ("OTEL_BSP_SCHEDULE_DELAY", OsStr::new("100")),
-        ],
-    );
+    let platform = exporting_to(&collector, &["--no-demo"]);
     platform.deploy(&repo("functions/hello/workflow.toml"));
 
     let response = client()
@@ -211,15 +217,8 @@ fn a_fan_out_run_is_one_trace_across_the_gateway_to_worker_hop() {
 #[test]
 fn a_stream_entry_carries_its_trace_into_the_run_and_on_to_what_the_run_appends() {
     let collector = Collector::start();
-    let endpoint = collector.endpoint();
     let redis = faas_testing::RedisServer::start();
-    let platform = Platform::start_with_env(
-        &["--no-demo", "--redis", &redis.url()],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", OsStr::new(&endpoint)),
-            ("OTEL_BSP_SCHEDULE_DELAY", OsStr::new("100")),
-        ],
-    );
+    let platform = exporting_to(&collector, &["--no-demo", "--redis", &redis.url()]);
     let dir = faas_testing::temp_dir();
     let triggers = "[[triggers.stream]]\nstream = \"orders\"\nstep = \"relay\"\n";
     platform.deploy(&relay_manifest(dir.path(), "orders", triggers));
@@ -271,15 +270,8 @@ fn a_stream_entry_carries_its_trace_into_the_run_and_on_to_what_the_run_appends(
 #[test]
 fn a_region_handoff_is_a_span_of_the_consuming_step_saying_how_it_crossed() {
     let collector = Collector::start();
-    let endpoint = collector.endpoint();
     // The example's instances may have 1100 MiB.
-    let platform = Platform::start_with_env(
-        &["--no-demo", "--max-memory-mb", "1100"],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", OsStr::new(&endpoint)),
-            ("OTEL_BSP_SCHEDULE_DELAY", OsStr::new("100")),
-        ],
-    );
+    let platform = exporting_to(&collector, &["--no-demo", "--max-memory-mb", "1100"]);
     let dir = faas_testing::temp_dir();
     crate::regions::deploy_example(&platform, dir.path(), &[]);
     // Above the map threshold: mapped, not copied.
@@ -323,14 +315,7 @@ fn a_clients_long_path_and_trace_state_are_not_copied_into_every_span() {
     // workers' and the guests' host calls' too), each held in the exporter's queue and
     // sent with every batch: everyone's traces were then dropped with the batches.
     let collector = Collector::start();
-    let endpoint = collector.endpoint();
-    let platform = Platform::start_with_env(
-        &["--no-demo"],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", OsStr::new(&endpoint)),
-            ("OTEL_BSP_SCHEDULE_DELAY", OsStr::new("100")),
-        ],
-    );
+    let platform = exporting_to(&collector, &["--no-demo"]);
     let dir = faas_testing::temp_dir();
     let manifest = crate::support::write_manifest(
         dir.path(),

@@ -15,7 +15,7 @@ mod payload;
 
 pub(crate) use mappings::answered as images_can_be_told_apart;
 
-pub(crate) use pages::{MappedPages, PageRange};
+pub(crate) use pages::{MappedPages, PageRange, round_to_pages};
 
 use crate::limits::FileBudget;
 use crate::memory_budget::GuestMemoryClaim;
@@ -521,8 +521,7 @@ impl Region {
         len: usize,
         files: &Arc<FileBudget>,
     ) -> Result<Self, RegionError> {
-        let ticket = files
-            .take(&owner.tenant)
+        let ticket = crate::limits::take_file(files, &owner.tenant)
             .map_err(|over| RegionLimitExceeded::files(&over))?;
         Ok(Self {
             schema_type,
@@ -636,10 +635,7 @@ impl Region {
             Err(err) => return Ok(Err(err)),
         }
         mapped.make_room()?;
-        let ticket = scope
-            .limits
-            .files
-            .take(mapped.tenant())
+        let ticket = crate::limits::take_file(&scope.limits.files, mapped.tenant())
             .map_err(|over| RegionLimitExceeded::files(&over))?;
         // SAFETY: forwarded from the caller.
         Ok(unsafe { Self::create_in_file(scope, mapped, schema_type, pages, ticket) })

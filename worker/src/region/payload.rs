@@ -127,10 +127,10 @@ impl AsFd for PayloadFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::FileBudget;
+    use crate::limits::file_budget;
 
     fn ticket() -> FileTicket {
-        FileBudget::new(1).take(&"t".into()).unwrap()
+        crate::limits::take_file(&file_budget(1), &"t".into()).unwrap()
     }
 
     fn file_with(len: usize) -> PayloadFile {

@@ -4,7 +4,7 @@
 
 use crate::limits::FileBudget;
 use crate::memory_budget::GuestMemory;
-use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner};
+use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner, round_to_pages};
 use crate::run::{RunError, RunOutcome};
 use faas_invoke::EventFailure;
 use faas_invoke::wire::{Carried, MAX_FDS, RunHead, frame};
@@ -97,11 +97,7 @@ pub(crate) fn uncarry(
             let len = usize::try_from(entry.len).map_err(|_| malformed("length"))?;
             let mut claim = budgets.memory.claim(owner.tenant.clone());
             // A file holds the value's whole pages.
-            let held = if entry.fd {
-                len.next_multiple_of(4096)
-            } else {
-                len
-            };
+            let held = if entry.fd { round_to_pages(len) } else { len };
             claim.grow_to(held as u64).map_err(|over| {
                 let (limit, whose) = RegionLimitExceeded::whose(&over);
                 RegionLimitExceeded::GuestMemory {
@@ -165,7 +161,7 @@ mod tests {
     /// tenant's share.
     fn budgets(files: usize, memory: u64) -> Received {
         Received {
-            files: FileBudget::new(files),
+            files: crate::limits::file_budget(files),
             memory: Arc::new(GuestMemory::new(faas_budget::BudgetLimits {
                 total: memory,
                 per_holder: memory / 2,
@@ -190,7 +186,7 @@ mod tests {
             other => panic!("expected the file budget to refuse, got {other:?}"),
         }
         // Nothing of the refused frame stays charged.
-        assert_eq!(received.files.open(), 0);
+        assert_eq!(received.files.held(), 0);
         assert_eq!(received.memory.held(), 0);
 
         let received = budgets(8, 1 << 30);
@@ -203,11 +199,11 @@ mod tests {
             &received,
         )
         .unwrap();
-        assert_eq!(received.files.open(), 2);
+        assert_eq!(received.files.held(), 2);
         // Each file holds the value's whole page.
         assert_eq!(received.memory.held(), 2 * 4096);
         drop(regions);
-        assert_eq!(received.files.open(), 0);
+        assert_eq!(received.files.held(), 0);
         assert_eq!(received.memory.held(), 0);
     }
 
