@@ -15,12 +15,23 @@
 //!
 //! [`resolve`] is pure: it takes the `.km` texts rather than reading files, so the
 //! gateway (and a remote worker) can run it on what was uploaded.
+//!
+//! A schema is a tenant's upload and up to [`MAX_STEPS`](crate::MAX_STEPS) steps may
+//! name one file, so nothing a step's problem or memory holds is a copy of an unbounded
+//! piece of it: a file's parse error is shared, names from the schema are cut after
+//! [`MAX_QUOTED_CHARS`](faas_karmem_compiler::MAX_QUOTED_CHARS) characters and lists of them after [`MAX_LISTED_NAMES`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
-use faas_karmem_compiler::{Access, FunctionDef, Interface, MemoryDef, Schema, SchemaError};
+// A name from a schema may be most of a megabyte, and one is repeated for every step
+// naming its interface: messages and a [`MemoryLimit`] quote it `shorten`ed.
+use faas_karmem_compiler::{
+    Access, FunctionDef, Interface, MemoryDef, Schema, SchemaError, shorten,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::model::Workflow;
@@ -28,6 +39,10 @@ use crate::schema_type::{SchemaType, is_identifier, is_schema_file};
 
 /// Bytes in one Karmem (and WebAssembly) page.
 pub const PAGE_BYTES: u64 = 64 * 1024;
+
+/// The most declared names a [`MemoryProblem`] lists (then says how many more there
+/// are): enough to spot a typo, and a schema may declare tens of thousands.
+pub const MAX_LISTED_NAMES: usize = 16;
 
 /// `interface = "blob.km:transfer.consume"` on a step: the function `consume` of the
 /// interface `transfer` declared in `blob.km`, which the step implements.
@@ -91,8 +106,10 @@ impl InterfaceRef {
     }
 
     /// `file.km:interface.memory`: how messages name one of the interface's memories.
+    /// The memory's name comes from the schema, so it is cut (`shorten`); the
+    /// rest is as written in the manifest.
     fn memory_name(&self, memory: &str) -> String {
-        format!("{}:{}.{memory}", self.file, self.interface)
+        format!("{}:{}.{}", self.file, self.interface, shorten(memory))
     }
 }
 
@@ -129,7 +146,8 @@ impl From<InterfaceRef> for String {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemoryLimit {
     /// The declaring memory as `file.km:interface.memory`, for messages; empty when
-    /// nothing declares one.
+    /// nothing declares one. A memory name longer than [`MAX_QUOTED_CHARS`](faas_karmem_compiler::MAX_QUOTED_CHARS) characters
+    /// is cut, ending in `…`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub memory: String,
     /// The largest region in bytes: the memory's maximum pages times [`PAGE_BYTES`];
@@ -187,9 +205,10 @@ pub enum MemoryProblem {
         "schema file `{0}` is missing: `.km` files must be beside the manifest (`faas deploy` uploads them)"
     )]
     MissingFile(String),
-    /// The `.km` file does not parse; displays as `file.km:LINE:COL: message`.
+    /// The `.km` file does not parse; displays as `file.km:LINE:COL: message`. Every
+    /// step naming the file shares the one error.
     #[error("{0}")]
-    Schema(SchemaError),
+    Schema(Arc<SchemaError>),
     /// The file declares no such interface.
     #[error("`{file}` declares no interface `{name}` (declared: {declared})")]
     UnknownInterface {
@@ -197,7 +216,8 @@ pub enum MemoryProblem {
         file: String,
         /// The interface asked for.
         name: String,
-        /// The interfaces it declares, comma-separated, or `none`.
+        /// The interfaces it declares, as [`MAX_LISTED_NAMES`] at most, comma-separated,
+        /// or `none`.
         declared: String,
     },
     /// The interface has no such function.
@@ -207,7 +227,8 @@ pub enum MemoryProblem {
         interface: String,
         /// The function asked for.
         name: String,
-        /// The functions it declares, comma-separated, or `none`.
+        /// The functions it declares, as [`MAX_LISTED_NAMES`] at most, comma-separated,
+        /// or `none`.
         declared: String,
     },
     /// A function names a memory its interface does not declare.
@@ -295,14 +316,15 @@ pub fn resolve(
     schemas: &BTreeMap<String, String>,
 ) -> Result<(), Vec<MemoryError>> {
     let mut errors = Vec::new();
-    let mut parsed: BTreeMap<&str, Result<Schema, SchemaError>> = BTreeMap::new();
+    // Each file is parsed once, however many steps name it; its error is shared by them.
+    let mut parsed: BTreeMap<&str, Result<Schema, Arc<SchemaError>>> = BTreeMap::new();
     for step in workflow.steps.values() {
         if let Some(reference) = &step.interface
             && let Some(text) = schemas.get(&reference.file)
         {
-            parsed
-                .entry(reference.file.as_str())
-                .or_insert_with(|| faas_karmem_compiler::parse_str(&reference.file, text));
+            parsed.entry(reference.file.as_str()).or_insert_with(|| {
+                faas_karmem_compiler::parse_str(&reference.file, text).map_err(Arc::new)
+            });
         }
     }
 
@@ -321,7 +343,7 @@ pub fn resolve(
                 continue;
             }
             Some(Err(err)) => {
-                errors.push(fail(MemoryProblem::Schema(err.clone())));
+                errors.push(fail(MemoryProblem::Schema(Arc::clone(err))));
                 continue;
             }
             Some(Ok(schema)) => schema,
@@ -468,7 +490,7 @@ fn declare<'a>(
             }
             None => problems.push(MemoryProblem::UnknownMemory {
                 function: function.name.clone(),
-                memory: result.memory.clone(),
+                memory: shorten(&result.memory).into_owned(),
             }),
         }
     }
@@ -489,7 +511,8 @@ fn declare<'a>(
                 verb,
                 step_type: step_type.to_string(),
                 interface: reference.to_string(),
-                declared: declared.to_string(),
+                // The type's name comes from the schema.
+                declared: format!("{}:{}", reference.file, shorten(&arg.type_name)),
             });
             // One message per side is enough.
             if verb == "takes" {
@@ -516,8 +539,8 @@ fn argument_memory<'a>(
     if let Some(other) = function.args.iter().find(|arg| arg.memory != first.memory) {
         return Err(MemoryProblem::MixedMemories {
             function: function.name.clone(),
-            first: first.memory.clone(),
-            second: other.memory.clone(),
+            first: shorten(&first.memory).into_owned(),
+            second: shorten(&other.memory).into_owned(),
         });
     }
     interface
@@ -525,7 +548,7 @@ fn argument_memory<'a>(
         .map(Some)
         .ok_or_else(|| MemoryProblem::UnknownMemory {
             function: function.name.clone(),
-            memory: first.memory.clone(),
+            memory: shorten(&first.memory).into_owned(),
         })
 }
 
@@ -560,13 +583,19 @@ fn keyword(access: Access) -> &'static str {
     }
 }
 
-fn names<'n>(names: impl Iterator<Item = &'n str>) -> String {
-    let names: Vec<&str> = names.collect();
-    if names.is_empty() {
-        "none".to_owned()
-    } else {
-        names.join(", ")
+/// The first [`MAX_LISTED_NAMES`] of `names`, each cut (see [`shorten`]),
+/// comma-separated, then how many more there are; `none` for none.
+fn names<'n>(names: impl ExactSizeIterator<Item = &'n str>) -> String {
+    let count = names.len();
+    if count == 0 {
+        return "none".to_owned();
     }
+    let listed: Vec<Cow<'_, str>> = names.take(MAX_LISTED_NAMES).map(shorten).collect();
+    let mut text = listed.join(", ");
+    if count > listed.len() {
+        text += &format!(", and {} more", count - listed.len());
+    }
+    text
 }
 
 #[cfg(test)]
@@ -631,6 +660,196 @@ mod tests {
         assert_eq!(
             serde_json::from_value::<MemoryLimit>(serde_json::json!({})).unwrap(),
             MemoryLimit::default()
+        );
+    }
+}
+
+/// A schema is a tenant's upload (up to 1 MiB with the manifest's others), resolved by
+/// the gateway at deploy under the deploy lock, and up to [`MAX_STEPS`] steps may name
+/// one file: whatever a step's problem or memory copies from the schema must be short,
+/// or one deploy builds `MAX_STEPS` copies of a megabyte.
+#[cfg(test)]
+mod schema_text_per_step {
+    use super::*;
+    use crate::MAX_STEPS;
+
+    /// What all of one deploy's memory problems may add up to, as text.
+    const BUDGET: usize = 64 * 1024;
+
+    /// A manifest of a chain of [`MAX_STEPS`] steps `s000 -> s001 -> ...` where step `i`
+    /// implements `interface(i)`: the first takes `bytes`, and every step returns, and
+    /// every later step takes, `carried`.
+    fn chain_text(interface: impl Fn(usize) -> String, carried: &str) -> String {
+        let mut text = String::from(
+            "name = \"chain\"\ntenant = \"demo\"\n\
+             [functions.f]\ncomponent = \"f.wasm\"\nkind = \"step\"\n\
+             [[triggers.http]]\nroute = \"/chain\"\nstep = \"s000\"\n",
+        );
+        for i in 0..MAX_STEPS {
+            let input = if i == 0 { "bytes" } else { carried };
+            text += &format!(
+                "[steps.s{i:03}]\nfunction = \"f\"\ninput = \"{input}\"\noutput = \"{carried}\"\n\
+                 interface = \"{}\"\n",
+                interface(i)
+            );
+        }
+        for i in 1..MAX_STEPS {
+            text += &format!(
+                "[[edges]]\nfrom = \"s{:03}\"\nto = \"s{i:03}\"\ntype = \"{carried}\"\n",
+                i - 1
+            );
+        }
+        text
+    }
+
+    /// [`chain_text`] parsed without schemas, so [`resolve`] is what checks it.
+    fn chain(interface: impl Fn(usize) -> String, carried: &str) -> Workflow {
+        let text = chain_text(interface, carried);
+        Workflow::parse("workflow.toml", &text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn schemas(text: String) -> BTreeMap<String, String> {
+        BTreeMap::from([("a.km".to_owned(), text)])
+    }
+
+    /// The problems of resolving `workflow` against `schemas`, as the manifest
+    /// validation formats them.
+    fn messages(workflow: &mut Workflow, schemas: &BTreeMap<String, String>) -> Vec<String> {
+        let errors = resolve(workflow, schemas).expect_err("the schema is broken");
+        errors.iter().map(ToString::to_string).collect()
+    }
+
+    fn total(messages: &[String]) -> usize {
+        messages.iter().map(String::len).sum()
+    }
+
+    #[test]
+    fn a_megabyte_token_in_a_schema_every_step_names_makes_small_messages() {
+        let schema = schemas(format!("karmem x;\n{}", "A".repeat(1 << 20)));
+        let messages = messages(&mut chain(|_| "a.km:i.f".to_owned(), "bytes"), &schema);
+        assert_eq!(messages.len(), MAX_STEPS);
+        assert!(total(&messages) < BUDGET, "{} bytes", total(&messages));
+        assert!(
+            messages[0].starts_with("step `s000`: a.km:2:1: expected "),
+            "{}",
+            messages[0]
+        );
+        assert!(messages[0].ends_with(&format!("`{}…`", "A".repeat(64))));
+
+        // What a deploy reports: the first step's, still naming the file, line and field.
+        let text = chain_text(|_| "a.km:i.f".to_owned(), "bytes");
+        let err = Workflow::parse_with_schemas("workflow.toml", &text, &schema).unwrap_err();
+        assert_eq!(err.field(), "steps.s000.interface");
+        assert!(err.message().starts_with("a.km:2:1: expected "), "{err}");
+        assert!(
+            err.to_string().len() < 1024,
+            "{} bytes",
+            err.to_string().len()
+        );
+    }
+
+    #[test]
+    fn lists_of_declared_names_are_cut_to_their_first_ones() {
+        // 30,000 interfaces (the first with 30,000 functions), then one whose name is
+        // half a megabyte.
+        let mut schema = String::from("karmem x;\ninterface big {\n");
+        for i in 0..30_000 {
+            schema += &format!("fn f{i}();\n");
+        }
+        schema += "}\n";
+        for i in 0..30_000 {
+            schema += &format!("interface i{i} {{}}\n");
+        }
+        schema += &format!("interface {} {{}}\n", "H".repeat(512 * 1024));
+        let schema = schemas(schema);
+        // Even steps ask for an interface `a.km` lacks, odd ones for a function `big` lacks.
+        let mut workflow = chain(
+            |i| {
+                if i % 2 == 0 {
+                    "a.km:missing.f".to_owned()
+                } else {
+                    "a.km:big.missing".to_owned()
+                }
+            },
+            "bytes",
+        );
+        let messages = messages(&mut workflow, &schema);
+        assert_eq!(messages.len(), MAX_STEPS);
+        assert!(total(&messages) < BUDGET, "{} bytes", total(&messages));
+        let first: Vec<String> = (0..15).map(|i| format!("i{i}")).collect();
+        assert_eq!(
+            messages[0],
+            format!(
+                "step `s000`: `a.km` declares no interface `missing` (declared: big, {}, and \
+                 29986 more)",
+                first.join(", ")
+            )
+        );
+        let first: Vec<String> = (0..16).map(|i| format!("f{i}")).collect();
+        assert_eq!(
+            messages[1],
+            format!(
+                "step `s001`: interface `big` has no function `missing` (declared: {}, and \
+                 29984 more)",
+                first.join(", ")
+            )
+        );
+    }
+
+    #[test]
+    fn a_schema_with_one_interface_named_by_a_huge_name_lists_it_cut() {
+        let huge = "H".repeat(512 * 1024);
+        let schema = schemas(format!("karmem x;\ninterface {huge} {{}}\n"));
+        let messages = messages(&mut chain(|_| "a.km:i.f".to_owned(), "bytes"), &schema);
+        assert!(total(&messages) < BUDGET, "{} bytes", total(&messages));
+        assert_eq!(
+            messages[0],
+            format!(
+                "step `s000`: `a.km` declares no interface `i` (declared: {}…)",
+                &huge[..64]
+            )
+        );
+    }
+
+    #[test]
+    fn a_memory_with_a_huge_name_is_named_cut_in_every_step_it_bounds() {
+        let memory = "M".repeat(400 * 1024);
+        let schema = schemas(format!(
+            "karmem x;\nstruct T table {{ A uint8; }}\n\
+             interface i {{\n{memory}: memory (import: read, export: write, 1);\n\
+             f: fn() -> T @ {memory};\n}}\n"
+        ));
+        let mut workflow = chain(|_| "a.km:i.f".to_owned(), "a.km:T");
+        resolve(&mut workflow, &schema).unwrap_or_else(|e| panic!("{e:?}"));
+        let named: usize = workflow
+            .steps
+            .values()
+            .map(|step| step.memories.input.memory.len() + step.memories.output.memory.len())
+            .sum();
+        assert!(named < BUDGET, "{named} bytes");
+        let expected = format!("a.km:i.{}…", &memory[..64]);
+        assert_eq!(workflow.steps["s000"].memories.output.memory, expected);
+        assert_eq!(workflow.steps["s001"].memories.input.memory, expected);
+        assert!(workflow.steps["s001"].memories.input.read_only);
+    }
+
+    #[test]
+    fn a_type_with_a_huge_name_is_named_cut_in_every_mismatch() {
+        let name = "T".repeat(400 * 1024);
+        let schema = schemas(format!(
+            "karmem x;\nstruct {name} table {{ A uint8; }}\n\
+             interface i {{\nm: memory (import: write, export: read, 1);\n\
+             f: fn(a: {name} @ m);\n}}\n"
+        ));
+        let messages = messages(&mut chain(|_| "a.km:i.f".to_owned(), "bytes"), &schema);
+        assert_eq!(messages.len(), MAX_STEPS);
+        assert!(total(&messages) < BUDGET, "{} bytes", total(&messages));
+        assert_eq!(
+            messages[0],
+            format!(
+                "step `s000`: the step takes `bytes`, but `a.km:i.f` takes `a.km:{}…`",
+                &name[..64]
+            )
         );
     }
 }

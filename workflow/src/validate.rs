@@ -336,18 +336,19 @@ impl<'a> Checker<'a> {
         if let Some(schemas) = schemas
             && let Err(errors) = memory::resolve(&mut workflow, schemas)
         {
-            // The first in the file, like every other problem.
+            // The first in the file, like every other problem; only it is formatted, as
+            // up to one problem per step may come.
             let first = errors
                 .into_iter()
                 .map(|error| {
                     let span = interface_spans.get(&error.step).cloned().unwrap_or(0..0);
-                    let field = format!("{}.interface", step_field(&error.step));
-                    let message = error.problem.to_string();
-                    (span.start, self.source.diagnostic(&span, field, message))
+                    (span, error)
                 })
-                .min_by_key(|(offset, _)| *offset);
-            if let Some((_, first)) = first {
-                return Err(first);
+                .min_by_key(|(span, _)| span.start);
+            if let Some((span, error)) = first {
+                let field = format!("{}.interface", step_field(&error.step));
+                let message = error.problem.to_string();
+                return Err(self.source.diagnostic(&span, field, message));
             }
         }
         Ok(workflow)

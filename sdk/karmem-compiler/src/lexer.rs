@@ -1,6 +1,6 @@
 //! Splits schema text into tokens, tracking line and column for error messages.
 
-use crate::error::{SchemaError, Span};
+use crate::error::{SchemaError, Span, shorten};
 
 /// Kinds of tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,12 +21,13 @@ pub enum Tok {
 }
 
 impl Tok {
-    /// Human-readable description for error messages.
+    /// Human-readable description for error messages, with the token's text cut as
+    /// [`shorten`] does.
     pub fn describe(&self) -> String {
         match self {
-            Tok::Ident(s) => format!("`{s}`"),
-            Tok::Number(s) => format!("number {s}"),
-            Tok::Quoted(s) => format!("`{s}`"),
+            Tok::Ident(s) => format!("`{}`", shorten(s)),
+            Tok::Number(s) => format!("number {}", shorten(s)),
+            Tok::Quoted(s) => format!("`{}`", shorten(s)),
             Tok::Arrow => "`->`".to_string(),
             Tok::Sym(c) => format!("`{c}`"),
             Tok::Eof => "end of file".to_string(),
@@ -146,7 +147,7 @@ pub fn tokenize(file: &str, src: &str) -> Result<Vec<Token>, SchemaError> {
                 return Err(SchemaError::new(
                     file,
                     span,
-                    format!("invalid number `{s}`"),
+                    format!("invalid number `{}`", shorten(&s)),
                 ));
             }
             Tok::Number(s)

@@ -28,7 +28,7 @@ pub use ast::{
 };
 pub use codegen::{Options, field_idents, rust_type_name, snake_case};
 pub use dynamic::{CodecError, decode_to_json, encode_from_json};
-pub use error::{CompileError, SchemaError};
+pub use error::{CompileError, MAX_QUOTED_CHARS, SchemaError, shorten};
 
 /// Parses schema text. `file_name` is only used in error messages and generated comments.
 pub fn parse_str(file_name: &str, src: &str) -> Result<Schema, SchemaError> {

@@ -18,7 +18,7 @@
 //! ```
 
 use crate::ast::{Access, StructKind, Tag};
-use crate::error::{SchemaError, Span};
+use crate::error::{SchemaError, Span, shorten};
 use crate::lexer::{Tok, Token};
 
 /// A tag with its position.
@@ -202,9 +202,12 @@ impl Parser<'_> {
         match &self.peek().tok {
             Tok::Number(s) => {
                 let span = self.peek().span;
-                let n = s
-                    .parse::<u32>()
-                    .or_else(|_| self.err(span, format!("{what} `{s}` does not fit in 32 bits")))?;
+                let n = s.parse::<u32>().or_else(|_| {
+                    self.err(
+                        span,
+                        format!("{what} `{}` does not fit in 32 bits", shorten(s)),
+                    )
+                })?;
                 self.next();
                 Ok((n, span))
             }
@@ -424,7 +427,10 @@ impl Parser<'_> {
             Some(a) => Ok(a),
             None => self.err(
                 span,
-                format!("unknown access `{word}`, expected `none`, `read`, `write` or `readwrite`"),
+                format!(
+                    "unknown access `{}`, expected `none`, `read`, `write` or `readwrite`",
+                    shorten(&word)
+                ),
             ),
         }
     }

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::ast::*;
-use crate::error::SchemaError;
+use crate::error::{SchemaError, shorten};
 use crate::parser::{
     RawArg, RawEnum, RawInterface, RawItem, RawSchema, RawShape, RawStruct, RawTag,
 };
@@ -52,7 +52,10 @@ fn packed_tag(file: &str, tags: &[RawTag]) -> Result<Option<bool>, SchemaError> 
         v => Err(SchemaError::new(
             file,
             t.span,
-            format!("invalid value `{v}` for @packed, expected true or false"),
+            format!(
+                "invalid value `{}` for @packed, expected true or false",
+                shorten(v)
+            ),
         )),
     }
 }
@@ -62,14 +65,20 @@ fn check_type_name(file: &str, name: &str, span: Span, what: &str) -> Result<(),
         return Err(SchemaError::new(
             file,
             span,
-            format!("{what} `{name}` must start with an uppercase letter"),
+            format!(
+                "{what} `{}` must start with an uppercase letter",
+                shorten(name)
+            ),
         ));
     }
     if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(SchemaError::new(
             file,
             span,
-            format!("{what} `{name}` may only use ASCII letters, digits and `_`"),
+            format!(
+                "{what} `{}` may only use ASCII letters, digits and `_`",
+                shorten(name)
+            ),
         ));
     }
     Ok(())
@@ -111,7 +120,7 @@ pub(crate) fn resolve(file: &str, raw: RawSchema) -> Result<Schema, SchemaError>
             return Err(SchemaError::new(
                 file,
                 i.span,
-                format!("duplicated interface name `{}`", i.name),
+                format!("duplicated interface name `{}`", shorten(&i.name)),
             ));
         }
         interfaces.push(r.interface(i)?);
@@ -134,7 +143,7 @@ impl Resolver<'_> {
 
     fn claim_name(&mut self, name: &str, span: Span) -> Result<(), SchemaError> {
         if !self.names.insert(name.to_string()) {
-            return self.err(span, format!("duplicated type name `{name}`"));
+            return self.err(span, format!("duplicated type name `{}`", shorten(name)));
         }
         Ok(())
     }
@@ -146,7 +155,7 @@ impl Resolver<'_> {
             _ => {
                 return self.err(
                     e.repr_span,
-                    format!("invalid enum type `{}`, expected uint8, uint16, uint32, uint64, int8, int16, int32 or int64", e.repr),
+                    format!("invalid enum type `{}`, expected uint8, uint16, uint32, uint64, int8, int16, int32 or int64", shorten(&e.repr)),
                 );
             }
         };
@@ -156,14 +165,19 @@ impl Resolver<'_> {
         for (index, v) in e.variants.into_iter().enumerate() {
             check_type_name(self.file, &v.name, v.span, "enum variant name")?;
             if !variant_names.first(&v.name) {
-                return self.err(v.span, format!("duplicated enum variant `{}`", v.name));
+                return self.err(
+                    v.span,
+                    format!("duplicated enum variant `{}`", shorten(&v.name)),
+                );
             }
             // Implicit values are the variant's position, not previous + 1: that is what
             // the reference compiler does and therefore what is on the wire.
             let (value, explicit, span) = match &v.value {
                 Some((text, span)) => match text.parse::<i128>() {
                     Ok(n) => (n, true, *span),
-                    Err(_) => return self.err(*span, format!("invalid enum value `{text}`")),
+                    Err(_) => {
+                        return self.err(*span, format!("invalid enum value `{}`", shorten(text)));
+                    }
                 },
                 None => (index as i128, false, v.span),
             };
@@ -188,7 +202,7 @@ impl Resolver<'_> {
                 e.span,
                 format!(
                     "enum `{}` must have a variant with value 0 (the default)",
-                    e.name
+                    shorten(&e.name)
                 ),
             );
         }
@@ -212,12 +226,15 @@ impl Resolver<'_> {
                 t.span,
                 format!(
                     "invalid @id `{}`, expected an unsigned 64-bit integer",
-                    t.tag.value
+                    shorten(&t.tag.value)
                 ),
             );
         }
         if s.fields.is_empty() {
-            return self.err(s.span, format!("struct `{}` has no fields", s.name));
+            return self.err(
+                s.span,
+                format!("struct `{}` has no fields", shorten(&s.name)),
+            );
         }
         let is_table = s.kind == StructKind::Table;
         // Tables start with their u32 size header.
@@ -227,7 +244,10 @@ impl Resolver<'_> {
         for f in s.fields {
             check_type_name(self.file, &f.name, f.span, "field name")?;
             if !field_names.first(&f.name) {
-                return self.err(f.span, format!("duplicated field name `{}`", f.name));
+                return self.err(
+                    f.span,
+                    format!("duplicated field name `{}`", shorten(&f.name)),
+                );
             }
             let (base, elem) = if let Some(p) = Primitive::from_schema_name(&f.base) {
                 (BaseType::Primitive(p), p.size())
@@ -242,14 +262,14 @@ impl Resolver<'_> {
             } else if f.base == s.name {
                 return self.err(
                     f.ty_span,
-                    format!("struct `{}` cannot contain itself", s.name),
+                    format!("struct `{}` cannot contain itself", shorten(&s.name)),
                 );
             } else {
                 return self.err(
                     f.ty_span,
                     format!(
                         "unknown type `{}` (types must be declared before they are used)",
-                        f.base
+                        shorten(&f.base)
                     ),
                 );
             };
@@ -275,7 +295,10 @@ impl Resolver<'_> {
             let offset = content;
             content += size;
             if content > u64::from(u32::MAX) {
-                return self.err(f.span, format!("struct `{}` is larger than 4 GiB", s.name));
+                return self.err(
+                    f.span,
+                    format!("struct `{}` is larger than 4 GiB", shorten(&s.name)),
+                );
             }
             fields.push(FieldDef {
                 name: f.name,
@@ -301,7 +324,10 @@ impl Resolver<'_> {
             0
         };
         let Some(total) = content.checked_add(padding) else {
-            return self.err(s.span, format!("struct `{}` is larger than 4 GiB", s.name));
+            return self.err(
+                s.span,
+                format!("struct `{}` is larger than 4 GiB", shorten(&s.name)),
+            );
         };
         let minimum = match (is_table, packed) {
             (true, true) => 4,
@@ -330,12 +356,15 @@ impl Resolver<'_> {
         let mut memory_names = Seen::default();
         for m in i.memories {
             if !memory_names.first(&m.name) {
-                return self.err(m.span, format!("duplicated memory `{}`", m.name));
+                return self.err(m.span, format!("duplicated memory `{}`", shorten(&m.name)));
             }
             if !m.importer.can_write() && !m.exporter.can_write() {
                 return self.err(
                     m.span,
-                    format!("memory `{}` cannot be written by either side", m.name),
+                    format!(
+                        "memory `{}` cannot be written by either side",
+                        shorten(&m.name)
+                    ),
                 );
             }
             memories.push(MemoryDef {
@@ -350,13 +379,19 @@ impl Resolver<'_> {
         let mut function_names = Seen::default();
         for f in i.functions {
             if memory_names.contains(&f.name) || !function_names.first(&f.name) {
-                return self.err(f.span, format!("duplicated member name `{}`", f.name));
+                return self.err(
+                    f.span,
+                    format!("duplicated member name `{}`", shorten(&f.name)),
+                );
             }
             let mut args: Vec<ArgDef> = Vec::new();
             let mut arg_names = Seen::default();
             for a in f.args {
                 if !arg_names.first(&a.name) {
-                    return self.err(a.span, format!("duplicated argument `{}`", a.name));
+                    return self.err(
+                        a.span,
+                        format!("duplicated argument `{}`", shorten(&a.name)),
+                    );
                 }
                 args.push(self.arg(&i.name, &memory_names, a)?);
             }
@@ -386,15 +421,16 @@ impl Resolver<'_> {
         if !self.struct_index.contains_key(&a.type_name) {
             return self.err(
                 a.type_span,
-                format!("unknown struct type `{}`", a.type_name),
+                format!("unknown struct type `{}`", shorten(&a.type_name)),
             );
         }
         if !memories.contains(&a.memory) {
             return self.err(
                 a.memory_span,
                 format!(
-                    "memory `{}` is not declared in interface `{interface}`",
-                    a.memory
+                    "memory `{}` is not declared in interface `{}`",
+                    shorten(&a.memory),
+                    shorten(interface)
                 ),
             );
         }

@@ -253,6 +253,63 @@ fn errors_name_file_line_and_column() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// A schema may be a tenant's upload of up to a megabyte, and its error is copied into
+/// the deploy's answer (once per step naming the file, before that was fixed): a token
+/// or name quoted in a message is cut to its first [`MAX_QUOTED_CHARS`] characters, and
+/// the message still names the file, line and column.
+#[test]
+fn errors_quote_at_most_the_start_of_a_huge_token() {
+    let huge = |c: &str| c.repeat(1 << 20);
+    let cut = |c: &str| {
+        let start: String = huge(c).chars().take(MAX_QUOTED_CHARS).collect();
+        format!("{start}…")
+    };
+    let cases: Vec<(String, String)> = vec![
+        (
+            format!("karmem x;\n{}", huge("A")),
+            format!(
+                "bad.km:2:1: expected `enum`, `struct` or `interface`, found `{}`",
+                cut("A")
+            ),
+        ),
+        (
+            format!("karmem x;\n{}", huge("1")),
+            format!("found number {}", cut("1")),
+        ),
+        (
+            format!("karmem x;\n{}", huge("1a")),
+            format!("bad.km:2:1: invalid number `{}`", cut("1a")),
+        ),
+        (
+            format!("karmem x;\nstruct A table {{ B [{}]uint8; }}", huge("9")),
+            format!(
+                "bad.km:2:21: array length `{}` does not fit in 32 bits",
+                cut("9")
+            ),
+        ),
+        (
+            format!("karmem x @packed(`{}`);", huge("é")),
+            format!("bad.km:1:10: invalid value `{}` for @packed", cut("é")),
+        ),
+        (
+            format!("karmem x;\nstruct A table {{ B {}; }}", huge("T")),
+            format!("bad.km:2:20: unknown type `{}` (types must", cut("T")),
+        ),
+        (
+            format!(
+                "karmem x;\ninterface i {{\n m: memory (import: write, export: {}, 1);\n}}",
+                huge("r")
+            ),
+            format!("bad.km:3:36: unknown access `{}`, expected", cut("r")),
+        ),
+    ];
+    for (src, want) in cases {
+        let got = error(&src);
+        assert!(got.len() < 512, "{} bytes for {want}", got.len());
+        assert!(got.contains(&want), "got: {got}\nwant: {want}");
+    }
+}
+
 #[test]
 fn types_must_be_declared_before_use() {
     let e = error("karmem x;\nstruct A table { B B; }\nstruct B table { C uint8; }");
