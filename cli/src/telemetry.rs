@@ -77,8 +77,14 @@ pub fn init(service_name: Option<&str>) -> Telemetry {
     // runs of wrk on one core's worth of connections), and the lines a request can
     // cause name what they are about. `FAAS_LOG=info` prints the spans too.
     let spans_in_log = chosen.is_some();
-    let filter = chosen
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn"));
+    // `wasmtime_wasi_http` warns of each failed outbound request of a guest's, which a
+    // guest makes as often as it likes; the guest is told, and the worker logs them at
+    // `debug` (`worker/src/outbound.rs`).
+    let filter = chosen.unwrap_or_else(|| {
+        tracing_subscriber::EnvFilter::new(
+            "info,cranelift=warn,wasmtime=warn,wasmtime_wasi_http=error",
+        )
+    });
     let events_or_chosen =
         tracing_subscriber::filter::filter_fn(move |metadata| spans_in_log || metadata.is_event())
             // Without a hint the pair has none, and every disabled `trace!` in hyper,

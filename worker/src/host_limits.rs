@@ -31,3 +31,14 @@ pub const HANDLE_CHARGE_BYTES: usize = if MAX_FIELDS_BYTES > MAX_BODY_WRITE_BYTE
 } else {
     MAX_BODY_WRITE_BYTES
 };
+
+/// The most one outbound connection reads ahead: the response head must fit in it
+/// (past it the request fails with `HTTP-response-header-size`), and it bounds the
+/// body bytes read before the guest asks for them. Hyper's default, about 400 KiB,
+/// let a server that trickles an endless head hold that much per pending request.
+pub const MAX_OUTBOUND_READ_BYTES: usize = 64 << 10;
+
+/// What one outbound connection is claimed as, in the worker's guest memory budget,
+/// beside its handles: its read buffer ([`MAX_OUTBOUND_READ_BYTES`]), its write buffer
+/// (the request head, up to a set of fields) and TLS's record buffers.
+pub const CONNECTION_CHARGE_BYTES: usize = MAX_OUTBOUND_READ_BYTES + MAX_FIELDS_BYTES + (64 << 10);

@@ -27,6 +27,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use crate::host_limits::MAX_OUTBOUND_READ_BYTES;
 use crate::lookups::{LookupError, Lookups};
 use bytes::Bytes;
 use faas_workflow::{AllowedOutboundHosts, OutboundAccess};
@@ -37,6 +38,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, FieldSizePayload};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 /// How long a connection may take to open when the guest does not say, at most.
@@ -88,6 +90,14 @@ pub(crate) struct Outbound {
 }
 
 impl Outbound {
+    /// How many outbound connections the instance has open (each until its response
+    /// body is read or dropped), claimed in its guest memory (`State::claim_handles`).
+    pub(crate) fn connections_open(&self) -> usize {
+        self.connections.as_ref().map_or(0, |connections| {
+            self.max_connections - connections.available_permits()
+        })
+    }
+
     /// The span of the event the store was made in.
     pub fn span(&self) -> &tracing::Span {
         &self.span
@@ -115,6 +125,32 @@ impl Outbound {
 impl WasiHttpHooks for Outbound {
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
         crate::host_limits::MAX_BODY_WRITE_BYTES
+    }
+
+    // The three error hooks below are what a guest's failed requests come to, as
+    // often as it likes to fail them: Wasmtime's defaults log each at `warn` in the
+    // platform's log, so they log at `debug` here.
+
+    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
+        tracing::debug!(function = %self.function, error = %err, "outbound HTTP error");
+        if err.is_parse_too_large() {
+            ErrorCode::HttpResponseHeaderSize(FieldSizePayload {
+                field_name: None,
+                field_size: None,
+            })
+        } else {
+            ErrorCode::HttpProtocolError
+        }
+    }
+
+    fn p2_error_from_connect(&mut self, err: &std::io::Error) -> ErrorCode {
+        tracing::debug!(function = %self.function, error = %err, "outbound connect error");
+        ErrorCode::ConnectionRefused
+    }
+
+    fn p2_error_from_tls(&mut self, err: &std::io::Error) -> ErrorCode {
+        tracing::debug!(function = %self.function, error = %err, "outbound TLS error");
+        ErrorCode::TlsProtocolError
     }
 
     fn send_request(
@@ -192,7 +228,13 @@ async fn check(
         Some("http") => false,
         _ => return Err(Error::HttpRequestDenied),
     };
-    let host = uri.host().ok_or(Error::HttpRequestUriInvalid)?;
+    let authority = uri.authority().ok_or(Error::HttpRequestUriInvalid)?;
+    // User info would go out in the `host` header, which names the connection's host
+    // otherwise: a proxy or virtual host there could route by the part no check saw.
+    if authority.as_str().contains('@') {
+        return Err(Error::HttpRequestUriInvalid);
+    }
+    let host = authority.host();
     let port = uri.port_u16().unwrap_or(if use_tls { 443 } else { 80 });
     let access = to
         .allowed
@@ -306,7 +348,9 @@ async fn send(
     };
     let (mut sender, conn) = tokio::time::timeout_at(
         timeouts.connect_by,
-        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(stream)),
+        hyper::client::conn::http1::Builder::new()
+            .max_buf_size(MAX_OUTBOUND_READ_BYTES)
+            .handshake(TokioIo::new(stream)),
     )
     .await
     .map_err(|_| Error::ConnectionTimeout)??;

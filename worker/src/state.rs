@@ -1,7 +1,7 @@
 //! What one instance's store holds: WASI state, the platform's per-event context and
 //! the memory limiter. A store lives for exactly one event.
 
-use crate::host_limits::HANDLE_CHARGE_BYTES;
+use crate::host_limits::{CONNECTION_CHARGE_BYTES, HANDLE_CHARGE_BYTES};
 use crate::kv::KeyValueStore;
 use crate::memory_budget::{GuestMemoryClaim, GuestMemoryHeld};
 use crate::region::{Region, RegionScope, StoreRegions};
@@ -169,23 +169,25 @@ impl InstanceState {
     }
 
     /// Claims [`HANDLE_CHARGE_BYTES`] of guest memory for each handle the host holds
-    /// for this instance beyond the most it held before (`host_limits.rs`). Regions are
-    /// not counted: their bytes are claimed as guest memory or as copies already.
-    /// Called as each host call returns, the only place handles are made.
+    /// for this instance, and [`CONNECTION_CHARGE_BYTES`] for each outbound connection
+    /// it has open, beyond the most it held before (`host_limits.rs`). Regions are not
+    /// counted: their bytes are claimed as guest memory or as copies already. Called as
+    /// each host call returns, the only place handles are made and connections opened.
     ///
     /// # Errors
     /// [`GuestMemoryHeld`] when the budget, or the tenant's share, has no room.
     pub(crate) fn claim_handles(&mut self) -> wasmtime::Result<()> {
-        let held = self
+        let handles = self
             .table
             .iter_mut()
             .filter(|entry| !entry.is::<Region>())
             .count();
-        let claimed = self.limiter.handles_claimed;
+        let held = handles * HANDLE_CHARGE_BYTES
+            + self.event.outbound.connections_open() * CONNECTION_CHARGE_BYTES;
+        let claimed = self.limiter.host_bytes_claimed;
         if held > claimed {
-            self.limiter
-                .claim_more((held - claimed) * HANDLE_CHARGE_BYTES)?;
-            self.limiter.handles_claimed = held;
+            self.limiter.claim_more(held - claimed)?;
+            self.limiter.host_bytes_claimed = held;
         }
         Ok(())
     }
@@ -250,8 +252,9 @@ pub(crate) struct MemoryLimiter {
     /// What the instance holds of the worker's guest memory: its memories, the
     /// region bytes it copied into the host, and its handles.
     pub claim: GuestMemoryClaim,
-    /// The most handles the host has held for it at once, claimed in `claim`.
-    pub handles_claimed: usize,
+    /// The most the host has held for it at once through handles and outbound
+    /// connections, claimed in `claim`.
+    pub host_bytes_claimed: usize,
 }
 
 impl MemoryLimiter {
@@ -261,7 +264,7 @@ impl MemoryLimiter {
             max_memory_bytes,
             memory_bytes: 0,
             claim,
-            handles_claimed: 0,
+            host_bytes_claimed: 0,
         }
     }
 

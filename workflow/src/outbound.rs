@@ -453,7 +453,9 @@ enum Problem {
 /// IETF protocol (`192.0.0/24`), documentation, benchmarking (`198.18/15`), multicast,
 /// reserved (`240/4`, broadcast), site-local (`fec0::/10`), discard (`100::/64`), and
 /// IPv6 addresses embedding an IPv4 address that is not public (IPv4-mapped,
-/// IPv4-compatible, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`).
+/// IPv4-compatible, IPv4-translated, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`), NAT64
+/// local-use (`64:ff9b:1::/48`), Teredo (`2001::/32`), and Azure's WireServer
+/// (`168.63.129.16`, the host agent every Azure VM can reach).
 pub fn is_public_address(address: IpAddr) -> bool {
     match address {
         IpAddr::V4(v4) => is_public_v4(v4),
@@ -476,7 +478,10 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || (a == 198 && (b == 18 || b == 19)) // benchmarking
         || (a == 198 && b == 51 && c == 100) // TEST-NET-2
         || (a == 203 && b == 0 && c == 113) // TEST-NET-3
-        || a >= 224; // multicast, reserved, broadcast
+        || a >= 224 // multicast, reserved, broadcast
+        // Azure's WireServer: in a public range, but every Azure VM's host agent,
+        // which hands out its VM's extension settings and secrets.
+        || ip == Ipv4Addr::new(168, 63, 129, 16);
     !not_public
 }
 
@@ -489,6 +494,10 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     // IPv4-mapped (`::ffff:a.b.c.d`) and IPv4-compatible (`::a.b.c.d`, which also
     // covers `::` and `::1`).
     if segments[..5] == [0; 5] && (segments[5] == 0xffff || segments[5] == 0) {
+        return is_public_v4(embedded_v4());
+    }
+    // IPv4-translated (SIIT, `::ffff:0:a.b.c.d`).
+    if segments[..4] == [0; 4] && segments[4] == 0xffff && segments[5] == 0 {
         return is_public_v4(embedded_v4());
     }
     // NAT64 well-known prefix.
@@ -505,7 +514,12 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         || (segments[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
         || (segments[0] & 0xff00) == 0xff00 // multicast
         || (segments[0] == 0x2001 && segments[1] == 0x0db8) // documentation
-        || segments[..4] == [0x100, 0, 0, 0]; // discard-only
+        || segments[..4] == [0x100, 0, 0, 0] // discard-only
+        // NAT64 local-use (RFC 8215): a network's own translator, to any IPv4
+        // address, private ones too.
+        || segments[..3] == [0x64, 0xff9b, 1]
+        // Teredo: a tunnel to an IPv4 address the check cannot see.
+        || segments[..2] == [0x2001, 0];
     !not_public
 }
 
@@ -746,6 +760,12 @@ mod tests {
             "64:ff9b::a9fe:a9fe",
             "2002:7f00:1::",
             "2001:db8::1",
+            "168.63.129.16",
+            "::ffff:0:127.0.0.1",
+            "::ffff:0:a9fe:a9fe",
+            "64:ff9b:1::a9fe:a9fe",
+            "64:ff9b:1:a9fe:a9:fe00::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
         ] {
             let ip: IpAddr = address.parse().unwrap();
             assert!(!is_public_address(ip), "{address} counted as public");
@@ -758,6 +778,9 @@ mod tests {
             "2606:4700:4700::1111",
             "::ffff:1.1.1.1",
             "2002:0101:0101::",
+            "168.63.129.17",
+            "::ffff:0:1.1.1.1",
+            "2001:4860:4860::8888",
         ] {
             let ip: IpAddr = address.parse().unwrap();
             assert!(is_public_address(ip), "{address} counted as not public");

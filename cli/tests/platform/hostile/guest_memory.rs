@@ -53,7 +53,7 @@ fn hold_at_once(platform: &Platform, path: &str, holds: usize) -> (usize, u64) {
 }
 
 /// Sends `count` GET requests to `path` at once; returns each one's status and body.
-fn get_at_once(platform: &Platform, path: &str, count: usize) -> Vec<(u16, String)> {
+pub(super) fn get_at_once(platform: &Platform, path: &str, count: usize) -> Vec<(u16, String)> {
     let requests: Vec<_> = (0..count)
         .map(|_| {
             let url = platform.at(path);

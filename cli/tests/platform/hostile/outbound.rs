@@ -37,27 +37,55 @@ impl TestServer {
     /// A server that answers each connection (on a thread of its own) `pause` after
     /// reading its request, so that requests overlap.
     fn start_pausing(body: &'static str, pause: Duration) -> Self {
+        Self::serving(move |stream| {
+            std::thread::sleep(pause);
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes());
+        })
+    }
+
+    /// A server that sends each connection `head_bytes` of a response head at once (in
+    /// fields of 10 KB, so that a head of under 1 MB has fewer than Hyper's 100), then
+    /// nothing for `hold`, then the head's end and an empty body.
+    fn start_stalling(head_bytes: usize, hold: Duration) -> Self {
+        Self::serving(move |stream| {
+            let mut head = String::from("HTTP/1.1 200 OK\r\n");
+            while head.len() < head_bytes {
+                let line = format!("x-pad-{}: {}\r\n", head.len(), "a".repeat(10_000));
+                head.push_str(&line);
+            }
+            if stream.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            std::thread::sleep(hold);
+            let _ = stream.write_all(b"content-length: 0\r\nconnection: close\r\n\r\n");
+        })
+    }
+
+    /// A server that reads each connection's request head (on a thread of its own)
+    /// and then has `respond` answer it.
+    fn serving(respond: impl Fn(&mut std::net::TcpStream) + Send + Sync + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding on loopback");
         let port = listener.local_addr().unwrap().port();
         let connections = Arc::new(AtomicUsize::new(0));
         let counter = connections.clone();
+        let respond = Arc::new(respond);
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
                 counter.fetch_add(1, Ordering::SeqCst);
+                let respond = respond.clone();
                 std::thread::spawn(move || {
                     let mut head = Vec::new();
                     let mut byte = [0u8; 1];
                     while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
                         head.push(byte[0]);
                     }
-                    std::thread::sleep(pause);
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
-                         connection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = stream.write_all(response.as_bytes());
+                    respond(&mut stream);
                 });
             }
         });
@@ -324,4 +352,94 @@ fn a_malformed_entry_is_refused_naming_its_line_and_field() {
     // Nothing was deployed.
     assert_eq!(platform.get(ATTACKER_ROUTE).status(), 404);
     assert_bystander_served(&platform);
+}
+
+/// The allow-list entry, and a deadline far above what the tests below wait, for an
+/// attacker fetching from `port` on loopback.
+fn loopback_entry(port: u16) -> String {
+    format!("allowed_outbound_hosts = [\"http://127.0.0.1:{port}\"]\ntimeout_ms = 60000")
+}
+
+#[test]
+fn an_endless_response_head_fails_at_the_read_limit_and_holds_no_more_of_the_worker() {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start_with(&LOOPBACK_OPENED);
+    deploy_bystander(&platform, dir.path());
+    // 400 KB of head: under Hyper's default read limit (about 408 KiB), over the
+    // worker's (64 KiB). The server then holds it for 20 s.
+    let server = TestServer::start_stalling(400_000, Duration::from_secs(20));
+    deploy_attacker(&platform, dir.path(), &loopback_entry(server.port));
+    let peak_before = platform.memory("VmHWM");
+    let watch = Watch::start(&platform);
+    // 8 instances of 32 requests each.
+    let path = format!(
+        "{ATTACKER_ROUTE}?url=http://127.0.0.1:{}/x&parallel=32",
+        server.port
+    );
+    for (status, report) in super::guest_memory::get_at_once(&platform, &path, 8) {
+        assert_eq!(status, 200, "{report}");
+        assert!(
+            report.starts_with("32 x error ErrorCode::HttpResponseHeaderSize"),
+            "each request fails as its head passes the limit, not when the server \
+             lets go: {report}"
+        );
+    }
+    watch.finish();
+    assert_bystander_served(&platform);
+    // 256 heads of 400 KB would be 100 MB.
+    let grew = platform.memory("VmHWM").saturating_sub(peak_before) >> 20;
+    assert!(grew < 64, "the platform's peak memory grew by {grew} MiB");
+}
+
+#[test]
+fn requests_waiting_on_their_heads_count_in_their_tenants_guest_memory_share() {
+    let dir = faas_testing::temp_dir();
+    let platform =
+        Platform::start_with(&[&LOOPBACK_OPENED[..], &["--tenant-guest-memory-mb", "24"]].concat());
+    deploy_bystander(&platform, dir.path());
+    // Each connection reads 60 KB of head, just under the worker's read limit, and
+    // waits 3 s for the rest: what it holds is more than its handles.
+    let server = TestServer::start_stalling(60_000, Duration::from_secs(3));
+    deploy_attacker(&platform, dir.path(), &loopback_entry(server.port));
+    let watch = Watch::start(&platform);
+    let path = format!(
+        "{ATTACKER_ROUTE}?url=http://127.0.0.1:{}/x&parallel=32",
+        server.port
+    );
+    let answers = super::guest_memory::get_at_once(&platform, &path, 4);
+    watch.finish();
+    let mut served = 0;
+    for (status, body) in &answers {
+        if *status == 200 {
+            assert_eq!(body, "32 x status 200\n");
+            served += 1;
+        } else {
+            assert_eq!(*status, 503, "{body}");
+            assert!(body.contains("memory_budget"), "{body}");
+        }
+    }
+    // Four instances of 32 waiting connections (8 MiB each as claimed now, 2 MiB as
+    // their handles alone) cannot all fit a share of 24 MiB.
+    assert!((1..4).contains(&served), "{served} of 4 ran: {answers:?}");
+    assert_bystander_served(&platform);
+}
+
+#[test]
+fn a_url_with_user_info_is_refused_before_it_connects() {
+    let scene = Scene::start_with(&LOOPBACK_OPENED, "reachable", |port| {
+        format!(r#"allowed_outbound_hosts = ["http://127.0.0.1:{port}"]"#)
+    });
+    let server = scene.server.port;
+    // The check and the connection would see 127.0.0.1; the `host` header would have
+    // carried the part before `@` to whatever routes by it.
+    let report = fetch(
+        &scene.platform,
+        &format!("http://internal.example:80@127.0.0.1:{server}/x"),
+    );
+    assert!(
+        report.starts_with("error ErrorCode::HttpRequestUriInvalid"),
+        "{report}"
+    );
+    assert_eq!(scene.server.connections(), 0);
+    assert_bystander_served(&scene.platform);
 }
