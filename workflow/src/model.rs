@@ -412,7 +412,8 @@ pub enum OnFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunSettings {
     /// Most step instances running at once in one run, within
-    /// [`RunSettings::CONCURRENCY`].
+    /// [`RunSettings::CONCURRENCY`]; a branch spread to another replica counts as one
+    /// while it runs there.
     pub concurrency: u32,
     /// Deadline of a whole run in milliseconds, within [`RunSettings::TIMEOUT_MS`].
     pub timeout_ms: u64,

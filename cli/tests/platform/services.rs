@@ -575,6 +575,71 @@ fn check_spread_branches(services: &Services, handoff: &str) {
     }
 }
 
+/// A static fan-out hands each branch the same value, counted once in its tenant's
+/// share; each branch spread to a replica on another host takes a copy of it for the
+/// network. Those copies count in the share too while the call lasts, and branches
+/// with no room for one run on this replica instead, with no copy: 32 branches of an
+/// 8 MiB value used to hold 256-512 MiB of the caller beside a 96 MiB share.
+#[test]
+fn branches_spread_to_another_host_copy_their_inputs_only_within_their_tenants_share() {
+    let mut services = Services::start(&[]);
+    let share = ["--tenant-guest-memory-mb", "96"];
+    services.start_worker_with("w1", &share);
+    services.start_worker_with("w2", &[&share[..], &["--host-id", "another-host"]].concat());
+    let dir = faas_testing::temp_dir();
+    let manifest = crate::support::copy_manifest(
+        dir.path(),
+        "functions/regions/fanout.toml",
+        &[
+            ("memory_mb = 1100", "memory_mb = 32"),
+            ("fan_out = 4", "fan_out = 64"),
+            (
+                "concurrency = 4",
+                "concurrency = 4\nreplicas = 2\nspread_branches = true",
+            ),
+        ],
+    );
+    deploy_at(&services.url, &manifest);
+    services.wait_for("both replicas loaded", |services| {
+        let status = faas_at(
+            &services.url,
+            &["status", "regions-fanout", "--output", "json"],
+        );
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["workers"].as_array().map_or(0, Vec::len) == 2
+    });
+    let peaks_before = ["w1", "w2"].map(|id| services.worker(id).memory("VmHWM"));
+    let len = 8 << 20;
+    let response = client()
+        .post(format!("{}/regions-fanout", services.url))
+        .body(len.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200, "{:?}", response.text());
+    let reports: Vec<serde_json::Value> = response.json().unwrap();
+    assert_eq!(reports.len(), 64);
+    for (branch, report) in reports.iter().enumerate() {
+        assert_eq!(report["branch"], branch, "{report}");
+        assert_eq!(report["sum"], crate::regions::expected_sum(len), "{report}");
+    }
+    for (id, before) in ["w1", "w2"].iter().zip(peaks_before) {
+        let grew = services.worker(id).memory("VmHWM").saturating_sub(before) >> 20;
+        assert!(grew < 192, "worker {id}'s peak memory grew by {grew} MiB");
+    }
+    let runs = faas_at(
+        &services.url,
+        &["runs", "regions-fanout", "--output", "json"],
+    );
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let steps = runs["runs"][0]["steps"].as_array().unwrap();
+    assert!(
+        steps
+            .iter()
+            .any(|step| step["step"] == "consume" && step["worker"] == "w2"),
+        "some branches still ran on the other replica: {steps:?}"
+    );
+}
+
 #[test]
 fn spread_branches_reach_a_replica_on_this_host_as_memory_file_descriptors() {
     let services = Services::start(&["w1", "w2"]);

@@ -216,9 +216,13 @@ async fn fan_out_and_join(
             async move {
                 let branch = branch as u32;
                 if let Some(peer) = peer {
+                    // A branch on a peer runs one step instance at a time there, and
+                    // counts as one of the run's: its inputs' copy for the call is
+                    // made only once it has its place.
+                    let place = run.concurrency.acquire().await.expect("never closed");
                     match on_peer(&run, &*peer, &segment, branch, branches, inputs.clone()).await {
                         Ok(outputs) => return Ok((branch as usize, outputs)),
-                        Err(None) => {}
+                        Err(None) => drop(place),
                         Err(Some(err)) => return Err(err),
                     }
                 }

@@ -8,8 +8,8 @@
 //! call: one copy over the network. Either way the branch runs there exactly as it
 //! would here, and its output regions come back the same way.
 
-use super::wire::{Received, carry, uncarry};
-use crate::region::{Region, RegionError, RegionOwner};
+use super::wire::{Received, carry, inline_bytes, uncarry};
+use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner};
 use crate::run::{BranchCall, BranchPeer, BranchReply, RunError};
 use faas_invoke::wire::{Carried, InlineLen, MAX_FDS, frame, inline_len, split_frame};
 use faas_invoke::{BoxFuture, EventFailure, RemoteWorker, StepRecord};
@@ -123,6 +123,22 @@ async fn run_on_peer(
     let unavailable = |err: &dyn std::fmt::Display| {
         EventFailure::unavailable(format!("worker `{}`: {err}", peer.id))
     };
+    // The inputs' bytes copied into the frame count in their tenant's guest memory
+    // until the reply is in: a static fan-out hands every branch the same value, which
+    // its claim counts once, and without this each branch spread to a peer copied it
+    // again, uncounted. Without room the branch runs here, where it needs no copy.
+    let fds = matches!(peer.link, PeerLink::Socket(_));
+    let mut copies = peer.received.memory.claim(owner.tenant.clone());
+    copies
+        // The bytes, and the frame they are written into.
+        .grow_to(2 * inline_bytes(&inputs, fds) as u64)
+        .map_err(|over| {
+            let (limit, whose) = RegionLimitExceeded::whose(&over);
+            unavailable(&format!(
+                "no room for a copy of the branch's inputs in the guest memory ({} MiB {whose})",
+                limit >> 20
+            ))
+        })?;
     match &peer.link {
         PeerLink::Socket(path) => {
             let Ok(place) = peer.socket_calls.clone().try_acquire_owned() else {
@@ -147,7 +163,7 @@ async fn run_on_peer(
                     inputs: packed.carried,
                 };
                 send_frame(&stream, &frame(&head, &packed.inline), &packed.fds)?;
-                drop(inputs);
+                drop((packed.inline, inputs, copies));
                 let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream, deadline)?;
                 drop(place);
                 Ok::<_, std::io::Error>(decode_reply(reply, fds, &inline, &owner, &received))
@@ -163,9 +179,10 @@ async fn run_on_peer(
                 call,
                 inputs: packed.carried,
             };
-            let body = remote
-                .branch(&workflow, frame(&head, &packed.inline))
-                .await?;
+            let body = frame(&head, &packed.inline);
+            drop(packed.inline);
+            let body = remote.branch(&workflow, body).await?;
+            drop(copies);
             let (reply, inline) =
                 split_frame::<ReplyHead>(&body).map_err(|err| unavailable(&err))?;
             Ok(decode_reply(

@@ -45,11 +45,8 @@ pub(crate) struct Packed<'a> {
 pub(crate) fn carry(regions: &[Region], fds: bool) -> Result<Packed<'_>, RegionError> {
     let mut carried = Vec::with_capacity(regions.len());
     let mut descriptors = Vec::new();
-    let mut inline = Vec::new();
-    for region in regions {
-        let file = region
-            .memory_file()
-            .filter(|_| fds && descriptors.len() < MAX_FDS);
+    let mut inline = Vec::with_capacity(inline_bytes(regions, fds));
+    for (region, file) in files_of(regions, fds) {
         if let Some(file) = file {
             descriptors.push(file);
         } else {
@@ -65,6 +62,28 @@ pub(crate) fn carry(regions: &[Region], fds: bool) -> Result<Packed<'_>, RegionE
         carried,
         fds: descriptors,
         inline,
+    })
+}
+
+/// How many bytes [`carry`] copies inline for `regions`.
+pub(crate) fn inline_bytes(regions: &[Region], fds: bool) -> usize {
+    files_of(regions, fds)
+        .filter(|(_, file)| file.is_none())
+        .map(|(region, _)| region.len())
+        .sum()
+}
+
+/// Each of `regions` with the memory file it is passed as, if it is (when `fds`: the
+/// first [`MAX_FDS`] that have one).
+fn files_of(
+    regions: &[Region],
+    fds: bool,
+) -> impl Iterator<Item = (&Region, Option<BorrowedFd<'_>>)> {
+    let mut passed = 0;
+    regions.iter().map(move |region| {
+        let file = region.memory_file().filter(|_| fds && passed < MAX_FDS);
+        passed += usize::from(file.is_some());
+        (region, file)
     })
 }
 
