@@ -329,11 +329,19 @@ async fn on_peer(
         Ok((steps, Err(failure))) if steps.is_empty() && failure.is_unavailable() => Err(failure),
         reply => reply,
     }
-    .map_err(|unavailable| {
+    .map_err(|failure| {
+        if !failure.is_unavailable() {
+            // It reached the peer, and may have run there.
+            return Some(RunError::RemoteBranch {
+                branch,
+                worker: peer.id().to_owned(),
+                failure,
+            });
+        }
         tracing::warn!(
             worker = peer.id(),
             branch,
-            "running the branch here: {unavailable}"
+            "running the branch here: {failure}"
         );
         None
     })?;

@@ -61,7 +61,9 @@ pub(crate) trait BranchPeer: Send + Sync {
     ///
     /// # Errors
     /// An `unavailable` [`EventFailure`] when the peer could not be asked (then
-    /// nothing ran there and the caller runs the branch itself).
+    /// nothing ran there and the caller runs the branch itself); any other when the
+    /// call reached the peer but no reply came back (the branch may have run there,
+    /// so it fails).
     fn run_branch(
         &self,
         call: BranchCall,

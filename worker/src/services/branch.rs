@@ -12,7 +12,7 @@ use super::wire::{Received, carry, inline_bytes, uncarry};
 use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner};
 use crate::run::{BranchCall, BranchPeer, BranchReply, RunError};
 use faas_invoke::wire::{Carried, InlineLen, MAX_FDS, frame, inline_len, split_frame};
-use faas_invoke::{BoxFuture, EventFailure, RemoteWorker, StepRecord};
+use faas_invoke::{BoxFuture, EventFailure, FailureKind, RemoteWorker, StepRecord};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
@@ -112,7 +112,8 @@ const REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 ///
 /// # Errors
 /// An `unavailable` [`EventFailure`] when the peer could not be asked (then nothing
-/// ran there and the caller runs the branch itself).
+/// ran there and the caller runs the branch itself); `worker_lost` when the call was
+/// sent but no readable reply came back (the branch may have run there).
 async fn run_on_peer(
     peer: &Peer,
     mut call: BranchCall,
@@ -122,6 +123,18 @@ async fn run_on_peer(
     call.revision = peer.revision;
     let unavailable = |err: &dyn std::fmt::Display| {
         EventFailure::unavailable(format!("worker `{}`: {err}", peer.id))
+    };
+    // Once the call is sent the branch may have run there: running it again here
+    // would repeat what it did, so it fails.
+    let lost = |err: &dyn std::fmt::Display| {
+        EventFailure::new(
+            FailureKind::WorkerLost,
+            502,
+            format!(
+                "worker `{}` took the branch and then failed to reply: {err}",
+                peer.id
+            ),
+        )
     };
     // The inputs' bytes copied into the frame count in their tenant's guest memory
     // until the reply is in: a static fan-out hands every branch the same value, which
@@ -153,24 +166,33 @@ async fn run_on_peer(
             // read cannot be cancelled with the task that waits for it).
             let deadline = Instant::now().checked_add(call.remaining().saturating_add(REPLY_GRACE));
             tokio::task::spawn_blocking(move || {
-                let mut stream = UnixStream::connect(&path)?;
-                // The credential goes alone, first: the peer reads it before anything
-                // sizable, and the descriptors stay with the frame that names them.
-                stream.write_all(&token_frame(&token)?)?;
-                let packed = carry(&inputs, true).map_err(std::io::Error::other)?;
-                let head = CallHead {
-                    call,
-                    inputs: packed.carried,
+                let send = || {
+                    let stream = UnixStream::connect(&path)?;
+                    // The credential goes alone, first: the peer reads it before
+                    // anything sizable, and the descriptors stay with the frame that
+                    // names them.
+                    (&stream).write_all(&token_frame(&token)?)?;
+                    let packed = carry(&inputs, true).map_err(std::io::Error::other)?;
+                    let head = CallHead {
+                        call,
+                        inputs: packed.carried,
+                    };
+                    send_frame(&stream, &frame(&head, &packed.inline), &packed.fds)?;
+                    Ok(stream)
                 };
-                send_frame(&stream, &frame(&head, &packed.inline), &packed.fds)?;
-                drop((packed.inline, inputs, copies));
-                let (reply, inline, fds): (ReplyHead, _, _) = recv_frame(&mut stream, deadline)?;
+                let mut stream = send().map_err(CallError::Sending)?;
+                drop((inputs, copies));
+                let (reply, inline, fds): (ReplyHead, _, _) =
+                    recv_frame(&mut stream, deadline).map_err(CallError::Waiting)?;
                 drop(place);
-                Ok::<_, std::io::Error>(decode_reply(reply, fds, &inline, &owner, &received))
+                Ok(decode_reply(reply, fds, &inline, &owner, &received))
             })
             .await
             .map_err(|err| unavailable(&err))?
-            .map_err(|err| unavailable(&err))
+            .map_err(|err| match err {
+                CallError::Sending(err) => unavailable(&err),
+                CallError::Waiting(err) => lost(&err),
+            })
         }
         PeerLink::Network(remote) => {
             let packed = carry(&inputs, false).map_err(|err| unavailable(&err))?;
@@ -183,8 +205,7 @@ async fn run_on_peer(
             drop(packed.inline);
             let body = remote.branch(&workflow, body).await?;
             drop(copies);
-            let (reply, inline) =
-                split_frame::<ReplyHead>(&body).map_err(|err| unavailable(&err))?;
+            let (reply, inline) = split_frame::<ReplyHead>(&body).map_err(|err| lost(&err))?;
             Ok(decode_reply(
                 reply,
                 Vec::new(),
@@ -194,6 +215,14 @@ async fn run_on_peer(
             ))
         }
     }
+}
+
+/// Where a branch call over a socket failed.
+enum CallError {
+    /// Before its frame was all sent: the peer ran nothing.
+    Sending(std::io::Error),
+    /// Waiting for the reply: the branch may have run.
+    Waiting(std::io::Error),
 }
 
 /// The branch's outcome from a peer's reply. The branch ran there, so outputs this
