@@ -43,7 +43,7 @@ redeploy() {
     next_component
     local start
     start=$(date +%s.%N)
-    FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench "$FAAS_BIN" deploy --no-build \
+    FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench-admin-token "$FAAS_BIN" deploy --no-build \
         "$BENCH_DATA/storm.toml" >/dev/null
     echo "$(since "$start" 1)" >>"$BENCH_DATA/durations"
 }

@@ -28,7 +28,7 @@ rss_kib() { awk '/VmRSS/ { print $2 }' "/proc/$FAAS_PID/status"; }
 instances() { curl -s -H "Authorization: Bearer bench" "http://127.0.0.1:$PORT/metrics" | awk '/^faas_instances_active / { print $2 }'; }
 
 empty=$(rss_kib)
-export FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench
+export FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench-admin-token
 # Tenants are created explicitly before anything is deployed for them.
 for t in $(seq 0 9); do
     "$FAAS_BIN" tenant create "tenant-$t" >/dev/null

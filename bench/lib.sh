@@ -22,9 +22,9 @@ wait_up() {
 FAAS_BIN=${FAAS_BIN:-target/release/faas}
 
 # start_faas PORT [faas up args...]: starts $FAAS_BIN's `faas up` on 127.0.0.1:PORT with
-# admin token `bench` and data directory $BENCH_DATA/faas-PORT (kept from a platform
-# started before on PORT), logs to $BENCH_DATA/faas-PORT.log, sets FAAS_PID and waits
-# until it is ready.
+# admin token `bench-admin-token` (a platform refuses one under 16 bytes) and data
+# directory $BENCH_DATA/faas-PORT (kept from a platform started before on PORT), logs to
+# $BENCH_DATA/faas-PORT.log, sets FAAS_PID and waits until it is ready.
 start_faas() {
     launch_faas "$@"
     wait_up "http://127.0.0.1:$1/readyz"
@@ -34,7 +34,7 @@ start_faas() {
 launch_faas() {
     local port=$1
     shift
-    FAAS_LOG=warn "$FAAS_BIN" up --listen "127.0.0.1:$port" --token bench \
+    FAAS_LOG=warn "$FAAS_BIN" up --listen "127.0.0.1:$port" --token bench-admin-token \
         --data-dir "$BENCH_DATA/faas-$port" "$@" >>"$BENCH_DATA/faas-$port.log" 2>&1 &
     FAAS_PID=$!
     bench_pids+=("$FAAS_PID")

@@ -41,7 +41,7 @@ for mode in ${SENSOR_MODES:-workflow channels}; do
     if [ "$PERF" != 0 ]; then
         sampled=(perf record -q -F 999 -p "$FAAS_PID" -o "$BENCH_DATA/perf-$mode.data" --)
     fi
-    FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=$FAAS_BIN REDIS_URL=$REDIS_URL \
+    FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench-admin-token FAAS_BIN=$FAAS_BIN REDIS_URL=$REDIS_URL \
         SENSOR_MODES=$mode SENSOR_RATES=$RATE SENSOR_TRACE_SECS=$SENSOR_TRACE_SECS \
         "${sampled[@]}" target/release/sensor-replay >"$BENCH_DATA/replay-$mode.txt" 2>/dev/null
     faas_ticks=$(($(cpu_ticks "$FAAS_PID") - faas_before))

@@ -30,13 +30,13 @@ start_cluster() {
         >"$BENCH_DATA/$name-scheduler.log" 2>&1 &
     bench_pids+=($!)
     FAAS_LOG=warn "$FAAS_BIN" gateway "${common[@]}" --listen "127.0.0.1:$port" \
-        --token bench --internal-token bench-internal --data-dir "$BENCH_DATA/$name-gateway" \
+        --token bench-admin-token --internal-token bench-internal-token --data-dir "$BENCH_DATA/$name-gateway" \
         --max-body-bytes 1000000000 >"$BENCH_DATA/$name-gateway.log" 2>&1 &
     bench_pids+=($!)
     for worker in a b; do
         local host=$4
         [ "$worker" = b ] && host=$5
-        FAAS_LOG=warn "$FAAS_BIN" worker "${common[@]}" --internal-token bench-internal \
+        FAAS_LOG=warn "$FAAS_BIN" worker "${common[@]}" --internal-token bench-internal-token \
             --id "$name-$worker" --host-id "$host" --max-memory-mb 1100 \
             --data-dir "$BENCH_DATA/$name-$worker" >"$BENCH_DATA/$name-$worker.log" 2>&1 &
         bench_pids+=($!)
@@ -48,7 +48,7 @@ start_cluster net 2 "$PORT_NET" bench-host-a bench-host-b
 
 status=0
 FAAS_URL_FD=http://127.0.0.1:$PORT_FD FAAS_URL_NET=http://127.0.0.1:$PORT_NET \
-    FAAS_TOKEN=bench FAAS_BIN=$FAAS_BIN \
+    FAAS_TOKEN=bench-admin-token FAAS_BIN=$FAAS_BIN \
     target/release/regions-spread || status=$?
 for log in "$BENCH_DATA"/*.log; do
     if grep -q WARN "$log"; then

@@ -56,7 +56,7 @@ PID_COPY=$FAAS_PID
 status=0
 FAAS_URL=http://127.0.0.1:$PORT FAAS_PID=$PID_MAP \
     FAAS_URL_COPY=http://127.0.0.1:$PORT_COPY FAAS_PID_COPY=$PID_COPY \
-    FAAS_TOKEN=bench FAAS_BIN=$FAAS_BIN \
+    FAAS_TOKEN=bench-admin-token FAAS_BIN=$FAAS_BIN \
     target/release/regions ${SWEEP_ARG:+"$SWEEP_ARG"} || status=$?
 for port in "$PORT" "$PORT_COPY"; do
     log=$BENCH_DATA/faas-$port.log

@@ -49,7 +49,7 @@ platform() {
     FAAS_BIN=$1
     local port=$2 url=http://127.0.0.1:$2
     start_faas "$port"
-    export FAAS_URL=$url FAAS_TOKEN=bench
+    export FAAS_URL=$url FAAS_TOKEN=bench-admin-token
     local started
     started=$(date +%s.%N)
     for t in $(seq 1 "$TENANTS_UP"); do

@@ -31,7 +31,7 @@ cargo build --release -q -p faas-cli --bin faas
 source bench/lib.sh
 start_faas "$PORT" --deploy functions/wasi-hello/workflow.toml
 URL=http://127.0.0.1:$PORT
-export FAAS_URL=$URL FAAS_TOKEN=bench
+export FAAS_URL=$URL FAAS_TOKEN=bench-admin-token
 "$FAAS_BIN" tenant create many >/dev/null
 
 # Tenant `many`'s manifests: workflow w of ROUTES routes to the SDK hello.

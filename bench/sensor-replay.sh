@@ -22,7 +22,7 @@ FAAS_LOG_FILE=$BENCH_DATA/faas-$PORT.log
 # The driver deploys the four manifests, waits for the channel subscriptions and
 # replays; the platform's warnings (failed runs) are shown afterwards if there are any.
 status=0
-FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=$FAAS_BIN REDIS_URL=$REDIS_URL \
+FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench-admin-token FAAS_BIN=$FAAS_BIN REDIS_URL=$REDIS_URL \
     target/release/sensor-replay || status=$?
 if grep -q WARN "$FAAS_LOG_FILE"; then
     echo

@@ -18,5 +18,5 @@ source bench/lib.sh
 # address would close some of them as they are accepted.
 start_faas "$PORT" --no-demo --max-connections-per-client 1024
 
-FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench FAAS_BIN=$FAAS_BIN \
+FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench-admin-token FAAS_BIN=$FAAS_BIN \
     target/release/workflow-fanout

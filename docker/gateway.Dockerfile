@@ -23,8 +23,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /usr/local/bin/faas /usr/local/bin/faas
 USER 65532:65532
-# The chart mounts an emptyDir here (the root filesystem is read-only).
-ENV FAAS_DATA_DIR=/var/lib/faas
+# The chart mounts an emptyDir at /var/lib/faas (the root filesystem is read-only);
+# the data dir is one faas creates inside it owner-only, as it must be.
+ENV FAAS_DATA_DIR=/var/lib/faas/data
 EXPOSE 3000
 ENTRYPOINT ["/usr/local/bin/faas"]
 CMD ["gateway", "--listen", "0.0.0.0:3000"]

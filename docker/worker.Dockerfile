@@ -17,8 +17,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /usr/local/bin/faas /usr/local/bin/faas
 USER 65532:65532
-# Compiled components (the AOT cache) and the worker socket; an emptyDir in the chart.
-ENV FAAS_DATA_DIR=/var/lib/faas
+# Compiled components (the AOT cache) and the worker socket, in a dir faas creates
+# owner-only inside the chart's emptyDir at /var/lib/faas.
+ENV FAAS_DATA_DIR=/var/lib/faas/data
 EXPOSE 8081 9090
 ENTRYPOINT ["/usr/local/bin/faas"]
 CMD ["worker", "--listen", "0.0.0.0:8081"]

@@ -24,23 +24,30 @@ use std::time::Duration;
 /// The token and the data directory.
 #[derive(Debug, clap::Args)]
 pub struct IdentityArgs {
-    /// Admin API token; generated and written to <data-dir>/token when not given.
-    /// Workers never accept it (services mode uses `--internal-token`).
+    /// Admin API token, at least 16 printable ASCII bytes; generated and written to
+    /// <data-dir>/token when not given. Workers never accept it (services mode uses
+    /// `--internal-token`).
     #[arg(long, env = "FAAS_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Directory for compiled components and the token.
+    /// Directory for compiled components, the state database and the tokens; created
+    /// owner-only (0700), and refused if it exists writable by group or others.
     #[arg(long, env = "FAAS_DATA_DIR", default_value = ".faas")]
     pub data_dir: PathBuf,
 }
 
 impl IdentityArgs {
-    /// The token given, or a generated one; either way saved in <data-dir>/token.
+    /// The token given, or a generated one; either way saved in <data-dir>/token,
+    /// which [`prepare_data_dir`] readies first.
     ///
     /// # Errors
-    /// If the data directory or the token file cannot be written.
+    /// If the token given is too short or could not be sent in a header, or the data
+    /// directory is refused or cannot be written.
     pub fn token(&self) -> anyhow::Result<String> {
-        std::fs::create_dir_all(&self.data_dir)
-            .with_context(|| format!("creating data dir {}", self.data_dir.display()))?;
+        // Checked before anything is written: a refused token leaves no trace.
+        if let (Some(token), Some(source)) = (&self.token, self.given_by()) {
+            check_token("admin token", source, token, None)?;
+        }
+        prepare_data_dir(&self.data_dir)?;
         let token = match &self.token {
             Some(token) => token.clone(),
             None => generate_token(),
@@ -49,13 +56,120 @@ impl IdentityArgs {
         Ok(token)
     }
 
-    /// Tells the operator the token and where it is saved.
+    /// Tells the operator where the token is saved, and the token itself only when
+    /// this process generated it: one given comes from somewhere the operator already
+    /// reads it (in Kubernetes a Secret, through `FAAS_TOKEN`), and stdout may be kept
+    /// where more people read it (a pod's log).
     pub fn print_token(&self, token: &str) {
-        println!(
-            "  admin token: {token} (saved in {}; send `Authorization: Bearer <token>`)",
-            self.data_dir.join("token").display()
+        println!("{}", self.token_line(token));
+    }
+
+    /// The line [`IdentityArgs::print_token`] prints.
+    fn token_line(&self, token: &str) -> String {
+        let saved = self.data_dir.join("token");
+        match self.given_by() {
+            None => format!(
+                "  admin token: {token} (generated; saved in {}; send `Authorization: Bearer \
+                 <token>`)",
+                saved.display()
+            ),
+            Some(source) => format!(
+                "  admin token: from {source} (also saved in {}; send `Authorization: Bearer \
+                 <token>`)",
+                saved.display()
+            ),
+        }
+    }
+
+    /// Where the token given came from, `None` when none was.
+    fn given_by(&self) -> Option<&'static str> {
+        let given = self.token.as_deref()?;
+        Some(admin_token_source(
+            given,
+            std::env::var("FAAS_TOKEN").ok().as_deref(),
+        ))
+    }
+}
+
+/// Where the admin token `given` came from, the environment holding `env` as
+/// `FAAS_TOKEN`: clap takes the flag over the variable, so the token is the variable's
+/// only when they are equal (and then either is where it is).
+fn admin_token_source(given: &str, env: Option<&str>) -> &'static str {
+    if env == Some(given) {
+        "FAAS_TOKEN"
+    } else {
+        "--token"
+    }
+}
+
+/// The fewest bytes an admin or internal token may have: 128 bits even when written
+/// in hex, too many to guess over the network. Generated tokens have 64.
+pub(crate) const MIN_TOKEN_BYTES: usize = 16;
+
+/// Refuses a token (`what`, e.g. "admin token", taken from `source`, a flag, a
+/// variable or a file) shorter than [`MIN_TOKEN_BYTES`] or longer than `max_bytes`, or
+/// one a header could not carry.
+///
+/// # Errors
+/// Naming the token, where it came from and what it must be.
+pub(crate) fn check_token(
+    what: &str,
+    source: &str,
+    token: &str,
+    max_bytes: Option<usize>,
+) -> anyhow::Result<()> {
+    if token.len() < MIN_TOKEN_BYTES {
+        anyhow::bail!(
+            "the {what} from {source} is {} bytes long, fewer than the {MIN_TOKEN_BYTES} it \
+             must have: give a random one (`openssl rand -hex 32`)",
+            token.len()
         );
     }
+    if let Some(max_bytes) = max_bytes
+        && token.len() > max_bytes
+    {
+        anyhow::bail!(
+            "the {what} from {source} is {} bytes long, more than the {max_bytes} it may have",
+            token.len()
+        );
+    }
+    if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+        anyhow::bail!("the {what} from {source} must be printable ASCII without spaces");
+    }
+    Ok(())
+}
+
+/// Readies `dir`, the data dir, to hold what the platform keeps there: its tokens, the
+/// state database (every tenant's key-value data, manifests and components) and the
+/// worker's compiled-code cache, which the worker loads and runs as native code. A
+/// missing dir is created owner-only (0700); an existing one is used as it is, unless
+/// group or others may write to it: whoever can write there can plant code the worker
+/// runs, or a link where a token is written.
+///
+/// # Errors
+/// If the dir cannot be created or read, or is writable by group or others (the error
+/// names it and the fix).
+pub(crate) fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating data dir {}", dir.display()))?;
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("reading data dir {}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o022 != 0 {
+        anyhow::bail!(
+            "data dir {} is writable by group or others (mode {:03o}), and holds the tokens, \
+             the state database and compiled code the worker runs: run `chmod 700 {0}`, or \
+             give another --data-dir",
+            dir.display(),
+            mode & 0o777
+        );
+    }
+    Ok(())
 }
 
 /// The gateway's listening address and limits.
@@ -213,18 +327,53 @@ pub(crate) fn generate_token() -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Writes the token readable by its owner only.
+/// Writes the token at `path` readable by its owner only (0600), whatever the mode of
+/// a file it replaces. It is written to a new file renamed into place, so that a reader
+/// never sees half a token and nothing at `path` is followed; a symbolic link there is
+/// refused, as the sign of someone else's hand in the data dir.
+///
+/// # Errors
+/// If `path` is a symbolic link or cannot be written.
 pub(crate) fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
+    refuse_symlink(path)?;
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let temporary = path.with_file_name(format!(
+        ".{}.{:016x}.tmp",
+        name.to_string_lossy(),
+        rand::random::<u64>()
+    ));
+    let written = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    writeln!(file, "{token}").with_context(|| format!("writing {}", path.display()))
+        .open(&temporary)
+        .and_then(|mut file| writeln!(file, "{token}"))
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written.with_context(|| format!("writing {}", path.display()))
+}
+
+/// Refuses `path` if it is a symbolic link.
+///
+/// # Errors
+/// If it is one, or cannot be looked at.
+pub(crate) fn refuse_symlink(path: &Path) -> anyhow::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_symlink() => anyhow::bail!(
+            "{} is a symbolic link, which a token file never is: remove it",
+            path.display()
+        ),
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+            Err(err).with_context(|| format!("reading {}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A network of `--outbound-private-networks` or `--component-private-networks`: a CIDR
@@ -234,4 +383,142 @@ pub(crate) fn parse_network(text: &str) -> Result<ipnet::IpNet, String> {
     text.parse::<ipnet::IpNet>()
         .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
         .map_err(|_| format!("`{text}` is neither a CIDR range (10.1.0.0/16) nor an address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    fn identity(token: Option<&str>, data_dir: &Path) -> IdentityArgs {
+        IdentityArgs {
+            token: token.map(str::to_owned),
+            data_dir: data_dir.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_missing_data_dir_is_created_owner_only() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("nested/.faas");
+        prepare_data_dir(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&parent.path().join("nested")), 0o700);
+    }
+
+    #[test]
+    fn a_data_dir_others_may_write_to_is_refused_with_the_fix() {
+        let parent = tempfile::tempdir().unwrap();
+        for open in [0o777, 0o770, 0o702] {
+            let dir = parent.path().join(format!("open-{open:o}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(open)).unwrap();
+            let error = prepare_data_dir(&dir).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("chmod 700 {}", dir.display())),
+                "{error}"
+            );
+            assert!(error.contains("writable by group or others"), "{error}");
+            assert_eq!(mode(&dir), open, "an existing dir is left as it is");
+        }
+        // Readable is not writable: a dir an older version made with the umask's 0755
+        // is still used.
+        let dir = parent.path().join("readable");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        prepare_data_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_token_file_is_owner_only_even_when_it_existed_and_a_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "old\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_token(&path, "new-token").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new-token\n");
+        assert_eq!(mode(&path), 0o600);
+
+        let target = dir.path().join("target");
+        std::fs::write(&target, "someone else's\n").unwrap();
+        let link = dir.path().join("demo-token");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let error = write_token(&link, "secret").unwrap_err().to_string();
+        assert!(error.contains("symbolic link"), "{error}");
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "someone else's\n"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 3, "no temporary file is left: {left:?}");
+    }
+
+    #[test]
+    fn an_admin_token_shorter_than_16_bytes_is_refused_naming_where_it_came_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().join("data");
+        for short in ["", "bench", "fifteen-bytes!!"] {
+            let error = identity(Some(short), &data_dir)
+                .token()
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("admin token from --token"), "{error}");
+            assert!(error.contains("16"), "{error}");
+        }
+        let error = identity(Some("sixteen bytes, a space"), &data_dir)
+            .token()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("printable ASCII"), "{error}");
+        assert!(!data_dir.exists(), "a refused token leaves no trace");
+        let token = identity(Some("sixteen-bytes-ok"), &data_dir)
+            .token()
+            .unwrap();
+        assert_eq!(token, "sixteen-bytes-ok");
+        assert_eq!(mode(&data_dir.join("token")), 0o600);
+    }
+
+    #[test]
+    fn a_token_is_refused_the_same_whatever_its_kind_and_source() {
+        let error = check_token("internal token", "FAAS_INTERNAL_TOKEN", "short", Some(256))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("the internal token from FAAS_INTERNAL_TOKEN is 5 bytes long"),
+            "{error}"
+        );
+        let long = "x".repeat(257);
+        let error = check_token("internal token", "a file", &long, Some(256))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("more than the 256"), "{error}");
+        check_token("admin token", "--token", &long, None).unwrap();
+    }
+
+    #[test]
+    fn a_given_admin_token_is_never_printed_only_where_it_came_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let given = "a-given-admin-token-from-a-secret";
+        let line = identity(Some(given), dir.path()).token_line(given);
+        assert!(!line.contains(given), "{line}");
+        assert!(line.contains("admin token: from "), "{line}");
+        assert_eq!(admin_token_source(given, Some(given)), "FAAS_TOKEN");
+        assert_eq!(admin_token_source(given, Some("another")), "--token");
+        assert_eq!(admin_token_source(given, None), "--token");
+        // One this process made is the operator's only way to learn it.
+        let generated = generate_token();
+        let line = identity(None, dir.path()).token_line(&generated);
+        assert!(line.contains(&generated), "{line}");
+    }
 }

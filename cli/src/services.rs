@@ -4,7 +4,10 @@
 //! more gateways and any number of workers against the same Redis. The worker's own
 //! command is in `worker.rs` (it alone needs Wasmtime).
 
-use crate::args::{BrokerArgs, GatewayArgs, IdentityArgs, generate_token};
+use crate::args::{
+    BrokerArgs, GatewayArgs, IdentityArgs, check_token, generate_token, prepare_data_dir,
+    refuse_symlink,
+};
 use anyhow::Context;
 use faas_gateway::activator::{self, ActivatorConfig};
 use faas_gateway::kubernetes::WorkflowResources;
@@ -128,13 +131,37 @@ pub struct InternalTokenArgs {
 
 impl InternalTokenArgs {
     /// The token given, else the one saved in `data_dir`, else a new one saved there.
+    /// Readies `data_dir` first ([`prepare_data_dir`]) even when the token is given:
+    /// every process that needs this token keeps files there (a worker its compiled
+    /// code and its socket).
+    ///
+    /// # Errors
+    /// If the data dir is refused, the token cannot be read or written, or it is too
+    /// short or long, or could not be sent in a header.
     pub(crate) fn resolve(&self, data_dir: &Path) -> anyhow::Result<String> {
-        let token = match &self.internal_token {
-            Some(token) => token.clone(),
-            None => read_or_create_token(&data_dir.join("internal-token"))?,
-        };
-        check_internal_token(&token)?;
-        Ok(token)
+        if let Some(token) = &self.internal_token {
+            check_internal_token(self.given_by(token), token)?;
+        }
+        prepare_data_dir(data_dir)?;
+        match &self.internal_token {
+            Some(token) => Ok(token.clone()),
+            None => {
+                let path = data_dir.join("internal-token");
+                let token = read_or_create_token(&path)?;
+                check_internal_token(&path.display().to_string(), &token)?;
+                Ok(token)
+            }
+        }
+    }
+
+    /// Where the token given came from: clap takes the flag over the variable, so the
+    /// token is the variable's only when they are equal.
+    fn given_by(&self, given: &str) -> &'static str {
+        if std::env::var("FAAS_INTERNAL_TOKEN").is_ok_and(|env| env == given) {
+            "FAAS_INTERNAL_TOKEN"
+        } else {
+            "--internal-token"
+        }
     }
 
     /// Tells the operator where the token came from when it was not given, since every
@@ -152,14 +179,12 @@ impl InternalTokenArgs {
 
 /// Reads the token saved at `path`, or writes a new one there (owner-only) when there
 /// is none; creating it exclusively means a gateway and a worker sharing a data dir
-/// and starting together end up with the same token.
+/// and starting together end up with the same token. The data dir is ready.
 fn read_or_create_token(path: &Path) -> anyhow::Result<String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating data dir {}", dir.display()))?;
-    }
+    // `create_new` follows no link, but the read below would.
+    refuse_symlink(path)?;
     let created = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -174,6 +199,7 @@ fn read_or_create_token(path: &Path) -> anyhow::Result<String> {
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
             // Written by the process that created it, maybe an instant ago.
             for _ in 0..50 {
+                refuse_symlink(path)?;
                 let token = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
                 if token.ends_with('\n') {
@@ -187,18 +213,15 @@ fn read_or_create_token(path: &Path) -> anyhow::Result<String> {
     }
 }
 
-/// Refuses a internal token a worker could not check or a header could not carry.
-fn check_internal_token(token: &str) -> anyhow::Result<()> {
-    if token.is_empty() || token.len() > MAX_INTERNAL_TOKEN_BYTES {
-        anyhow::bail!(
-            "the internal token must be 1 to {MAX_INTERNAL_TOKEN_BYTES} bytes long (it has {})",
-            token.len()
-        );
-    }
-    if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
-        anyhow::bail!("the internal token must be printable ASCII without spaces");
-    }
-    Ok(())
+/// Refuses an internal token from `source` that is too short to resist guessing, or
+/// that a worker could not check or a header could not carry.
+fn check_internal_token(source: &str, token: &str) -> anyhow::Result<()> {
+    check_token(
+        "internal token",
+        source,
+        token,
+        Some(MAX_INTERNAL_TOKEN_BYTES),
+    )
 }
 
 /// Arguments of `faas gateway`.

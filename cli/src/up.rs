@@ -41,7 +41,8 @@ pub struct UpArgs {
     /// workflows under functions/ are deployed when present.
     #[arg(long = "deploy", value_name = "WORKFLOW_TOML")]
     deploy: Vec<PathBuf>,
-    /// Deploy nothing at start.
+    /// Deploy nothing at start, and create no `demo` tenant or token (one an earlier
+    /// start created is kept, as any tenant; `faas tenant rm demo` removes it).
     #[arg(long, conflicts_with = "deploy")]
     no_demo: bool,
     /// How many workers to run in this process. Placement keeps each workflow on one
@@ -166,13 +167,18 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let url = format!("http://{}", gateway.local_addr());
     println!("faas is up at {url}");
     args.identity.print_token(&token);
-    let demo_token = demo_token(&tenants, &args.identity.data_dir).await?;
-    println!(
-        "  {} tenant token: {demo_token} (saved in {}; deploys, lists and removes the {0} \
-         tenant's workflows only)",
-        DEMO_TENANT,
-        args.identity.data_dir.join("demo-token").display()
-    );
+    // Not with --no-demo, which the operator gives to run their own tenants only: a
+    // `demo` tenant with a live token would be one more credential to the platform,
+    // and created again at every start after they removed it.
+    if !args.no_demo {
+        let demo_token = demo_token(&tenants, &args.identity.data_dir).await?;
+        println!(
+            "  {} tenant token: {demo_token} (saved in {}; deploys, lists and removes the \
+             {0} tenant's workflows only)",
+            DEMO_TENANT,
+            args.identity.data_dir.join("demo-token").display()
+        );
+    }
 
     // What was deployed before the last stop is served again first, with its revision,
     // so the demo below finds it (an identical demo is `unchanged`). The registry logs
@@ -235,7 +241,8 @@ fn print_routes(what: &str, url: &str, deployment: &Deployment) {
     }
 }
 
-/// The tenant `faas up` creates, so that it works out of the box.
+/// The tenant `faas up` creates unless given `--no-demo`, so that it works out of the
+/// box.
 pub(crate) const DEMO_TENANT: &str = "demo";
 
 /// Creates the demo tenant if missing and returns a token for it: the one saved in

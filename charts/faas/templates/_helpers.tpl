@@ -123,8 +123,12 @@ none, networkPolicy.workerEgress.externalRedisPort when the URL is in a Secret.
     secretKeyRef:
       name: {{ include "faas.redisSecretName" . }}
       key: {{ include "faas.redisSecretKey" . }}
+{{- /*
+A directory the process creates owner-only inside the emptyDir, which the kubelet
+makes writable by all (0777, root's): faas refuses a data dir others may write to.
+*/}}
 - name: FAAS_DATA_DIR
-  value: /var/lib/faas
+  value: /var/lib/faas/data
 - name: FAAS_LOG
   value: info
 {{- end -}}

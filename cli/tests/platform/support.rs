@@ -7,8 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The admin token every test platform uses.
-pub const TOKEN: &str = "test-token";
+/// The admin token every test platform uses (a platform refuses one under 16 bytes).
+pub const TOKEN: &str = "test-admin-token";
 
 /// How long a test's platform lets one compile take (`--compile-timeout-secs`, 120 by
 /// default). The test build's Cranelift is optimised less (opt-level 1), and the suite
@@ -347,13 +347,17 @@ pub fn wait_ready(url: &str, patience: Duration) {
 
 /// Runs the `faas` CLI against the platform at `url` with the admin token. A deploy
 /// first creates the tenant its manifest names, as an operator would (tenants are
-/// created explicitly; unknown ones are refused).
+/// created explicitly; unknown ones are refused), and so does setting a tenant's
+/// quotas (`faas up --no-demo` creates no `demo` tenant to set them on).
 pub fn faas_at(url: &str, args: &[&str]) -> Output {
     if let ["deploy", .., manifest] = args
         && let Ok(text) = std::fs::read_to_string(manifest)
         && let Some(tenant) = faas_testing::manifest_tenant(&text)
     {
         ensure_tenant_at(url, &tenant);
+    }
+    if let ["tenant", "set", tenant, ..] = args {
+        ensure_tenant_at(url, tenant);
     }
     faas_as(url, TOKEN, args)
 }

@@ -2,9 +2,12 @@
 //! the victim; every attempt is refused and the victim keeps being served.
 
 use super::scene::{Scene, VICTIM_WORKFLOW, assert_success, create_token, refused, write_hello};
-use crate::services::Services;
-use crate::support::{Platform, TOKEN, client, error_of};
+use crate::services::{INTERNAL_TOKEN, Services};
+use crate::support::{Platform, Process, TOKEN, client, error_of, faas_as};
 use reqwest::Method;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 #[test]
 fn a_tenant_token_cannot_deploy_for_another_tenant() {
@@ -197,7 +200,7 @@ fn operator_endpoints_refuse_tenant_tokens() {
     let stderr = refused(&scene.faas(&scene.mallory, &["tenant", "create", "evil"]));
     assert!(stderr.contains("admin token"), "{stderr}");
     let tenants: serde_json::Value = scene.api(Method::GET, "tenants", TOKEN).json().unwrap();
-    assert_eq!(tenant_names(&tenants), ["demo", "mallory", "victim"]);
+    assert_eq!(tenant_names(&tenants), ["mallory", "victim"]);
     scene.assert_victim_served();
 }
 
@@ -297,30 +300,11 @@ fn removal_refused_while_deployed<P>(scene: &Scene<P>) {
 #[test]
 fn faas_up_gives_a_demo_token_that_survives_restarts_and_secrets_are_never_stored() {
     let data = faas_testing::temp_dir();
-    let demo_token = |platform: &Platform| -> String {
-        // The lines after the URL are collected by a thread of their own: wait for it.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let line = loop {
-            if let Some(line) = platform
-                .stdout()
-                .into_iter()
-                .find(|line| line.contains("demo tenant token: "))
-            {
-                break line;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "faas up prints the demo tenant's token"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
-        let rest = line.split("demo tenant token: ").nth(1).unwrap();
-        rest.split_whitespace().next().unwrap().to_owned()
-    };
-    let mut platform = Platform::start_in(data.path(), &["--no-demo"]);
-    let first = demo_token(&platform);
+    let manifests = faas_testing::temp_dir();
+    let mut platform = start_with_demo(data.path(), manifests.path());
+    let first = demo_token(&platform).expect("faas up prints the demo tenant's token");
     let manifest = write_hello(data.path(), "greeter", None, &["/greeter"]);
-    let deployed = crate::support::faas_as(
+    let deployed = faas_as(
         &platform.url,
         &first,
         &["deploy", "--no-build", manifest.to_str().unwrap()],
@@ -329,10 +313,10 @@ fn faas_up_gives_a_demo_token_that_survives_restarts_and_secrets_are_never_store
     let victim = create_token(&platform.url, TOKEN, "demo");
     platform.terminate();
 
-    let platform = Platform::start_in(data.path(), &["--no-demo"]);
+    let platform = start_with_demo(data.path(), manifests.path());
     assert_eq!(
-        demo_token(&platform),
-        first,
+        demo_token(&platform).as_deref(),
+        Some(first.as_str()),
         "the saved demo token is reused"
     );
     let response = crate::support::client()
@@ -361,7 +345,232 @@ fn faas_up_gives_a_demo_token_that_survives_restarts_and_secrets_are_never_store
     }
 }
 
-/// The names in a tenants list (`faas up` creates `demo`).
+#[test]
+fn faas_up_no_demo_creates_no_demo_tenant_or_token_not_even_after_the_operator_removed_it() {
+    let data = faas_testing::temp_dir();
+    let manifests = faas_testing::temp_dir();
+    let mut platform = Platform::start_in(data.path(), &["--no-demo"]);
+    assert_eq!(demo_token(&platform), None);
+    assert_eq!(tenants_of(&platform), Vec::<String>::new());
+    assert!(!data.path().join("demo-token").exists());
+    platform.terminate();
+
+    // Started once with the demo, which the operator then removes.
+    let mut platform = start_with_demo(data.path(), manifests.path());
+    let demo = demo_token(&platform).expect("faas up prints the demo tenant's token");
+    assert_eq!(tenants_of(&platform), ["acme", "demo"]);
+    let removed = faas_as(&platform.url, TOKEN, &["tenant", "rm", "demo"]);
+    assert_success(&removed, "faas tenant rm demo");
+    platform.terminate();
+
+    // It stays removed, and its token opens nothing.
+    let platform = Platform::start_in(data.path(), &["--no-demo"]);
+    assert_eq!(demo_token(&platform), None);
+    assert_eq!(tenants_of(&platform), ["acme"]);
+    let response = client()
+        .get(platform.at("/admin/v1/workflows"))
+        .bearer_auth(&demo)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 401);
+}
+
+#[test]
+fn a_given_admin_token_is_printed_by_neither_faas_up_nor_a_gateway() {
+    // Every test platform is given its token with --token.
+    let platform = Platform::start();
+    let printed = printed_until(|| platform.stdout(), "ready; press Ctrl-C");
+    assert!(
+        printed.contains("  admin token: from --token (also saved in "),
+        "{printed}"
+    );
+    assert!(!printed.contains(TOKEN), "{printed}");
+
+    // A gateway in Kubernetes is given it by a Secret, through FAAS_TOKEN.
+    let redis = faas_testing::RedisServer::start();
+    let data = faas_testing::temp_dir();
+    let url = redis.url();
+    let gateway = Process::spawn_with_env(
+        &[
+            "gateway",
+            "--redis",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--internal-token",
+            INTERNAL_TOKEN,
+            "--data-dir",
+            data.path().to_str().unwrap(),
+        ],
+        &[("FAAS_TOKEN", std::ffi::OsStr::new(TOKEN))],
+        "faas gateway is up at ",
+    );
+    let printed = printed_until(|| gateway.stdout.lock().unwrap().clone(), "admin token: ");
+    assert!(
+        printed.contains("  admin token: from FAAS_TOKEN (also saved in "),
+        "{printed}"
+    );
+    assert!(!printed.contains(TOKEN), "{printed}");
+    // Ready after the last of what it prints at start.
+    crate::support::wait_ready(&gateway.announced, Duration::from_secs(30));
+    let printed = gateway.stdout.lock().unwrap().join("\n");
+    assert!(!printed.contains(TOKEN), "{printed}");
+}
+
+#[test]
+fn a_platform_refuses_a_token_under_16_bytes_naming_where_it_came_from() {
+    let data = faas_testing::temp_dir();
+    let dir = data.path().join("data");
+    let dir = dir.to_str().unwrap();
+    let refusal = |args: &[&str], env: &[(&str, &str)]| {
+        let output = faas_command(args, env);
+        assert!(!output.status.success(), "{args:?} started");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refusal(
+        &[
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "",
+            "--data-dir",
+            dir,
+        ],
+        &[],
+    );
+    assert!(
+        stderr.contains("the admin token from --token is 0 bytes long, fewer than the 16"),
+        "{stderr}"
+    );
+    let redis = ["--redis", "redis://127.0.0.1:1"];
+    let stderr = refusal(
+        &[&["gateway", "--data-dir", dir][..], &redis].concat(),
+        &[("FAAS_TOKEN", "bench")],
+    );
+    assert!(
+        stderr.contains("the admin token from FAAS_TOKEN is 5 bytes long"),
+        "{stderr}"
+    );
+    let stderr = refusal(
+        &[
+            &["worker", "--internal-token", "short", "--data-dir", dir][..],
+            &redis,
+        ]
+        .concat(),
+        &[],
+    );
+    assert!(
+        stderr.contains("the internal token from --internal-token is 5 bytes long"),
+        "{stderr}"
+    );
+    assert!(!Path::new(dir).exists(), "a refused token leaves no trace");
+}
+
+#[test]
+fn faas_up_keeps_its_data_dir_owner_only_and_refuses_one_others_may_write_to() {
+    let parent = faas_testing::temp_dir();
+    let data = parent.path().join("data");
+    let mut platform = Platform::start_in(&data, &["--no-demo"]);
+    let mode = |name: &str| {
+        let mode = std::fs::metadata(data.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        format!("{:o}", mode & 0o777)
+    };
+    assert_eq!(mode(""), "700", "the data dir");
+    for file in ["token", "faas.db", "faas.db-wal"] {
+        assert_eq!(mode(file), "600", "{file}");
+    }
+    platform.terminate();
+
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let output = faas_command(
+        &[
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("run `chmod 700 {}`", data.display())),
+        "{stderr}"
+    );
+}
+
+/// Starts `faas up` on `data` with its demo (no `--no-demo`), deploying at start a
+/// hello of tenant `acme` written in `manifests` rather than the repository's demos.
+fn start_with_demo(data: &Path, manifests: &Path) -> Platform {
+    let manifest = write_hello(manifests, "started", Some("acme"), &["/started"]);
+    Platform::start_in(data, &["--deploy", manifest.to_str().unwrap()])
+}
+
+/// The demo tenant's token `faas up` printed before it said it was ready, if any.
+fn demo_token(platform: &Platform) -> Option<String> {
+    let printed = printed_until(|| platform.stdout(), "ready; press Ctrl-C");
+    let rest = printed.split("demo tenant token: ").nth(1)?;
+    Some(rest.split_whitespace().next().unwrap().to_owned())
+}
+
+/// What a process printed once a line containing `last` is among it, `stdout` reading
+/// the lines so far (after the announcement, a thread of their own collects them).
+fn printed_until(stdout: impl Fn() -> Vec<String>, last: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = stdout();
+        if lines.iter().any(|line| line.contains(last)) {
+            return lines.join("\n");
+        }
+        assert!(Instant::now() < deadline, "no `{last}` in {lines:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The tenants the admin API lists.
+fn tenants_of(platform: &Platform) -> Vec<String> {
+    let list: serde_json::Value = client()
+        .get(platform.at("/admin/v1/tenants"))
+        .bearer_auth(TOKEN)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    tenant_names(&list).into_iter().map(str::to_owned).collect()
+}
+
+/// `faas <args>` with `env`, which must exit within 30 s: each use expects a refusal,
+/// and one that started instead would serve until killed.
+fn faas_command(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_faas"))
+        .args(args)
+        .env_remove("FAAS_TOKEN")
+        .envs(env.iter().copied())
+        .env("FAAS_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running faas");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("waiting for faas").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("faas {args:?} was still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("reading faas's output")
+}
+
+/// The names in a tenants list.
 fn tenant_names(list: &serde_json::Value) -> Vec<&str> {
     list["tenants"]
         .as_array()
