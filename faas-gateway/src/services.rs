@@ -793,7 +793,7 @@ impl ServicesBackend {
                 target: self
                     .clients
                     .get(&info.id, &info.addr)
-                    .at_revision(record.revision),
+                    .serving(&record.workflow.tenant, record.revision),
             });
         }
         (replicas, functions)

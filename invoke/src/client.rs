@@ -73,8 +73,9 @@ pub struct RemoteWorker {
     id: Arc<str>,
     base: Arc<str>,
     token: HeaderValue,
-    /// The workflow revision its events name, if any (see [`RemoteWorker::at_revision`]).
-    revision: Option<HeaderValue>,
+    /// The tenant and the workflow revision its events name, if any (see
+    /// [`RemoteWorker::serving`]).
+    revision: Option<(HeaderValue, HeaderValue)>,
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
@@ -108,11 +109,16 @@ impl RemoteWorker {
         &self.id
     }
 
-    /// This client (sharing its connection) for events of workflow revision
-    /// `revision`: a worker that holds that revision staged serves them with it.
-    pub fn at_revision(&self, revision: u64) -> Arc<Self> {
+    /// This client (sharing its connection) for events of `tenant`'s workflow at
+    /// revision `revision`: a worker that holds that revision staged serves them with
+    /// it, and none serves them with another tenant's workflow of the name.
+    ///
+    /// # Panics
+    /// If `tenant` is not a valid header value (tenant names are checked at creation).
+    pub fn serving(&self, tenant: &str, revision: u64) -> Arc<Self> {
+        let tenant = HeaderValue::from_str(tenant).expect("a tenant name is a valid header");
         Arc::new(Self {
-            revision: Some(HeaderValue::from(revision)),
+            revision: Some((tenant, HeaderValue::from(revision))),
             ..self.clone()
         })
     }
@@ -233,11 +239,18 @@ impl RemoteWorker {
     fn prepare(&self, headers: &mut http::HeaderMap, workflow: &str) -> Result<(), EventFailure> {
         headers.insert(wire::WORKFLOW, header_value(workflow)?);
         headers.insert(wire::TOKEN, self.token.clone());
-        // Only the gateway names a revision, never the request it forwards.
+        // Only the gateway names a tenant and a revision, never the request it
+        // forwards.
         match &self.revision {
-            Some(revision) => headers.insert(wire::REVISION, revision.clone()),
-            None => headers.remove(wire::REVISION),
-        };
+            Some((tenant, revision)) => {
+                headers.insert(wire::TENANT, tenant.clone());
+                headers.insert(wire::REVISION, revision.clone());
+            }
+            None => {
+                headers.remove(wire::TENANT);
+                headers.remove(wire::REVISION);
+            }
+        }
         Ok(())
     }
 

@@ -23,6 +23,10 @@ pub const MAX_INTERNAL_TOKEN_BYTES: usize = 256;
 /// The revision the gateway serves the event with: a worker that holds it staged (its
 /// deploy just switched) serves it rather than the live one it has not replaced yet.
 pub const REVISION: &str = "x-faas-revision";
+/// The tenant whose workflow the gateway sends the event to: a worker serves it only
+/// with that tenant's workflow of the name, never with another tenant's that took the
+/// name since the gateway last looked (it answers `unavailable`).
+pub const TENANT: &str = "x-faas-tenant";
 /// The trigger message of a run, as JSON.
 pub const MESSAGE: &str = "x-faas-message";
 /// Marks a response that is a platform failure (its body an [`EventFailure`]), not

@@ -115,10 +115,20 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
             worker = node.id(),
             "workflow not loaded here"
         );
-        return Err(EventFailure::unavailable(format!(
-            "workflow `{workflow_name}` is not loaded on the worker the event was sent to"
-        )));
+        return Err(not_loaded(&workflow_name));
     };
+    // The gateway's view of who owns the name may be a sync behind: another tenant's
+    // workflow that took it here gets none of the old owner's events.
+    if let Some(tenant) = header(headers, wire::TENANT)
+        && tenant != workflow.tenant()
+    {
+        tracing::debug!(
+            workflow = workflow_name,
+            worker = node.id(),
+            "the event is for another tenant's workflow of this name"
+        );
+        return Err(not_loaded(&workflow_name));
+    }
     let call = header(headers, wire::CALL).unwrap_or_default().to_owned();
     let function = header(headers, wire::FUNCTION)
         .unwrap_or_default()
@@ -150,6 +160,7 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
                 wire::FUNCTION,
                 wire::CALL,
                 wire::REVISION,
+                wire::TENANT,
             ] {
                 parts.headers.remove(name);
             }
@@ -184,6 +195,14 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
             &format!("unknown call `{other}`"),
         )),
     }
+}
+
+/// What the gateway is told of an event for a workflow this worker does not serve: it
+/// may pass the event on to another replica.
+fn not_loaded(workflow_name: &str) -> EventFailure {
+    EventFailure::unavailable(format!(
+        "workflow `{workflow_name}` is not loaded on the worker the event was sent to"
+    ))
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

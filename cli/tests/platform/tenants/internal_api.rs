@@ -2,8 +2,10 @@
 //! but holds only the admin token, or nothing: the admin token opens nothing there; a
 //! peer on the worker's Unix socket that sends a huge size instead of the internal token,
 //! or nothing at all, is dropped without its frame being read; connections beyond the
-//! cap per client address are refused; idle connections are closed. Meanwhile the
-//! victim's workflow keeps answering through the gateway.
+//! cap per client address are refused; idle connections are closed. An event a gateway
+//! sends for one tenant's workflow is never served by another tenant's that took its
+//! name on the worker since the gateway last looked. Meanwhile the victim's workflow
+//! keeps answering through the gateway.
 
 use crate::services::{INTERNAL_TOKEN, Services};
 use crate::support::{TOKEN, closed_within, connect_from, deploy_at, repo};
@@ -76,6 +78,47 @@ fn the_admin_token_opens_nothing_on_a_workers_internal_api() {
     }
     assert_eq!(accepted.status(), 200);
     assert_eq!(accepted.text().unwrap().trim(), "Hello, direct!");
+    assert_victim_served(&services);
+}
+
+/// A gateway a sync behind still routes the old owner's requests (its users'
+/// cookies, bodies) to the worker, naming that tenant: the worker, which now holds
+/// another tenant's workflow of the name, refuses them as `unavailable` (so the
+/// gateway tries elsewhere) instead of handing them to the new owner's guest.
+#[test]
+fn a_worker_serves_an_event_only_with_the_workflow_of_the_tenant_the_gateway_named() {
+    let services = victim_on_one_worker(&[]);
+    let addr = internal_addr(&services, "w1");
+    let client = reqwest::blocking::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // The hello deployed here is tenant `demo`'s.
+    let call = |tenant: &str| {
+        client
+            .get(format!("http://{addr}/hello?name=direct"))
+            .header("x-faas-call", "http")
+            .header("x-faas-workflow", "hello")
+            .header("x-faas-function", "hello")
+            .header("x-faas-internal-token", INTERNAL_TOKEN)
+            .header("x-faas-tenant", tenant)
+            .send()
+            .unwrap()
+    };
+    let refused = call("victim");
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("x-faas-failure"));
+    let failure: serde_json::Value = refused.json().unwrap();
+    assert_eq!(failure["kind"], "unavailable", "{failure}");
+    // The owner's own events are served (a 503 here is a slow machine: asked again).
+    let mut served = call("demo");
+    if served.status() == 503 {
+        std::thread::sleep(Duration::from_secs(1));
+        served = call("demo");
+    }
+    assert_eq!(served.status(), 200);
+    assert_eq!(served.text().unwrap().trim(), "Hello, direct!");
     assert_victim_served(&services);
 }
 
