@@ -40,8 +40,8 @@ pub(crate) struct Peer {
     pub revision: Option<u64>,
     /// What the outputs the peer passes back count against in the caller.
     pub received: Received,
-    /// The caller's places for calls over sockets ([`MAX_SOCKET_CALLS`]).
-    pub socket_calls: Arc<tokio::sync::Semaphore>,
+    /// The caller's places for calls over sockets ([`SocketCalls`]).
+    pub socket_calls: Arc<SocketCalls>,
 }
 
 /// The most branch calls over Unix sockets one worker waits on at once. Each waits on
@@ -49,7 +49,24 @@ pub(crate) struct Peer {
 /// stores down and resolve guests' names), for as long as its run may last: one
 /// tenant's wide fan-out could take them all. Past it, the caller runs the branch
 /// itself, as when a peer is unavailable.
-pub(crate) const MAX_SOCKET_CALLS: usize = 128;
+pub(crate) const MAX_SOCKET_CALLS: u64 = 128;
+
+/// The most of [`MAX_SOCKET_CALLS`] one tenant's branches hold at once: a quarter, so
+/// that branches whose runs ended early (a join's timeout) and whose peers still run
+/// them cannot hold every place, and leave other tenants' branches all on their
+/// callers.
+pub(crate) const MAX_SOCKET_CALLS_PER_TENANT: u64 = MAX_SOCKET_CALLS / 4;
+
+/// A worker's places for branch calls over Unix sockets, by tenant.
+pub(crate) type SocketCalls = faas_budget::Budget<Arc<str>>;
+
+/// The places of a worker that has none taken.
+pub(crate) fn socket_calls() -> Arc<SocketCalls> {
+    Arc::new(SocketCalls::new(faas_budget::BudgetLimits {
+        total: MAX_SOCKET_CALLS,
+        per_holder: MAX_SOCKET_CALLS_PER_TENANT,
+    }))
+}
 
 /// How a peer is reached, decided from placement.
 #[derive(Clone)]
@@ -154,11 +171,13 @@ async fn run_on_peer(
         })?;
     match &peer.link {
         PeerLink::Socket(path) => {
-            let Ok(place) = peer.socket_calls.clone().try_acquire_owned() else {
-                return Err(unavailable(&format!(
-                    "{MAX_SOCKET_CALLS} branch calls over sockets are waiting already"
-                )));
-            };
+            let mut place = peer.socket_calls.claim(owner.tenant.clone());
+            place.grow_to(1).map_err(|over| {
+                let (limit, whose) = RegionLimitExceeded::whose(&over);
+                unavailable(&format!(
+                    "{limit} branch calls over sockets are waiting already {whose}"
+                ))
+            })?;
             let path = path.clone();
             let token = peer.token.clone();
             let received = peer.received.clone();

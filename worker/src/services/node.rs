@@ -78,8 +78,8 @@ pub struct Node {
     /// For workflows that spread their branches: the other workers holding them.
     peers: RwLock<HashMap<String, Arc<[Peer]>>>,
     /// Places for branch calls over Unix sockets waiting for their replies, each on a
-    /// blocking thread ([`super::branch::MAX_SOCKET_CALLS`]).
-    socket_calls: Arc<tokio::sync::Semaphore>,
+    /// blocking thread ([`super::branch::MAX_SOCKET_CALLS`], a share of them a tenant).
+    socket_calls: Arc<super::branch::SocketCalls>,
     /// Clients of the other workers.
     clients: RemoteWorkers,
     /// Set when the worker is stopping: it keeps what it holds and takes nothing new.
@@ -127,7 +127,7 @@ impl Node {
             staged: RwLock::default(),
             failed: RwLock::default(),
             peers: RwLock::default(),
-            socket_calls: Arc::new(tokio::sync::Semaphore::new(super::branch::MAX_SOCKET_CALLS)),
+            socket_calls: super::branch::socket_calls(),
             draining: AtomicBool::new(false),
         });
         let mut tasks = JoinSet::new();
