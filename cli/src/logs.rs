@@ -94,7 +94,8 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
         }
     }
     bail!(
-        "the gateway ended the log stream (was `{}` removed?)",
+        "the gateway ended the log stream (was `{}` or its tenant removed, or the token \
+         revoked?)",
         args.workflow
     )
 }

@@ -9,7 +9,7 @@
 //! | GET | `/admin/v1/workflows/{name}` | one workflow's [`WorkflowStatus`] | own |
 //! | DELETE | `/admin/v1/workflows/{name}` | remove it | own |
 //! | GET | `/admin/v1/workflows/{name}/runs` | its recent runs: [`RunsResponse`] | own |
-//! | GET | `/admin/v1/workflows/{name}/logs[?function=&run=&since_ms=&follow=1]` | its guests' log lines: [`LogsResponse`], or with `follow=1` NDJSON lines (a [`faas_invoke::LogLine`] each, `{"missed": N}` when the reader fell behind, an empty line as a heartbeat) until the client goes | own |
+//! | GET | `/admin/v1/workflows/{name}/logs[?function=&run=&since_ms=&follow=1]` | its guests' log lines: [`LogsResponse`], or with `follow=1` NDJSON lines (a [`faas_invoke::LogLine`] each, `{"missed": N}` when the reader fell behind, an empty line as a heartbeat) until the client goes, or what let it in no longer holds (its token revoked, its tenant or the workflow removed) | own |
 //! | GET | `/admin/v1/workers` | workers and their workflows: [`WorkersResponse`] | admin |
 //! | DELETE | `/admin/v1/workers/{id}` | take a worker out; its workflows move | admin |
 //! | POST | `/admin/v1/tenants` | create a [`CreateTenantBody`] (name, optional [`Quotas`]); answers a [`Tenant`] | admin |
@@ -44,11 +44,12 @@
 //! refused, 409 or 403 for a name, route or quota lost to another deploy, 503 else),
 //! `operator_timeout` (504) and `kubernetes` (503).
 
-use crate::auth::{Caller, authenticate};
+use crate::auth::{self, Caller, TenantCredential, authenticate};
 use crate::deploy_admission;
 use crate::kubernetes::KubeError;
+use crate::logs::FollowAccess;
 pub use crate::logs::{LogQuery, LogsResponse};
-use crate::registry::{DeployError, DeployOutcome, Deployment, no_tenant_store};
+use crate::registry::{DeployError, DeployOutcome, Deployment, Registry, no_tenant_store};
 use crate::response::{self, Body};
 use crate::server::App;
 use crate::upload;
@@ -64,6 +65,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 /// The path prefix of the admin API.
@@ -271,7 +273,8 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
         (Method::GET, ["workflows", name, "logs"]) => match visible(app, &caller, name) {
             Some(deployment) => {
                 let tenant = &deployment.key.tenant;
-                logs(app, name, tenant, &caller, request.uri().query()).await
+                let credential = TenantCredential::presented(request.headers(), &caller);
+                logs(app, name, tenant, credential, request.uri().query()).await
             }
             None => not_found(name),
         },
@@ -320,36 +323,7 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             Err(err) => tenant_error(err),
         },
         (Method::PATCH, ["tenants", name]) => set_quotas(app, name, request).await,
-        (Method::DELETE, ["tenants", name]) => match app.registry.remove_tenant(name).await {
-            Ok(removed) => {
-                let (revoked, forgotten) = (removed.revoked, removed.forgotten);
-                tracing::info!(
-                    tenant = *name,
-                    revoked,
-                    kv_entries = forgotten.kv_entries,
-                    stream_keys = forgotten.stream_keys,
-                    "tenant removed"
-                );
-                let mut answer = serde_json::json!({
-                    "status": "deleted",
-                    "name": name,
-                    "revoked_tokens": revoked,
-                    "removed_kv_entries": forgotten.kv_entries,
-                    "removed_stream_keys": forgotten.stream_keys,
-                });
-                if app.registry.has_tenant_namespaces() {
-                    // It may hold more than workflows; deleting it is the cluster
-                    // admin's decision.
-                    answer["note"] = format!(
-                        "namespace `{name}` is left in place; delete it with `kubectl delete \
-                         namespace {name}`"
-                    )
-                    .into();
-                }
-                response::json(StatusCode::OK, &answer)
-            }
-            Err(err) => deploy_error(err),
-        },
+        (Method::DELETE, ["tenants", name]) => remove_tenant(app, name).await,
         (Method::POST, ["tokens"]) => create_token(app, request, &caller).await,
         (Method::GET, ["tokens"]) => list_tokens(app, request.uri().query(), &caller).await,
         (Method::DELETE, ["tokens", id]) => revoke_token(app, id, &caller).await,
@@ -377,15 +351,16 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
     }
 }
 
-/// A workflow's log lines, or a follow stream of them. Asked for with a tenant's token,
-/// either counts against the tenant's log requests open at once
-/// (`--max-log-follows-per-tenant`) until it is sent or closed: a read is up to
-/// [`faas_store::logs::MAX_READ_BYTES`] of lines, parsed and held as JSON.
+/// A workflow's log lines, or a follow stream of them. Asked for with a tenant's token
+/// (`credential`; `None` for the admin token), either counts against the tenant's log
+/// requests open at once (`--max-log-follows-per-tenant`) until it is sent or closed: a
+/// read is up to [`faas_store::logs::MAX_READ_BYTES`] of lines, parsed and held as JSON.
+/// A follow ends once what let it in no longer holds ([`FollowGrant`]).
 async fn logs(
     app: &App,
     name: &str,
     tenant: &str,
-    caller: &Caller,
+    credential: Option<TenantCredential>,
     query: Option<&str>,
 ) -> Response<Body> {
     let (query, follow) = match crate::logs::parse_query(query) {
@@ -393,7 +368,7 @@ async fn logs(
         Err(message) => return response::error(StatusCode::BAD_REQUEST, "bad_request", message),
     };
     let mut held = None;
-    if !caller.is_admin() {
+    if credential.is_some() {
         let mut claim = app.follows.claim(tenant.to_owned());
         if claim.grow_to(1).is_err() {
             return response::refused(
@@ -425,7 +400,15 @@ async fn logs(
             return response::error(StatusCode::SERVICE_UNAVAILABLE, "logs", err.to_string());
         }
     };
-    // The follow counts until its stream is dropped (its client went).
+    let grant = FollowGrant {
+        registry: app.registry.clone(),
+        deployments: app.registry.changes(),
+        workflow: name.to_owned(),
+        tenant: tenant.to_owned(),
+        credential,
+    };
+    let stream = crate::logs::while_allowed(stream, grant, crate::logs::FOLLOW_RECHECK);
+    // The follow counts until its stream is dropped (its client went, or it ended).
     let body =
         http_body_util::StreamBody::new(futures_util::StreamExt::map(stream, move |chunk| {
             let _held = &held;
@@ -437,6 +420,82 @@ async fn logs(
         .header(header::CACHE_CONTROL, "no-cache")
         .body(body.boxed_unsync())
         .expect("static response parts are valid")
+}
+
+/// What a log follow was let in by, asked again while it lasts: the workflow still its
+/// tenant's, and the tenant token it was opened with still live (which holds only while
+/// the tenant exists), or, opened with the admin token, the tenant still there. The
+/// request checked these once, and a follow lasts as long as its client stays: a
+/// revoked or leaked token would read on, and in services mode, where a follow reads
+/// its workflow's stream by name, a follow of a removed tenant would read the lines of
+/// the next tenant of that name.
+struct FollowGrant {
+    registry: Arc<Registry>,
+    /// Moves with every change to the deployments: one made here, or, in services
+    /// mode, another gateway's as this one learns of it.
+    deployments: tokio::sync::watch::Receiver<u64>,
+    workflow: String,
+    tenant: String,
+    /// The tenant token it was opened with; `None` for the admin token.
+    credential: Option<TenantCredential>,
+}
+
+impl FollowAccess for FollowGrant {
+    fn generation(&self) -> u64 {
+        // Both only grow, so their sum moves whenever either does.
+        auth::access_generation().wrapping_add(*self.deployments.borrow())
+    }
+
+    async fn allowed(&self) -> bool {
+        let (workflow, tenant) = (self.workflow.as_str(), self.tenant.as_str());
+        let still_theirs = self
+            .registry
+            .get(workflow)
+            .is_some_and(|deployment| deployment.key.tenant == tenant);
+        if !still_theirs {
+            tracing::info!(workflow, tenant, "log follow ended: the workflow went");
+            return false;
+        }
+        let live = match (&self.credential, self.registry.tenants()) {
+            (Some(credential), Some(tenants)) => credential.is_live(tenants).await,
+            (None, Some(tenants)) => tenants.tenant(tenant).await.map(|found| found.is_some()),
+            // No tenant store: the admin token is the only credential, and there are no
+            // tenants to remove.
+            (credential, None) => Ok(credential.is_none()),
+        };
+        match live {
+            Ok(true) => true,
+            Ok(false) => {
+                let reason = match &self.credential {
+                    Some(credential) => format!(
+                        "the token of tenant `{}` was revoked, or its tenant removed",
+                        credential.tenant()
+                    ),
+                    None => "its tenant was removed".to_owned(),
+                };
+                tracing::info!(workflow, tenant, "log follow ended: {reason}");
+                false
+            }
+            // Not known to be allowed is not allowed: the reader may follow again.
+            Err(err) => {
+                tracing::warn!(
+                    workflow,
+                    tenant,
+                    "log follow ended: checking its token: {err}"
+                );
+                false
+            }
+        }
+    }
+}
+
+/// Runs `change`, which may take access back (a token revocation, a tenant removal),
+/// and then, whatever it answered (a removal can fail after its tokens were revoked),
+/// has the log follows of this process ask again before their next line.
+async fn removing_access<T>(change: impl std::future::Future<Output = T>) -> T {
+    let answer = change.await;
+    auth::access_taken_back();
+    answer
 }
 
 /// The answer to a request without a credential the admin API (or `/metrics`) knows.
@@ -533,6 +592,39 @@ async fn set_quotas(app: &App, name: &str, request: Request<Incoming>) -> Respon
     }
 }
 
+async fn remove_tenant(app: &App, name: &str) -> Response<Body> {
+    match removing_access(app.registry.remove_tenant(name)).await {
+        Ok(removed) => {
+            let (revoked, forgotten) = (removed.revoked, removed.forgotten);
+            tracing::info!(
+                tenant = name,
+                revoked,
+                kv_entries = forgotten.kv_entries,
+                stream_keys = forgotten.stream_keys,
+                "tenant removed"
+            );
+            let mut answer = serde_json::json!({
+                "status": "deleted",
+                "name": name,
+                "revoked_tokens": revoked,
+                "removed_kv_entries": forgotten.kv_entries,
+                "removed_stream_keys": forgotten.stream_keys,
+            });
+            if app.registry.has_tenant_namespaces() {
+                // It may hold more than workflows; deleting it is the cluster admin's
+                // decision.
+                answer["note"] = format!(
+                    "namespace `{name}` is left in place; delete it with `kubectl delete \
+                     namespace {name}`"
+                )
+                .into();
+            }
+            response::json(StatusCode::OK, &answer)
+        }
+        Err(err) => deploy_error(err),
+    }
+}
+
 async fn create_token(app: &App, request: Request<Incoming>, caller: &Caller) -> Response<Body> {
     let body: CreateTokenBody = match read_json(request, MAX_SMALL_BODY, "token body").await {
         Ok(body) => body,
@@ -576,7 +668,7 @@ async fn revoke_token(app: &App, id: &str, caller: &Caller) -> Response<Body> {
         Ok(_) => return tenant_error(TenantError::NoSuchToken(id.to_owned())),
         Err(err) => return tenant_error(err),
     }
-    match app.registry.revoke_token(id).await {
+    match removing_access(app.registry.revoke_token(id)).await {
         Ok(token) => {
             tracing::info!(tenant = %token.tenant, token = %token.id, "token revoked");
             response::json(

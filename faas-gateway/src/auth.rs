@@ -4,6 +4,7 @@
 use faas_store::{TenantError, TenantStore};
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
+use std::sync::atomic::{AtomicU64, Ordering};
 use subtle::ConstantTimeEq;
 
 /// The credential behind an admin request.
@@ -28,6 +29,64 @@ impl Caller {
     pub fn is_admin(&self) -> bool {
         matches!(self, Caller::Admin)
     }
+}
+
+/// A tenant token as a request presented it, kept by an answer that outlives its
+/// request (a log follow) to ask again, while it lasts, whether the token still acts
+/// for its tenant. Not `Debug`: it holds the secret.
+pub(crate) struct TenantCredential {
+    tenant: String,
+    secret: String,
+}
+
+impl TenantCredential {
+    /// The tenant token `headers` carry, when `caller` is the tenant it authenticated
+    /// as; `None` for the operator, whose token is not revoked.
+    pub(crate) fn presented(headers: &HeaderMap, caller: &Caller) -> Option<Self> {
+        let Caller::Tenant(tenant) = caller else {
+            return None;
+        };
+        Some(Self {
+            tenant: tenant.clone(),
+            secret: bearer(headers)?.to_owned(),
+        })
+    }
+
+    /// The tenant it acts for.
+    pub(crate) fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// Whether it is still a live token of its tenant, and the tenant still exists:
+    /// the check [`authenticate`] made of the request.
+    ///
+    /// # Errors
+    /// When the tenant store cannot be read.
+    pub(crate) async fn is_live(&self, tenants: &TenantStore) -> Result<bool, TenantError> {
+        let acts_for = tenants.authenticate(&self.secret).await?;
+        Ok(acts_for.as_deref() == Some(self.tenant.as_str()))
+    }
+}
+
+/// How many times this process took access back: revoked a token or removed a tenant.
+/// Process-wide rather than per gateway because both happen through the tenant store,
+/// which gateways in one process (tests) may share; another gateway's count moving only
+/// costs a follow one needless check.
+static TAKEN_BACK: AtomicU64 = AtomicU64::new(0);
+
+/// Where this process stands in taking access back (see [`access_taken_back`]): a
+/// follow compares it before each chunk it sends, an atomic load, and asks the tenant
+/// store again only when it moved, so that no line written after a revocation made
+/// here reaches the revoked reader.
+pub(crate) fn access_generation() -> u64 {
+    TAKEN_BACK.load(Ordering::Acquire)
+}
+
+/// Records that access was taken back (a token revoked, a tenant removed), once the
+/// tenant store holds it: a follow that sees the count move and asks the store then
+/// finds it changed.
+pub(crate) fn access_taken_back() {
+    TAKEN_BACK.fetch_add(1, Ordering::Release);
 }
 
 /// The bearer token of `headers`, if there is one.
@@ -101,6 +160,46 @@ mod tests {
         assert_eq!(caller(&headers(&bearer), &tenants).await, demo);
         tenants.revoke_token(&issued.token.id).await.unwrap();
         assert_eq!(caller(&headers(&bearer), &tenants).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_kept_credential_is_live_until_its_token_is_revoked_or_its_tenant_removed() {
+        let tenants = TenantStore::sqlite(Database::in_memory().unwrap());
+        for name in ["demo", "other"] {
+            tenants.create_tenant(name).await.unwrap();
+        }
+        let kept = |issued: &faas_store::IssuedToken| {
+            let headers = headers(&format!("Bearer {}", issued.secret));
+            TenantCredential::presented(&headers, &Caller::Tenant(issued.token.tenant.clone()))
+                .expect("a tenant's token is kept")
+        };
+        assert!(
+            TenantCredential::presented(&headers("Bearer s3cret"), &Caller::Admin).is_none(),
+            "the admin token is not revoked, so not kept"
+        );
+        let revoked = tenants.create_token("demo", "").await.unwrap();
+        let credential = kept(&revoked);
+        assert!(credential.is_live(&tenants).await.unwrap());
+        tenants.revoke_token(&revoked.token.id).await.unwrap();
+        assert!(!credential.is_live(&tenants).await.unwrap());
+        // A live token of another tenant is not this tenant's.
+        let theirs = tenants.create_token("other", "").await.unwrap();
+        let mut posing = kept(&theirs);
+        posing.tenant = "demo".into();
+        assert!(!posing.is_live(&tenants).await.unwrap());
+        // Its tenant removed (and made again), a token is no longer live.
+        let removed = kept(&tenants.create_token("demo", "").await.unwrap());
+        tenants
+            .remove_tenant("demo", faas_store::TenantWorkflows::Listed(&[]))
+            .await
+            .unwrap();
+        tenants.release_name("demo").await.unwrap();
+        tenants.create_tenant("demo").await.unwrap();
+        assert!(!removed.is_live(&tenants).await.unwrap());
+        // Taking access back moves the generation that follows compare.
+        let before = access_generation();
+        access_taken_back();
+        assert!(access_generation() > before);
     }
 
     #[test]

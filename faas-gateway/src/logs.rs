@@ -490,6 +490,116 @@ mod tests {
         assert_eq!(texts(LogQuery::default()), ["1", "2", "3"]);
     }
 
+    /// A [`FollowAccess`] the test turns: whether it lets in, its generation, and how
+    /// many times it was asked.
+    #[derive(Clone, Default)]
+    struct Turnstile {
+        closed: Arc<std::sync::atomic::AtomicBool>,
+        generation: Arc<std::sync::atomic::AtomicU64>,
+        asked: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Turnstile {
+        fn asked(&self) -> usize {
+            self.asked.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
+        /// Takes the access back, as a revocation in this process does when `notify`.
+        fn close(&self, notify: bool) {
+            self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            if notify {
+                self.generation
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+
+    impl FollowAccess for Turnstile {
+        fn generation(&self) -> u64 {
+            self.generation.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
+        async fn allowed(&self) -> bool {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            !self.closed.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    /// A follow stream fed by the test, and its feed.
+    fn fed_stream() -> (
+        tokio::sync::mpsc::UnboundedSender<bytes::Bytes>,
+        FollowStream,
+    ) {
+        let (feed, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            let chunk = receiver.recv().await?;
+            Some((chunk, receiver))
+        });
+        (feed, Box::pin(stream))
+    }
+
+    async fn next_chunk(stream: &mut FollowStream) -> Option<bytes::Bytes> {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            futures_util::StreamExt::next(stream),
+        )
+        .await
+        .expect("the follow neither sent nor ended")
+    }
+
+    #[tokio::test]
+    async fn a_follow_asks_at_its_start_and_when_access_may_have_changed_and_then_ends() {
+        let (feed, stream) = fed_stream();
+        let access = Turnstile::default();
+        let hour = std::time::Duration::from_secs(3600);
+        let mut followed = while_allowed(stream, access.clone(), hour);
+        feed.send("first".into()).unwrap();
+        assert_eq!(next_chunk(&mut followed).await.unwrap(), "first");
+        assert_eq!(access.asked(), 1, "asked before the first chunk");
+        // Lines go out without a look-up while nothing changed...
+        for _ in 0..100 {
+            feed.send("line".into()).unwrap();
+            assert_eq!(next_chunk(&mut followed).await.unwrap(), "line");
+        }
+        assert_eq!(access.asked(), 1);
+        // ...it asks again when something may have (and still lets in)...
+        access
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        feed.send("still".into()).unwrap();
+        assert_eq!(next_chunk(&mut followed).await.unwrap(), "still");
+        assert_eq!(access.asked(), 2);
+        // ...and ends, before the next line, once the access is taken back.
+        access.close(true);
+        feed.send("after".into()).unwrap();
+        assert_eq!(next_chunk(&mut followed).await, None);
+        assert_eq!(access.asked(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_follow_asks_every_interval_idle_or_busy() {
+        let every = std::time::Duration::from_millis(50);
+        // Idle: no line comes, and the follow still ends once its access is gone.
+        let (_feed, stream) = fed_stream();
+        let access = Turnstile::default();
+        let mut followed = while_allowed(stream, access.clone(), every);
+        access.close(false);
+        assert_eq!(next_chunk(&mut followed).await, None);
+        // Busy: lines keep coming and its generation never moves (access taken back
+        // in another process), yet the first line after the interval is not sent.
+        let (feed, stream) = fed_stream();
+        let access = Turnstile::default();
+        let mut followed = while_allowed(stream, access.clone(), every);
+        feed.send("first".into()).unwrap();
+        assert_eq!(next_chunk(&mut followed).await.unwrap(), "first");
+        access.close(false);
+        feed.send("soon".into()).unwrap();
+        assert_eq!(next_chunk(&mut followed).await.unwrap(), "soon");
+        tokio::time::sleep(every * 2).await;
+        feed.send("late".into()).unwrap();
+        assert_eq!(next_chunk(&mut followed).await, None);
+    }
+
     #[tokio::test]
     async fn a_follower_sees_new_lines_and_is_told_what_it_missed() {
         let logs = MemoryLogs::new(LogBudgets::default());
@@ -648,7 +758,71 @@ pub(crate) enum ReadOutcome {
     /// Not following.
     Lines(LogsResponse),
     /// Following.
-    Follow(std::pin::Pin<Box<dyn futures_util::Stream<Item = bytes::Bytes> + Send>>),
+    Follow(FollowStream),
+}
+
+/// A follow's NDJSON chunks: lines, counts of missed lines, heartbeats.
+pub(crate) type FollowStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = bytes::Bytes> + Send>>;
+
+/// How often a follow asks again whether its reader may still read, lines coming or
+/// not: as often as an idle one sends a heartbeat.
+pub(crate) const FOLLOW_RECHECK: std::time::Duration = FOLLOW_HEARTBEAT;
+
+/// What a follow was let in by (a token, its tenant, whose the workflow is), asked
+/// again while the follow lasts: each can be taken back after the request was checked,
+/// and a follow lasts as long as its client stays.
+pub(crate) trait FollowAccess: Send + Sync + 'static {
+    /// A number that moves whenever this process may have taken the access back (a
+    /// revocation, a removal). Compared before each chunk, so it must be cheap: where it
+    /// moved, [`Self::allowed`] is asked before the chunk goes out.
+    fn generation(&self) -> u64;
+
+    /// Whether the reader may still read: the check its request passed, made again.
+    fn allowed(&self) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// `stream`, ended (cleanly, as when its workflow goes) once `access` no longer lets
+/// its reader in. `access` is asked before the first chunk, every `every` after, and
+/// before any chunk when its generation moved since last asked: so access taken back
+/// by another process is noticed within `every`, and access taken back in this one
+/// before any further line goes out. The chunks themselves cost one generation read
+/// each, never a look-up.
+pub(crate) fn while_allowed<A: FollowAccess>(
+    stream: FollowStream,
+    access: A,
+    every: std::time::Duration,
+) -> FollowStream {
+    let recheck = Box::pin(tokio::time::sleep(every));
+    // Asked before the first chunk too (`seen` is none): the access may have been taken
+    // back between the request's own check and the read of its lines.
+    let state = (stream, access, None, recheck);
+    let checked = futures_util::stream::unfold(state, move |state| async move {
+        let (mut stream, access, mut seen, mut recheck) = state;
+        loop {
+            // The check's time first, so that a stream with a chunk always ready is
+            // checked too. Dropping `next()` when the timer wins loses nothing: a chunk
+            // is taken only when it is ready.
+            let chunk = tokio::select! {
+                biased;
+                () = &mut recheck => None,
+                chunk = futures_util::StreamExt::next(&mut stream) => Some(chunk?),
+            };
+            let generation = access.generation();
+            if chunk.is_none() || seen != Some(generation) {
+                // Read before asking: a change made while the check runs moves it again.
+                if !access.allowed().await {
+                    return None;
+                }
+                seen = Some(generation);
+                recheck.as_mut().reset(tokio::time::Instant::now() + every);
+            }
+            if let Some(chunk) = chunk {
+                return Some((chunk, (stream, access, seen, recheck)));
+            }
+        }
+    });
+    Box::pin(checked)
 }
 
 /// `lines` as NDJSON.

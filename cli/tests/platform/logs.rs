@@ -2,7 +2,7 @@
 //! to its own tenant, with its function or step and run, filtered, followed, bounded.
 
 use crate::support::{Platform, TOKEN, faas_as, repo};
-use crate::tenants::scene::{Scene, VICTIM_WORKFLOW, assert_success, refused};
+use crate::tenants::scene::{Scene, VICTIM_WORKFLOW, assert_success, create_token, refused};
 use reqwest::Method;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -241,12 +241,94 @@ fn a_failed_event_leaves_a_line_saying_why_in_its_workflows_logs() {
     assert!(platform_lines(&lines).is_empty(), "{lines:?}");
 }
 
-/// `faas logs -f` at `url`: its stdout lines as they come, and the process.
-pub(crate) fn follow(
-    url: &str,
-    token: &str,
-    workflow: &str,
-) -> (std::process::Child, Arc<Mutex<Vec<String>>>) {
+/// A running `faas logs -f`: the process and its stdout lines as they come.
+pub(crate) struct Follower {
+    /// The `faas logs -f` process.
+    pub child: std::process::Child,
+    /// Its stdout lines so far.
+    pub seen: Arc<Mutex<Vec<String>>>,
+    /// The thread reading its stdout, done once the process has exited and every line
+    /// it printed is in `seen`.
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Follower {
+    /// The first line seen that contains `needle`.
+    fn line_containing(&self, needle: &str) -> Option<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().find(|line| line.contains(needle)).cloned()
+    }
+
+    /// Sends a request through `send` every 200 ms, until a line containing `needle`
+    /// shows; returns that line. `send` is given a fresh number each time, for a line
+    /// of its own: a name no line printed before `-f` started has, so that once this
+    /// returns, the follow is open.
+    fn wait_for_new_line(&self, needle: &str, mut send: impl FnMut(usize)) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut sent = 0;
+        loop {
+            sent += 1;
+            send(sent);
+            std::thread::sleep(Duration::from_millis(200));
+            if let Some(line) = self.line_containing(needle) {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "-f printed nothing new: {:?}",
+                self.seen.lock().unwrap()
+            );
+        }
+    }
+
+    /// Waits up to `limit` for the follow to end on its own, failing at once should a
+    /// line containing `never` show meanwhile; then checks, with every line it printed
+    /// read, that none did.
+    fn assert_ends_without(self, limit: Duration, never: &str) {
+        self.assert_ends(limit, Some(never));
+    }
+
+    /// Waits up to `limit` for the follow to end on its own, and checks that no line
+    /// containing `never` (if given) showed.
+    fn assert_ends(mut self, limit: Duration, never: Option<&str>) {
+        let deadline = Instant::now() + limit;
+        while self.child.try_wait().unwrap().is_none() {
+            if let Some(line) = never.and_then(|never| self.line_containing(never)) {
+                let never = never.unwrap_or_default();
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the follow showed `{never}`, printed after it lost its access: {line}");
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "the follow did not end within {limit:?} of losing its access; it saw {:?}",
+                    self.seen.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let Self { seen, reader, .. } = self;
+        reader.join().unwrap();
+        if let Some(never) = never {
+            let seen = seen.lock().unwrap();
+            assert!(
+                !seen.iter().any(|line| line.contains(never)),
+                "the follow showed `{never}`: {seen:?}"
+            );
+        }
+    }
+
+    /// Stops the follow.
+    fn stop(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+/// `faas logs -f` at `url` with `token`.
+pub(crate) fn follow(url: &str, token: &str, workflow: &str) -> Follower {
     let mut child = Command::new(env!("CARGO_BIN_EXE_faas"))
         .args(["logs", workflow, "-f", "--output", "json"])
         .env("FAAS_URL", url)
@@ -258,40 +340,34 @@ pub(crate) fn follow(
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     let stdout = child.stdout.take().expect("stdout is piped");
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             sink.lock().unwrap().push(line);
         }
     });
-    (child, seen)
+    Follower {
+        child,
+        seen,
+        reader,
+    }
 }
 
 /// Checks that `faas logs -f` prints a line printed after it started, sending
-/// requests through `get` until it does.
+/// requests until it does.
 pub(crate) fn check_follow<P>(scene: &Scene<P>) {
-    let (mut child, seen) = follow(&scene.url, &scene.victim, VICTIM_WORKFLOW);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut sent = 0;
-    let found = loop {
+    let mut follower = follow(&scene.url, &scene.victim, VICTIM_WORKFLOW);
+    let found = follower.wait_for_new_line("greeting later", |sent| {
         // A fresh name each time: only a line printed after `-f` started can match it.
-        sent += 1;
         assert_eq!(scene.get(&format!("/shop?name=later{sent}")).status(), 200);
-        std::thread::sleep(Duration::from_millis(200));
-        let lines = seen.lock().unwrap().clone();
-        if let Some(line) = lines.iter().find(|line| line.contains("greeting later")) {
-            break line.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "-f printed nothing new: {lines:?}"
-        );
-    };
+    });
     let line: serde_json::Value = serde_json::from_str(&found).unwrap();
     assert_eq!(line["workflow"], VICTIM_WORKFLOW);
     assert_eq!(line["function"], "main");
-    assert!(child.try_wait().unwrap().is_none(), "-f keeps following");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    assert!(
+        follower.child.try_wait().unwrap().is_none(),
+        "-f keeps following"
+    );
+    follower.stop();
 }
 
 #[test]
@@ -699,5 +775,146 @@ fn a_tenant_past_its_log_follows_is_refused_and_another_tenant_follows() {
         200,
         "the closed follow's place is free again"
     );
+    scene.assert_victim_served();
+}
+
+/// How long a follow that lost its access may take to end: a few of the gateway's
+/// heartbeats (5 s), at each of which, at the latest, it asks again.
+const FOLLOW_ENDS_WITHIN: Duration = Duration::from_secs(20);
+
+/// The gateway flag that lets one tenant hold one log read or follow at a time, so
+/// that a follow which kept its place after losing its access would show.
+const ONE_FOLLOW: [&str; 2] = ["--max-log-follows-per-tenant", "1"];
+
+/// `faas token create <tenant>` with the admin token: the new token's secret and id.
+fn second_token(url: &str, tenant: &str) -> (String, String) {
+    let issued = faas_as(
+        url,
+        TOKEN,
+        &[
+            "token", "create", tenant, "--label", "follower", "-o", "json",
+        ],
+    );
+    assert_success(&issued, "faas token create");
+    let issued: serde_json::Value = serde_json::from_slice(&issued.stdout).unwrap();
+    (
+        issued["secret"].as_str().unwrap().to_owned(),
+        issued["token"]["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Whether a follow of `workflow` with `token` is let in within 10 s (a place given
+/// back is free once the gateway has dropped the ended stream).
+fn follow_let_in(url: &str, token: &str, workflow: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = crate::support::client()
+            .get(format!("{url}/admin/v1/workflows/{workflow}/logs?follow=1"))
+            .bearer_auth(token)
+            .send()
+            .expect("GET logs?follow=1");
+        if response.status() == 200 {
+            return true;
+        }
+        assert_eq!(response.status(), 429, "only a full place refuses it");
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Checks, on a scene whose tenants may hold one follow each, that a follow opened
+/// with a second token of the victim's ends once that token is revoked, that a line
+/// printed after the revocation never reaches it, and that its place is free again.
+fn check_follow_ends_when_its_token_is_revoked<P>(scene: &Scene<P>) {
+    let (secret, id) = second_token(&scene.url, "victim");
+    let follower = follow(&scene.url, &secret, VICTIM_WORKFLOW);
+    follower.wait_for_new_line("greeting before", |sent| {
+        assert_eq!(scene.get(&format!("/shop?name=before{sent}")).status(), 200);
+    });
+    let revoked = scene.faas(&scene.victim, &["token", "revoke", &id]);
+    assert_success(&revoked, "faas token revoke");
+    assert_eq!(scene.get("/shop?name=revoked").status(), 200);
+    // The line is in the workflow's logs (read with the admin token, which holds no
+    // place among the tenant's)...
+    wait_for_line(&scene.url, TOKEN, &[VICTIM_WORKFLOW], "greeting revoked");
+    // ...and never reaches the revoked token, whose follow ends...
+    follower.assert_ends_without(FOLLOW_ENDS_WITHIN, "greeting revoked");
+    // ...and gives its place back to the tenant's live tokens.
+    assert!(
+        follow_let_in(&scene.url, &scene.victim, VICTIM_WORKFLOW),
+        "the revoked token's follow kept the tenant's one place"
+    );
+    scene.assert_victim_served();
+}
+
+#[test]
+fn a_follow_ends_when_its_token_is_revoked_and_never_shows_a_later_line() {
+    let mut args = vec!["--no-demo"];
+    args.extend(ONE_FOLLOW);
+    let platform = Platform::start_with(&args);
+    check_follow_ends_when_its_token_is_revoked(&Scene::set_up(platform.url.clone(), platform));
+}
+
+#[test]
+fn services_mode_a_follow_ends_when_its_token_is_revoked_and_never_shows_a_later_line() {
+    let services = crate::services::Services::start_full(&["w1"], &[], &ONE_FOLLOW);
+    check_follow_ends_when_its_token_is_revoked(&Scene::set_up(services.url.clone(), services));
+}
+
+/// In services mode a removed tenant's log streams are deleted, and a new stream under
+/// the same key (a new tenant of the same name, deploying a workflow of the same name)
+/// has entries later than where an old follow stands: the old tenant's follow ends
+/// and never shows the new tenant's lines.
+#[test]
+fn services_mode_a_follow_ends_with_its_tenant_and_never_shows_the_names_next_owner() {
+    let services = crate::services::Services::start(&["w1"]);
+    let scene = Scene::set_up(services.url.clone(), services);
+    let tail = scene.manifest("tail", Some("mallory"), &["/tail"]);
+    assert_success(&scene.deploy(&scene.mallory, &tail), "mallory's deploy");
+    let follower = follow(&scene.url, &scene.mallory, "tail");
+    follower.wait_for_new_line("greeting before", |sent| {
+        assert_eq!(scene.get(&format!("/tail?name=before{sent}")).status(), 200);
+    });
+    // The operator removes mallory's workflow and then mallory...
+    assert_success(&scene.faas(TOKEN, &["rm", "tail"]), "faas rm");
+    let removed = scene.faas(TOKEN, &["tenant", "rm", "mallory"]);
+    assert_success(&removed, "faas tenant rm");
+    // ...and a new tenant of the name deploys a workflow of the name, which prints.
+    let created = scene.faas(TOKEN, &["tenant", "create", "mallory"]);
+    assert_success(&created, "faas tenant create");
+    let heir = create_token(&scene.url, TOKEN, "mallory");
+    let tail = scene.manifest("tail", Some("mallory"), &["/tail"]);
+    assert_success(&scene.deploy(&heir, &tail), "the new mallory's deploy");
+    assert_eq!(scene.get("/tail?name=heir").status(), 200);
+    wait_for_line(&scene.url, TOKEN, &["tail"], "greeting heir");
+    follower.assert_ends_without(FOLLOW_ENDS_WITHIN, "greeting heir");
+    scene.assert_victim_served();
+}
+
+/// With two gateways, a token revoked through the other one: no revocation is seen in
+/// the follow's own process, and it ends at its next periodic check instead (every
+/// heartbeat), whether or not lines come.
+#[test]
+fn services_mode_a_follow_ends_when_its_token_is_revoked_through_another_gateway() {
+    let services = crate::services::Services::start(&["w1"]);
+    let other = crate::services::spawn_gateway(
+        &services.redis,
+        &services.data.path().join("other-gateway"),
+        "50",
+    );
+    let other_url = other.announced.clone();
+    crate::support::wait_ready(&other_url, Duration::from_secs(30));
+    // The other gateway stops first, before the Redis it uses.
+    let scene = Scene::set_up(services.url.clone(), (other, services));
+    let (secret, id) = second_token(&scene.url, "victim");
+    let follower = follow(&scene.url, &secret, VICTIM_WORKFLOW);
+    follower.wait_for_new_line("greeting before", |sent| {
+        assert_eq!(scene.get(&format!("/shop?name=before{sent}")).status(), 200);
+    });
+    let revoked = faas_as(&other_url, &scene.victim, &["token", "revoke", &id]);
+    assert_success(&revoked, "faas token revoke, through the other gateway");
+    follower.assert_ends(FOLLOW_ENDS_WITHIN, None);
     scene.assert_victim_served();
 }
