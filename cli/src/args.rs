@@ -212,6 +212,11 @@ pub struct GatewayArgs {
     /// `maxclients`). A deploy past it is refused with 403. 0 for no limit.
     #[arg(long, env = "FAAS_MAX_REDIS_CONSUMERS_PER_TENANT", default_value_t = DEFAULT_MAX_REDIS_CONSUMERS_PER_TENANT)]
     pub max_redis_consumers_per_tenant: usize,
+    /// The largest deploy upload, in MiB. Uploads are held in memory until deployed:
+    /// one tenant's at most one this size, all tenants' at most two.
+    #[arg(long, env = "FAAS_MAX_DEPLOY_MB", default_value_t = DEFAULT_MAX_DEPLOY_MB,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_deploy_mb: u64,
     /// How many deploys one tenant may have in the gateway at once, in progress or
     /// waiting their turn; one more is refused with 429 before its upload is read
     /// (`faas deploy` waits and sends it again). 0 for no limit.
@@ -249,6 +254,10 @@ pub struct GatewayArgs {
     pub max_requests: usize,
 }
 
+/// Default of `--max-deploy-mb`: the gateway's own default.
+pub const DEFAULT_MAX_DEPLOY_MB: u64 =
+    (faas_gateway::config::DEFAULT_MAX_DEPLOY_BYTES >> 20) as u64;
+
 /// Default of `--tenant-max-workflows`: far more than a team deploys by hand, few
 /// enough that a runaway script cannot fill the cluster's placement and Redis.
 pub const DEFAULT_TENANT_MAX_WORKFLOWS: u64 = 100;
@@ -272,6 +281,7 @@ impl GatewayArgs {
             total: mib_or_unlimited(self.message_budget_mb),
             per_holder: mib_or_unlimited(self.tenant_message_budget_mb),
         };
+        config.max_deploy_bytes = (self.max_deploy_mb << 20) as usize;
         config.max_deploys_per_tenant = self.max_deploys_per_tenant;
         config.max_log_follows_per_tenant = self.max_log_follows_per_tenant;
         config.connections = ConnectionLimits {

@@ -73,7 +73,8 @@ impl Client {
     }
 
     /// Uploads a workflow. While the gateway refuses it because the tenant's other
-    /// deploys are in progress (429), it waits as told and sends it again, for
+    /// deploys are in progress (429), or every tenant's uploads take what uploads may
+    /// hold (503 with `Retry-After`), it waits as told and sends it again, for
     /// [`DEPLOY_PATIENCE`] at most.
     pub async fn deploy(&self, request: &DeployRequest) -> anyhow::Result<DeployResponse> {
         let head = serde_json::to_vec(&DeployHead::of(request)).context("encoding the upload")?;
@@ -87,7 +88,11 @@ impl Client {
                 .send()
                 .await;
             let wait = match &response {
-                Ok(refused) if refused.status() == StatusCode::TOO_MANY_REQUESTS => {
+                Ok(refused)
+                    if refused.status() == StatusCode::TOO_MANY_REQUESTS
+                        || (refused.status() == StatusCode::SERVICE_UNAVAILABLE
+                            && refused.headers().contains_key(reqwest::header::RETRY_AFTER)) =>
+                {
                     Some(retry_after(refused))
                 }
                 _ => None,
@@ -96,8 +101,9 @@ impl Client {
                 Some(wait) if started.elapsed() + wait < DEPLOY_PATIENCE => {
                     if !said {
                         eprintln!(
-                            "the gateway holds other deploys of this tenant; sending this one \
-                             again as they finish (for {} s at most)",
+                            "the gateway holds other deploys of this tenant (or of all \
+                             tenants, as many as it may); sending this one again as they \
+                             finish (for {} s at most)",
                             DEPLOY_PATIENCE.as_secs()
                         );
                         said = true;

@@ -737,13 +737,22 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
         .map(str::to_owned);
     let mut body = request.into_body().into_data_stream();
     let limit = app.config.max_deploy_bytes as u64;
-    let request = match upload::read(content_type.as_deref(), &mut body, limit).await {
+    // Held until this function returns: through the upload, the turn and the deploy.
+    let mut held = app.uploads.claim(deploy_admission::upload_holder(caller));
+    let request = match upload::read(content_type.as_deref(), &mut body, limit, &mut held).await {
         Ok(request) => request,
         Err(err) => {
             // The tenant's place is free while the rest is read and dropped.
-            drop(ticket);
+            drop((ticket, held));
             upload::drain(&mut body, limit).await;
-            return response::error(err.status(), err.kind(), err.to_string());
+            let mut response = response::error(err.status(), err.kind(), err.to_string());
+            if let upload::UploadError::Budget(_) = err {
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    header::HeaderValue::from(deploy_admission::RETRY_AFTER_SECS),
+                );
+            }
+            return response;
         }
     };
     let _turn = ticket.turn().await;

@@ -25,7 +25,10 @@ pub struct GatewayConfig {
     /// tenant and in all (defaults: [`DEFAULT_TENANT_MESSAGE_BUDGET_MB`],
     /// [`DEFAULT_MESSAGE_BUDGET_MB`]): a budget of their own, which no client reaches.
     pub message_budget: BodyBudgetLimits,
-    /// Largest deploy upload (default 256 MiB).
+    /// Largest deploy upload (default [`DEFAULT_MAX_DEPLOY_BYTES`]). Uploads are held in
+    /// memory until deployed: one tenant's up to one this size, all tenants' up to two
+    /// (`deploy_admission::upload_budget`); one more is refused, 429 or 503
+    /// `deploy_budget`.
     pub max_deploy_bytes: usize,
     /// How many deploys one tenant may have in the gateway at once, in progress or
     /// waiting (default [`DEFAULT_MAX_DEPLOYS_PER_TENANT`]; 0 for no limit); one more is
@@ -64,6 +67,10 @@ pub const DEFAULT_MAX_DEPLOYS_PER_TENANT: usize = 2;
 /// terminals per workflow of a team, far below what would load Redis with their polls.
 pub const DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT: usize = 16;
 
+/// The largest deploy upload by default: a few large components (a Python one is
+/// 18 MiB), twice of which the Helm chart's gateway pod (512 MiB) can hold.
+pub const DEFAULT_MAX_DEPLOY_BYTES: usize = 256 << 20;
+
 /// How many connections the gateway holds by default, in all.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
@@ -94,7 +101,7 @@ impl GatewayConfig {
                 total: DEFAULT_MESSAGE_BUDGET_MB << 20,
                 per_holder: DEFAULT_TENANT_MESSAGE_BUDGET_MB << 20,
             },
-            max_deploy_bytes: 256 << 20,
+            max_deploy_bytes: DEFAULT_MAX_DEPLOY_BYTES,
             max_deploys_per_tenant: DEFAULT_MAX_DEPLOYS_PER_TENANT,
             max_log_follows_per_tenant: DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT,
             read_timeout: Duration::from_secs(30),

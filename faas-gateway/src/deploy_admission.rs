@@ -124,6 +124,34 @@ impl Drop for DeployTicket<'_> {
     }
 }
 
+/// The deploy uploads the gateway holds, by tenant (`None`: the operator's): each from
+/// when its head lists its components' sizes until its deploy is done. Deploys take the
+/// registry's lock one at a time, so uploads wait in memory, and the places above bound
+/// them by tenant only: every tenant's two uploads at `--max-deploy-bytes` added up to
+/// more than the gateway's memory.
+pub(crate) type UploadBudget = faas_budget::Budget<Option<String>>;
+
+/// What one upload holds of the [`UploadBudget`]; given back when dropped.
+pub(crate) type UploadClaim = faas_budget::Claim<Option<String>>;
+
+/// The upload budget of a gateway taking uploads of up to `max_deploy_bytes`: one such
+/// upload a tenant, two in all (one deploying, one read meanwhile).
+pub(crate) fn upload_budget(max_deploy_bytes: usize) -> Arc<UploadBudget> {
+    let max = max_deploy_bytes as u64;
+    Arc::new(UploadBudget::new(faas_budget::BudgetLimits {
+        total: max.saturating_mul(2),
+        per_holder: max,
+    }))
+}
+
+/// Whose the uploads of `caller` are, in the [`UploadBudget`].
+pub(crate) fn upload_holder(caller: &Caller) -> Option<String> {
+    match caller {
+        Caller::Tenant(tenant) => Some(tenant.clone()),
+        Caller::Admin => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,6 +52,8 @@ pub(crate) struct App {
     /// The pub/sub messages and stream entries the gateway holds, by tenant
     /// (`message_budget`).
     pub messages: Arc<BodyBudget>,
+    /// The deploy uploads the gateway holds, by tenant (`deploy_admission`).
+    pub(crate) uploads: Arc<crate::deploy_admission::UploadBudget>,
     /// The log follow streams each tenant has open, one unit each
     /// (`max_log_follows_per_tenant`).
     pub follows: Arc<faas_budget::Budget<String>>,
@@ -74,6 +76,7 @@ impl Gateway {
                 deploys: DeployAdmission::new(config.max_deploys_per_tenant),
                 bodies: Arc::new(BodyBudget::new(config.body_budget)),
                 messages: Arc::new(BodyBudget::new(config.message_budget)),
+                uploads: crate::deploy_admission::upload_budget(config.max_deploy_bytes),
                 follows: Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
                     total: u64::MAX,
                     per_holder: match config.max_log_follows_per_tenant {

@@ -8,6 +8,8 @@
 //! a deploy holds about one copy of its components while it is read. (A JSON body of
 //! base64 text held three: the body, the text and the decoded bytes.)
 
+use crate::body_budget::OverBudget;
+use crate::deploy_admission::UploadClaim;
 use crate::registry::DeployRequest;
 use bytes::Bytes;
 use faas_invoke::Component;
@@ -100,6 +102,25 @@ pub(crate) enum UploadError {
     /// The body could not be read (the client went away).
     #[error("reading the deploy upload: {0}")]
     Read(String),
+    /// The components its head lists do not fit what uploads may hold in the gateway.
+    #[error("{}", over_budget_message(*.0))]
+    Budget(OverBudget),
+}
+
+/// What the upload budget's refusal `over` says.
+fn over_budget_message(over: OverBudget) -> String {
+    match over {
+        OverBudget::Share { limit } => format!(
+            "this tenant's deploy uploads in the gateway would exceed {} MiB (one upload \
+             at --max-deploy-mb); try again when its deploy in progress is done",
+            limit >> 20
+        ),
+        OverBudget::Total { limit } => format!(
+            "the gateway holds {} MiB of deploy uploads (two at --max-deploy-mb); try \
+             again shortly",
+            limit >> 20
+        ),
+    }
 }
 
 impl UploadError {
@@ -111,6 +132,8 @@ impl UploadError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             Self::Malformed(_) | Self::Read(_) => StatusCode::BAD_REQUEST,
+            Self::Budget(OverBudget::Share { .. }) => StatusCode::TOO_MANY_REQUESTS,
+            Self::Budget(OverBudget::Total { .. }) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -120,6 +143,7 @@ impl UploadError {
             Self::TooLarge(_) | Self::HeadTooLarge | Self::TextTooLarge { .. } => "body_too_large",
             Self::Read(_) => "bad_body",
             Self::NotMultipart(_) | Self::Malformed(_) => "bad_upload",
+            Self::Budget(_) => "deploy_budget",
         }
     }
 
@@ -152,6 +176,7 @@ pub(crate) async fn read<'a, S, O, E>(
     content_type: Option<&str>,
     body: S,
     limit: u64,
+    held: &mut UploadClaim,
 ) -> Result<DeployRequest, UploadError>
 where
     S: Stream<Item = Result<O, E>> + Send + 'a,
@@ -179,6 +204,7 @@ where
         }
         None => return Err(UploadError::malformed("has no parts")),
     };
+    let head_len = head.len() as u64;
     let head: DeployHead = serde_json::from_slice(&head).map_err(|err| {
         UploadError::malformed(format!("has a `{HEAD_PART}` part that is not valid: {err}"))
     })?;
@@ -187,9 +213,14 @@ where
         .components
         .values()
         .try_fold(0u64, |sum, size| sum.checked_add(*size));
-    if listed.is_none_or(|listed| listed > limit) {
-        return Err(UploadError::TooLarge(limit));
-    }
+    // The head came in the same stream, so the whole is within `limit` too.
+    let held_bytes = match listed.and_then(|listed| listed.checked_add(head_len)) {
+        Some(bytes) if bytes <= limit => bytes,
+        _ => return Err(UploadError::TooLarge(limit)),
+    };
+    // Held from here until the deploy is done: the components are read into buffers
+    // of the listed sizes, and kept while the deploy waits for its turn and runs.
+    held.grow_to(held_bytes).map_err(UploadError::Budget)?;
 
     let mut components = BTreeMap::new();
     while let Some(mut field) = parts.next_field().await? {
@@ -337,8 +368,14 @@ mod tests {
             Some(&content_type),
             futures_util::stream::iter(chunks),
             limit,
+            &mut unlimited(),
         )
         .await
+    }
+
+    /// A claim of a budget that takes anything.
+    fn unlimited() -> UploadClaim {
+        crate::deploy_admission::upload_budget(usize::MAX / 2).claim(None)
     }
 
     #[tokio::test]
@@ -361,6 +398,7 @@ mod tests {
             Some("application/json"),
             futures_util::stream::iter(vec![Ok::<_, Infallible>(Bytes::from_static(b"{}"))]),
             1 << 20,
+            &mut unlimited(),
         )
         .await
         .unwrap_err();

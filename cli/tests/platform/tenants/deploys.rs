@@ -3,10 +3,11 @@
 //! turn: at its limit (two by default) the next one is refused with 429 before its
 //! upload is read, while the victim deploys and is served; `faas deploy` of mallory's
 //! waits for its turn and gets through once the held uploads end, and they leave
-//! nothing deployed.
+//! nothing deployed. What uploads hold is bounded across tenants too: one tenant's at
+//! most one upload at `--max-deploy-mb`, all of them at most two.
 
 use super::scene::{Scene, assert_success};
-use crate::support::{Upload, client, metrics_at, sample_value};
+use crate::support::{TOKEN, Upload, client, metrics_at, sample_value};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -288,5 +289,90 @@ fn services_mode_failed_and_replaced_deploys_leave_no_component_bytes_in_redis()
         assert_eq!(stored().len(), 2, "{version}: {:?}", stored());
     }
     assert!(victims.iter().all(|key| stored().contains(key)));
+    scene.assert_victim_served();
+}
+
+/// Starts a deploy upload with `token` whose head lists one component of `size` bytes,
+/// and sends the head and the component's first bytes only: the gateway holds the
+/// upload (and, once it has read the head, the listed size) until the connection is
+/// closed.
+fn upload_held_after_its_head(url: &str, token: &str, size: u64) -> TcpStream {
+    use faas_gateway::admin::{COMPONENT_PART, DeployHead, HEAD_PART};
+    let head = serde_json::to_string(&DeployHead {
+        file_name: "workflow.toml".to_owned(),
+        manifest: "name = \"held\"".to_owned(),
+        components: [("main".to_owned(), size)].into(),
+        schemas: Default::default(),
+    })
+    .unwrap();
+    let parts = format!(
+        "--held\r\nContent-Disposition: form-data; name=\"{HEAD_PART}\"\r\n\r\n{head}\r\n\
+         --held\r\nContent-Disposition: form-data; name=\"{COMPONENT_PART}\"; \
+         filename=\"main\"\r\n\r\n\0asm"
+    );
+    let addr = url.strip_prefix("http://").expect("an http:// URL");
+    let mut stream = TcpStream::connect(addr).expect("connecting to the gateway");
+    write!(
+        stream,
+        "POST /admin/v1/workflows HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: multipart/form-data; boundary=held\r\nContent-Length: {}\r\n\r\n{parts}",
+        parts.len() as u64 + size + 64
+    )
+    .expect("sending the start of an upload");
+    stream
+}
+
+/// Uploads a small hello named `name` of `tenant` (`None`: the token's) with `token`
+/// until `wanted` is answered, for 20 s at most; returns the last status and body.
+fn deploy_until(
+    scene: &Scene<crate::support::Platform>,
+    token: &str,
+    tenant: Option<&str>,
+    name: &str,
+    wanted: u16,
+) -> (u16, String) {
+    let manifest =
+        std::fs::read_to_string(scene.manifest(name, tenant, &[&format!("/{name}")])).unwrap();
+    let component = faas_testing::component("hello");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let response = Upload::of(&manifest, &[("main", &component)]).send(&scene.url, token);
+        let status = response.status().as_u16();
+        let body = response.text().unwrap();
+        if status == wanted || Instant::now() > deadline {
+            return (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A component's size that makes, with its upload's head, an upload of almost 8 MiB:
+/// the most one upload may be under `--max-deploy-mb 8`.
+const ALMOST_8_MIB: u64 = (8 << 20) - 4096;
+
+#[test]
+fn deploy_uploads_hold_one_largest_upload_a_tenant_and_two_in_all() {
+    let scene = Scene::embedded_with(&["--no-demo", "--max-deploy-mb", "8"]);
+    // Mallory's upload listing 8 MiB (with its head) takes its whole share: its next deploy, however
+    // small, is refused before its upload is read, as soon as the gateway has read
+    // the held one's head.
+    let mallory_held = upload_held_after_its_head(&scene.url, &scene.mallory, ALMOST_8_MIB);
+    let (status, body) = deploy_until(&scene, &scene.mallory, None, "mallory-small", 429);
+    assert_eq!(status, 429, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"]["kind"], "deploy_budget", "{body}");
+    assert!(body.contains("--max-deploy-mb"), "{body}");
+    // The victim's upload of almost 8 MiB takes the rest of the whole (twice 8 MiB):
+    // even the operator's small deploy (for the victim) waits, 503, until one is done.
+    let victim_held = upload_held_after_its_head(&scene.url, &scene.victim, ALMOST_8_MIB);
+    let (status, body) = deploy_until(&scene, TOKEN, Some("victim"), "operator-small", 503);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("deploy_budget"), "{body}");
+    scene.assert_victim_served();
+    // The held uploads go, and what they held comes back.
+    drop((mallory_held, victim_held));
+    let (status, body) = deploy_until(&scene, &scene.victim, None, "victim-small", 200);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(scene.get("/victim-small?name=v").status(), 200);
     scene.assert_victim_served();
 }

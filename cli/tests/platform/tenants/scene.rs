@@ -31,7 +31,13 @@ pub(crate) struct Scene<P> {
 impl Scene<Platform> {
     /// A `faas up` platform with the scene set up.
     pub(crate) fn embedded() -> Self {
-        let platform = Platform::start();
+        Self::embedded_with(&["--no-demo"])
+    }
+
+    /// A `faas up` platform started with `args` (which name `--no-demo`), with the
+    /// scene set up.
+    pub(crate) fn embedded_with(args: &[&str]) -> Self {
+        let platform = Platform::start_with(args);
         Self::set_up(platform.url.clone(), platform)
     }
 }
