@@ -92,6 +92,9 @@ pub(crate) fn build(
         .timeout(timeout)
         .redirect(policy)
         .dns_resolver(Arc::new(PublicResolver { opened }))
+        // A proxy from the environment (`HTTPS_PROXY` in the operator's pod) would
+        // resolve the tenant's host itself, where `PublicResolver` checks nothing.
+        .no_proxy()
         .build()
 }
 
