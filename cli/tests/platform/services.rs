@@ -640,6 +640,68 @@ fn branches_spread_to_another_host_copy_their_inputs_only_within_their_tenants_s
     );
 }
 
+/// Each branch call over a Unix socket waits for its reply on a blocking thread, and a
+/// worker has 128 such places: one tenant's branches take at most a quarter of them, so
+/// that its held branches (whose runs may have ended, a join's timeout) cannot leave
+/// every other tenant's branches on their callers. Here 64 branches that each hold
+/// 3 s go to the replica on this host at once: 32 get a place there, the others run
+/// where the run is (all 64 went on the old code).
+#[test]
+fn one_tenants_branches_hold_at_most_a_quarter_of_a_workers_socket_calls() {
+    let services = Services::start(&["w1", "w2"]);
+    let dir = faas_testing::temp_dir();
+    let [component, config] = crate::regions::probe_as("consume", "scatter");
+    let held = (
+        config.0,
+        config
+            .1
+            .replace(" }", ", pairs = \"1\", hold_ms = \"3000\" }"),
+    );
+    let mut replacements = vec![
+        ("memory_mb = 1100", "memory_mb = 64"),
+        ("fan_out = 4", "fan_out = 128"),
+        (
+            "concurrency = 4",
+            "concurrency = 128\nreplicas = 2\nspread_branches = true",
+        ),
+    ];
+    let probe = [component, held];
+    replacements.extend(crate::regions::pairs(&probe));
+    let manifest =
+        crate::support::copy_manifest(dir.path(), "functions/regions/fanout.toml", &replacements);
+    deploy_at(&services.url, &manifest);
+    services.wait_for("both replicas loaded", |services| {
+        let status = faas_at(
+            &services.url,
+            &["status", "regions-fanout", "--output", "json"],
+        );
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["workers"].as_array().map_or(0, Vec::len) == 2
+    });
+    let response = client()
+        .post(format!("{}/regions-fanout", services.url))
+        .body("1000")
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200, "{:?}", response.text());
+    let reports: Vec<serde_json::Value> = response.json().unwrap();
+    assert_eq!(reports.len(), 128);
+    let runs = faas_at(
+        &services.url,
+        &["runs", "regions-fanout", "--output", "json"],
+    );
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let steps = runs["runs"][0]["steps"].as_array().unwrap();
+    let on_peer = steps
+        .iter()
+        .filter(|step| step["step"] == "consume" && step["worker"] == "w2")
+        .count();
+    assert!(
+        (1..=32).contains(&on_peer),
+        "{on_peer} of the 64 branches sent to w2 ran there"
+    );
+}
+
 #[test]
 fn spread_branches_reach_a_replica_on_this_host_as_memory_file_descriptors() {
     let services = Services::start(&["w1", "w2"]);
