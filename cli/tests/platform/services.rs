@@ -511,6 +511,48 @@ fn an_empty_redis_restart_is_repaired_without_an_operator() {
     );
 }
 
+/// Deploys the `regions-fanout` copy `manifest` (with `replicas = 2`) and waits until
+/// both replicas have loaded it: one that has not would leave its branches to the
+/// first (they run there), and these tests are about the ones it runs.
+fn deploy_on_both_replicas(services: &Services, manifest: &std::path::Path) {
+    deploy_at(&services.url, manifest);
+    services.wait_for("both replicas loaded", |services| {
+        let status = faas_at(
+            &services.url,
+            &["status", "regions-fanout", "--output", "json"],
+        );
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["workers"].as_array().map_or(0, Vec::len) == 2
+    });
+}
+
+/// Runs `regions-fanout` on a blob of `len` bytes and checks that each of its
+/// `branches` saw every byte.
+fn run_fanout(services: &Services, len: usize, branches: usize) {
+    let response = client()
+        .post(format!("{}/regions-fanout", services.url))
+        .body(len.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200, "{:?}", response.text());
+    let reports: Vec<serde_json::Value> = response.json().unwrap();
+    assert_eq!(reports.len(), branches);
+    for (branch, report) in reports.iter().enumerate() {
+        assert_eq!(report["branch"], branch, "{report}");
+        assert_eq!(report["sum"], crate::regions::expected_sum(len), "{report}");
+    }
+}
+
+/// The step records of the latest run of `regions-fanout`.
+fn fanout_steps(services: &Services) -> Vec<serde_json::Value> {
+    let runs = faas_at(
+        &services.url,
+        &["runs", "regions-fanout", "--output", "json"],
+    );
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    runs["runs"][0]["steps"].as_array().unwrap().clone()
+}
+
 /// The regions fan-out example on two replicas whose branches spread over both: the
 /// producer's blob reaches the other replica's consumers as a memory file descriptor on
 /// the same host, or in one network copy from another host. Every branch must see
@@ -529,36 +571,9 @@ fn check_spread_branches(services: &Services, handoff: &str) {
             ),
         ],
     );
-    deploy_at(&services.url, &manifest);
-    // A replica that has not loaded yet would leave its branches to the first (they run
-    // there), and this test is about the ones it runs.
-    services.wait_for("both replicas loaded", |services| {
-        let status = faas_at(
-            &services.url,
-            &["status", "regions-fanout", "--output", "json"],
-        );
-        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-        status["workers"].as_array().map_or(0, Vec::len) == 2
-    });
-    let len = 4 << 20;
-    let response = client()
-        .post(format!("{}/regions-fanout", services.url))
-        .body(len.to_string())
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 200, "{:?}", response.text());
-    let reports: Vec<serde_json::Value> = response.json().unwrap();
-    assert_eq!(reports.len(), 4);
-    for (branch, report) in reports.iter().enumerate() {
-        assert_eq!(report["branch"], branch, "{report}");
-        assert_eq!(report["sum"], crate::regions::expected_sum(len), "{report}");
-    }
-    let runs = faas_at(
-        &services.url,
-        &["runs", "regions-fanout", "--output", "json"],
-    );
-    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
-    let steps = runs["runs"][0]["steps"].as_array().unwrap();
+    deploy_on_both_replicas(services, &manifest);
+    run_fanout(services, 4 << 20, 4);
+    let steps = fanout_steps(services);
     let remote: Vec<&serde_json::Value> = steps
         .iter()
         .filter(|step| step["step"] == "consume" && step.get("worker").is_some())
@@ -599,39 +614,14 @@ fn branches_spread_to_another_host_copy_their_inputs_only_within_their_tenants_s
             ),
         ],
     );
-    deploy_at(&services.url, &manifest);
-    services.wait_for("both replicas loaded", |services| {
-        let status = faas_at(
-            &services.url,
-            &["status", "regions-fanout", "--output", "json"],
-        );
-        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-        status["workers"].as_array().map_or(0, Vec::len) == 2
-    });
+    deploy_on_both_replicas(&services, &manifest);
     let peaks_before = ["w1", "w2"].map(|id| services.worker(id).memory("VmHWM"));
-    let len = 8 << 20;
-    let response = client()
-        .post(format!("{}/regions-fanout", services.url))
-        .body(len.to_string())
-        .send()
-        .unwrap();
-    assert_eq!(response.status(), 200, "{:?}", response.text());
-    let reports: Vec<serde_json::Value> = response.json().unwrap();
-    assert_eq!(reports.len(), 64);
-    for (branch, report) in reports.iter().enumerate() {
-        assert_eq!(report["branch"], branch, "{report}");
-        assert_eq!(report["sum"], crate::regions::expected_sum(len), "{report}");
-    }
+    run_fanout(&services, 8 << 20, 64);
     for (id, before) in ["w1", "w2"].iter().zip(peaks_before) {
         let grew = services.worker(id).memory("VmHWM").saturating_sub(before) >> 20;
         assert!(grew < 192, "worker {id}'s peak memory grew by {grew} MiB");
     }
-    let runs = faas_at(
-        &services.url,
-        &["runs", "regions-fanout", "--output", "json"],
-    );
-    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
-    let steps = runs["runs"][0]["steps"].as_array().unwrap();
+    let steps = fanout_steps(&services);
     assert!(
         steps
             .iter()
@@ -669,15 +659,7 @@ fn one_tenants_branches_hold_at_most_a_quarter_of_a_workers_socket_calls() {
     replacements.extend(crate::regions::pairs(&probe));
     let manifest =
         crate::support::copy_manifest(dir.path(), "functions/regions/fanout.toml", &replacements);
-    deploy_at(&services.url, &manifest);
-    services.wait_for("both replicas loaded", |services| {
-        let status = faas_at(
-            &services.url,
-            &["status", "regions-fanout", "--output", "json"],
-        );
-        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-        status["workers"].as_array().map_or(0, Vec::len) == 2
-    });
+    deploy_on_both_replicas(&services, &manifest);
     let response = client()
         .post(format!("{}/regions-fanout", services.url))
         .body("1000")
@@ -686,12 +668,7 @@ fn one_tenants_branches_hold_at_most_a_quarter_of_a_workers_socket_calls() {
     assert_eq!(response.status(), 200, "{:?}", response.text());
     let reports: Vec<serde_json::Value> = response.json().unwrap();
     assert_eq!(reports.len(), 128);
-    let runs = faas_at(
-        &services.url,
-        &["runs", "regions-fanout", "--output", "json"],
-    );
-    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
-    let steps = runs["runs"][0]["steps"].as_array().unwrap();
+    let steps = fanout_steps(&services);
     let on_peer = steps
         .iter()
         .filter(|step| step["step"] == "consume" && step["worker"] == "w2")

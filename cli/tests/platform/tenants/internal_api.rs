@@ -32,6 +32,15 @@ fn assert_victim_served(services: &Services) {
     assert_eq!(response.text().unwrap().trim(), "Hello, victim!");
 }
 
+/// A client speaking the internal API's HTTP/2 (prior knowledge), as the gateway does.
+fn internal_client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .http2_prior_knowledge()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
 /// `host:port` of worker `id`'s internal API, as it announced it.
 fn internal_addr(services: &Services, id: &str) -> String {
     let announced = &services.worker(id).announced;
@@ -46,11 +55,7 @@ fn internal_addr(services: &Services, id: &str) -> String {
 fn the_admin_token_opens_nothing_on_a_workers_internal_api() {
     let services = victim_on_one_worker(&[]);
     let addr = internal_addr(&services, "w1");
-    let client = reqwest::blocking::Client::builder()
-        .http2_prior_knowledge()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let client = internal_client();
     let call = |token: &str| {
         client
             .get(format!("http://{addr}/hello?name=direct"))
@@ -89,11 +94,7 @@ fn the_admin_token_opens_nothing_on_a_workers_internal_api() {
 fn a_worker_serves_an_event_only_with_the_workflow_of_the_tenant_the_gateway_named() {
     let services = victim_on_one_worker(&[]);
     let addr = internal_addr(&services, "w1");
-    let client = reqwest::blocking::Client::builder()
-        .http2_prior_knowledge()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let client = internal_client();
     // The hello deployed here is tenant `demo`'s.
     let call = |tenant: &str| {
         client
