@@ -25,7 +25,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Another worker holding a replica of the same workflow.
 #[derive(Clone)]
@@ -187,6 +187,12 @@ async fn run_on_peer(
             tokio::task::spawn_blocking(move || {
                 let send = || {
                     let stream = UnixStream::connect(&path)?;
+                    // A peer that stops reading would hold this thread in a write past
+                    // the run's end, as a silent one would in the read.
+                    if let Some(deadline) = deadline {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        stream.set_write_timeout(Some(left.max(Duration::from_millis(1))))?;
+                    }
                     // The credential goes alone, first: the peer reads it before
                     // anything sizable, and the descriptors stay with the frame that
                     // names them.
