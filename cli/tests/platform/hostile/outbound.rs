@@ -443,3 +443,40 @@ fn a_url_with_user_info_is_refused_before_it_connects() {
     assert_eq!(scene.server.connections(), 0);
     assert_bystander_served(&scene.platform);
 }
+
+#[test]
+fn wasi_sockets_reach_nothing_even_where_outbound_http_may() {
+    // Loopback is opened to outbound HTTP and the function's allow-list names the test
+    // server: `wasi:sockets` (linked for every component, with Wasmtime's default of
+    // no network) must not be a way around the list.
+    let scene = Scene::start_with(&LOOPBACK_OPENED, "reachable", |port| {
+        format!(r#"allowed_outbound_hosts = ["http://127.0.0.1:{port}"]"#)
+    });
+    let server = scene.server.port;
+    let datagrams = std::net::UdpSocket::bind(("127.0.0.1", server)).expect("a UDP port");
+    datagrams
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let watch = Watch::start(&scene.platform);
+    let response = scene
+        .platform
+        .get(&format!("{ATTACKER_ROUTE}?sockets={server}"));
+    assert_eq!(response.status(), 200);
+    let report = response.text().unwrap();
+    watch.finish();
+    for way in ["lookup", "tcp", "udp"] {
+        assert!(
+            report
+                .lines()
+                .any(|line| line.starts_with(&format!("{way} error "))),
+            "{way} was not refused: {report}"
+        );
+    }
+    assert_eq!(scene.server.connections(), 0, "{report}");
+    let mut buffer = [0u8; 16];
+    assert!(
+        datagrams.recv(&mut buffer).is_err(),
+        "a datagram arrived: {report}"
+    );
+    assert_bystander_served(&scene.platform);
+}

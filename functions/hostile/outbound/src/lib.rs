@@ -5,6 +5,10 @@
 //! outbound tests use it to aim at the platform's own endpoints, loopback and cloud
 //! metadata. With `&parallel=N` it sends N such requests at once, then waits for them
 //! all, and answers how many ended each way (`<count> x <outcome>` lines, sorted).
+//! `GET /<route>?sockets=<port>` tries the network without `wasi:http` instead, through
+//! `wasi:sockets`: a name lookup of `localhost`, a TCP connection and a UDP datagram to
+//! 127.0.0.1:<port>; it answers one line for each, `lookup`, `tcp` and `udp`, with
+//! `ok` or `error <wasi:sockets error code>`.
 
 use faas_sdk::http::{Request, Response};
 use std::collections::BTreeMap;
@@ -19,6 +23,12 @@ const QUOTED_BYTES: usize = 256;
 
 #[faas_sdk::http]
 fn handle(req: Request) -> Response {
+    if let Some(port) = req
+        .query_param("sockets")
+        .and_then(|port| port.parse().ok())
+    {
+        return Response::text(200, sockets::report(port));
+    }
     let Some(url) = req.query_param("url").map(percent_decode) else {
         return Response::text(400, "usage: ?url=http://host:port/path\n");
     };
@@ -127,4 +137,61 @@ fn percent_decode(text: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The network through `wasi:sockets`, which an HTTP function must not reach.
+mod sockets {
+    use wasip2::sockets::instance_network::instance_network;
+    use wasip2::sockets::network::{
+        ErrorCode, IpAddressFamily, IpSocketAddress, Ipv4SocketAddress,
+    };
+    use wasip2::sockets::{ip_name_lookup, tcp_create_socket, udp_create_socket};
+
+    /// One line per way out: `lookup`, `tcp`, `udp`.
+    pub fn report(port: u16) -> String {
+        let outcome = |result: Result<(), ErrorCode>| match result {
+            Ok(()) => "ok".to_owned(),
+            Err(code) => format!("error {code:?}"),
+        };
+        format!(
+            "lookup {}\ntcp {}\nudp {}\n",
+            outcome(lookup()),
+            outcome(tcp(port)),
+            outcome(udp(port))
+        )
+    }
+
+    fn loopback(port: u16) -> IpSocketAddress {
+        IpSocketAddress::Ipv4(Ipv4SocketAddress {
+            port,
+            address: (127, 0, 0, 1),
+        })
+    }
+
+    fn lookup() -> Result<(), ErrorCode> {
+        let addresses = ip_name_lookup::resolve_addresses(&instance_network(), "localhost")?;
+        addresses.subscribe().block();
+        addresses.resolve_next_address().map(|_| ())
+    }
+
+    fn tcp(port: u16) -> Result<(), ErrorCode> {
+        let socket = tcp_create_socket::create_tcp_socket(IpAddressFamily::Ipv4)?;
+        socket.start_connect(&instance_network(), loopback(port))?;
+        socket.subscribe().block();
+        socket.finish_connect().map(|_| ())
+    }
+
+    fn udp(port: u16) -> Result<(), ErrorCode> {
+        let socket = udp_create_socket::create_udp_socket(IpAddressFamily::Ipv4)?;
+        socket.start_bind(&instance_network(), loopback(0))?;
+        socket.subscribe().block();
+        socket.finish_bind()?;
+        let (_incoming, outgoing) = socket.stream(Some(loopback(port)))?;
+        let datagram = wasip2::sockets::udp::OutgoingDatagram {
+            data: b"out".to_vec(),
+            remote_address: None,
+        };
+        outgoing.check_send()?;
+        outgoing.send(&[datagram]).map(|_| ())
+    }
 }
