@@ -120,6 +120,12 @@ pub struct WorkerArgs {
     /// more fails at once with `connection-limit-reached`.
     #[arg(long, env = "FAAS_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE", default_value_t = DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE)]
     pub max_outbound_connections_per_instance: usize,
+    /// How many outbound HTTP connections all of a worker's instances may have open at
+    /// once, one tenant's at most a quarter of them; one more fails at once with
+    /// `connection-limit-reached`. Defaults to a quarter of the descriptors the process
+    /// may open.
+    #[arg(long, env = "FAAS_MAX_OUTBOUND_CONNECTIONS")]
+    pub max_outbound_connections: Option<usize>,
     /// Non-public networks (loopback, private, link-local such as the cloud metadata
     /// address) that guests' outbound HTTP may reach, comma-separated CIDR ranges or
     /// addresses (`10.1.0.0/16,127.0.0.1`), and only through an `allowed_outbound_hosts`
@@ -226,6 +232,9 @@ impl WorkerArgs {
         config.max_regions_per_instance = self.max_regions_per_instance;
         config.max_handles_per_instance = self.max_handles_per_instance;
         config.max_outbound_connections_per_instance = self.max_outbound_connections_per_instance;
+        if let Some(connections) = self.max_outbound_connections {
+            config.max_outbound_connections = connections.max(4);
+        }
         config.outbound_private_networks = self.outbound_private_networks.as_slice().into();
         if let Some(files) = self.max_region_files {
             config.max_region_files = files;

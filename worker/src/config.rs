@@ -80,6 +80,10 @@ pub struct WorkerConfig {
     /// How many outbound HTTP requests one instance may have in flight at once (each
     /// holds a connection, a descriptor, until its response body is read or dropped).
     pub max_outbound_connections_per_instance: usize,
+    /// How many outbound HTTP connections all instances of the worker may have open at
+    /// once (each a descriptor), one tenant's at most a quarter of them; a request past
+    /// either fails at once with `connection-limit-reached`.
+    pub max_outbound_connections: usize,
     /// The non-public networks (loopback, private, link-local...) outbound HTTP may
     /// reach, through an `allowed_outbound_hosts` entry that names its host; none by
     /// default, since a tenant chooses its entries and what their names resolve to.
@@ -167,6 +171,13 @@ pub const DEFAULT_MAX_HANDLES_PER_INSTANCE: usize = 2048;
 /// connections per tenant per worker.
 pub const DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE: usize = 32;
 
+/// The default [`WorkerConfig::max_outbound_connections`]: a quarter of the
+/// descriptors the process may open, as region files have another (the instance cap
+/// alone allowed 16,000 per tenant).
+pub fn default_max_outbound_connections() -> usize {
+    default_max_region_files()
+}
+
 /// The default [`WorkerConfig::max_region_files`]: a quarter of the descriptors the
 /// process may open (after [`crate::raise_descriptor_limit`]), so sockets, compiled
 /// code and everything else keep three quarters.
@@ -225,6 +236,7 @@ impl WorkerConfig {
             max_regions_per_instance: DEFAULT_MAX_REGIONS_PER_INSTANCE,
             max_handles_per_instance: DEFAULT_MAX_HANDLES_PER_INSTANCE,
             max_outbound_connections_per_instance: DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,
+            max_outbound_connections: default_max_outbound_connections(),
             outbound_private_networks: Arc::from([]),
             max_region_files: default_max_region_files(),
             max_region_mappings: default_max_region_mappings(),

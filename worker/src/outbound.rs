@@ -69,8 +69,24 @@ pub(crate) struct Destinations {
     pub(crate) opened: Arc<[IpNet]>,
     /// The worker's lookups under way.
     pub(crate) lookups: Arc<Lookups>,
-    /// Whose lookups they are.
+    /// Whose lookups and connections they are.
     pub(crate) tenant: Arc<str>,
+    /// The worker's open connections, by tenant.
+    pub(crate) connections: Arc<Connections>,
+}
+
+/// A worker's open outbound connections, by tenant (each a descriptor): all instances'
+/// at most `--max-outbound-connections`, one tenant's a quarter of them. An instance's
+/// own cap times a tenant's instances allowed 16,000 per tenant.
+pub(crate) type Connections = faas_budget::Budget<Arc<str>>;
+
+/// The connections of a worker that has `max` places, none taken.
+pub(crate) fn connections(max: usize) -> Arc<Connections> {
+    let max = max as u64;
+    Arc::new(Connections::new(faas_budget::BudgetLimits {
+        total: max,
+        per_holder: (max / 4).max(1),
+    }))
 }
 
 /// The `wasi:http` hooks of one event's store: where it may send requests, and its
@@ -164,9 +180,21 @@ impl WasiHttpHooks for Outbound {
         let connections = self
             .connections
             .get_or_insert_with(|| Arc::new(Semaphore::new(max)));
-        let Ok(connection) = connections.clone().try_acquire_owned() else {
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
             tracing::debug!(function = %self.function, "outbound connection limit reached");
             return Box::new(std::future::ready(Err(Error::ConnectionLimitReached)));
+        };
+        let mut place = self
+            .destinations
+            .connections
+            .claim(self.destinations.tenant.clone());
+        if place.grow_to(1).is_err() {
+            tracing::debug!(function = %self.function, "the tenant's or the worker's outbound connection limit reached");
+            return Box::new(std::future::ready(Err(Error::ConnectionLimitReached)));
+        }
+        let connection = Connection {
+            _permit: permit,
+            _place: place,
         };
         let destinations = self.destinations.clone();
         let deadline = self.deadline;
@@ -204,6 +232,13 @@ impl WasiHttpHooks for Outbound {
     }
 }
 
+/// What an open connection holds: its place among its instance's connections, and
+/// among its tenant's on the worker.
+struct Connection {
+    _permit: OwnedSemaphorePermit,
+    _place: faas_budget::Claim<Arc<str>>,
+}
+
 /// A destination the allow-list let through, with the addresses to connect to.
 #[derive(Debug)]
 struct Checked {
@@ -221,7 +256,7 @@ async fn check(
     to: &Destinations,
     uri: &http::Uri,
     connect_by: Instant,
-    connection: Arc<OwnedSemaphorePermit>,
+    connection: Arc<Connection>,
 ) -> Result<Checked, Error> {
     let use_tls = match uri.scheme_str() {
         Some("https") => true,
@@ -321,7 +356,7 @@ async fn send(
     deadline: Instant,
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
-    connection: Arc<OwnedSemaphorePermit>,
+    connection: Arc<Connection>,
 ) -> Result<
     (
         http::Response<WasiBody>,
@@ -488,9 +523,14 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
-    /// A connection permit of its own, for a request sent without an [`Outbound`].
-    fn permit() -> Arc<OwnedSemaphorePermit> {
-        Arc::new(Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap())
+    /// A connection's places of its own, for a request sent without an [`Outbound`].
+    fn permit() -> Arc<Connection> {
+        let mut place = connections(64).claim("test".into());
+        place.grow_to(1).unwrap();
+        Arc::new(Connection {
+            _permit: Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap(),
+            _place: place,
+        })
     }
 
     /// `entries`, with loopback opened by the operator (where the test servers are).
@@ -510,6 +550,7 @@ mod tests {
             opened: opened.into(),
             lookups: Lookups::new(),
             tenant: Arc::from("t"),
+            connections: connections(64),
         }
     }
 
@@ -739,6 +780,53 @@ mod tests {
             .recv_timeout(Duration::from_secs(5))
             .expect("the next request connects");
         next.abort();
+    }
+
+    // Two threads: the test blocks one waiting for the server's heads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tenant_has_at_most_a_quarter_of_the_workers_connections_and_another_its_own() {
+        let (port, heads) = recording_server(None);
+        let url = format!("http://127.0.0.1:{port}/");
+        // Eight on the worker: two a tenant.
+        let worker = connections(8);
+        let instance_of = |tenant: &str| {
+            let mut destinations = hosts(&[&format!("http://127.0.0.1:{port}")]);
+            destinations.tenant = Arc::from(tenant);
+            destinations.connections = worker.clone();
+            Outbound::new(destinations, Arc::from("f"), Duration::from_secs(30), 32)
+        };
+        let send = |outbound: &mut Outbound| {
+            Pin::from(outbound.send_request(get(&url), None, Box::new(async { Ok(()) })))
+        };
+        // Tenant a's two instances each hold a request the silent server keeps open...
+        let mut first = instance_of("a");
+        let mut second = instance_of("a");
+        let held = [
+            tokio::spawn(send(&mut first)),
+            tokio::spawn(send(&mut second)),
+        ];
+        for _ in 0..2 {
+            heads
+                .recv_timeout(Duration::from_secs(5))
+                .expect("a connection");
+        }
+        // ...and its third fails at once, though its instances are far below their own
+        // limit, without connecting.
+        let mut third = instance_of("a");
+        assert!(matches!(
+            send(&mut third).await,
+            Err(Error::ConnectionLimitReached)
+        ));
+        assert!(heads.recv_timeout(Duration::from_millis(200)).is_err());
+        // Tenant b has its own.
+        let mut other = instance_of("b");
+        let theirs = tokio::spawn(send(&mut other));
+        heads
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the other tenant's request connects");
+        for task in held.iter().chain([&theirs]) {
+            task.abort();
+        }
     }
 
     #[tokio::test]

@@ -58,6 +58,8 @@ pub struct Worker {
     region_mappings: Arc<crate::limits::MappingBudget>,
     /// Guests' name lookups under way (`crate::lookups`).
     lookups: Arc<crate::lookups::Lookups>,
+    /// Outbound connections open, by tenant (`outbound::Connections`).
+    outbound_connections: Arc<crate::outbound::Connections>,
     /// The guest memory its instances hold, by tenant, against `guest_memory`.
     guest_memory: Arc<GuestMemory>,
     /// Finished producers kept until their consumers placed their regions; torn down
@@ -146,6 +148,7 @@ impl Worker {
             region_files: crate::limits::file_budget(config.max_region_files),
             region_mappings: Arc::new(crate::limits::mapping_budget(config.max_region_mappings)),
             lookups: crate::lookups::Lookups::new(),
+            outbound_connections: crate::outbound::connections(config.max_outbound_connections),
             guest_memory: Arc::new(GuestMemory::new(config.guest_memory)),
             retired: std::sync::Mutex::default(),
             swap: runtimes.first().scans_written_pages.then_some(swap),
@@ -617,6 +620,7 @@ impl Worker {
                     allowed: function.allowed_outbound_hosts.clone(),
                     opened: self.config.outbound_private_networks.clone(),
                     lookups: self.lookups.clone(),
+                    connections: self.outbound_connections.clone(),
                     tenant: workflow.tenant.clone(),
                 },
                 function.name.clone(),
