@@ -25,7 +25,7 @@ start_faas "$PORT" --no-demo
 DATA=$BENCH_DATA
 
 rss_kib() { awk '/VmRSS/ { print $2 }' "/proc/$FAAS_PID/status"; }
-instances() { curl -s -H "Authorization: Bearer bench" "http://127.0.0.1:$PORT/metrics" | awk '/^faas_instances_active / { print $2 }'; }
+instances() { curl -s -H "Authorization: Bearer bench-admin-token" "http://127.0.0.1:$PORT/metrics" | awk '/^faas_instances_active / { print $2 }'; }
 
 empty=$(rss_kib)
 export FAAS_URL=http://127.0.0.1:$PORT FAAS_TOKEN=bench-admin-token

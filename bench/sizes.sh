@@ -115,7 +115,7 @@ done
 # own count (a component that moved shows both: its first events scan for written pages).
 echo
 echo "platform instance starts by slot reset (faas_instance_starts_total):"
-metrics=$(curl -s -H "Authorization: Bearer bench" "http://127.0.0.1:$PORT_FAAS/metrics")
+metrics=$(curl -s -H "Authorization: Bearer bench-admin-token" "http://127.0.0.1:$PORT_FAAS/metrics")
 for lang in rust table js python; do
     awk -v w="hello-$lang" '
         index($0, "faas_instance_starts_total{") == 1 && index($0, "workflow=\"" w "\"") {

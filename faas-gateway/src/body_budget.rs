@@ -38,15 +38,15 @@ use std::net::IpAddr;
 pub use faas_budget::BudgetLimits as BodyBudgetLimits;
 pub(crate) use faas_budget::OverBudget;
 
-/// The default [`BodyBudgetLimits::total`]: half the memory limit of the Helm chart's
-/// gateway pod (512 MiB), thirty-two bodies at the default body limit.
+/// The default [`BodyBudgetLimits::total`]: a quarter of the memory limit of the Helm
+/// chart's gateway pod (1 GiB), thirty-two bodies at the default body limit.
 pub const DEFAULT_BODY_BUDGET_MB: u64 = 256;
 
 /// The default [`BodyBudgetLimits::per_holder`]: a quarter of the whole.
 pub const DEFAULT_CLIENT_BODY_BUDGET_MB: u64 = 64;
 
-/// The default total of the message budget: a quarter of the Helm chart's gateway
-/// pod's memory limit, beside the bodies' half.
+/// The default total of the message budget: an eighth of the Helm chart's gateway
+/// pod's memory limit, beside the bodies' quarter.
 pub const DEFAULT_MESSAGE_BUDGET_MB: u64 = 128;
 
 /// The default share of one tenant's messages: a quarter of the message budget.

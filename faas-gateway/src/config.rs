@@ -67,8 +67,9 @@ pub const DEFAULT_MAX_DEPLOYS_PER_TENANT: usize = 2;
 /// terminals per workflow of a team, far below what would load Redis with their polls.
 pub const DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT: usize = 16;
 
-/// The largest deploy upload by default: a few large components (a Python one is
-/// 18 MiB), twice of which the Helm chart's gateway pod (512 MiB) can hold.
+/// The largest deploy upload by default: a dozen large components (a Python one is
+/// 18 MiB). The Helm chart passes half of it (`gateway.maxDeployMb`), so that two
+/// uploads, the body and message budgets and the rest fit its gateway pod.
 pub const DEFAULT_MAX_DEPLOY_BYTES: usize = 256 << 20;
 
 /// How many connections the gateway holds by default, in all.

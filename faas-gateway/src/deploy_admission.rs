@@ -9,7 +9,9 @@
 //! refused before its body is read; and a tenant's deploys take the registry's lock one
 //! at a time, so another tenant's deploy waits behind one of them at most.
 //!
-//! The operator (admin credential) is not limited: it is trusted with everything.
+//! The operator (admin credential) is not limited in deploys at once: it is trusted
+//! with everything. Its uploads still count in the [`UploadBudget`], whose whole is
+//! the gateway's memory.
 
 use crate::auth::Caller;
 use std::collections::HashMap;
@@ -127,7 +129,7 @@ impl Drop for DeployTicket<'_> {
 /// The deploy uploads the gateway holds, by tenant (`None`: the operator's): each from
 /// when its head lists its components' sizes until its deploy is done. Deploys take the
 /// registry's lock one at a time, so uploads wait in memory, and the places above bound
-/// them by tenant only: every tenant's two uploads at `--max-deploy-bytes` added up to
+/// them by tenant only: every tenant's two uploads at `--max-deploy-mb` added up to
 /// more than the gateway's memory.
 pub(crate) type UploadBudget = faas_budget::Budget<Option<String>>;
 

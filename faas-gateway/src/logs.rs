@@ -578,7 +578,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_follow_asks_every_interval_idle_or_busy() {
-        let every = std::time::Duration::from_millis(50);
+        // Long enough that no stall of a loaded test machine passes it between two
+        // lines the test sends together.
+        let every = std::time::Duration::from_secs(1);
         // Idle: no line comes, and the follow still ends once its access is gone.
         let (_feed, stream) = fed_stream();
         let access = Turnstile::default();

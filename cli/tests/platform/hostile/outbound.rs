@@ -419,8 +419,9 @@ fn requests_waiting_on_their_heads_count_in_their_tenants_guest_memory_share() {
         }
     }
     // Four instances of 32 waiting connections (8 MiB each as claimed now, 2 MiB as
-    // their handles alone) cannot all fit a share of 24 MiB.
-    assert!((1..4).contains(&served), "{served} of 4 ran: {answers:?}");
+    // their handles alone) cannot all fit a share of 24 MiB (claiming together, all
+    // four may be refused).
+    assert!(served < 4, "{served} of 4 ran: {answers:?}");
     assert_bystander_served(&platform);
 }
 
@@ -453,14 +454,15 @@ fn wasi_sockets_reach_nothing_even_where_outbound_http_may() {
         format!(r#"allowed_outbound_hosts = ["http://127.0.0.1:{port}"]"#)
     });
     let server = scene.server.port;
-    let datagrams = std::net::UdpSocket::bind(("127.0.0.1", server)).expect("a UDP port");
+    let datagrams = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
+    let udp = datagrams.local_addr().unwrap().port();
     datagrams
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
     let watch = Watch::start(&scene.platform);
     let response = scene
         .platform
-        .get(&format!("{ATTACKER_ROUTE}?sockets={server}"));
+        .get(&format!("{ATTACKER_ROUTE}?sockets={server}&udp={udp}"));
     assert_eq!(response.status(), 200);
     let report = response.text().unwrap();
     watch.finish();

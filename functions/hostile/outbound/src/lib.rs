@@ -5,10 +5,10 @@
 //! outbound tests use it to aim at the platform's own endpoints, loopback and cloud
 //! metadata. With `&parallel=N` it sends N such requests at once, then waits for them
 //! all, and answers how many ended each way (`<count> x <outcome>` lines, sorted).
-//! `GET /<route>?sockets=<port>` tries the network without `wasi:http` instead, through
-//! `wasi:sockets`: a name lookup of `localhost`, a TCP connection and a UDP datagram to
-//! 127.0.0.1:<port>; it answers one line for each, `lookup`, `tcp` and `udp`, with
-//! `ok` or `error <wasi:sockets error code>`.
+//! `GET /<route>?sockets=<port>&udp=<port>` tries the network without `wasi:http`
+//! instead, through `wasi:sockets`: a name lookup of `localhost`, a TCP connection to
+//! 127.0.0.1:<sockets> and a UDP datagram to 127.0.0.1:<udp>; it answers one line for
+//! each, `lookup`, `tcp` and `udp`, with `ok` or `error <wasi:sockets error code>`.
 
 use faas_sdk::http::{Request, Response};
 use std::collections::BTreeMap;
@@ -23,11 +23,15 @@ const QUOTED_BYTES: usize = 256;
 
 #[faas_sdk::http]
 fn handle(req: Request) -> Response {
-    if let Some(port) = req
+    if let Some(tcp) = req
         .query_param("sockets")
         .and_then(|port| port.parse().ok())
     {
-        return Response::text(200, sockets::report(port));
+        let udp = req
+            .query_param("udp")
+            .and_then(|port| port.parse().ok())
+            .unwrap_or(tcp);
+        return Response::text(200, sockets::report(tcp, udp));
     }
     let Some(url) = req.query_param("url").map(percent_decode) else {
         return Response::text(400, "usage: ?url=http://host:port/path\n");
@@ -148,7 +152,7 @@ mod sockets {
     use wasip2::sockets::{ip_name_lookup, tcp_create_socket, udp_create_socket};
 
     /// One line per way out: `lookup`, `tcp`, `udp`.
-    pub fn report(port: u16) -> String {
+    pub fn report(tcp_port: u16, udp_port: u16) -> String {
         let outcome = |result: Result<(), ErrorCode>| match result {
             Ok(()) => "ok".to_owned(),
             Err(code) => format!("error {code:?}"),
@@ -156,8 +160,8 @@ mod sockets {
         format!(
             "lookup {}\ntcp {}\nudp {}\n",
             outcome(lookup()),
-            outcome(tcp(port)),
-            outcome(udp(port))
+            outcome(tcp(tcp_port)),
+            outcome(udp(udp_port))
         )
     }
 
