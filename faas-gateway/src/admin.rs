@@ -739,7 +739,12 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
     let limit = app.config.max_deploy_bytes as u64;
     // Held until this function returns: through the upload, the turn and the deploy.
     let mut held = app.uploads.claim(deploy_admission::upload_holder(caller));
-    let request = match upload::read(content_type.as_deref(), &mut body, limit, &mut held).await {
+    let reading = upload::read(content_type.as_deref(), &mut body, limit, &mut held);
+    let deadline = upload::upload_deadline(limit);
+    let read = tokio::time::timeout(deadline, reading)
+        .await
+        .unwrap_or(Err(upload::UploadError::TooSlow(deadline.as_secs())));
+    let request = match read {
         Ok(request) => request,
         Err(err) => {
             // The tenant's place is free while the rest is read and dropped.

@@ -102,6 +102,9 @@ pub(crate) enum UploadError {
     /// The body could not be read (the client went away).
     #[error("reading the deploy upload: {0}")]
     Read(String),
+    /// The upload took longer than its size allows (see [`upload_deadline`]).
+    #[error("the deploy upload took longer than {0} s: send it again (at least 1 MiB/s)")]
+    TooSlow(u64),
     /// The components its head lists do not fit what uploads may hold in the gateway.
     #[error("{}", over_budget_message(*.0))]
     Budget(OverBudget),
@@ -132,6 +135,7 @@ impl UploadError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             Self::Malformed(_) | Self::Read(_) => StatusCode::BAD_REQUEST,
+            Self::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Budget(OverBudget::Share { .. }) => StatusCode::TOO_MANY_REQUESTS,
             Self::Budget(OverBudget::Total { .. }) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -144,6 +148,7 @@ impl UploadError {
             Self::Read(_) => "bad_body",
             Self::NotMultipart(_) | Self::Malformed(_) => "bad_upload",
             Self::Budget(_) => "deploy_budget",
+            Self::TooSlow(_) => "upload_timeout",
         }
     }
 
@@ -165,6 +170,13 @@ impl From<multer::Error> for UploadError {
             other => Self::malformed(format!("is not valid multipart/form-data: {other}")),
         }
     }
+}
+
+/// How long an upload of at most `limit` bytes may take to arrive: a minute, and a
+/// second a MiB. What it holds of the upload budget, it holds until then at most, so
+/// uploads that stop short of their end (holding most of it) cannot keep others' out.
+pub(crate) fn upload_deadline(limit: u64) -> Duration {
+    Duration::from_secs(60 + (limit >> 20))
 }
 
 /// How long a refused upload is read on, at most, before its refusal is sent.
@@ -214,13 +226,16 @@ where
         .values()
         .try_fold(0u64, |sum, size| sum.checked_add(*size));
     // The head came in the same stream, so the whole is within `limit` too.
-    let held_bytes = match listed.and_then(|listed| listed.checked_add(head_len)) {
-        Some(bytes) if bytes <= limit => bytes,
-        _ => return Err(UploadError::TooLarge(limit)),
-    };
-    // Held from here until the deploy is done: the components are read into buffers
-    // of the listed sizes, and kept while the deploy waits for its turn and runs.
-    held.grow_to(held_bytes).map_err(UploadError::Budget)?;
+    if listed
+        .and_then(|listed| listed.checked_add(head_len))
+        .is_none_or(|bytes| bytes > limit)
+    {
+        return Err(UploadError::TooLarge(limit));
+    }
+    // What the upload holds grows with what arrives (a buffer of the listed size is
+    // memory only once written), until the deploy is done: an upload that lists much
+    // and sends little holds little.
+    held.grow_to(head_len).map_err(UploadError::Budget)?;
 
     let mut components = BTreeMap::new();
     while let Some(mut field) = parts.next_field().await? {
@@ -251,6 +266,8 @@ where
             if (bytes.len() + chunk.len()) as u64 > size {
                 return Err(wrong_size(&function, size, "more"));
             }
+            held.grow_to(held.bytes() + chunk.len() as u64)
+                .map_err(UploadError::Budget)?;
             bytes.extend_from_slice(&chunk);
         }
         if bytes.len() as u64 != size {

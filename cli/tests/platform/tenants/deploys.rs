@@ -293,10 +293,9 @@ fn services_mode_failed_and_replaced_deploys_leave_no_component_bytes_in_redis()
 }
 
 /// Starts a deploy upload with `token` whose head lists one component of `size` bytes,
-/// and sends the head and the component's first bytes only: the gateway holds the
-/// upload (and, once it has read the head, the listed size) until the connection is
-/// closed.
-fn upload_held_after_its_head(url: &str, token: &str, size: u64) -> TcpStream {
+/// and sends all of it but its last byte: the gateway holds what arrived until the
+/// connection is closed (or the upload's deadline passes).
+fn upload_held_before_its_last_byte(url: &str, token: &str, size: u64) -> TcpStream {
     use faas_gateway::admin::{COMPONENT_PART, DeployHead, HEAD_PART};
     let head = serde_json::to_string(&DeployHead {
         file_name: "workflow.toml".to_owned(),
@@ -308,7 +307,7 @@ fn upload_held_after_its_head(url: &str, token: &str, size: u64) -> TcpStream {
     let parts = format!(
         "--held\r\nContent-Disposition: form-data; name=\"{HEAD_PART}\"\r\n\r\n{head}\r\n\
          --held\r\nContent-Disposition: form-data; name=\"{COMPONENT_PART}\"; \
-         filename=\"main\"\r\n\r\n\0asm"
+         filename=\"main\"\r\n\r\n"
     );
     let addr = url.strip_prefix("http://").expect("an http:// URL");
     let mut stream = TcpStream::connect(addr).expect("connecting to the gateway");
@@ -319,6 +318,22 @@ fn upload_held_after_its_head(url: &str, token: &str, size: u64) -> TcpStream {
         parts.len() as u64 + size + 64
     )
     .expect("sending the start of an upload");
+    let component = vec![7u8; usize::try_from(size).unwrap() - 1];
+    stream
+        .write_all(&component)
+        .expect("sending all of the component but its last byte");
+    // Left a moment to read what was sent (loopback: milliseconds), before any other
+    // upload of its tenant takes part of its share; it must not have been answered.
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut answer = [0u8; 512];
+    if let Ok(read) = std::io::Read::read(&mut stream, &mut answer) {
+        panic!(
+            "the held upload was answered: {}",
+            String::from_utf8_lossy(&answer[..read])
+        );
+    }
     stream
 }
 
@@ -353,10 +368,10 @@ const ALMOST_8_MIB: u64 = (8 << 20) - 4096;
 #[test]
 fn deploy_uploads_hold_one_largest_upload_a_tenant_and_two_in_all() {
     let scene = Scene::embedded_with(&["--no-demo", "--max-deploy-mb", "8"]);
-    // Mallory's upload listing 8 MiB (with its head) takes its whole share: its next deploy, however
-    // small, is refused before its upload is read, as soon as the gateway has read
-    // the held one's head.
-    let mallory_held = upload_held_after_its_head(&scene.url, &scene.mallory, ALMOST_8_MIB);
+    // Mallory's upload of 8 MiB (with its head), sent but for its last byte, takes its
+    // whole share: its next deploy, however small, is refused before its components
+    // are kept.
+    let mallory_held = upload_held_before_its_last_byte(&scene.url, &scene.mallory, ALMOST_8_MIB);
     let (status, body) = deploy_until(&scene, &scene.mallory, None, "mallory-small", 429);
     assert_eq!(status, 429, "{body}");
     let error: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -364,7 +379,7 @@ fn deploy_uploads_hold_one_largest_upload_a_tenant_and_two_in_all() {
     assert!(body.contains("--max-deploy-mb"), "{body}");
     // The victim's upload of almost 8 MiB takes the rest of the whole (twice 8 MiB):
     // even the operator's small deploy (for the victim) waits, 503, until one is done.
-    let victim_held = upload_held_after_its_head(&scene.url, &scene.victim, ALMOST_8_MIB);
+    let victim_held = upload_held_before_its_last_byte(&scene.url, &scene.victim, ALMOST_8_MIB);
     let (status, body) = deploy_until(&scene, TOKEN, Some("victim"), "operator-small", 503);
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("deploy_budget"), "{body}");
