@@ -130,6 +130,19 @@ impl EventFailure {
     pub fn is_unavailable(&self) -> bool {
         self.kind == FailureKind::Unavailable
     }
+
+    /// Whether a worker's internal API refused the call before running anything: it
+    /// was unavailable there, or the call itself was refused (no internal token, a
+    /// malformed call or body), so it may be run elsewhere.
+    pub fn ran_nothing(&self) -> bool {
+        matches!(
+            self.kind,
+            FailureKind::Unavailable
+                | FailureKind::Unauthorized
+                | FailureKind::BadRequest
+                | FailureKind::BadBody
+        )
+    }
 }
 
 #[cfg(test)]

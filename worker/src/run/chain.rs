@@ -330,7 +330,7 @@ async fn on_peer(
         reply => reply,
     }
     .map_err(|failure| {
-        if !failure.is_unavailable() {
+        if !failure.ran_nothing() {
             // It reached the peer, and may have run there.
             return Some(RunError::RemoteBranch {
                 branch,

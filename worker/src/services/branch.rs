@@ -121,6 +121,10 @@ struct ReplyHead {
     error: Option<EventFailure>,
 }
 
+/// The byte a peer sends once it has taken a socket call's token: before it, a call
+/// that fails never reached the branch.
+pub(crate) const TAKEN: u8 = 1;
+
 /// How long after the caller's run deadline a reply is still read: the peer stops the
 /// branch at that deadline and then sends what it has.
 const REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -207,6 +211,16 @@ async fn run_on_peer(
                 };
                 let mut stream = send().map_err(CallError::Sending)?;
                 drop((inputs, copies));
+                let mut taken = [0u8; 1];
+                set_timeout(&stream, deadline)
+                    .and_then(|()| stream.read_exact(&mut taken))
+                    .and_then(|()| match taken[0] {
+                        TAKEN => Ok(()),
+                        other => Err(std::io::Error::other(format!(
+                            "answered {other}, not taken"
+                        ))),
+                    })
+                    .map_err(CallError::Sending)?;
                 let (reply, inline, fds): (ReplyHead, _, _) =
                     recv_frame(&mut stream, deadline).map_err(CallError::Waiting)?;
                 drop(place);
@@ -244,7 +258,8 @@ async fn run_on_peer(
 
 /// Where a branch call over a socket failed.
 enum CallError {
-    /// Before its frame was all sent: the peer ran nothing.
+    /// Before the peer took it (its frame sent, the token acknowledged): the peer ran
+    /// nothing.
     Sending(std::io::Error),
     /// Waiting for the reply: the branch may have run.
     Waiting(std::io::Error),

@@ -3,10 +3,15 @@
 //!
 //! One call per connection. The socket file is readable and writable by its owner
 //! only, and every call opens with the internal token: a peer that presents anything
-//! else, or is slow to, is dropped before the worker reads a byte of its call.
+//! else, or is slow to, is dropped before the worker reads a byte of its call. A token
+//! taken is acknowledged with one byte ([`super::branch::TAKEN`]), and a call whose
+//! frame then cannot be read is answered `unavailable`: so the caller tells a call
+//! that never reached the branch (it runs the branch itself) from one that may have
+//! run (which fails).
 
 use super::branch::{CallHead, read_token, recv_frame, reply_frame, send_frame};
 use super::node::Node;
+use faas_invoke::EventFailure;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -58,14 +63,24 @@ async fn handle(mut stream: tokio::net::UnixStream, node: &Node) -> std::io::Res
             "wrong internal token; connection dropped",
         ));
     }
+    tokio::io::AsyncWriteExt::write_all(&mut stream, &[super::branch::TAKEN]).await?;
     let stream = stream.into_std()?;
     stream.set_nonblocking(false)?;
     stream.set_write_timeout(Some(CALL_TIMEOUT))?;
     let deadline = Instant::now() + CALL_TIMEOUT;
     let (head, inline, fds, stream) = tokio::task::spawn_blocking(move || {
         let mut stream = stream;
-        let (head, inline, fds) = recv_frame::<CallHead>(&mut stream, Some(deadline))?;
-        Ok::<_, std::io::Error>((head, inline, fds, stream))
+        match recv_frame::<CallHead>(&mut stream, Some(deadline)) {
+            Ok((head, inline, fds)) => Ok((head, inline, fds, stream)),
+            Err(err) => {
+                // Nothing ran: the caller may run the branch itself (best effort, as
+                // the stream may be what failed).
+                let refusal = EventFailure::unavailable(format!("the branch call: {err}"));
+                let (frame, _) = reply_frame(Vec::new(), Err(refusal), false);
+                let _ = send_frame(&stream, &frame, &[]);
+                Err(err)
+            }
+        }
     })
     .await??;
     let (steps, result) = node.branch(head, fds, &inline).await;
