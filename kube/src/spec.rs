@@ -17,6 +17,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The most a `u32` field may hold, as the CRD tells the API server: its schema's
+/// `format: uint32` is a hint the API server does not check, and a larger number it
+/// stored would fail to decode, and with it every list of Workflows the operator and
+/// the gateways make (kube decodes a list whole): one tenant's Workflow would stop
+/// every tenant's deploys.
+const U32_MAX: u32 = u32::MAX;
+
 /// What a Workflow deploys: functions, steps, edges, run settings and triggers
 /// (workflow.toml's fields; the derive makes `Workflow`, the resource itself, whose
 /// namespace is its tenant).
@@ -93,6 +100,7 @@ pub struct FunctionSpec {
     pub kind: Option<String>,
     /// Memory limit of one instance, in MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = U32_MAX))]
     pub memory_mb: Option<u32>,
     /// Deadline of one event, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -145,6 +153,7 @@ pub struct StepSpec {
 pub struct RetriesSpec {
     /// Attempts in all, the first included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = U32_MAX))]
     pub attempts: Option<u32>,
     /// Backoff before the first retry, doubled for each further one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,6 +173,7 @@ pub struct EdgeSpec {
     pub schema_type: String,
     /// `each` (one branch per element) or a number of branches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0, "maximum" = i32::MAX))]
     pub fan_out: Option<IntOrString>,
     /// Where the branches meet again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,12 +198,14 @@ pub struct JoinSpec {
 pub struct SettingsSpec {
     /// Most step instances running at once in one run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = U32_MAX))]
     pub concurrency: Option<u32>,
     /// Deadline of a whole run, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Whole copies of the workflow, each on its own worker (the scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = U32_MAX))]
     pub replicas: Option<u32>,
     /// Whether fan-out branches run on every replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -255,6 +267,7 @@ pub struct StreamTriggerSpec {
     pub group: Option<String>,
     /// Deliveries before a message goes to the dead-letter stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = U32_MAX))]
     pub max_deliveries: Option<u32>,
     /// The dead-letter stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,5 +277,6 @@ pub struct StreamTriggerSpec {
     pub reclaim_idle_ms: Option<u64>,
     /// Messages read at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = U32_MAX))]
     pub batch: Option<u32>,
 }

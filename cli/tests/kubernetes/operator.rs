@@ -978,3 +978,57 @@ fn only_the_lease_holder_operates_and_a_successor_takes_over() {
     });
     drop(standby);
 }
+
+/// The operator and the gateways list Workflows whole (kube decodes a list at once), so
+/// one Workflow with a number its field cannot hold (`memory_mb` past `u32`, which the
+/// CRD's `format: uint32` does not stop) would fail every list, and with them every
+/// tenant's deploys. The CRD's bounds have the API server refuse it instead, and
+/// another Workflow is served.
+#[test]
+fn a_workflow_with_a_number_past_its_fields_range_is_refused_and_others_are_served() {
+    let cluster = Cluster::start(1, &[]);
+    let (bytes, sha) = hello();
+    let shared = cluster.shared();
+    cluster
+        .runtime
+        .block_on(shared.put_component(&sha, &bytes))
+        .unwrap();
+    let huge = hello_workflow(&cluster.tenant, "huge", "/huge", &sha, None, "");
+    for (field, workflow) in [
+        (
+            "memory_mb",
+            huge.replace(
+                "      config:",
+                "      memory_mb: 4294967296\n      config:",
+            ),
+        ),
+        (
+            "replicas",
+            huge.clone() + "  workflow:\n    replicas: 4294967296\n",
+        ),
+    ] {
+        let path = cluster._data.path().join(format!("huge-{field}.yaml"));
+        std::fs::write(&path, &workflow).unwrap();
+        let output = cluster.plane.kubectl([
+            "apply".as_ref(),
+            "--server-side".as_ref(),
+            "-f".as_ref(),
+            path.as_os_str(),
+        ]);
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{field}: {workflow}");
+        assert!(
+            said.contains(field) && said.contains("4294967295"),
+            "{field}: {said}"
+        );
+    }
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "greeter",
+        "/greet",
+        &sha,
+        None,
+        "",
+    ));
+    cluster.wait_condition("greeter", "Ready", "True", "Ready");
+}
