@@ -158,6 +158,16 @@ impl Cluster {
         });
     }
 
+    /// Puts the hello component in the shared state, as `faas deploy` would have
+    /// uploaded it; returns its SHA-256, which Workflows name it by.
+    fn put_hello(&self) -> String {
+        let (bytes, sha) = hello();
+        self.runtime
+            .block_on(self.shared().put_component(&sha, &bytes))
+            .unwrap();
+        sha
+    }
+
     fn registered_workers(&self) -> Vec<String> {
         let shared = self.shared();
         let workers = self.runtime.block_on(shared.workers()).unwrap();
@@ -403,12 +413,8 @@ fn hello() -> (Vec<u8>, String) {
 #[test]
 fn a_workflow_is_deployed_placed_and_ready_moves_when_its_pod_goes_and_is_removed_on_delete() {
     let cluster = Cluster::start(2, &[]);
-    let (bytes, sha) = hello();
+    let sha = cluster.put_hello();
     let shared = cluster.shared();
-    cluster
-        .runtime
-        .block_on(shared.put_component(&sha, &bytes))
-        .unwrap();
     let workflow = hello_workflow(&cluster.tenant, "greeter", "/greet", &sha, None, "");
     cluster.apply(&workflow);
 
@@ -862,12 +868,8 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
             "faas_operator_worker_scalings_total{{direction=\"{direction}\"}}"
         ))
     };
-    let (bytes, sha) = hello();
+    let sha = cluster.put_hello();
     let shared = cluster.shared();
-    cluster
-        .runtime
-        .block_on(shared.put_component(&sha, &bytes))
-        .unwrap();
     cluster.apply(&hello_workflow(
         &cluster.tenant,
         "sleeper",
@@ -924,12 +926,7 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
 #[test]
 fn only_the_lease_holder_operates_and_a_successor_takes_over() {
     let mut cluster = Cluster::start(1, &METRICS);
-    let (bytes, sha) = hello();
-    let shared = cluster.shared();
-    cluster
-        .runtime
-        .block_on(shared.put_component(&sha, &bytes))
-        .unwrap();
+    let sha = cluster.put_hello();
     cluster.wait_for("operator-0 to lead", |c| c.leader() == "operator-0");
     let standby = cluster.start_operator("operator-1", &METRICS);
     cluster.apply(&hello_workflow(
@@ -987,12 +984,7 @@ fn only_the_lease_holder_operates_and_a_successor_takes_over() {
 #[test]
 fn a_workflow_with_a_number_past_its_fields_range_is_refused_and_others_are_served() {
     let cluster = Cluster::start(1, &[]);
-    let (bytes, sha) = hello();
-    let shared = cluster.shared();
-    cluster
-        .runtime
-        .block_on(shared.put_component(&sha, &bytes))
-        .unwrap();
+    let sha = cluster.put_hello();
     let huge = hello_workflow(&cluster.tenant, "huge", "/huge", &sha, None, "");
     for (field, workflow) in [
         (
