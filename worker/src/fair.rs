@@ -985,9 +985,11 @@ mod tests {
         assert!(shares.enter(&a, 3, &w, false).is_none());
     }
 
-    /// A guest that spins `polls` times for `each`, yielding in between as a guest
-    /// does at an epoch tick, then says which threads it ran on (in order, each once
-    /// per stay) and at what scheduling policy it ended.
+    /// A guest that spins `polls` times for `each` of its thread's CPU time, yielding
+    /// in between as a guest does at an epoch tick, then says which threads it ran on
+    /// (in order, each once per stay) and at what scheduling policy it ended. CPU
+    /// time, not wall time: on a loaded machine a wall-time spin may be preempted for
+    /// most of it, and then it uses less CPU than the checks it is meant to trip.
     async fn spinner(polls: u32, each: std::time::Duration) -> (Vec<String>, i32) {
         let mut threads: Vec<String> = Vec::new();
         for _ in 0..polls {
@@ -995,8 +997,8 @@ mod tests {
             if threads.last() != Some(&thread) {
                 threads.push(thread);
             }
-            let until = Instant::now() + each;
-            while Instant::now() < until {
+            let until = thread_cpu_time() + each;
+            while thread_cpu_time() < until {
                 std::hint::spin_loop();
             }
             tokio::task::yield_now().await;
