@@ -9,10 +9,13 @@
 //!
 //! Two backends with the same behaviour: the state database ([`Database`], embedded
 //! mode: survives restarts) and Redis (services mode: every gateway sees the same
-//! tenants), where they live in three hashes:
+//! tenants), where they live in three hashes and a set per tenant:
 //! - `faas:tenants`: tenant name to its JSON [`Tenant`];
 //! - `faas:tokens`: token id to its JSON record (the [`TokenInfo`] and the secret's hash);
-//! - `faas:token-hashes`: the secret's hash to the token id.
+//! - `faas:token-hashes`: the secret's hash to the token id;
+//! - `faas:tenant-tokens:<tenant>`: the ids of the tenant's tokens, so that listing or
+//!   counting one tenant's tokens costs what that tenant holds, not what every tenant
+//!   of the platform does.
 //!
 //! A token authenticates only while its tenant exists, so a token created while its
 //! tenant was being removed never acts for a tenant that is gone.
@@ -77,11 +80,13 @@ pub const QUOTA_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 pub const TENANTS_KEY: &str = "faas:tenants";
 const TOKENS_KEY: &str = "faas:tokens";
 const HASHES_KEY: &str = "faas:token-hashes";
-/// How many tokens each tenant holds (field: the tenant's name), kept by the scripts
-/// that create and revoke tokens; a tenant missing from it is counted from the tokens
-/// themselves at its next token create (as after [`TenantStore::copy`] restored the
-/// other hashes).
-const TOKEN_COUNTS_KEY: &str = "faas:token-counts";
+/// What the Redis set of one tenant's token ids is named, followed by the tenant's
+/// name (a valid name: no separator or pattern character). The scripts that create,
+/// revoke and write back tokens keep it in the same step as the token's record.
+const TENANT_TOKENS_PREFIX: &str = "faas:tenant-tokens:";
+/// Set once every token in `faas:tokens` is in its tenant's set: a Redis that holds
+/// tokens without it (written before the sets existed) has them indexed at connect.
+const TOKEN_SETS_BUILT_KEY: &str = "faas:tenant-tokens-built";
 /// The Redis set of removed tenants whose data is still being removed
 /// ([`TenantStore::remove_tenant`], [`TenantStore::release_name`]).
 const LEAVING_KEY: &str = "faas:tenants-leaving";
@@ -412,30 +417,23 @@ if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return -1 end
 return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])";
 
 /// Creates a tenant's token in one step, refusing a tenant that does not exist (0) or
-/// holds `ARGV[5]` tokens already (-1); 1 when created. A tenant the counts miss is
-/// counted from its tokens, once. KEYS: tenants, tokens, hashes, token counts. ARGV:
-/// tenant, id, record, hash, the most tokens.
+/// holds `ARGV[5]` tokens already (-1); 1 when created. KEYS: tenants, tokens, hashes,
+/// the tenant's token set. ARGV: tenant, id, record, hash, the most tokens.
 const CREATE_TOKEN: &str = "
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-local count = tonumber(redis.call('HGET', KEYS[4], ARGV[1]))
-if not count then
-  count = 0
-  for _, record in ipairs(redis.call('HVALS', KEYS[2])) do
-    if cjson.decode(record).tenant == ARGV[1] then count = count + 1 end
-  end
-end
-redis.call('HSET', KEYS[4], ARGV[1], count)
-if count >= tonumber(ARGV[5]) then return -1 end
+if redis.call('SCARD', KEYS[4]) >= tonumber(ARGV[5]) then return -1 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
-redis.call('HINCRBY', KEYS[4], ARGV[1], 1)
+redis.call('SADD', KEYS[4], ARGV[2])
 return 1";
 
 /// Removes a tenant, revokes its tokens and marks its name leaving in one step, unless
 /// KEYS[6] (if given), a hash of deployment records (JSON with `workflow.tenant`),
 /// holds a workflow of the tenant. Returns `{revoked, {}}`, `{-1, {}}` when there is no
-/// tenant, or `{-2, workflows}` when it has some. KEYS: tenants, tokens, hashes, token
-/// counts, leaving[, deployments]. ARGV: tenant.
+/// tenant, or `{-2, workflows}` when it has some. Every token record is read, not only
+/// the tenant's set: an operator's removal is rare, and a token it missed would act for
+/// a tenant created later under the same name. KEYS: tenants, tokens, hashes, the
+/// tenant's token set, leaving[, deployments]. ARGV: tenant.
 const REMOVE_TENANT: &str = "
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {-1, {}} end
 if KEYS[6] then
@@ -449,7 +447,7 @@ if KEYS[6] then
   if #owned > 0 then return {-2, owned} end
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('DEL', KEYS[4])
 redis.call('SADD', KEYS[5], ARGV[1])
 local revoked = 0
 local all = redis.call('HGETALL', KEYS[2])
@@ -472,18 +470,47 @@ if current ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1";
 
-/// Revokes a token; returns its record, or nil. KEYS: tokens, hashes, token counts.
-/// ARGV: id.
+/// Revokes a token; returns its record, or nil. KEYS: tokens, hashes. ARGV: id, the
+/// prefix of the tenants' token sets.
 const REVOKE_TOKEN: &str = "
 local record = redis.call('HGET', KEYS[1], ARGV[1])
 if not record then return false end
 local token = cjson.decode(record)
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], token.secret_sha256)
-if redis.call('HEXISTS', KEYS[3], token.tenant) == 1 then
-  redis.call('HINCRBY', KEYS[3], token.tenant, -1)
-end
+redis.call('SREM', ARGV[2] .. token.tenant, ARGV[1])
 return record";
+
+/// The records of the tokens of the tenant whose token set is KEYS[2], in one step
+/// (an id whose record is gone is left out). KEYS: tokens, the tenant's token set.
+const TENANT_TOKENS: &str = "
+local ids = redis.call('SMEMBERS', KEYS[2])
+if #ids == 0 then return {} end
+local records = {}
+for _, record in ipairs(redis.call('HMGET', KEYS[1], unpack(ids))) do
+  if record then table.insert(records, record) end
+end
+return records";
+
+/// Writes token record ARGV[2] under id ARGV[1] unless one is there, and puts it in
+/// its tenant's set in the same step; 1 if written. KEYS: tokens. ARGV: id, record, the
+/// prefix of the tenants' token sets.
+const WRITE_BACK_TOKEN: &str = "
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('SADD', ARGV[3] .. cjson.decode(ARGV[2]).tenant, ARGV[1])
+return 1";
+
+/// Puts every token in its tenant's set, once (KEYS[2] marks it done): for tokens
+/// written before the sets existed. KEYS: tokens, the mark. ARGV: the prefix of the
+/// tenants' token sets.
+const BUILD_TOKEN_SETS: &str = "
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  redis.call('SADD', ARGV[1] .. cjson.decode(all[i + 1]).tenant, all[i])
+end
+redis.call('SET', KEYS[2], 1)
+return 1";
 
 /// The tenant of the token whose secret has this hash, while the tenant exists; else
 /// nil. KEYS: tenants, tokens, hashes. ARGV: hash.
@@ -515,6 +542,14 @@ impl TenantStore {
             .map_err(|err| match err {
                 ConnectError::Url(err) | ConnectError::Unreachable(err) => TenantError::Redis(err),
             })?;
+        redis::cmd("EVAL")
+            .arg(BUILD_TOKEN_SETS)
+            .arg(2)
+            .arg(TOKENS_KEY)
+            .arg(TOKEN_SETS_BUILT_KEY)
+            .arg(TENANT_TOKENS_PREFIX)
+            .run::<i64>(&connection)
+            .await?;
         Ok(Self {
             backend: Backend::Redis(connection),
         })
@@ -793,11 +828,12 @@ impl TenantStore {
                 revoked as i64
             }
             Backend::Redis(connection) => {
+                let tenant_tokens = tenant_tokens_key(name);
                 let mut keys = vec![
                     TENANTS_KEY,
                     TOKENS_KEY,
                     HASHES_KEY,
-                    TOKEN_COUNTS_KEY,
+                    &tenant_tokens,
                     LEAVING_KEY,
                 ];
                 if let TenantWorkflows::InRedisHash(hash) = deployed {
@@ -962,7 +998,7 @@ impl TenantStore {
                     .arg(TENANTS_KEY)
                     .arg(TOKENS_KEY)
                     .arg(HASHES_KEY)
-                    .arg(TOKEN_COUNTS_KEY)
+                    .arg(tenant_tokens_key(tenant))
                     .arg(tenant)
                     .arg(&info.id)
                     .arg(to_json(&record))
@@ -999,13 +1035,30 @@ impl TenantStore {
                 let rows = statement.query_map([tenant], token_info).map_err(doing())?;
                 rows.collect::<Result<Vec<_>, _>>().map_err(doing())
             })?,
-            Backend::Redis(_) => self
-                .redis_records::<TokenRecord>(TOKENS_KEY)
-                .await?
-                .into_iter()
-                .map(|record| record.info)
-                .filter(|info| tenant.is_none_or(|tenant| info.tenant == tenant))
-                .collect(),
+            Backend::Redis(connection) => {
+                let records = match tenant {
+                    Some(tenant) => {
+                        let records: Vec<String> = redis::cmd("EVAL")
+                            .arg(TENANT_TOKENS)
+                            .arg(2)
+                            .arg(TOKENS_KEY)
+                            .arg(tenant_tokens_key(tenant))
+                            .run(connection)
+                            .await?;
+                        records
+                            .iter()
+                            .map(|json| from_json::<TokenRecord>(tenant, json))
+                            .collect::<Result<Vec<_>, _>>()?
+                    }
+                    None => self.redis_records::<TokenRecord>(TOKENS_KEY).await?,
+                };
+                records
+                    .into_iter()
+                    .map(|record| record.info)
+                    // A set names only its tenant's tokens; checked all the same.
+                    .filter(|info| tenant.is_none_or(|tenant| info.tenant == tenant))
+                    .collect()
+            }
         };
         tokens.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         Ok(tokens)
@@ -1060,11 +1113,11 @@ impl TenantStore {
             Backend::Redis(connection) => {
                 let json: Option<String> = redis::cmd("EVAL")
                     .arg(REVOKE_TOKEN)
-                    .arg(3)
+                    .arg(2)
                     .arg(TOKENS_KEY)
                     .arg(HASHES_KEY)
-                    .arg(TOKEN_COUNTS_KEY)
                     .arg(id)
+                    .arg(TENANT_TOKENS_PREFIX)
                     .run(connection)
                     .await?;
                 json.map(|json| from_json::<TokenRecord>(id, &json))
@@ -1143,12 +1196,17 @@ impl TenantStore {
         };
         for (key, fields) in COPIED_KEYS.iter().zip(&copy.hashes) {
             for (field, value) in fields {
-                redis::cmd("HSETNX")
-                    .arg(key)
-                    .arg(field)
-                    .arg(value)
-                    .run::<()>(connection)
-                    .await?;
+                let write = if *key == TOKENS_KEY {
+                    let mut script = redis::cmd("EVAL");
+                    script.arg(WRITE_BACK_TOKEN).arg(1).arg(key);
+                    script.arg(field).arg(value).arg(TENANT_TOKENS_PREFIX);
+                    script
+                } else {
+                    let mut hsetnx = redis::cmd("HSETNX");
+                    hsetnx.arg(key).arg(field).arg(value);
+                    hsetnx
+                };
+                write.run::<()>(connection).await?;
             }
         }
         Ok(())
@@ -1167,6 +1225,11 @@ impl TenantStore {
             .map(|(field, json)| from_json(field, json))
             .collect()
     }
+}
+
+/// The Redis set of `tenant`'s token ids.
+fn tenant_tokens_key(tenant: &str) -> String {
+    format!("{TENANT_TOKENS_PREFIX}{tenant}")
 }
 
 /// The hex SHA-256 of a token secret: what is stored in its place.
@@ -1422,30 +1485,80 @@ mod tests {
         .await;
     }
 
+    /// The labels of `tenant`'s tokens, oldest first.
+    async fn labels(store: &TenantStore, tenant: &str) -> Vec<String> {
+        let tokens = store.tokens(Some(tenant)).await.unwrap();
+        tokens.into_iter().map(|token| token.label).collect()
+    }
+
     #[tokio::test]
-    async fn tokens_redis_lost_the_count_of_are_counted_again() {
+    async fn a_tenants_token_set_is_rebuilt_after_redis_lost_it_and_still_bounds_its_tokens() {
         let server = RedisServer::start();
         let store = TenantStore::redis(&server.url()).await.unwrap();
         store.create_tenant("mallory").await.unwrap();
+        store.create_tenant("victim").await.unwrap();
+        store.create_token("victim", "kept").await.unwrap();
         for i in 0..MAX_TOKENS_PER_TENANT - 1 {
-            store
-                .create_token("mallory", &format!("{i}"))
-                .await
-                .unwrap();
+            let label = format!("{i}");
+            store.create_token("mallory", &label).await.unwrap();
         }
-        // As after a restore of the tenants and tokens without their counts.
         let client = redis::Client::open(server.url()).unwrap();
-        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+        // As a Redis written before the sets existed: they are built at connect.
+        let sets = [
+            tenant_tokens_key("mallory"),
+            tenant_tokens_key("victim"),
+            TOKEN_SETS_BUILT_KEY.to_owned(),
+        ];
         let _: () = redis::cmd("DEL")
-            .arg(TOKEN_COUNTS_KEY)
-            .query_async(&mut connection)
+            .arg(&sets)
+            .query_async(&mut redis)
             .await
             .unwrap();
+        assert!(
+            labels(&store, "victim").await.is_empty(),
+            "the sets are gone"
+        );
+        let store = TenantStore::redis(&server.url()).await.unwrap();
+        assert_eq!(labels(&store, "victim").await, ["kept"]);
+        assert_eq!(
+            labels(&store, "mallory").await.len(),
+            MAX_TOKENS_PER_TENANT - 1
+        );
+        // As a Redis that lost everything, then had the copy written back.
+        let copy = store.copy().await.unwrap().unwrap();
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        store.write_back(&copy).await.unwrap();
+        assert_eq!(labels(&store, "victim").await, ["kept"]);
         store.create_token("mallory", "last").await.unwrap();
         assert!(matches!(
             store.create_token("mallory", "past").await,
             Err(TenantError::TooManyTokens(_))
         ));
+        // A revoke leaves the set too, and makes room.
+        let first = &store.tokens(Some("mallory")).await.unwrap()[0];
+        store.revoke_token(&first.id).await.unwrap();
+        assert_eq!(
+            labels(&store, "mallory").await.len(),
+            MAX_TOKENS_PER_TENANT - 1
+        );
+        store.create_token("mallory", "again").await.unwrap();
+        // A removed tenant's set goes with it, so a tenant made later under the name
+        // starts with none.
+        assert_eq!(
+            store
+                .remove_tenant("mallory", TenantWorkflows::Listed(&[]))
+                .await
+                .unwrap(),
+            100
+        );
+        store.release_name("mallory").await.unwrap();
+        store.create_tenant("mallory").await.unwrap();
+        assert!(labels(&store, "mallory").await.is_empty());
+        assert_eq!(labels(&store, "victim").await, ["kept"]);
     }
 
     #[tokio::test]
