@@ -482,6 +482,12 @@ impl ServicesBackend {
     async fn write_back(&self, registry: &Registry) -> Result<(), WriteBackError> {
         // Tenants first: a deployment written back serves its tenant's tokens.
         self.write_back_tenants(registry).await?;
+        // Revisions go on past every one this gateway serves, in either mode: the
+        // operator's deploys from Workflow resources too, or a revision counted
+        // again from 1 would name other code than the one the gateways and workers
+        // hold under it.
+        let newest = registry.list().iter().map(|d| d.revision).max();
+        self.shared.raise_revision(newest.unwrap_or(0)).await?;
         // With Workflow resources the operator writes the records back from them.
         let deployments = match self.target {
             DeployTarget::Staging => registry.list(),
@@ -495,7 +501,6 @@ impl ServicesBackend {
         }
         for deployment in deployments {
             let stored = self.put_components(deployment.components()).await?;
-            self.shared.raise_revision(deployment.revision).await?;
             let record = DeploymentRecord {
                 workflow: deployment.workflow.clone(),
                 digest: deployment.digest.clone(),
@@ -522,8 +527,18 @@ impl ServicesBackend {
             return;
         }
         *copied_at = Some(std::time::Instant::now());
-        match tenants.copy().await {
-            Ok(copy) => *self.lock_tenants_copy() = copy,
+        // Kept only if the same epoch held before and after it was read: a Redis that
+        // restarted empty meanwhile would give an empty copy, and writing that back
+        // would restore no tenant at all.
+        let epoch = self.shared.epoch().await;
+        let copy = tenants.copy().await;
+        let same_epoch = match (epoch, self.shared.epoch().await) {
+            (Ok(Some(before)), Ok(Some(after))) => before == after,
+            _ => false,
+        };
+        match copy {
+            Ok(copy) if same_epoch => *self.lock_tenants_copy() = copy,
+            Ok(_) => tracing::debug!("the shared state changed epoch while copied; not kept"),
             Err(err) => tracing::warn!("reading the tenants to keep a copy failed: {err}"),
         }
     }

@@ -37,6 +37,9 @@ const PLACEMENTS: &str = "faas:placements";
 const COMPONENTS: &str = "faas:components";
 /// The last revision handed out.
 const REVISION: &str = "faas:revision";
+/// Sets KEYS[1] to ARGV[1] unless it holds that or more already.
+const RAISE_REVISION: &str = "if (tonumber(redis.call('get', KEYS[1])) or 0) < tonumber(ARGV[1]) then \
+     redis.call('set', KEYS[1], ARGV[1]) end return 1";
 /// A random id set when the shared state was first written: if it vanishes, Redis lost
 /// the state (an empty restart) and the gateways write back what they serve.
 const EPOCH: &str = "faas:epoch";
@@ -558,11 +561,15 @@ impl SharedState {
     /// # Errors
     /// [`SharedStateError::Redis`].
     pub async fn raise_revision(&self, revision: u64) -> Result<(), SharedStateError> {
-        let mut conn = self.conn();
-        let current: Option<u64> = conn.get(REVISION).await?;
-        if current.unwrap_or(0) < revision {
-            let _: () = conn.set(REVISION, revision).await?;
-        }
+        // In one step: between a read and a write, another gateway's `INCR` could
+        // hand out the number this then sets again.
+        let _: i64 = redis::cmd("EVAL")
+            .arg(RAISE_REVISION)
+            .arg(1)
+            .arg(REVISION)
+            .arg(revision)
+            .query_async(&mut self.conn())
+            .await?;
         Ok(())
     }
 

@@ -140,6 +140,11 @@ pub(crate) struct Context {
     /// Reconciles in a row that left a Workflow refused for a cause outside its spec
     /// (quota, name, route, tenant), by `namespace/name`, for its requeue backoff.
     refusals: Mutex<HashMap<String, u32>>,
+    /// The highest revision seen in a deployment record. A deploy raises the revision
+    /// counter past it first: after Redis lost its state, the counter (and every
+    /// record) is gone, and revisions counted from 1 again would name, to the gateways
+    /// and workers that still hold the old ones, other code than they loaded.
+    pub(crate) revision_floor: std::sync::atomic::AtomicU64,
 }
 
 impl Context {
@@ -198,6 +203,7 @@ pub async fn run(
         fetching,
         failures: Mutex::new(HashMap::new()),
         refusals: Mutex::new(HashMap::new()),
+        revision_floor: std::sync::atomic::AtomicU64::new(0),
     });
     let stopped = tokio::select! {
         lost = leadership.lost() => {

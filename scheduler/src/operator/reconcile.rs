@@ -17,6 +17,7 @@ use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How soon a Workflow that is not Ready yet is looked at again; for one refused by
@@ -282,10 +283,16 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
     };
     let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
+    let floor = context.revision_floor.load(Ordering::Relaxed);
+    context.shared.raise_revision(floor).await?;
+    let revision = context.shared.next_revision().await?;
+    context
+        .revision_floor
+        .fetch_max(revision, Ordering::Relaxed);
     let record = DeploymentRecord {
         workflow: valid.workflow,
         digest,
-        revision: context.shared.next_revision().await?,
+        revision,
         deployed_at: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_secs()),
@@ -368,6 +375,10 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
     let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
     let deployments = context.shared.deployments().await?;
+    let newest = deployments.values().map(|record| record.revision).max();
+    context
+        .revision_floor
+        .fetch_max(newest.unwrap_or(0), Ordering::Relaxed);
     let ours = ours(&deployments, workflow);
     let refuse = |reason, message| {
         Ok(Checked::Settled(Deployed {

@@ -27,7 +27,26 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 /// Loaded revisions by workflow name.
-type Slots = RwLock<HashMap<String, (u64, Arc<LoadedWorkflow>)>>;
+type Slots = RwLock<HashMap<String, (Version, Arc<LoadedWorkflow>)>>;
+
+/// Which deploy of a workflow a worker holds: its revision and its digest. The number
+/// alone does not say: after Redis lost its state, revisions count from 1 again (the
+/// Kubernetes operator deploys every Workflow anew), and a revision loaded before then
+/// would go on serving the old code, or failing, in place of the new deploy's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Version {
+    revision: u64,
+    digest: String,
+}
+
+impl Version {
+    fn of(record: &DeploymentRecord) -> Self {
+        Self {
+            revision: record.revision,
+            digest: record.digest.clone(),
+        }
+    }
+}
 
 /// How a worker takes part in services mode.
 #[derive(Debug, Clone)]
@@ -74,7 +93,7 @@ pub struct Node {
     staged: Slots,
     /// The revision whose load failed last, and why, so a bad deploy is reported and
     /// not retried.
-    failed: RwLock<HashMap<String, (u64, Refusal)>>,
+    failed: RwLock<HashMap<String, (Version, Refusal)>>,
     /// For workflows that spread their branches: the other workers holding them.
     peers: RwLock<HashMap<String, Arc<[Peer]>>>,
     /// Places for branch calls over Unix sockets waiting for their replies, each on a
@@ -344,11 +363,14 @@ impl Node {
     ) -> Option<(u64, Arc<LoadedWorkflow>)> {
         let latest = |slots: &Slots| {
             let slots = slots.read().unwrap_or_else(|p| p.into_inner());
-            slots.get(name).cloned()
+            let (version, workflow) = slots.get(name)?;
+            Some((version.revision, workflow.clone()))
         };
         revision
             .and_then(|revision| {
-                slot(&self.staged, name, revision).map(|loaded| (revision, loaded))
+                let staged = self.staged.read().unwrap_or_else(|p| p.into_inner());
+                let (version, workflow) = staged.get(name)?;
+                (version.revision == revision).then(|| (revision, workflow.clone()))
             })
             .or_else(|| latest(&self.loaded))
             .or_else(|| latest(&self.staged))
@@ -412,13 +434,13 @@ impl Node {
         self.staged
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|name, (revision, _)| {
+            .retain(|name, (version, _)| {
                 mine_staged
                     .get(name)
-                    .is_some_and(|record| record.revision == *revision)
+                    .is_some_and(|record| Version::of(record) == *version)
                     || mine
                         .get(name)
-                        .is_some_and(|live| live.revision == *revision)
+                        .is_some_and(|live| Version::of(live) == *version)
             });
         for name in reported_staged
             .keys()
@@ -515,24 +537,25 @@ impl Node {
     async fn load(&self, record: &DeploymentRecord, staged: bool) -> Option<LoadStatus> {
         let name = &record.workflow.name;
         let revision = record.revision;
+        let version = Version::of(record);
         let slots = if staged { &self.staged } else { &self.loaded };
-        if let Some(workflow) = slot(slots, name, revision) {
+        if let Some(workflow) = slot(slots, name, &version) {
             return Some(ready(revision, &workflow));
         }
         let promoted = (!staged)
             .then(|| {
                 let mut slots = self.staged.write().unwrap_or_else(|p| p.into_inner());
-                let held = slots.get(name).is_some_and(|(held, _)| *held == revision);
+                let held = slots.get(name).is_some_and(|(held, _)| *held == version);
                 held.then(|| slots.remove(name)).flatten()
             })
             .flatten();
-        if let Some((_, workflow)) = promoted {
+        if let Some((version, workflow)) = promoted {
             tracing::info!(workflow = name, revision, "staged revision now live");
             let status = ready(revision, &workflow);
             self.loaded
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(name.clone(), (revision, workflow));
+                .insert(name.clone(), (version, workflow));
             return Some(status);
         }
         let failed = self
@@ -540,7 +563,7 @@ impl Node {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
-            .filter(|(failed, _)| *failed == revision)
+            .filter(|(failed, _)| *failed == version)
             .map(|(_, error)| error.clone());
         let retried = failed.is_some();
         let result = match failed {
@@ -565,7 +588,7 @@ impl Node {
                 slots
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(name.clone(), (revision, Arc::new(workflow)));
+                    .insert(name.clone(), (version, Arc::new(workflow)));
                 status
             }
             Err(refusal) => {
@@ -576,7 +599,7 @@ impl Node {
                 self.failed
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(name.clone(), (revision, refusal.clone()));
+                    .insert(name.clone(), (version, refusal.clone()));
                 LoadStatus {
                     revision,
                     error: Some(refusal.message),
@@ -633,12 +656,12 @@ struct Refusal {
     kind: LoadErrorKind,
 }
 
-/// What `slots` hold for workflow `name` at `revision`.
-fn slot(slots: &Slots, name: &str, revision: u64) -> Option<Arc<LoadedWorkflow>> {
+/// What `slots` hold for workflow `name` at `version`.
+fn slot(slots: &Slots, name: &str, version: &Version) -> Option<Arc<LoadedWorkflow>> {
     let slots = slots.read().unwrap_or_else(|p| p.into_inner());
     slots
         .get(name)
-        .filter(|(loaded, _)| *loaded == revision)
+        .filter(|(loaded, _)| loaded == version)
         .map(|(_, workflow)| workflow.clone())
 }
 
