@@ -642,10 +642,11 @@ impl ServicesBackend {
             .collect())
     }
 
-    /// Removes `tenant` from `tenants` unless it has workflows. With Workflow
-    /// resources those declared in its namespace count; otherwise the deployments in
+    /// Removes `tenant` from `tenants` unless it has workflows: the deployments in
     /// Redis, read in the same step as the removal (a deploy through another gateway
-    /// either lands before it and stops it, or fails: [`SharedState::promote_deployment`]).
+    /// either lands before it and stops it, or fails: [`SharedState::promote_deployment`]),
+    /// and with Workflow resources also those declared in its namespace (deployed or
+    /// not). A record whose resource is gone counts until the operator removes it.
     /// Returns how many tokens were revoked.
     pub(crate) async fn remove_tenant(
         &self,
@@ -653,11 +654,16 @@ impl ServicesBackend {
         tenant: &str,
     ) -> Result<u64, DeployError> {
         let declared;
-        let deployed = if let DeployTarget::Resources(_) = &self.target {
-            declared = self.workflows_of(tenant).await?;
-            TenantWorkflows::Listed(&declared)
-        } else {
-            TenantWorkflows::InRedisHash(DEPLOYMENTS)
+        let deployed = match &self.target {
+            DeployTarget::Resources(_) => {
+                declared = self.workflows_of(tenant).await?;
+                if declared.is_empty() {
+                    TenantWorkflows::InRedisHash(DEPLOYMENTS)
+                } else {
+                    TenantWorkflows::Listed(&declared)
+                }
+            }
+            DeployTarget::Staging => TenantWorkflows::InRedisHash(DEPLOYMENTS),
         };
         Ok(tenants.remove_tenant(tenant, deployed).await?)
     }

@@ -924,6 +924,150 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
 }
 
 #[test]
+fn a_demand_nothing_serves_expires_so_one_tenant_cannot_keep_the_workers_up() {
+    let cluster = Cluster::start(1, &["--scale-to-zero-after", "3"]);
+    let sha = cluster.put_hello();
+    let shared = cluster.shared();
+    // A Workflow with more replicas than there are workers is never placed, so the
+    // demand its deploy signalled is never served; and a gateway a sync behind
+    // signals demand for a workflow that is gone.
+    let greedy = "  workflow:\n    replicas: 2\n";
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "greedy",
+        "/greedy",
+        &sha,
+        None,
+        greedy,
+    ));
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "sleeper",
+        "/sleeper",
+        &sha,
+        None,
+        "",
+    ));
+    cluster
+        .runtime
+        .block_on(shared.signal_demand("gone"))
+        .unwrap();
+    cluster.wait_for("the workers to be scaled to zero", |c| {
+        c.worker_replicas() == "0"
+    });
+    let demand = cluster.runtime.block_on(shared.demand()).unwrap();
+    assert!(demand.is_empty(), "stale demand kept: {demand:?}");
+    // A demand signalled now still brings the workers back for a Workflow that can run.
+    cluster
+        .runtime
+        .block_on(shared.signal_demand("sleeper"))
+        .unwrap();
+    cluster.wait_for("the workers to be scaled back up", |c| {
+        c.worker_replicas() == "1"
+    });
+    cluster.wait_condition("sleeper", "Ready", "True", "Ready");
+}
+
+#[test]
+fn after_redis_restarts_empty_redeploys_get_revisions_past_the_ones_before() {
+    let mut cluster = Cluster::start(1, &[]);
+    let sha = cluster.put_hello();
+    let names = ["first", "second", "third"];
+    for name in names {
+        let route = format!("/{name}");
+        cluster.apply(&hello_workflow(
+            &cluster.tenant,
+            name,
+            &route,
+            &sha,
+            None,
+            "",
+        ));
+    }
+    let revision = |c: &Cluster, name: &str| {
+        c.workflow(name)
+            .and_then(|w| w["status"]["revision"].as_u64())
+    };
+    let mut before = 0;
+    for name in names {
+        cluster.wait_for(&format!("{name} to be deployed"), |c| {
+            revision(c, name).is_some()
+        });
+        before = before.max(revision(&cluster, name).unwrap());
+    }
+    // Redis loses everything: the operator deploys every Workflow again once the
+    // tenant and the component are back (as a gateway's write-back would put them).
+    cluster.redis.restart();
+    cluster.runtime.block_on(async {
+        let tenants = TenantStore::redis(&cluster.redis.url()).await.unwrap();
+        tenants.create_tenant(&cluster.tenant).await.unwrap();
+    });
+    cluster.put_hello();
+    // Counted from 1 again, a revision would name other code than gateways and
+    // workers hold under that number (and a gateway keeps a deployment whose revision
+    // is above the record's).
+    for name in names {
+        cluster.wait_for(
+            &format!("{name} to be deployed past revision {before}"),
+            |c| revision(c, name).is_some_and(|after| after > before),
+        );
+    }
+}
+
+#[test]
+fn a_workflow_deleted_without_its_finalizer_loses_its_record_and_others_keep_theirs() {
+    let cluster = Cluster::start(1, &[]);
+    let sha = cluster.put_hello();
+    for name in ["stripped", "kept"] {
+        let route = format!("/{name}");
+        cluster.apply(&hello_workflow(
+            &cluster.tenant,
+            name,
+            &route,
+            &sha,
+            None,
+            "",
+        ));
+        cluster.wait_condition(name, "Ready", "True", "Ready");
+    }
+    // The tenant deletes the resource and strips its finalizer before the operator's
+    // cleanup runs (the operator is paused, as a busy one would be slow): the API
+    // server lets it go at once, and that cleanup never runs for it.
+    let operator = cluster.operator.as_ref().unwrap();
+    operator.signal(libc::SIGSTOP);
+    cluster.plane.kubectl_ok([
+        "delete",
+        "workflows.faas.dev",
+        "stripped",
+        "--namespace",
+        &cluster.tenant,
+        "--wait=false",
+    ]);
+    cluster.plane.kubectl_ok([
+        "patch",
+        "workflows.faas.dev",
+        "stripped",
+        "--namespace",
+        &cluster.tenant,
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    assert!(
+        cluster.workflow("stripped").is_none(),
+        "the resource is gone"
+    );
+    operator.signal(libc::SIGCONT);
+    let records = |c: &Cluster| c.runtime.block_on(c.shared().deployments()).unwrap();
+    cluster.wait_for("the orphaned record to be removed", |c| {
+        !records(c).contains_key("stripped")
+    });
+    assert!(records(&cluster).contains_key("kept"));
+    let kept = cluster.wait_condition("kept", "Ready", "True", "Ready");
+    assert_eq!(kept["status"]["replicas"], 1);
+}
+
+#[test]
 fn only_the_lease_holder_operates_and_a_successor_takes_over() {
     let mut cluster = Cluster::start(1, &METRICS);
     let sha = cluster.put_hello();

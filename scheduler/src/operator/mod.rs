@@ -7,6 +7,8 @@
 //! - [`components`]: fetching a component from its URL into Redis, SHA-256 verified.
 //! - [`observe`]: a deployment's placement and load status as the Workflow's status.
 //! - [`pods`]: a deleted worker pod's worker is forgotten at once.
+//! - [`orphans`]: records whose Workflow went without the finalizer's cleanup are
+//!   removed.
 //! - [`scale`]: the worker Deployment scaled to zero when idle and back on demand.
 //! - [`leader`]: only the holder of a Lease reconciles, places and scales.
 //! - [`events`]: Kubernetes Events for what changed (deployed, refused, Ready, placed,
@@ -23,6 +25,7 @@ mod fetch_client;
 mod leader;
 mod metrics;
 mod observe;
+mod orphans;
 mod pods;
 mod reconcile;
 mod scale;
@@ -214,6 +217,7 @@ pub async fn run(
         () = place(context.clone()) => Ok(()),
         () = pods::follow(context.clone()) => Ok(()),
         () = scale::run(context.clone()) => Ok(()),
+        () = orphans::sweep(context.clone()) => Ok(()),
         () = reconcile::run(context.clone()) => Ok(()),
     };
     leadership.release().await;

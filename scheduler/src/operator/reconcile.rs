@@ -512,35 +512,47 @@ fn digest(workflow: &Workflow) -> String {
 async fn cleanup(workflow: &Workflow, context: &Context) -> Result<Action, ReconcileError> {
     context.metrics.workflow_state(&object_key(workflow), None);
     context.refusals().remove(&object_key(workflow));
-    let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
+    remove_record(context, &workflow.name_any(), &tenant, None).await?;
+    Ok(Action::await_change())
+}
+
+/// Removes the deployment record of workflow `name` if it is `tenant`'s (a name held
+/// by another tenant's workflow is not this resource's to remove) and, if `revision`
+/// is given, still at that revision.
+pub(crate) async fn remove_record(
+    context: &Context,
+    name: &str,
+    tenant: &str,
+    revision: Option<u64>,
+) -> Result<(), ReconcileError> {
     let _guard = context.deploy_lock.lock().await;
     let deployments = context.shared.deployments().await?;
-    // A name held by another tenant's workflow is not this resource's to remove.
-    if deployments
-        .get(&name)
-        .is_none_or(|record| record.workflow.tenant != tenant)
-    {
-        return Ok(Action::await_change());
+    if deployments.get(name).is_none_or(|record| {
+        record.workflow.tenant != tenant || revision.is_some_and(|r| r != record.revision)
+    }) {
+        return Ok(());
     }
     let holder = format!("faas-operator/{}", context.config.identity);
     if !context
         .shared
-        .lock_workflow(&name, &holder, REMOVE_LEASE)
+        .lock_workflow(name, &holder, REMOVE_LEASE)
         .await?
     {
-        return Err(ReconcileError::Busy(name));
+        return Err(ReconcileError::Busy(name.to_owned()));
     }
-    let removed = context.shared.remove_deployment(&name, &holder).await;
-    context.shared.unlock_workflow(&name, &holder).await?;
+    let removed = context.shared.remove_deployment(name, &holder).await;
+    context.shared.unlock_workflow(name, &holder).await?;
     if !removed? {
-        return Err(ReconcileError::Busy(name));
+        return Err(ReconcileError::Busy(name.to_owned()));
     }
     tracing::info!(workflow = %name, tenant = %tenant, "removed");
+    // Nothing will serve its held events now: they fail at the gateway.
+    clear_demand(context, name).await?;
     context.place_now.notify_one();
     // The name, routes and quota it held may be what a refused Workflow waits for.
     context.reconcile_all.notify_one();
-    Ok(Action::await_change())
+    Ok(())
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ impl Scaler {
             .scaled_to_zero
             .store(current == 0, Ordering::Relaxed);
         context.metrics.worker_replicas(current);
-        let demand = context.shared.demand().await?;
+        let demand = self.live_demand(context).await?;
         let newest_demand = demand.values().copied().max();
         if !demand.is_empty() {
             self.demand_seen = unix_millis();
@@ -108,6 +108,29 @@ impl Scaler {
         Ok(())
     }
 
+    /// The demands signalled within the last [`demand_lifetime`], with when. Older
+    /// ones are cleared: a held event signals again every second while it waits, and
+    /// a deploy's signal has had that long to bring a worker, so an older one is for
+    /// a Workflow that cannot be placed (more replicas than workers), that failed to
+    /// load without saying so, or that is gone (signalled by a gateway a sync behind).
+    /// Kept, it would hold the workers up for one tenant's Workflow forever.
+    async fn live_demand(
+        &self,
+        context: &Context,
+    ) -> Result<std::collections::BTreeMap<String, u64>, SharedStateError> {
+        let mut demand = context.shared.demand().await?;
+        let oldest_live =
+            unix_millis().saturating_sub(demand_lifetime(&context.config).as_millis() as u64);
+        let stale: Vec<(String, u64)> = demand.extract_if(.., |_, at| *at < oldest_live).collect();
+        for (name, at) in stale {
+            // Only up to the stamp read: a demand signalled since stays.
+            if context.shared.clear_demand(&name, at).await? {
+                tracing::info!(workflow = %name, "a demand no event renewed expired");
+            }
+        }
+        Ok(demand)
+    }
+
     /// Whether no workflow had an event for `--scale-to-zero-after` (counted from the
     /// operator's start, the last scale-up and the last demand seen too).
     async fn idle(&self, context: &Context) -> Result<bool, SharedStateError> {
@@ -127,6 +150,14 @@ impl Scaler {
             .max(self.demand_seen);
         Ok(unix_millis().saturating_sub(since) >= after.as_millis() as u64)
     }
+}
+
+/// How long a demand holds the workers up unless it is signalled again: the idle
+/// window the workers are scaled to zero after, or five minutes if they never are.
+fn demand_lifetime(config: &super::OperatorConfig) -> std::time::Duration {
+    config
+        .scale_to_zero_after
+        .unwrap_or(std::time::Duration::from_secs(300))
 }
 
 fn unix_millis() -> u64 {
