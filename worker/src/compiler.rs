@@ -16,7 +16,9 @@
 //!   [`MEMORY_POLL`]); should the machine run out first, it is the first process the
 //!   OOM killer takes (`oom_score_adj` 1000), not the worker;
 //! - runs at nice 10, as the worker's own compile threads do (`compile_threads.rs`),
-//!   and is killed with the worker (`PR_SET_PDEATHSIG`).
+//!   and is killed with the worker (`PR_SET_PDEATHSIG`);
+//! - starts with an empty environment and, once it has read the component, reaches no
+//!   file, TCP address or signal target (`compile_sandbox.rs`).
 //!
 //! Resident memory, not an address-space limit (`RLIMIT_AS`, `RLIMIT_DATA`): the
 //! allocator and Wasmtime reserve far more address space than they touch (a compile
@@ -179,6 +181,9 @@ fn in_child(
     let mut child = Command::new(program)
         .arg(CHILD_COMMAND)
         .args(child_args(codegen))
+        // The worker's environment may hold credentials (`FAAS_TOKEN`, a Redis URL
+        // with its password): the child needs none of it.
+        .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -423,6 +428,9 @@ fn child(args: &[String]) -> Result<(), String> {
     std::io::stdin()
         .read_to_end(&mut component)
         .map_err(|err| format!("reading the component: {err}"))?;
+    // Before the first byte of the component is parsed; stdout is open already.
+    crate::compile_sandbox::enter()
+        .map_err(|err| format!("entering the compile sandbox: {err}"))?;
     let engine = Engine::new(&codegen.config()).map_err(|err| format!("{err:#}"))?;
     let artifact = engine
         .precompile_component(&component)

@@ -19,6 +19,7 @@
 //! hands it requests; it never parses HTTP routes or workflow files itself.
 
 pub mod cache;
+mod compile_sandbox;
 mod compile_threads;
 pub mod compiler;
 pub mod config;
