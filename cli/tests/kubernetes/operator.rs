@@ -168,6 +168,28 @@ impl Cluster {
         sha
     }
 
+    /// Applies the hello Workflow `name` (component `sha`) on route `/<name>`, with
+    /// `extra` lines at the end of its spec.
+    fn apply_hello(&self, sha: &str, name: &str, extra: &str) {
+        let route = format!("/{name}");
+        self.apply(&hello_workflow(
+            &self.tenant,
+            name,
+            &route,
+            sha,
+            None,
+            extra,
+        ));
+    }
+
+    /// Signals demand for workflow `name`, as a gateway's activator holding an event
+    /// for it does.
+    fn signal_demand(&self, name: &str) {
+        self.runtime
+            .block_on(self.shared().signal_demand(name))
+            .unwrap();
+    }
+
     fn registered_workers(&self) -> Vec<String> {
         let shared = self.shared();
         let workers = self.runtime.block_on(shared.workers()).unwrap();
@@ -869,7 +891,6 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
         ))
     };
     let sha = cluster.put_hello();
-    let shared = cluster.shared();
     cluster.apply(&hello_workflow(
         &cluster.tenant,
         "sleeper",
@@ -901,10 +922,7 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
     assert_eq!(operator.metric("faas_operator_worker_replicas"), Some(0.0));
 
     // An event waits for a worker (as a gateway's activator signals it).
-    cluster
-        .runtime
-        .block_on(shared.signal_demand("sleeper"))
-        .unwrap();
+    cluster.signal_demand("sleeper");
     cluster.wait_for("the workers to be scaled back up", |c| {
         c.worker_replicas() == "1"
     });
@@ -932,36 +950,16 @@ fn a_demand_nothing_serves_expires_so_one_tenant_cannot_keep_the_workers_up() {
     // demand its deploy signalled is never served; and a gateway a sync behind
     // signals demand for a workflow that is gone.
     let greedy = "  workflow:\n    replicas: 2\n";
-    cluster.apply(&hello_workflow(
-        &cluster.tenant,
-        "greedy",
-        "/greedy",
-        &sha,
-        None,
-        greedy,
-    ));
-    cluster.apply(&hello_workflow(
-        &cluster.tenant,
-        "sleeper",
-        "/sleeper",
-        &sha,
-        None,
-        "",
-    ));
-    cluster
-        .runtime
-        .block_on(shared.signal_demand("gone"))
-        .unwrap();
+    cluster.apply_hello(&sha, "greedy", greedy);
+    cluster.apply_hello(&sha, "sleeper", "");
+    cluster.signal_demand("gone");
     cluster.wait_for("the workers to be scaled to zero", |c| {
         c.worker_replicas() == "0"
     });
     let demand = cluster.runtime.block_on(shared.demand()).unwrap();
     assert!(demand.is_empty(), "stale demand kept: {demand:?}");
     // A demand signalled now still brings the workers back for a Workflow that can run.
-    cluster
-        .runtime
-        .block_on(shared.signal_demand("sleeper"))
-        .unwrap();
+    cluster.signal_demand("sleeper");
     cluster.wait_for("the workers to be scaled back up", |c| {
         c.worker_replicas() == "1"
     });
@@ -974,15 +972,7 @@ fn after_redis_restarts_empty_redeploys_get_revisions_past_the_ones_before() {
     let sha = cluster.put_hello();
     let names = ["first", "second", "third"];
     for name in names {
-        let route = format!("/{name}");
-        cluster.apply(&hello_workflow(
-            &cluster.tenant,
-            name,
-            &route,
-            &sha,
-            None,
-            "",
-        ));
+        cluster.apply_hello(&sha, name, "");
     }
     let revision = |c: &Cluster, name: &str| {
         c.workflow(name)
@@ -1019,15 +1009,7 @@ fn a_workflow_deleted_without_its_finalizer_loses_its_record_and_others_keep_the
     let cluster = Cluster::start(1, &[]);
     let sha = cluster.put_hello();
     for name in ["stripped", "kept"] {
-        let route = format!("/{name}");
-        cluster.apply(&hello_workflow(
-            &cluster.tenant,
-            name,
-            &route,
-            &sha,
-            None,
-            "",
-        ));
+        cluster.apply_hello(&sha, name, "");
         cluster.wait_condition(name, "Ready", "True", "Ready");
     }
     // The tenant deletes the resource and strips its finalizer before the operator's
