@@ -84,9 +84,6 @@ const HASHES_KEY: &str = "faas:token-hashes";
 /// name (a valid name: no separator or pattern character). The scripts that create,
 /// revoke and write back tokens keep it in the same step as the token's record.
 const TENANT_TOKENS_PREFIX: &str = "faas:tenant-tokens:";
-/// Set once every token in `faas:tokens` is in its tenant's set: a Redis that holds
-/// tokens without it (written before the sets existed) has them indexed at connect.
-const TOKEN_SETS_BUILT_KEY: &str = "faas:tenant-tokens-built";
 /// The Redis set of removed tenants whose data is still being removed
 /// ([`TenantStore::remove_tenant`], [`TenantStore::release_name`]).
 const LEAVING_KEY: &str = "faas:tenants-leaving";
@@ -417,10 +414,15 @@ if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return -1 end
 return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])";
 
 /// Creates a tenant's token in one step, refusing a tenant that does not exist (0) or
-/// holds `ARGV[5]` tokens already (-1); 1 when created. KEYS: tenants, tokens, hashes,
-/// the tenant's token set. ARGV: tenant, id, record, hash, the most tokens.
+/// holds `ARGV[5]` tokens already (-1); 1 when created. Ids in the set whose record is
+/// gone (revoked by a process from before the sets) are dropped first, so they do not
+/// count. KEYS: tenants, tokens, hashes, the tenant's token set. ARGV: tenant, id,
+/// record, hash, the most tokens.
 const CREATE_TOKEN: &str = "
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+  if redis.call('HEXISTS', KEYS[2], id) == 0 then redis.call('SREM', KEYS[4], id) end
+end
 if redis.call('SCARD', KEYS[4]) >= tonumber(ARGV[5]) then return -1 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
@@ -492,24 +494,43 @@ for _, record in ipairs(redis.call('HMGET', KEYS[1], unpack(ids))) do
 end
 return records";
 
-/// Writes token record ARGV[2] under id ARGV[1] unless one is there, and puts it in
-/// its tenant's set in the same step; 1 if written. KEYS: tokens. ARGV: id, record, the
-/// prefix of the tenants' token sets.
+/// Writes tenant record ARGV[2] under name ARGV[1] unless one is there or the name is
+/// leaving (removed while the write-back ran). KEYS: tenants, leaving.
+const WRITE_BACK_TENANT: &str = "
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end
+return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])";
+
+/// Writes token record ARGV[2] under id ARGV[1] unless one is there or its tenant is
+/// not (removed while the write-back ran: its tokens must not come back to act for a
+/// tenant made later under the name), and puts it in its tenant's set in the same
+/// step; 1 if written. KEYS: tokens, tenants, leaving. ARGV: id, record, the prefix of
+/// the tenants' token sets.
 const WRITE_BACK_TOKEN: &str = "
+local tenant = cjson.decode(ARGV[2]).tenant
+if redis.call('HEXISTS', KEYS[2], tenant) == 0 then return 0 end
+if redis.call('SISMEMBER', KEYS[3], tenant) == 1 then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-redis.call('SADD', ARGV[3] .. cjson.decode(ARGV[2]).tenant, ARGV[1])
+redis.call('SADD', ARGV[3] .. tenant, ARGV[1])
 return 1";
 
-/// Puts every token in its tenant's set, once (KEYS[2] marks it done): for tokens
-/// written before the sets existed. KEYS: tokens, the mark. ARGV: the prefix of the
-/// tenants' token sets.
+/// Writes the token id ARGV[2] under secret hash ARGV[1] unless one is there or that
+/// token's record is not. KEYS: hashes, tokens.
+const WRITE_BACK_HASH: &str = "
+if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then return 0 end
+return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])";
+
+/// Puts every token in its tenant's set (a record that does not decode is left to the
+/// reads that name it). Run at every connect: tokens a process from before the sets
+/// created (during a rolling upgrade) are then indexed by the next process to start.
+/// KEYS: tokens. ARGV: the prefix of the tenants' token sets.
 const BUILD_TOKEN_SETS: &str = "
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
-  redis.call('SADD', ARGV[1] .. cjson.decode(all[i + 1]).tenant, all[i])
+  local ok, record = pcall(cjson.decode, all[i + 1])
+  if ok and type(record) == 'table' and type(record.tenant) == 'string' then
+    redis.call('SADD', ARGV[1] .. record.tenant, all[i])
+  end
 end
-redis.call('SET', KEYS[2], 1)
 return 1";
 
 /// The tenant of the token whose secret has this hash, while the tenant exists; else
@@ -544,9 +565,8 @@ impl TenantStore {
             })?;
         redis::cmd("EVAL")
             .arg(BUILD_TOKEN_SETS)
-            .arg(2)
+            .arg(1)
             .arg(TOKENS_KEY)
-            .arg(TOKEN_SETS_BUILT_KEY)
             .arg(TENANT_TOKENS_PREFIX)
             .run::<i64>(&connection)
             .await?;
@@ -1186,7 +1206,9 @@ impl TenantStore {
 
     /// Writes back the records of `copy` that Redis lacks (after it restarted empty),
     /// leaving every record it has alone: one written since the copy is newer. Tenants
-    /// and tokens created or revoked after the copy was taken are not known to it.
+    /// and tokens created or revoked after the copy was taken are not known to it; a
+    /// tenant removed since (its name still leaving) is not written back, nor are its
+    /// tokens.
     ///
     /// # Errors
     /// The backend's.
@@ -1196,16 +1218,25 @@ impl TenantStore {
         };
         for (key, fields) in COPIED_KEYS.iter().zip(&copy.hashes) {
             for (field, value) in fields {
-                let write = if *key == TOKENS_KEY {
-                    let mut script = redis::cmd("EVAL");
-                    script.arg(WRITE_BACK_TOKEN).arg(1).arg(key);
-                    script.arg(field).arg(value).arg(TENANT_TOKENS_PREFIX);
-                    script
-                } else {
-                    let mut hsetnx = redis::cmd("HSETNX");
-                    hsetnx.arg(key).arg(field).arg(value);
-                    hsetnx
+                let mut write = redis::cmd("EVAL");
+                match *key {
+                    TENANTS_KEY => write
+                        .arg(WRITE_BACK_TENANT)
+                        .arg(2)
+                        .arg(key)
+                        .arg(LEAVING_KEY),
+                    TOKENS_KEY => write
+                        .arg(WRITE_BACK_TOKEN)
+                        .arg(3)
+                        .arg(key)
+                        .arg(TENANTS_KEY)
+                        .arg(LEAVING_KEY),
+                    _ => write.arg(WRITE_BACK_HASH).arg(2).arg(key).arg(TOKENS_KEY),
                 };
+                write.arg(field).arg(value);
+                if *key == TOKENS_KEY {
+                    write.arg(TENANT_TOKENS_PREFIX);
+                }
                 write.run::<()>(connection).await?;
             }
         }
@@ -1505,11 +1536,7 @@ mod tests {
         let client = redis::Client::open(server.url()).unwrap();
         let mut redis = client.get_multiplexed_async_connection().await.unwrap();
         // As a Redis written before the sets existed: they are built at connect.
-        let sets = [
-            tenant_tokens_key("mallory"),
-            tenant_tokens_key("victim"),
-            TOKEN_SETS_BUILT_KEY.to_owned(),
-        ];
+        let sets = [tenant_tokens_key("mallory"), tenant_tokens_key("victim")];
         let _: () = redis::cmd("DEL")
             .arg(&sets)
             .query_async(&mut redis)
@@ -1559,6 +1586,64 @@ mod tests {
         store.create_tenant("mallory").await.unwrap();
         assert!(labels(&store, "mallory").await.is_empty());
         assert_eq!(labels(&store, "victim").await, ["kept"]);
+    }
+
+    #[tokio::test]
+    async fn a_write_back_restores_neither_a_tenant_removed_since_nor_its_tokens() {
+        let server = RedisServer::start();
+        let store = TenantStore::redis(&server.url()).await.unwrap();
+        store.create_tenant("mallory").await.unwrap();
+        store.create_tenant("victim").await.unwrap();
+        let removed = store.create_token("mallory", "").await.unwrap();
+        let kept = store.create_token("victim", "").await.unwrap();
+        let copy = store.copy().await.unwrap().unwrap();
+        // Removed while a gateway writes back a copy taken before (Redis restarted
+        // empty just then): what the removal deleted must stay deleted.
+        store
+            .remove_tenant("mallory", TenantWorkflows::Listed(&[]))
+            .await
+            .unwrap();
+        store.write_back(&copy).await.unwrap();
+        assert_eq!(store.tenant("mallory").await.unwrap(), None);
+        assert_eq!(store.authenticate(&removed.secret).await.unwrap(), None);
+        assert!(
+            store
+                .tokens(None)
+                .await
+                .unwrap()
+                .iter()
+                .all(|t| t.tenant != "mallory")
+        );
+        assert_eq!(
+            store.authenticate(&kept.secret).await.unwrap().as_deref(),
+            Some("victim")
+        );
+        // Nor once the name is made again.
+        store.release_name("mallory").await.unwrap();
+        store.create_tenant("mallory").await.unwrap();
+        assert_eq!(store.authenticate(&removed.secret).await.unwrap(), None);
+        assert!(labels(&store, "mallory").await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_id_left_in_a_set_by_an_older_process_neither_lists_nor_counts() {
+        let server = RedisServer::start();
+        let store = TenantStore::redis(&server.url()).await.unwrap();
+        store.create_tenant("mallory").await.unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+        // As a revoke through a process from before the sets: records gone, ids left.
+        for i in 0..MAX_TOKENS_PER_TENANT {
+            let _: () = redis::cmd("SADD")
+                .arg(tenant_tokens_key("mallory"))
+                .arg(format!("tok_gone{i}"))
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+        }
+        assert!(labels(&store, "mallory").await.is_empty());
+        store.create_token("mallory", "fresh").await.unwrap();
+        assert_eq!(labels(&store, "mallory").await, ["fresh"]);
     }
 
     #[tokio::test]
