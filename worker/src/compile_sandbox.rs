@@ -1,11 +1,16 @@
 //! The compile child's sandbox: once it has read the component, the child gives up
-//! every file, TCP connection and bind, abstract Unix socket and signal it could reach
+//! every file, TCP connect and bind, abstract Unix socket and signal it could reach
 //! (Landlock, which an unprivileged process applies to itself; no rule is added, so
-//! every access the ruleset handles is denied). What a crafted component could do if it
-//! found a bug in Wasmtime's parser or in Cranelift is then bounded by the child: it
-//! runs as the worker's user, so without this it could read the worker's data dir,
-//! its tokens and `/proc/<worker>/environ`, or connect to Redis behind the platform.
-//! The child's environment is emptied too ([`crate::compiler`]).
+//! every access the ruleset handles is denied). The child's environment is emptied
+//! too ([`crate::compiler`]), so its memory holds no credential.
+//!
+//! What this bounds, and what not: code a crafted component ran in the child through
+//! a bug in Wasmtime's parser or in Cranelift cannot read the worker's data dir, its
+//! tokens or `/proc/<worker>/environ`, nor connect to Redis over TCP, from the child.
+//! But the artifact the child returns is machine code the worker loads and runs as a
+//! guest's, and nothing can check that it is what Cranelift would have made: an
+//! exploit that controls the child's output still reaches the worker through it. Nor
+//! does Landlock (ABI 6 here) cover UDP or connecting to a path-named Unix socket.
 //!
 //! On a kernel without Landlock (before 5.13, or not among its security modules) the
 //! child compiles unsandboxed; on one with an older Landlock, with what it knows of

@@ -428,9 +428,17 @@ fn child(args: &[String]) -> Result<(), String> {
     std::io::stdin()
         .read_to_end(&mut component)
         .map_err(|err| format!("reading the component: {err}"))?;
+    // Read while files still open: in the sandbox, the cgroup's CPU quota could not be,
+    // and the compile would run one thread per core of the machine.
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
     // Before the first byte of the component is parsed; stdout is open already.
     crate::compile_sandbox::enter()
         .map_err(|err| format!("entering the compile sandbox: {err}"))?;
+    // Wasmtime's parallel compilation runs on rayon's global pool, whose threads start
+    // inside the sandbox.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global();
     let engine = Engine::new(&codegen.config()).map_err(|err| format!("{err:#}"))?;
     let artifact = engine
         .precompile_component(&component)

@@ -967,7 +967,7 @@ fn a_demand_nothing_serves_expires_so_one_tenant_cannot_keep_the_workers_up() {
 }
 
 #[test]
-fn after_redis_restarts_empty_redeploys_get_revisions_past_the_ones_before() {
+fn after_redis_and_the_operator_restart_empty_redeploys_get_revisions_past_the_ones_before() {
     let mut cluster = Cluster::start(1, &[]);
     let sha = cluster.put_hello();
     let names = ["first", "second", "third"];
@@ -985,14 +985,17 @@ fn after_redis_restarts_empty_redeploys_get_revisions_past_the_ones_before() {
         });
         before = before.max(revision(&cluster, name).unwrap());
     }
-    // Redis loses everything: the operator deploys every Workflow again once the
+    // Redis loses everything, and the operator is replaced at the same time (the node
+    // both ran on failed): the new operator deploys every Workflow again once the
     // tenant and the component are back (as a gateway's write-back would put them).
+    drop(cluster.operator.take());
     cluster.redis.restart();
     cluster.runtime.block_on(async {
         let tenants = TenantStore::redis(&cluster.redis.url()).await.unwrap();
         tenants.create_tenant(&cluster.tenant).await.unwrap();
     });
     cluster.put_hello();
+    cluster.operator = Some(cluster.start_operator("operator-1", &[]));
     // Counted from 1 again, a revision would name other code than gateways and
     // workers hold under that number (and a gateway keeps a deployment whose revision
     // is above the record's).

@@ -51,6 +51,12 @@ async fn sweep_once(context: &Context) -> Result<(), ReconcileError> {
         if declared.contains(&(tenant.clone(), name.clone())) {
             continue;
         }
+        // Asked again just before: one deleted and made again since the list, with
+        // the same spec (and so the same record and revision), is not an orphan.
+        let namespaced: Api<Workflow> = Api::namespaced(context.client.clone(), tenant);
+        if namespaced.get_metadata_opt(&name).await?.is_some() {
+            continue;
+        }
         tracing::warn!(workflow = %name, %tenant,
             "its Workflow resource is gone without the operator's cleanup; removing it");
         reconcile::remove_record(context, &name, tenant, Some(record.revision)).await?;

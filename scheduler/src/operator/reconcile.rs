@@ -20,6 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The highest revision a Workflow's status may raise the revision counter to
+/// ([`Context::revision_floor`]).
+const MAX_REPORTED_REVISION: u64 = u32::MAX as u64;
+
 /// How soon a Workflow that is not Ready yet is looked at again; for one refused by
 /// the state of the platform (a quota, another tenant's name or route), the first
 /// wait, doubled at each refusal in a row up to [`READY_REQUEUE`].
@@ -376,9 +380,16 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
     let tenant = workflow.namespace().unwrap_or_default();
     let deployments = context.shared.deployments().await?;
     let newest = deployments.values().map(|record| record.revision).max();
-    context
-        .revision_floor
-        .fetch_max(newest.unwrap_or(0), Ordering::Relaxed);
+    // The status too: it outlives both Redis and this process (in etcd). Whoever may
+    // write a status could raise the counter that far, so only within a bound no
+    // deploys reach, far below where `INCR` would overflow.
+    let reported = workflow
+        .status
+        .as_ref()
+        .and_then(|status| status.revision)
+        .filter(|revision| *revision <= MAX_REPORTED_REVISION);
+    let floor = newest.max(reported).unwrap_or(0);
+    context.revision_floor.fetch_max(floor, Ordering::Relaxed);
     let ours = ours(&deployments, workflow);
     let refuse = |reason, message| {
         Ok(Checked::Settled(Deployed {
