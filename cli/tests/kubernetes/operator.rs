@@ -803,6 +803,7 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
     assert_eq!(deployments.keys().collect::<Vec<_>>(), ["one"]);
     let one = cluster.workflow("one").unwrap();
     assert_eq!(condition(&one, "Ready").unwrap()["status"], "True");
+    let serving = one["status"]["revision"].as_u64().unwrap();
 
     // A new version of `one` with two stream triggers: past the tenant's Redis
     // consumers in all (one here), while the version before keeps serving.
@@ -821,7 +822,7 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
         message.contains("spec.triggers: ") && message.contains("--max-redis-consumers-per-tenant"),
         "{message}"
     );
-    assert_eq!(over["status"]["revision"], 1, "{:#}", over["status"]);
+    assert_eq!(over["status"]["revision"], serving, "{:#}", over["status"]);
     let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
     assert!(
         deployments["one"].workflow.stream_triggers.is_empty(),
