@@ -336,6 +336,14 @@ impl Activator {
         });
     }
 
+    /// Forgets the workflows that hold no event and were not signalled within the
+    /// last [`DEMAND_EVERY`]. A stream trigger signals demand without holding an
+    /// event, so nothing else removes its entry, and every workflow name that ever
+    /// waited would stay in the map.
+    fn forget_idle(&self) {
+        forget_idle(&mut self.lock_waiting());
+    }
+
     fn lock_waiting(&self) -> MutexGuard<'_, HashMap<String, Waiting>> {
         // Every change is a counter step or a stamp: a poisoned map is still sound.
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
@@ -346,9 +354,20 @@ impl Activator {
     }
 }
 
+/// See [`Activator::forget_idle`].
+fn forget_idle(waiting: &mut HashMap<String, Waiting>) {
+    waiting.retain(|_, entry| {
+        entry.held > 0
+            || entry
+                .signalled
+                .is_some_and(|at| at.elapsed() < DEMAND_EVERY)
+    });
+}
+
 /// Writes the last-event times noted since the previous round to the shared state,
-/// once a second, in one batch, until the task is dropped. A failed write is merged
-/// back to go with the next one.
+/// once a second, in one batch, until the task is dropped (and forgets the idle
+/// entries of the waiting map on the way). A failed write is merged back to go with
+/// the next one.
 pub(crate) async fn flush_activity(app: Arc<App>) {
     let Some(activator) = app.activator.as_ref() else {
         return;
@@ -357,6 +376,7 @@ pub(crate) async fn flush_activity(app: Arc<App>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        activator.forget_idle();
         let batch: BTreeMap<String, u64> = std::mem::take(&mut *activator.lock_last_events())
             .into_iter()
             .collect();
@@ -389,4 +409,26 @@ pub(crate) fn unix_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workflow_that_holds_nothing_and_was_not_signalled_lately_is_forgotten() {
+        let long_ago = Instant::now().checked_sub(DEMAND_EVERY * 2).unwrap();
+        let entry = |held, signalled| Waiting { held, signalled };
+        let mut waiting = HashMap::from([
+            // Signalled by a stream trigger of a workflow removed since.
+            ("gone".to_owned(), entry(0, Some(long_ago))),
+            ("never".to_owned(), entry(0, None)),
+            ("holding".to_owned(), entry(2, Some(long_ago))),
+            ("recent".to_owned(), entry(0, Some(Instant::now()))),
+        ]);
+        forget_idle(&mut waiting);
+        let mut kept: Vec<&str> = waiting.keys().map(String::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["holding", "recent"]);
+    }
 }

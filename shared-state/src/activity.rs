@@ -2,8 +2,14 @@
 //! workflows have events held waiting for a worker (`faas:demand`). Gateways write
 //! both; whoever scales the workers (the Kubernetes operator) reads them, and clears a
 //! demand once it has acted on it.
+//!
+//! Both are written only for workflows deployed at that moment, in the same script
+//! that checks it: a gateway flushes a second's events, or signals a held event's
+//! demand, after the workflow may have been removed (which removes its fields), and a
+//! tenant deploying and removing new names in a loop would otherwise leave a field
+//! behind for each.
 
-use crate::state::{SharedState, SharedStateError, unix_millis};
+use crate::state::{DEPLOYMENTS, SharedState, SharedStateError, unix_millis};
 use redis::AsyncCommands;
 use std::collections::BTreeMap;
 
@@ -14,12 +20,19 @@ pub(crate) const ACTIVITY: &str = "faas:activity";
 pub(crate) const DEMAND: &str = "faas:demand";
 
 /// Sets each field ARGV[2i-1] of hash KEYS[1] to ARGV[2i] unless it already holds a
-/// later time: gateways flush at different moments, and an older stamp must not
-/// replace a newer one written by another gateway.
+/// later time (gateways flush at different moments, and an older stamp must not
+/// replace a newer one written by another gateway) or names no workflow of the
+/// deployments KEYS[2].
 const RAISE: &str = "for i = 1, #ARGV, 2 do \
+     if redis.call('hexists', KEYS[2], ARGV[i]) == 1 then \
      local current = tonumber(redis.call('hget', KEYS[1], ARGV[i])) \
      if current == nil or current < tonumber(ARGV[i + 1]) then \
-     redis.call('hset', KEYS[1], ARGV[i], ARGV[i + 1]) end end return 1";
+     redis.call('hset', KEYS[1], ARGV[i], ARGV[i + 1]) end end end return 1";
+
+/// Sets field ARGV[1] of hash KEYS[1] to ARGV[2] if it names a workflow of the
+/// deployments KEYS[2]; returns whether it did.
+const SET_IF_DEPLOYED: &str = "if redis.call('hexists', KEYS[2], ARGV[1]) == 1 then \
+     redis.call('hset', KEYS[1], ARGV[1], ARGV[2]) return 1 end return 0";
 
 /// Removes field ARGV[1] of hash KEYS[1] only if it holds a time no later than
 /// ARGV[2]: a demand signalled after the reader acted on it stays.
@@ -29,7 +42,8 @@ const CLEAR_UP_TO: &str = "local current = tonumber(redis.call('hget', KEYS[1], 
 
 impl SharedState {
     /// Records when each workflow of `last_event` (name -> unix milliseconds) last had
-    /// an event, in one round trip; a stamp older than the one stored is ignored.
+    /// an event, in one round trip; a stamp older than the one stored is ignored, and
+    /// so is a workflow not deployed (any more).
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
@@ -41,7 +55,7 @@ impl SharedState {
             return Ok(());
         }
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(RAISE).arg(1).arg(ACTIVITY);
+        cmd.arg(RAISE).arg(2).arg(ACTIVITY).arg(DEPLOYMENTS);
         for (name, at) in last_event {
             cmd.arg(name).arg(*at);
         }
@@ -59,14 +73,23 @@ impl SharedState {
     }
 
     /// Says that an event for workflow `name` is held waiting for a worker to load it;
-    /// returns the stamp written (unix milliseconds).
+    /// returns the stamp written (unix milliseconds), or `None` if `name` is not
+    /// deployed (any more), which writes nothing.
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
-    pub async fn signal_demand(&self, name: &str) -> Result<u64, SharedStateError> {
+    pub async fn signal_demand(&self, name: &str) -> Result<Option<u64>, SharedStateError> {
         let at = unix_millis();
-        let _: i64 = self.conn().hset(DEMAND, name, at).await?;
-        Ok(at)
+        let written: i64 = redis::cmd("EVAL")
+            .arg(SET_IF_DEPLOYED)
+            .arg(2)
+            .arg(DEMAND)
+            .arg(DEPLOYMENTS)
+            .arg(name)
+            .arg(at)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok((written == 1).then_some(at))
     }
 
     /// The workflows with events waiting for a worker, with when that was last

@@ -183,11 +183,11 @@ impl Cluster {
     }
 
     /// Signals demand for workflow `name`, as a gateway's activator holding an event
-    /// for it does.
-    fn signal_demand(&self, name: &str) {
+    /// for it does; returns the stamp written, or `None` if `name` is not deployed.
+    fn signal_demand(&self, name: &str) -> Option<u64> {
         self.runtime
             .block_on(self.shared().signal_demand(name))
-            .unwrap();
+            .unwrap()
     }
 
     fn registered_workers(&self) -> Vec<String> {
@@ -923,7 +923,7 @@ fn idle_workers_are_scaled_to_zero_and_demand_scales_them_back_up() {
     assert_eq!(operator.metric("faas_operator_worker_replicas"), Some(0.0));
 
     // An event waits for a worker (as a gateway's activator signals it).
-    cluster.signal_demand("sleeper");
+    assert!(cluster.signal_demand("sleeper").is_some());
     cluster.wait_for("the workers to be scaled back up", |c| {
         c.worker_replicas() == "1"
     });
@@ -948,19 +948,19 @@ fn a_demand_nothing_serves_expires_so_one_tenant_cannot_keep_the_workers_up() {
     let sha = cluster.put_hello();
     let shared = cluster.shared();
     // A Workflow with more replicas than there are workers is never placed, so the
-    // demand its deploy signalled is never served; and a gateway a sync behind
-    // signals demand for a workflow that is gone.
+    // demand its deploy signalled is never served. (A gateway a sync behind cannot
+    // signal demand for a workflow that is gone: nothing is written for it.)
     let greedy = "  workflow:\n    replicas: 2\n";
     cluster.apply_hello(&sha, "greedy", greedy);
     cluster.apply_hello(&sha, "sleeper", "");
-    cluster.signal_demand("gone");
+    assert_eq!(cluster.signal_demand("gone"), None);
     cluster.wait_for("the workers to be scaled to zero", |c| {
         c.worker_replicas() == "0"
     });
     let demand = cluster.runtime.block_on(shared.demand()).unwrap();
     assert!(demand.is_empty(), "stale demand kept: {demand:?}");
     // A demand signalled now still brings the workers back for a Workflow that can run.
-    cluster.signal_demand("sleeper");
+    assert!(cluster.signal_demand("sleeper").is_some());
     cluster.wait_for("the workers to be scaled back up", |c| {
         c.worker_replicas() == "1"
     });
