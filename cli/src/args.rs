@@ -212,6 +212,13 @@ pub struct GatewayArgs {
     /// `maxclients`). A deploy past it is refused with 403. 0 for no limit.
     #[arg(long, env = "FAAS_MAX_REDIS_CONSUMERS_PER_TENANT", default_value_t = DEFAULT_MAX_REDIS_CONSUMERS_PER_TENANT)]
     pub max_redis_consumers_per_tenant: usize,
+    /// How many seconds a stream's consumer group that no deployed trigger names, and
+    /// that no consumer has read, is kept before it is destroyed (with its stream, if
+    /// empty): a tenant's redeploys and removals would otherwise leave one behind each
+    /// time. A trigger naming it again later reads the stream from its start, as a new
+    /// group does. 0 keeps them for ever.
+    #[arg(long, env = "FAAS_STREAM_GROUP_IDLE_SECS", default_value_t = faas_store::stream_groups::DEFAULT_IDLE.as_secs())]
+    pub stream_group_idle_secs: u64,
     /// The largest deploy upload, in MiB. Uploads are held in memory until deployed:
     /// one tenant's at most one this size, all tenants' at most two.
     #[arg(long, env = "FAAS_MAX_DEPLOY_MB", default_value_t = DEFAULT_MAX_DEPLOY_MB,
@@ -294,6 +301,8 @@ impl GatewayArgs {
             per_client: self.max_requests_per_client.max(1),
             total: self.max_requests.max(1),
         };
+        config.stream_group_idle = (self.stream_group_idle_secs > 0)
+            .then(|| Duration::from_secs(self.stream_group_idle_secs));
         config
     }
 }

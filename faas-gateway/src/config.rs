@@ -52,6 +52,11 @@ pub struct GatewayConfig {
     /// (defaults: [`DEFAULT_MAX_REQUESTS_PER_CLIENT`], [`DEFAULT_MAX_REQUESTS`]); one
     /// more is answered at once, 429 or 503 (see [`faas_connections::ClientRequests`]).
     pub requests: RequestLimits,
+    /// How long a consumer group of a stream that no deployed trigger names and no
+    /// consumer reads is kept before the gateway destroys it (default
+    /// [`faas_store::stream_groups::DEFAULT_IDLE`]; `None` keeps them for ever). See
+    /// [`faas_store::stream_groups`].
+    pub stream_group_idle: Option<Duration>,
 }
 
 /// How many connections one client address may hold by default: plenty for a browser
@@ -117,6 +122,7 @@ impl GatewayConfig {
                 per_client: DEFAULT_MAX_REQUESTS_PER_CLIENT,
                 total: DEFAULT_MAX_REQUESTS,
             },
+            stream_group_idle: Some(faas_store::stream_groups::DEFAULT_IDLE),
         }
     }
 }

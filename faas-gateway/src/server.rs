@@ -164,6 +164,10 @@ impl Gateway {
             }));
         }
         if let Some(broker) = self.broker {
+            background.push(tokio::spawn(crate::redis::sweep_groups(
+                self.app.clone(),
+                broker.clone(),
+            )));
             background.push(tokio::spawn(crate::redis::supervise(
                 self.app.clone(),
                 broker,

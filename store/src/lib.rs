@@ -11,11 +11,12 @@
 //! tables in its own module.
 //!
 //! The Redis backends live here too, beside their SQLite counterparts: the key-value
-//! store's (`kv`), the tenants' (`tenants`), and the message broker functions publish
-//! through (`broker`, which keeps tenants' streams within `stream_quota`), all connected as `redis_connection` says (as is services mode's
-//! shared state, `faas-shared-state`); guests' key-value calls each go over their
-//! tenant's connection (`tenant_connections`). `tenant_data` removes a removed tenant's data
-//! from them.
+//! store's (`kv`), the tenants' (`tenants`), the message broker functions publish
+//! through (`broker`, which keeps tenants' streams within `stream_quota`), and the
+//! consumer groups stream triggers read through (`stream_groups`), all connected as
+//! `redis_connection` says (as is services mode's shared state, `faas-shared-state`);
+//! guests' key-value calls each go over their tenant's connection
+//! (`tenant_connections`). `tenant_data` removes a removed tenant's data from them.
 
 pub mod broker;
 mod db;
@@ -24,6 +25,7 @@ pub mod kv;
 mod log_queue;
 pub mod logs;
 pub mod redis_connection;
+pub mod stream_groups;
 pub mod stream_quota;
 mod tenant_connections;
 pub mod tenant_data;

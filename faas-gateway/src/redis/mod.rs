@@ -7,6 +7,8 @@
 //!   time), `stream.rs` for streams with consumer groups (at-least-once: acknowledge
 //!   only after the run succeeded, reclaim what a dead consumer left pending,
 //!   dead-letter what keeps failing).
+//! - [`sweep_groups`] destroys the consumer groups that no deployed trigger names any
+//!   more once no consumer has read them for a while (`faas_store::stream_groups`).
 
 mod channel;
 mod lease;
@@ -14,9 +16,14 @@ mod stream;
 
 use crate::server::App;
 pub(crate) use faas_store::broker::{RedisBroker, namespaced};
-use std::collections::BTreeMap;
+use faas_store::stream_groups::{self, StreamGroup};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::task::JoinHandle;
+
+/// How often the gateway looks for consumer groups to destroy, at most.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// What a trigger task consumes: the key that identifies it, so the supervisor can
 /// tell which tasks to keep, start or stop.
@@ -93,5 +100,53 @@ pub(crate) async fn supervise(app: Arc<App>, broker: RedisBroker) {
     }
     for task in tasks.into_values() {
         task.abort();
+    }
+}
+
+/// Destroys, every [`SWEEP_EVERY`] (or half the idle time, if shorter), the consumer
+/// groups that no trigger of the deployed workflows names and that no consumer has
+/// read for `stream_group_idle`. Every gateway sweeps: the script that destroys a
+/// group checks it again, so two sweeps cost a second look, nothing more. Runs until
+/// the gateway stops; does nothing when groups are kept for ever.
+pub(crate) async fn sweep_groups(app: Arc<App>, broker: RedisBroker) {
+    let Some(idle) = app.config.stream_group_idle else {
+        return;
+    };
+    let every = (idle / 2).clamp(Duration::from_millis(100), SWEEP_EVERY);
+    // Not at once: a gateway just started may not have read the deployments yet, and
+    // would see every group as named by none.
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut connection = broker.connection();
+    loop {
+        ticker.tick().await;
+        let named: BTreeSet<StreamGroup> = app
+            .registry
+            .list()
+            .iter()
+            .flat_map(|deployment| {
+                let tenant = &deployment.workflow.tenant;
+                deployment
+                    .workflow
+                    .stream_triggers
+                    .iter()
+                    .map(|trigger| StreamGroup {
+                        stream: namespaced(tenant, &trigger.stream),
+                        group: trigger.group.clone(),
+                    })
+            })
+            .collect();
+        match stream_groups::sweep(&mut connection, &named, idle).await {
+            Ok(destroyed) => {
+                for group in destroyed {
+                    tracing::info!(
+                        stream = group.stream,
+                        group = group.group,
+                        "destroyed a consumer group no trigger names"
+                    );
+                }
+            }
+            Err(err) => tracing::warn!("sweeping consumer groups failed, retrying: {err}"),
+        }
     }
 }

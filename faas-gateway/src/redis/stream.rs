@@ -38,6 +38,7 @@ use crate::metrics::WorkflowMetrics;
 use crate::server::App;
 use faas_invoke::TriggerMessage;
 use faas_invoke::{EventFailure, FailureKind};
+use faas_store::stream_groups::{self, StreamGroup};
 use faas_store::stream_quota::AppendError;
 use faas_workflow::StreamTrigger;
 use redis::AsyncCommands;
@@ -98,6 +99,13 @@ pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String
     let mut connection = None;
     let mut backoff = Duration::from_millis(100);
     let mut group_ready = false;
+    let renew_every = app
+        .config
+        .stream_group_idle
+        .map_or(stream_groups::RENEW_EVERY, |idle| {
+            (idle / 4).min(stream_groups::RENEW_EVERY)
+        });
+    let mut renew_due = Instant::now();
     let mut lag_due = Instant::now();
     loop {
         let result = async {
@@ -105,8 +113,11 @@ pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String
                 Some(connection) => connection,
                 None => connection.insert(connect(&broker).await?),
             };
-            if !group_ready {
+            if !group_ready || Instant::now() >= renew_due {
                 create_group(connection, &consumer).await?;
+                renew_due = Instant::now() + renew_every;
+            }
+            if !group_ready {
                 group_ready = true;
                 tracing::info!(
                     workflow,
@@ -152,18 +163,17 @@ async fn connect(broker: &RedisBroker) -> redis::RedisResult<ConnectionManager> 
 }
 
 /// Creates the consumer group (and the stream) if missing, reading from the start so
-/// entries appended before the first deploy are not skipped.
+/// entries appended before the first deploy are not skipped, and renews its stamp so
+/// the sweep keeps it (`faas_store::stream_groups`).
 async fn create_group(
     connection: &mut ConnectionManager,
     consumer: &Consumer,
 ) -> redis::RedisResult<()> {
-    match connection
-        .xgroup_create_mkstream::<_, _, _, ()>(&consumer.stream, &consumer.trigger.group, "0")
-        .await
-    {
-        Err(err) if err.code() == Some("BUSYGROUP") => Ok(()),
-        other => other,
-    }
+    let group = StreamGroup {
+        stream: consumer.stream.clone(),
+        group: consumer.trigger.group.clone(),
+    };
+    stream_groups::create(connection, &group).await
 }
 
 /// The trigger's group's entries still to run: delivered and not acknowledged, and

@@ -495,6 +495,113 @@ fn a_tenants_redis_triggers_are_bounded_in_all_and_anothers_are_served() {
     assert!(!runs.status.success(), "m2 is not deployed");
 }
 
+/// The consumer groups of tenant `tenant`'s stream `stream`, sorted (none if the stream
+/// is gone).
+fn groups_of(redis: &RedisServer, tenant: &str, stream: &str) -> Vec<String> {
+    let reply: redis::RedisResult<redis::streams::StreamInfoGroupsReply> =
+        connect(redis).xinfo_groups(key(tenant, stream));
+    let mut names: Vec<String> = reply
+        .map(|reply| reply.groups.into_iter().map(|group| group.name).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Waits until `tenant`'s stream `stream` has consumer group `group`.
+fn wait_for_group(redis: &RedisServer, tenant: &str, stream: &str, group: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !groups_of(redis, tenant, stream)
+        .iter()
+        .any(|name| name == group)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no group `{group}` on `{stream}`"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Each redeploy of mallory's workflow with a new consumer group, and each workflow it
+/// deploys and removes, left a group (and a stream) in Redis for good: memory no quota
+/// counted, growing with every deploy. Once no trigger names them and the idle time
+/// passed, they go, while mallory's current trigger and victim's keep consuming.
+#[test]
+fn consumer_groups_no_trigger_names_are_destroyed_and_the_named_ones_keep_consuming() {
+    let redis = RedisServer::start();
+    let platform = platform(&redis, &["--stream-group-idle-secs", "2"]);
+    let url = platform.url.as_str();
+    let dir = faas_testing::temp_dir();
+    let stream = |name: &str, group: &str| {
+        format!("[[triggers.stream]]\nstream = \"{name}\"\ngroup = \"{group}\"\nstep = \"relay\"\n")
+    };
+    let victim = relay_manifest_for(dir.path(), "victim", "jobs", "", &stream("jobs", "jobs"));
+    deploy_at(url, &victim);
+    for round in 0..4 {
+        let group = format!("g{round}");
+        let churn = relay_manifest_for(
+            dir.path(),
+            "mallory",
+            "churn",
+            "",
+            &stream("orders", &group),
+        );
+        deploy_at(url, &churn);
+        wait_for_group(&redis, "mallory", "orders", &group);
+    }
+    let gone = relay_manifest_for(
+        dir.path(),
+        "mallory",
+        "gone",
+        "",
+        &stream("scratch", "gone"),
+    );
+    deploy_at(url, &gone);
+    wait_for_group(&redis, "mallory", "scratch", "gone");
+    assert!(faas_at(url, &["rm", "gone"]).status.success());
+    assert_eq!(
+        groups_of(&redis, "mallory", "orders"),
+        ["g0", "g1", "g2", "g3"]
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while groups_of(&redis, "mallory", "orders") != ["g3"]
+        || connect(&redis)
+            .exists::<_, bool>(key("mallory", "scratch"))
+            .unwrap()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "groups kept: {:?} on orders, {:?} on scratch",
+            groups_of(&redis, "mallory", "orders"),
+            groups_of(&redis, "mallory", "scratch"),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let registered: usize = connect(&redis).hlen("faas:stream-groups").unwrap();
+    assert_eq!(registered, 2, "the registry keeps only the named groups");
+
+    // Well past the idle time, the groups still named keep consuming.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(groups_of(&redis, "victim", "jobs"), ["jobs"]);
+    xadd(&redis, &key("mallory", "orders"), "still-read");
+    xadd(&redis, &key("victim", "jobs"), "served");
+    let out = payloads(
+        &redis,
+        &key("mallory", "churn:out"),
+        1,
+        Duration::from_secs(30),
+    );
+    assert!(out[0].ends_with("|still-read"), "{out:?}");
+    let out = payloads(
+        &redis,
+        &key("victim", "jobs:out"),
+        1,
+        Duration::from_secs(30),
+    );
+    assert!(out[0].ends_with("|served"), "{out:?}");
+}
+
 /// Mallory's guest publishes to mallory's own channel far faster than its runs take the
 /// messages: what the gateway holds of them is bounded by mallory's share of the message
 /// budget, past which they are dropped and mallory's logs say so, while victim's
