@@ -32,8 +32,7 @@ pub use error::{CompileError, MAX_QUOTED_CHARS, SchemaError, shorten};
 
 /// Parses schema text. `file_name` is only used in error messages and generated comments.
 pub fn parse_str(file_name: &str, src: &str) -> Result<Schema, SchemaError> {
-    let toks = lexer::tokenize(file_name, src)?;
-    let raw = parser::parse(file_name, toks)?;
+    let raw = parser::parse(file_name, lexer::Lexer::new(file_name, src))?;
     resolve::resolve(file_name, raw)
 }
 

@@ -19,7 +19,7 @@
 
 use crate::ast::{Access, StructKind, Tag};
 use crate::error::{SchemaError, Span, shorten};
-use crate::lexer::{Tok, Token};
+use crate::lexer::{Lexer, Tok, Token};
 
 /// A tag with its position.
 #[derive(Debug, Clone)]
@@ -128,30 +128,87 @@ pub(crate) struct RawFunction {
 
 struct Parser<'a> {
     file: &'a str,
-    toks: Vec<Token>,
-    pos: usize,
+    lexer: Lexer<'a>,
+    /// The current token and the one after it: all the grammar looks ahead.
+    ahead: [Token<'a>; 2],
+    /// How many tokens were consumed: the index of `ahead[0]` in the file.
+    consumed: usize,
+    /// The lexer's error and the index of the token it stands for, which the parser
+    /// sees as the end of the file.
+    lex_error: Option<(usize, SchemaError)>,
 }
 
-/// Parses a token stream into declarations.
-pub(crate) fn parse(file: &str, toks: Vec<Token>) -> Result<RawSchema, SchemaError> {
-    Parser { file, toks, pos: 0 }.file()
+/// Parses the tokens `lexer` makes into declarations, taking them as it goes: a file
+/// wrong from its third token is not read further.
+pub(crate) fn parse(file: &str, mut lexer: Lexer<'_>) -> Result<RawSchema, SchemaError> {
+    let mut lex_error = None;
+    let first = pull(&mut lexer, &mut lex_error, 0);
+    let ahead = [first, pull(&mut lexer, &mut lex_error, 1)];
+    let mut parser = Parser {
+        file,
+        lexer,
+        ahead,
+        consumed: 0,
+        lex_error,
+    };
+    let parsed = parser.file();
+    // A parse that stopped at (or just before) the token the lexer failed on was
+    // stopped by that failure, which is the error to report, as is one that took it
+    // for the end of the file.
+    match parser.lex_error {
+        Some((index, err)) if parsed.is_ok() || index <= parser.consumed + 1 => Err(err),
+        _ => parsed,
+    }
 }
 
-impl Parser<'_> {
-    fn peek(&self) -> &Token {
-        // The lexer always ends the stream with Eof, and `next` never moves past it.
-        &self.toks[self.pos.min(self.toks.len() - 1)]
+/// The token at `index` from `lexer`: the end of the file once it failed, keeping its
+/// first error in `lex_error`.
+fn pull<'a>(
+    lexer: &mut Lexer<'a>,
+    lex_error: &mut Option<(usize, SchemaError)>,
+    index: usize,
+) -> Token<'a> {
+    let end = |lexer: &Lexer<'_>| Token {
+        tok: Tok::Eof,
+        span: lexer.span(),
+    };
+    if lex_error.is_some() {
+        return end(lexer);
+    }
+    lexer.next_token().unwrap_or_else(|err| {
+        *lex_error = Some((index, err));
+        end(lexer)
+    })
+}
+
+impl<'a> Parser<'a> {
+    fn peek(&self) -> &Token<'a> {
+        &self.ahead[0]
     }
 
-    fn peek_at(&self, n: usize) -> &Tok {
-        &self.toks[(self.pos + n).min(self.toks.len() - 1)].tok
+    /// The token `n` places ahead; 0 and 1 are all the grammar needs.
+    fn peek_at(&self, n: usize) -> &Tok<'a> {
+        debug_assert!(
+            n <= 1,
+            "the parser looks at most one token past the current one"
+        );
+        &self.ahead[n.min(1)].tok
     }
 
-    fn next(&mut self) -> Token {
-        let t = self.peek().clone();
-        if t.tok != Tok::Eof {
-            self.pos += 1;
+    /// Moves to the next token, unless at the end.
+    fn advance(&mut self) {
+        if self.ahead[0].tok == Tok::Eof {
+            return;
         }
+        let index = self.consumed + 2;
+        self.ahead[0] = self.ahead[1];
+        self.ahead[1] = pull(&mut self.lexer, &mut self.lex_error, index);
+        self.consumed += 1;
+    }
+
+    fn next(&mut self) -> Token<'a> {
+        let t = *self.peek();
+        self.advance();
         t
     }
 
@@ -173,7 +230,7 @@ impl Parser<'_> {
 
     fn eat_sym(&mut self, c: char) -> bool {
         if self.is_sym(c) {
-            self.pos += 1;
+            self.advance();
             true
         } else {
             false
@@ -189,17 +246,14 @@ impl Parser<'_> {
     }
 
     fn expect_ident(&mut self, what: &str) -> Result<(String, Span), SchemaError> {
-        match &self.peek().tok {
-            Tok::Ident(s) if !s.contains('.') => {
-                let s = s.clone();
-                Ok((s, self.next().span))
-            }
+        match self.peek().tok {
+            Tok::Ident(s) if !s.contains('.') => Ok((s.to_owned(), self.next().span)),
             _ => self.unexpected(what),
         }
     }
 
     fn expect_number(&mut self, what: &str) -> Result<(u32, Span), SchemaError> {
-        match &self.peek().tok {
+        match self.peek().tok {
             Tok::Number(s) => {
                 let span = self.peek().span;
                 let n = s.parse::<u32>().or_else(|_| {
@@ -220,8 +274,8 @@ impl Parser<'_> {
         let mut tags = Vec::new();
         while self.is_sym('@') {
             let span = self.next().span;
-            let name = match &self.peek().tok {
-                Tok::Ident(s) => s.clone(),
+            let name = match self.peek().tok {
+                Tok::Ident(s) => s,
                 _ => return self.unexpected("tag name after `@`"),
             };
             self.next();
@@ -230,7 +284,7 @@ impl Parser<'_> {
                 if self.eat_sym('-') {
                     value.push('-');
                 }
-                match &self.peek().tok {
+                match self.peek().tok {
                     Tok::Ident(s) | Tok::Number(s) | Tok::Quoted(s) => {
                         value.push_str(s);
                         self.next();
@@ -240,7 +294,10 @@ impl Parser<'_> {
                 self.expect_sym(')')?;
             }
             tags.push(RawTag {
-                tag: Tag { name, value },
+                tag: Tag {
+                    name: name.to_owned(),
+                    value,
+                },
                 span,
             });
         }
@@ -248,7 +305,7 @@ impl Parser<'_> {
     }
 
     fn file(&mut self) -> Result<RawSchema, SchemaError> {
-        if !matches!(&self.peek().tok, Tok::Ident(s) if s == "karmem") {
+        if !matches!(self.peek().tok, Tok::Ident(s) if s == "karmem") {
             return self.unexpected("header `karmem <package name> [@tag(value)];`");
         }
         self.next();
@@ -257,16 +314,12 @@ impl Parser<'_> {
         self.expect_sym(';')?;
         let mut items = Vec::new();
         loop {
-            let t = self.peek().clone();
-            match &t.tok {
+            let t = *self.peek();
+            match t.tok {
                 Tok::Eof => break,
-                Tok::Ident(kw) if kw == "enum" => items.push(RawItem::Enum(self.enum_decl()?)),
-                Tok::Ident(kw) if kw == "struct" => {
-                    items.push(RawItem::Struct(self.struct_decl()?))
-                }
-                Tok::Ident(kw) if kw == "interface" => {
-                    items.push(RawItem::Interface(self.interface_decl()?))
-                }
+                Tok::Ident("enum") => items.push(RawItem::Enum(self.enum_decl()?)),
+                Tok::Ident("struct") => items.push(RawItem::Struct(self.struct_decl()?)),
+                Tok::Ident("interface") => items.push(RawItem::Interface(self.interface_decl()?)),
                 _ => return self.unexpected("`enum`, `struct` or `interface`"),
             }
         }
@@ -287,7 +340,10 @@ impl Parser<'_> {
                 let neg = self.eat_sym('-');
                 let t = self.next();
                 match t.tok {
-                    Tok::Number(n) => value = Some((if neg { format!("-{n}") } else { n }, t.span)),
+                    Tok::Number(n) => {
+                        let text = if neg { format!("-{n}") } else { n.to_owned() };
+                        value = Some((text, t.span));
+                    }
                     other => {
                         return self.err(
                             t.span,
@@ -318,9 +374,9 @@ impl Parser<'_> {
     fn struct_decl(&mut self) -> Result<RawStruct, SchemaError> {
         self.next();
         let (name, span) = self.expect_ident("struct name")?;
-        let kind = match &self.peek().tok {
-            Tok::Ident(k) if k == "inline" => StructKind::Inline,
-            Tok::Ident(k) if k == "table" => StructKind::Table,
+        let kind = match self.peek().tok {
+            Tok::Ident("inline") => StructKind::Inline,
+            Tok::Ident("table") => StructKind::Table,
             _ => return self.unexpected("struct kind `inline` or `table`"),
         };
         self.next();
@@ -389,7 +445,7 @@ impl Parser<'_> {
         let mut memories = Vec::new();
         let mut functions = Vec::new();
         while !self.eat_sym('}') {
-            if matches!(&self.peek().tok, Tok::Ident(k) if k == "fn")
+            if matches!(self.peek().tok, Tok::Ident(k) if k == "fn")
                 && matches!(self.peek_at(1), Tok::Ident(_))
             {
                 self.next();
@@ -399,12 +455,12 @@ impl Parser<'_> {
             }
             let (mname, mspan) = self.expect_ident("member name or `}`")?;
             self.expect_sym(':')?;
-            match &self.peek().tok {
-                Tok::Ident(k) if k == "memory" => {
+            match self.peek().tok {
+                Tok::Ident("memory") => {
                     self.next();
                     memories.push(self.memory(mname, mspan)?);
                 }
-                Tok::Ident(k) if k == "fn" => {
+                Tok::Ident("fn") => {
                     self.next();
                     functions.push(self.signature(mname, mspan)?);
                 }
@@ -440,8 +496,8 @@ impl Parser<'_> {
         let open = self.expect_sym('(')?;
         let (mut importer, mut exporter, mut pages) = (None, None, None);
         while !self.eat_sym(')') {
-            let t = self.peek().clone();
-            match &t.tok {
+            let t = *self.peek();
+            match t.tok {
                 Tok::Ident(k) if k == "import" || k == "export" => {
                     self.next();
                     self.expect_sym(':')?;

@@ -389,3 +389,26 @@ fn a_megabyte_of_declarations_resolves_in_time_linear_in_them() {
         assert!(took < Duration::from_secs(5), "{what} took {took:?}");
     }
 }
+
+/// The schema is read as it is parsed, so the first problem in the text is the one
+/// reported, whether the parser or the lexer meets it; a character no token starts
+/// with is still reported where it stands, also right after a parse error.
+#[test]
+fn the_first_problem_in_the_text_is_reported_lexer_or_parser() {
+    assert_eq!(
+        error("karmem x;\nstruct 5 table {}\n#"),
+        "bad.km:2:8: expected struct name, found number 5"
+    );
+    assert_eq!(
+        error("karmem x;\nstruct A table { B uint8; }\n  #"),
+        "bad.km:3:3: unexpected character '#'"
+    );
+    assert_eq!(
+        error("karmem x;\nstruct A table { B # }"),
+        "bad.km:2:20: unexpected character '#'"
+    );
+    assert_eq!(
+        error("karmem x;\nstruct A table { B uint8; }\n/* open"),
+        "bad.km:3:1: unterminated block comment"
+    );
+}
