@@ -841,7 +841,7 @@ impl Registry {
     /// at once, so that it holds the change (a revoked token stays revoked).
     async fn tenants_changed(&self) {
         if let Backend::Services(shared) = &self.backend {
-            shared.copy_tenants(self, true).await;
+            shared.copy_tenants(self).await;
         }
     }
 

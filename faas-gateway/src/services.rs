@@ -26,7 +26,6 @@ use faas_shared_state::{
     DEPLOYMENTS, DeploymentRecord, LoadStatus, PlacementRecord, Promotion, SharedState,
     SharedStateError, WorkerInfo,
 };
-use faas_store::tenants::QUOTA_SYNC_INTERVAL;
 use faas_store::{TenantError, TenantStore, TenantWorkflows, TenantsCopy};
 use faas_workflow::Workflow;
 use std::collections::BTreeMap;
@@ -68,14 +67,13 @@ pub struct ServicesBackend {
     config: ServicesConfig,
     /// Clients of the workers.
     clients: RemoteWorkers,
-    /// The tenants and tokens as last read from Redis, written back should Redis lose
-    /// them (see [`ServicesBackend::state_is_intact`]).
-    tenants_copy: std::sync::Mutex<Option<TenantsCopy>>,
-    /// When the copy was last taken: it is taken as often as quotas are followed
-    /// ([`faas_store::tenants::QUOTA_SYNC_INTERVAL`]), not on every sync, and at once
-    /// after a change through this gateway. Held while a copy is read, so that a copy
-    /// read before a change never replaces one read after it.
-    tenants_copied_at: tokio::sync::Mutex<Option<std::time::Instant>>,
+    /// The tenants and tokens as last read from Redis, with the epoch of the shared
+    /// state they were read in, written back should Redis lose them (see
+    /// [`ServicesBackend::state_is_intact`]).
+    tenants_copy: std::sync::Mutex<Option<(String, TenantsCopy)>>,
+    /// Held while a copy is read, so that a copy read before a change never replaces
+    /// one read after it.
+    copying_tenants: tokio::sync::Mutex<()>,
     /// How events for a workflow with no ready replica are held.
     activator: ActivatorConfig,
     /// Where deploys go.
@@ -114,7 +112,7 @@ impl ServicesBackend {
             shared,
             config,
             tenants_copy: std::sync::Mutex::default(),
-            tenants_copied_at: tokio::sync::Mutex::default(),
+            copying_tenants: tokio::sync::Mutex::default(),
             activator: ActivatorConfig::default(),
             target: DeployTarget::Staging,
         }
@@ -513,32 +511,47 @@ impl ServicesBackend {
         Ok(())
     }
 
-    /// Keeps a copy of the tenants and tokens in Redis, for [`Self::write_back_tenants`]:
-    /// taken again if the last is older than [`QUOTA_SYNC_INTERVAL`], or at once if
-    /// `changed_here` (a tenant or token changed through this gateway: a token revoked
-    /// here must not come back with a copy read before, should Redis lose its state
-    /// right after).
-    pub(crate) async fn copy_tenants(&self, registry: &Registry, changed_here: bool) {
+    /// Keeps a copy of the tenants and tokens in Redis, for [`Self::write_back_tenants`],
+    /// read again whenever their version moved (one `GET` when it did not): called at
+    /// every sync, and at once after a change through this gateway, so that a token
+    /// revoked here does not come back with a copy read before, should Redis lose its
+    /// state right after.
+    pub(crate) async fn copy_tenants(&self, registry: &Registry) {
         let Some(tenants) = registry.tenants() else {
             return;
         };
-        let mut copied_at = self.tenants_copied_at.lock().await;
-        if !changed_here && copied_at.is_some_and(|at| at.elapsed() < QUOTA_SYNC_INTERVAL) {
+        let _copying = self.copying_tenants.lock().await;
+        let (epoch, version) = match (self.shared.epoch().await, tenants.version().await) {
+            (Ok(Some(epoch)), Ok(Some(version))) => (epoch, version),
+            // No epoch: the state is being written back, and a copy now could be empty.
+            (Ok(_), Ok(_)) => return,
+            (Err(err), _) => {
+                tracing::warn!("reading the shared state's epoch failed: {err}");
+                return;
+            }
+            (_, Err(err)) => {
+                tracing::warn!("reading the tenants' version failed: {err}");
+                return;
+            }
+        };
+        let current = self
+            .lock_tenants_copy()
+            .as_ref()
+            .is_some_and(|(held, copy)| *held == epoch && copy.version() == version);
+        if current {
             return;
         }
-        *copied_at = Some(std::time::Instant::now());
         // Kept only if the same epoch held before and after it was read: a Redis that
         // restarted empty meanwhile would give an empty copy, and writing that back
         // would restore no tenant at all.
-        let epoch = self.shared.epoch().await;
         let copy = tenants.copy().await;
-        let same_epoch = match (epoch, self.shared.epoch().await) {
-            (Ok(Some(before)), Ok(Some(after))) => before == after,
-            _ => false,
-        };
+        let same_epoch = matches!(self.shared.epoch().await, Ok(Some(after)) if after == epoch);
         match copy {
-            Ok(copy) if same_epoch => *self.lock_tenants_copy() = copy,
-            Ok(_) => tracing::debug!("the shared state changed epoch while copied; not kept"),
+            Ok(Some(copy)) if same_epoch => *self.lock_tenants_copy() = Some((epoch, copy)),
+            Ok(Some(_)) => {
+                tracing::debug!("the shared state changed epoch while copied; not kept");
+            }
+            Ok(None) => {}
             Err(err) => tracing::warn!("reading the tenants to keep a copy failed: {err}"),
         }
     }
@@ -548,7 +561,7 @@ impl ServicesBackend {
     /// be refused for want of its tenant.
     async fn write_back_tenants(&self, registry: &Registry) -> Result<(), TenantError> {
         let copy = self.lock_tenants_copy().clone();
-        let (Some(tenants), Some(copy)) = (registry.tenants(), copy) else {
+        let (Some(tenants), Some((_, copy))) = (registry.tenants(), copy) else {
             return Ok(());
         };
         tracing::warn!(
@@ -558,7 +571,7 @@ impl ServicesBackend {
         tenants.write_back(&copy).await
     }
 
-    fn lock_tenants_copy(&self) -> std::sync::MutexGuard<'_, Option<TenantsCopy>> {
+    fn lock_tenants_copy(&self) -> std::sync::MutexGuard<'_, Option<(String, TenantsCopy)>> {
         // Replaced whole: a poisoned lock still holds a whole copy.
         self.tenants_copy.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -868,7 +881,7 @@ async fn follow_once(
     if !backend.state_is_intact(registry).await? {
         return Ok(());
     }
-    backend.copy_tenants(registry, false).await;
+    backend.copy_tenants(registry).await;
     let generation = registry.local_generation();
     let snapshot = backend.snapshot(false).await?;
     let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();

@@ -87,6 +87,10 @@ const TENANT_TOKENS_PREFIX: &str = "faas:tenant-tokens:";
 /// The Redis set of removed tenants whose data is still being removed
 /// ([`TenantStore::remove_tenant`], [`TenantStore::release_name`]).
 const LEAVING_KEY: &str = "faas:tenants-leaving";
+/// A counter that every script writing the hashes of [`COPIED_KEYS`] increments in the
+/// same step, so that a gateway keeping a copy of them ([`TenantStore::copy`]) reads
+/// them again only when they changed, not every tenant's tokens every second.
+const VERSION_KEY: &str = "faas:tenants-version";
 
 /// The hashes [`TenantStore::copy`] keeps a copy of, tenants first.
 const COPIED_KEYS: [&str; 3] = [TENANTS_KEY, TOKENS_KEY, HASHES_KEY];
@@ -96,9 +100,17 @@ const COPIED_KEYS: [&str; 3] = [TENANTS_KEY, TOKENS_KEY, HASHES_KEY];
 pub struct TenantsCopy {
     /// The fields of each of [`COPIED_KEYS`], in that order.
     hashes: Vec<Vec<(String, String)>>,
+    /// [`VERSION_KEY`] as it was before they were read (0 when missing): the copy
+    /// holds every change up to it.
+    version: u64,
 }
 
 impl TenantsCopy {
+    /// The [`TenantStore::version`] it holds every change up to.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     /// How many tenants it holds.
     pub fn tenants(&self) -> usize {
         self.hashes.first().map_or(0, Vec::len)
@@ -408,16 +420,18 @@ pub struct TenantStore {
 }
 
 /// Creates a tenant unless it exists (0) or its name is still leaving (-1); 1 when
-/// created. KEYS: tenants, leaving. ARGV: tenant, record.
+/// created. KEYS: tenants, leaving, version. ARGV: tenant, record.
 const CREATE_TENANT: &str = "
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return -1 end
-return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])";
+local created = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+if created == 1 then redis.call('INCR', KEYS[3]) end
+return created";
 
 /// Creates a tenant's token in one step, refusing a tenant that does not exist (0) or
 /// holds `ARGV[5]` tokens already (-1); 1 when created. Ids in the set whose record is
 /// gone (revoked by a process from before the sets) are dropped first, so they do not
-/// count. KEYS: tenants, tokens, hashes, the tenant's token set. ARGV: tenant, id,
-/// record, hash, the most tokens.
+/// count. KEYS: tenants, tokens, hashes, the tenant's token set, version. ARGV: tenant,
+/// id, record, hash, the most tokens.
 const CREATE_TOKEN: &str = "
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[4])) do
@@ -427,20 +441,21 @@ if redis.call('SCARD', KEYS[4]) >= tonumber(ARGV[5]) then return -1 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
 redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('INCR', KEYS[5])
 return 1";
 
 /// Removes a tenant, revokes its tokens and marks its name leaving in one step, unless
-/// KEYS[6] (if given), a hash of deployment records (JSON with `workflow.tenant`),
+/// KEYS[7] (if given), a hash of deployment records (JSON with `workflow.tenant`),
 /// holds a workflow of the tenant. Returns `{revoked, {}}`, `{-1, {}}` when there is no
 /// tenant, or `{-2, workflows}` when it has some. Every token record is read, not only
 /// the tenant's set: an operator's removal is rare, and a token it missed would act for
 /// a tenant created later under the same name. KEYS: tenants, tokens, hashes, the
-/// tenant's token set, leaving[, deployments]. ARGV: tenant.
+/// tenant's token set, leaving, version[, deployments]. ARGV: tenant.
 const REMOVE_TENANT: &str = "
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {-1, {}} end
-if KEYS[6] then
+if KEYS[7] then
   local owned = {}
-  local records = redis.call('HGETALL', KEYS[6])
+  local records = redis.call('HGETALL', KEYS[7])
   for i = 1, #records, 2 do
     if cjson.decode(records[i + 1]).workflow.tenant == ARGV[1] then
       table.insert(owned, records[i])
@@ -451,6 +466,7 @@ end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[4])
 redis.call('SADD', KEYS[5], ARGV[1])
+redis.call('INCR', KEYS[6])
 local revoked = 0
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
@@ -464,16 +480,18 @@ end
 return {revoked, {}}";
 
 /// Replaces a tenant's record if it is still `ARGV[2]`: 1 if replaced, 0 if it
-/// changed meanwhile, -1 if it is gone. KEYS: tenants. ARGV: tenant, old, new.
+/// changed meanwhile, -1 if it is gone. KEYS: tenants, version. ARGV: tenant, old,
+/// new.
 const REPLACE_TENANT: &str = "
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return -1 end
 if current ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('INCR', KEYS[2])
 return 1";
 
-/// Revokes a token; returns its record, or nil. KEYS: tokens, hashes. ARGV: id, the
-/// prefix of the tenants' token sets.
+/// Revokes a token; returns its record, or nil. KEYS: tokens, hashes, version. ARGV:
+/// id, the prefix of the tenants' token sets.
 const REVOKE_TOKEN: &str = "
 local record = redis.call('HGET', KEYS[1], ARGV[1])
 if not record then return false end
@@ -481,6 +499,7 @@ local token = cjson.decode(record)
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], token.secret_sha256)
 redis.call('SREM', ARGV[2] .. token.tenant, ARGV[1])
+redis.call('INCR', KEYS[3])
 return record";
 
 /// The records of the tokens of the tenant whose token set is KEYS[2], in one step
@@ -495,29 +514,34 @@ end
 return records";
 
 /// Writes tenant record ARGV[2] under name ARGV[1] unless one is there or the name is
-/// leaving (removed while the write-back ran). KEYS: tenants, leaving.
+/// leaving (removed while the write-back ran). KEYS: tenants, leaving, version.
 const WRITE_BACK_TENANT: &str = "
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end
-return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])";
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('INCR', KEYS[3])
+return 1";
 
 /// Writes token record ARGV[2] under id ARGV[1] unless one is there or its tenant is
 /// not (removed while the write-back ran: its tokens must not come back to act for a
 /// tenant made later under the name), and puts it in its tenant's set in the same
-/// step; 1 if written. KEYS: tokens, tenants, leaving. ARGV: id, record, the prefix of
-/// the tenants' token sets.
+/// step; 1 if written. KEYS: tokens, tenants, leaving, version. ARGV: id, record, the
+/// prefix of the tenants' token sets.
 const WRITE_BACK_TOKEN: &str = "
 local tenant = cjson.decode(ARGV[2]).tenant
 if redis.call('HEXISTS', KEYS[2], tenant) == 0 then return 0 end
 if redis.call('SISMEMBER', KEYS[3], tenant) == 1 then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('SADD', ARGV[3] .. tenant, ARGV[1])
+redis.call('INCR', KEYS[4])
 return 1";
 
 /// Writes the token id ARGV[2] under secret hash ARGV[1] unless one is there or that
-/// token's record is not. KEYS: hashes, tokens.
+/// token's record is not. KEYS: hashes, tokens, version.
 const WRITE_BACK_HASH: &str = "
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then return 0 end
-return redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])";
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('INCR', KEYS[3])
+return 1";
 
 /// Puts every token in its tenant's set (a record that does not decode is left to the
 /// reads that name it). Run at every connect: tokens a process from before the sets
@@ -630,9 +654,10 @@ impl TenantStore {
             Backend::Redis(connection) => {
                 redis::cmd("EVAL")
                     .arg(CREATE_TENANT)
-                    .arg(2)
+                    .arg(3)
                     .arg(TENANTS_KEY)
                     .arg(LEAVING_KEY)
+                    .arg(VERSION_KEY)
                     .arg(name)
                     .arg(to_json(&tenant))
                     .run(connection)
@@ -760,8 +785,9 @@ impl TenantStore {
                     tenant.quotas.check()?;
                     let swapped: i64 = redis::cmd("EVAL")
                         .arg(REPLACE_TENANT)
-                        .arg(1)
+                        .arg(2)
                         .arg(TENANTS_KEY)
+                        .arg(VERSION_KEY)
                         .arg(name)
                         .arg(&json)
                         .arg(to_json(&tenant))
@@ -855,6 +881,7 @@ impl TenantStore {
                     HASHES_KEY,
                     &tenant_tokens,
                     LEAVING_KEY,
+                    VERSION_KEY,
                 ];
                 if let TenantWorkflows::InRedisHash(hash) = deployed {
                     keys.push(hash);
@@ -1014,11 +1041,12 @@ impl TenantStore {
                 };
                 redis::cmd("EVAL")
                     .arg(CREATE_TOKEN)
-                    .arg(4)
+                    .arg(5)
                     .arg(TENANTS_KEY)
                     .arg(TOKENS_KEY)
                     .arg(HASHES_KEY)
                     .arg(tenant_tokens_key(tenant))
+                    .arg(VERSION_KEY)
                     .arg(tenant)
                     .arg(&info.id)
                     .arg(to_json(&record))
@@ -1133,9 +1161,10 @@ impl TenantStore {
             Backend::Redis(connection) => {
                 let json: Option<String> = redis::cmd("EVAL")
                     .arg(REVOKE_TOKEN)
-                    .arg(2)
+                    .arg(3)
                     .arg(TOKENS_KEY)
                     .arg(HASHES_KEY)
+                    .arg(VERSION_KEY)
                     .arg(id)
                     .arg(TENANT_TOKENS_PREFIX)
                     .run(connection)
@@ -1195,13 +1224,37 @@ impl TenantStore {
         let Backend::Redis(connection) = &self.backend else {
             return Ok(None);
         };
+        // Read first: a change made while the hashes are read moves it past this, so
+        // the next look sees it.
+        let version = self.redis_version(connection).await?;
         let mut hashes = Vec::with_capacity(COPIED_KEYS.len());
         for key in COPIED_KEYS {
             let fields: Vec<(String, String)> =
                 redis::cmd("HGETALL").arg(key).run(connection).await?;
             hashes.push(fields);
         }
-        Ok(Some(TenantsCopy { hashes }))
+        Ok(Some(TenantsCopy { hashes, version }))
+    }
+
+    /// The version of the tenants and tokens in Redis (one `GET`; `None` for the state
+    /// database): it moves with every change to them, so a [`TenantsCopy`] of the same
+    /// [`TenantsCopy::version`] holds them as they are. Within one epoch of the shared
+    /// state only: a Redis that lost its state counts again from 0, so the caller
+    /// compares epochs too.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn version(&self) -> Result<Option<u64>, TenantError> {
+        let Backend::Redis(connection) = &self.backend else {
+            return Ok(None);
+        };
+        Ok(Some(self.redis_version(connection).await?))
+    }
+
+    /// [`VERSION_KEY`], 0 when missing.
+    async fn redis_version(&self, connection: &ConnectionManager) -> Result<u64, TenantError> {
+        let version: Option<u64> = redis::cmd("GET").arg(VERSION_KEY).run(connection).await?;
+        Ok(version.unwrap_or(0))
     }
 
     /// Writes back the records of `copy` that Redis lacks (after it restarted empty),
@@ -1222,17 +1275,18 @@ impl TenantStore {
                 match *key {
                     TENANTS_KEY => write
                         .arg(WRITE_BACK_TENANT)
-                        .arg(2)
+                        .arg(3)
                         .arg(key)
                         .arg(LEAVING_KEY),
                     TOKENS_KEY => write
                         .arg(WRITE_BACK_TOKEN)
-                        .arg(3)
+                        .arg(4)
                         .arg(key)
                         .arg(TENANTS_KEY)
                         .arg(LEAVING_KEY),
-                    _ => write.arg(WRITE_BACK_HASH).arg(2).arg(key).arg(TOKENS_KEY),
+                    _ => write.arg(WRITE_BACK_HASH).arg(3).arg(key).arg(TOKENS_KEY),
                 };
+                write.arg(VERSION_KEY);
                 write.arg(field).arg(value);
                 if *key == TOKENS_KEY {
                     write.arg(TENANT_TOKENS_PREFIX);
@@ -1623,6 +1677,90 @@ mod tests {
         store.create_tenant("mallory").await.unwrap();
         assert_eq!(store.authenticate(&removed.secret).await.unwrap(), None);
         assert!(labels(&store, "mallory").await.is_empty());
+    }
+
+    /// Every gateway keeps a copy of the tenants and tokens to write back, and read
+    /// every token record once a second to keep it: work in proportion to the whole
+    /// platform. Now a copy is read again only when the version moved, and every
+    /// change moves it (and none moves it for nothing).
+    #[tokio::test]
+    async fn every_change_to_tenants_or_tokens_moves_the_version_a_copy_holds() {
+        let server = RedisServer::start();
+        let store = TenantStore::redis(&server.url()).await.unwrap();
+        let held = |copy: &TenantsCopy| copy.version();
+        let copy = store.copy().await.unwrap().unwrap();
+        assert_eq!(store.version().await.unwrap(), Some(held(&copy)));
+        let mut last = held(&copy);
+        fn moved(last: &mut u64, what: &str, now: Option<u64>) {
+            let now = now.unwrap();
+            assert!(now > *last, "{what} left the version at {now}");
+            *last = now;
+        }
+        store.create_tenant("victim").await.unwrap();
+        moved(
+            &mut last,
+            "creating a tenant",
+            store.version().await.unwrap(),
+        );
+        store.create_tenant("mallory").await.unwrap();
+        moved(
+            &mut last,
+            "creating another",
+            store.version().await.unwrap(),
+        );
+        let token = store.create_token("mallory", "").await.unwrap();
+        moved(
+            &mut last,
+            "creating a token",
+            store.version().await.unwrap(),
+        );
+        let changes = QuotaChanges {
+            max_workflows: Some(Some(3)),
+            ..QuotaChanges::default()
+        };
+        store.update_quotas("mallory", &changes).await.unwrap();
+        moved(&mut last, "changing quotas", store.version().await.unwrap());
+        let copy = store.copy().await.unwrap().unwrap();
+        assert_eq!(held(&copy), last, "the copy holds every change so far");
+        store.revoke_token(&token.token.id).await.unwrap();
+        moved(
+            &mut last,
+            "revoking a token",
+            store.version().await.unwrap(),
+        );
+        store
+            .remove_tenant("mallory", TenantWorkflows::Listed(&[]))
+            .await
+            .unwrap();
+        moved(
+            &mut last,
+            "removing a tenant",
+            store.version().await.unwrap(),
+        );
+
+        // What is refused or changes nothing leaves it alone.
+        assert!(store.create_tenant("victim").await.is_err());
+        assert!(store.revoke_token(&token.token.id).await.is_err());
+        assert!(store.create_token("nobody", "").await.is_err());
+        assert_eq!(store.version().await.unwrap(), Some(last));
+
+        // A write-back into a Redis that lost its state moves it with each record.
+        let kept = store.create_token("victim", "kept").await.unwrap();
+        let copy = store.copy().await.unwrap().unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(store.version().await.unwrap(), Some(0));
+        store.write_back(&copy).await.unwrap();
+        // The tenant, its token and the token's hash.
+        assert_eq!(store.version().await.unwrap(), Some(3));
+        assert_eq!(
+            store.authenticate(&kept.secret).await.unwrap().as_deref(),
+            Some("victim")
+        );
     }
 
     #[tokio::test]
