@@ -141,30 +141,57 @@ pub(crate) fn check_token(
 
 /// Readies `dir`, the data dir, to hold what the platform keeps there: its tokens, the
 /// state database (every tenant's key-value data, manifests and components) and the
-/// worker's compiled-code cache, which the worker loads and runs as native code. A
-/// missing dir is created owner-only (0700); an existing one is used as it is, unless
-/// group or others may write to it: whoever can write there can plant code the worker
-/// runs, or a link where a token is written.
+/// worker's compiled-code cache, which the worker loads and runs as native code (see
+/// [`prepare_private_dir`]).
 ///
 /// # Errors
-/// If the dir cannot be created or read, or is writable by group or others (the error
-/// names it and the fix).
+/// As [`prepare_private_dir`]'s.
 pub(crate) fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    prepare_private_dir(
+        dir,
+        "data dir",
+        "the tokens, the state database and compiled code the worker runs",
+        "--data-dir",
+    )
+}
+
+/// Readies `dir`, the `what` holding `holds`, named by the flag `flag`: a missing dir
+/// is created owner-only (0700); an existing one is used as it is, unless it belongs to
+/// another user or group or others may write to it: whoever can write there can plant
+/// code the worker runs, or a link where a token is written, and the owner of a dir
+/// can always make it writable again.
+///
+/// # Errors
+/// If the dir cannot be created or read, belongs to another user, or is writable by
+/// group or others (the error names it and the fix).
+pub(crate) fn prepare_private_dir(
+    dir: &Path,
+    what: &str,
+    holds: &str,
+    flag: &str,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .with_context(|| format!("creating data dir {}", dir.display()))?;
-    let mode = std::fs::metadata(dir)
-        .with_context(|| format!("reading data dir {}", dir.display()))?
-        .permissions()
-        .mode();
+        .with_context(|| format!("creating {what} {}", dir.display()))?;
+    let metadata =
+        std::fs::metadata(dir).with_context(|| format!("reading {what} {}", dir.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if metadata.uid() != me {
+        anyhow::bail!(
+            "{what} {} belongs to user {}, not to this process's user {me}, and holds {holds}: \
+             give another {flag}, or have it owned by user {me}",
+            dir.display(),
+            metadata.uid(),
+        );
+    }
+    let mode = metadata.permissions().mode();
     if mode & 0o022 != 0 {
         anyhow::bail!(
-            "data dir {} is writable by group or others (mode {:03o}), and holds the tokens, \
-             the state database and compiled code the worker runs: run `chmod 700 {0}`, or \
-             give another --data-dir",
+            "{what} {} is writable by group or others (mode {:03o}), and holds {holds}: run \
+             `chmod 700 {0}`, or give another {flag}",
             dir.display(),
             mode & 0o777
         );
@@ -454,6 +481,28 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         prepare_data_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_dir_another_user_owns_is_refused_even_when_only_they_may_write() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("planted");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // Made by someone else ahead of the platform (a shared /tmp, say): only a
+        // process running as root can hand a dir to another user here, so the test
+        // sees the refusal where it can set the scene.
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&dir, Some(65534), None).unwrap();
+            let error = prepare_private_dir(&dir, "cache dir", "compiled code", "--cache-dir")
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("belongs to user 65534"), "{error}");
+            assert!(error.contains("give another --cache-dir"), "{error}");
+        } else {
+            // Not root: the dir is this user's, and the owner check lets it through.
+            prepare_private_dir(&dir, "cache dir", "compiled code", "--cache-dir").unwrap();
+        }
     }
 
     #[test]

@@ -183,7 +183,8 @@ impl WorkerArgs {
     /// `--cache-dir` says otherwise.
     ///
     /// # Errors
-    /// If the limits contradict each other.
+    /// If the limits contradict each other, or the cache dir is not the process
+    /// user's alone (`prepare_private_dir`).
     pub fn config(&self, data_dir: &Path) -> anyhow::Result<WorkerConfig> {
         // An instance's regions are among its handles: a region limit at or above the
         // handle limit would never be reached, the handle limit's trap coming first.
@@ -195,11 +196,17 @@ impl WorkerArgs {
                 self.max_handles_per_instance
             );
         }
-        let mut config = WorkerConfig::new(
-            self.cache_dir
-                .clone()
-                .unwrap_or_else(|| data_dir.join("cache")),
-        );
+        let cache_dir = self
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| data_dir.join("cache"));
+        crate::args::prepare_private_dir(
+            &cache_dir,
+            "cache dir",
+            "compiled code the worker loads and runs as native code",
+            "--cache-dir",
+        )?;
+        let mut config = WorkerConfig::new(cache_dir);
         config.default_limits = Limits {
             memory_mb: self.memory_mb,
             timeout: Duration::from_millis(self.timeout_ms),

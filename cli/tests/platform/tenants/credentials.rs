@@ -506,6 +506,64 @@ fn faas_up_keeps_its_data_dir_owner_only_and_refuses_one_others_may_write_to() {
     );
 }
 
+/// A `--cache-dir` outside the data dir holds the compiled code the worker loads and
+/// runs as native code: one that another user made ahead of the platform (in a shared
+/// `/tmp`, say), or that others may write to, would let them plant code that runs as
+/// the worker. `faas up` refuses both before it serves anything, naming the flag.
+#[test]
+fn faas_up_refuses_a_cache_dir_another_user_owns_or_others_may_write_to() {
+    let parent = faas_testing::temp_dir();
+    let data = parent.path().join("data");
+    let cache = parent.path().join("shared-cache");
+    std::fs::create_dir(&cache).unwrap();
+    let up = |cache: &Path| {
+        let cache = cache.to_str().unwrap();
+        let data = data.to_str().unwrap();
+        let args = [
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "--no-demo",
+            "--data-dir",
+            data,
+            "--cache-dir",
+            cache,
+        ];
+        let output = faas_command(&args, &[]);
+        assert!(!output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let stderr = up(&cache);
+    assert!(
+        stderr.contains(&format!(
+            "cache dir {} is writable by group or others",
+            cache.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("or give another --cache-dir"), "{stderr}");
+    // Owner-only, but another user's: only root can hand a dir to another user, so
+    // this part needs the tests to run as root (as `.ci/run` does).
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(&cache, Some(65534), None).unwrap();
+        let stderr = up(&cache);
+        assert!(stderr.contains("belongs to user 65534"), "{stderr}");
+    }
+    // The process's own, the same flags serve.
+    let own = parent.path().join("own-cache");
+    let cache_flag = ["--cache-dir", own.to_str().unwrap(), "--no-demo"];
+    let platform = Platform::start_in(&data, &cache_flag);
+    assert_eq!(
+        std::fs::metadata(&own).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    drop(platform);
+}
+
 /// Starts `faas up` on `data` with its demo (no `--no-demo`), deploying at start a
 /// hello of tenant `acme` written in `manifests` rather than the repository's demos.
 fn start_with_demo(data: &Path, manifests: &Path) -> Platform {
