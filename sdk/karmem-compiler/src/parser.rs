@@ -131,43 +131,39 @@ struct Parser<'a> {
     lexer: Lexer<'a>,
     /// The current token and the one after it: all the grammar looks ahead.
     ahead: [Token<'a>; 2],
-    /// How many tokens were consumed: the index of `ahead[0]` in the file.
-    consumed: usize,
-    /// The lexer's error and the index of the token it stands for, which the parser
-    /// sees as the end of the file.
-    lex_error: Option<(usize, SchemaError)>,
+    /// The lexer's error, which the parser sees as the end of the file.
+    lex_error: Option<SchemaError>,
 }
 
 /// Parses the tokens `lexer` makes into declarations, taking them as it goes: a file
 /// wrong from its third token is not read further.
 pub(crate) fn parse(file: &str, mut lexer: Lexer<'_>) -> Result<RawSchema, SchemaError> {
     let mut lex_error = None;
-    let first = pull(&mut lexer, &mut lex_error, 0);
-    let ahead = [first, pull(&mut lexer, &mut lex_error, 1)];
+    let first = pull(&mut lexer, &mut lex_error);
+    let ahead = [first, pull(&mut lexer, &mut lex_error)];
     let mut parser = Parser {
         file,
         lexer,
         ahead,
-        consumed: 0,
         lex_error,
     };
     let parsed = parser.file();
-    // A parse that stopped at (or just before) the token the lexer failed on was
-    // stopped by that failure, which is the error to report, as is one that took it
-    // for the end of the file.
-    match parser.lex_error {
-        Some((index, err)) if parsed.is_ok() || index <= parser.consumed + 1 => Err(err),
-        _ => parsed,
+    // The lexer's error is reported if the parse took its stand-in for the end of the
+    // file, or if it comes first in the text: the parser may have stopped at the
+    // stand-in, or at a token before it that the stand-in, looked at ahead, made
+    // wrong; on the same spot, the lexer's says what is there.
+    match (parsed, parser.lex_error) {
+        (Ok(_), Some(lexed)) => Err(lexed),
+        (Err(parse), Some(lexed)) if (lexed.line, lexed.column) <= (parse.line, parse.column) => {
+            Err(lexed)
+        }
+        (parsed, _) => parsed,
     }
 }
 
-/// The token at `index` from `lexer`: the end of the file once it failed, keeping its
-/// first error in `lex_error`.
-fn pull<'a>(
-    lexer: &mut Lexer<'a>,
-    lex_error: &mut Option<(usize, SchemaError)>,
-    index: usize,
-) -> Token<'a> {
+/// The next token from `lexer`: the end of the file once it failed, keeping its first
+/// error in `lex_error`.
+fn pull<'a>(lexer: &mut Lexer<'a>, lex_error: &mut Option<SchemaError>) -> Token<'a> {
     let end = |lexer: &Lexer<'_>| Token {
         tok: Tok::Eof,
         span: lexer.span(),
@@ -176,7 +172,7 @@ fn pull<'a>(
         return end(lexer);
     }
     lexer.next_token().unwrap_or_else(|err| {
-        *lex_error = Some((index, err));
+        *lex_error = Some(err);
         end(lexer)
     })
 }
@@ -200,10 +196,8 @@ impl<'a> Parser<'a> {
         if self.ahead[0].tok == Tok::Eof {
             return;
         }
-        let index = self.consumed + 2;
         self.ahead[0] = self.ahead[1];
-        self.ahead[1] = pull(&mut self.lexer, &mut self.lex_error, index);
-        self.consumed += 1;
+        self.ahead[1] = pull(&mut self.lexer, &mut self.lex_error);
     }
 
     fn next(&mut self) -> Token<'a> {

@@ -411,4 +411,14 @@ fn the_first_problem_in_the_text_is_reported_lexer_or_parser() {
         error("karmem x;\nstruct A table { B uint8; }\n/* open"),
         "bad.km:3:1: unterminated block comment"
     );
+    // A bad character right behind a parse error (where the parser looks one token
+    // ahead) does not hide it, however close.
+    assert_eq!(
+        error("karmem x;\nstruct 5 #"),
+        "bad.km:2:8: expected struct name, found number 5"
+    );
+    assert_eq!(
+        error("karmem x;\nenum E uint8 { A = x # }"),
+        error("karmem x;\nenum E uint8 { A = x y }"),
+    );
 }
