@@ -157,13 +157,16 @@ pub(crate) fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
 
 /// Readies `dir`, the `what` holding `holds`, named by the flag `flag`: a missing dir
 /// is created owner-only (0700); an existing one is used as it is, unless it belongs to
-/// another user or group or others may write to it: whoever can write there can plant
-/// code the worker runs, or a link where a token is written, and the owner of a dir
-/// can always make it writable again.
+/// another user or group or others may write to it, or the way to it follows a
+/// symbolic link that belongs to another user (but root): whoever can write there can
+/// plant code the worker runs, or a link where a token is written, the owner of a dir
+/// can always make it writable again, and the owner of a link can point it elsewhere
+/// later. (A dir whose parent others may write to, without the sticky bit `/tmp` has,
+/// can still be renamed away and replaced: keep it out of such a parent.)
 ///
 /// # Errors
-/// If the dir cannot be created or read, belongs to another user, or is writable by
-/// group or others (the error names it and the fix).
+/// If the dir cannot be created or read, or fails a check above (the error names the
+/// dir or link and the fix).
 pub(crate) fn prepare_private_dir(
     dir: &Path,
     what: &str,
@@ -176,9 +179,20 @@ pub(crate) fn prepare_private_dir(
         .mode(0o700)
         .create(dir)
         .with_context(|| format!("creating {what} {}", dir.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if let Some((link, owner)) = foreign_link_on_the_way(dir, me)
+        .with_context(|| format!("reading the way to {what} {}", dir.display()))?
+    {
+        anyhow::bail!(
+            "{what} {} is reached through the symbolic link {}, which belongs to user \
+             {owner}: its owner can point it elsewhere, and {what} holds {holds}; give \
+             another {flag}, or the path the link leads to",
+            dir.display(),
+            link.display(),
+        );
+    }
     let metadata =
         std::fs::metadata(dir).with_context(|| format!("reading {what} {}", dir.display()))?;
-    let me = rustix::process::geteuid().as_raw();
     if metadata.uid() != me {
         anyhow::bail!(
             "{what} {} belongs to user {}, not to this process's user {me}, and holds {holds}: \
@@ -197,6 +211,50 @@ pub(crate) fn prepare_private_dir(
         );
     }
     Ok(())
+}
+
+/// The first symbolic link on the way to `path` (followed as the kernel would) that
+/// belongs to neither user `me` nor root, with its owner.
+fn foreign_link_on_the_way(path: &Path, me: u32) -> std::io::Result<Option<(PathBuf, u32)>> {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Component;
+    // Linux's own bound on the links one lookup follows.
+    const MAX_LINKS: usize = 40;
+    let mut todo: std::collections::VecDeque<PathBuf> = std::path::absolute(path)?
+        .components()
+        .map(|component| PathBuf::from(component.as_os_str()))
+        .collect();
+    let mut reached = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(step) = todo.pop_front() {
+        match step.components().next() {
+            Some(Component::RootDir) => reached = PathBuf::from("/"),
+            Some(Component::ParentDir) => {
+                reached.pop();
+            }
+            Some(Component::Normal(name)) => {
+                let next = reached.join(name);
+                let metadata = std::fs::symlink_metadata(&next)?;
+                if !metadata.file_type().is_symlink() {
+                    reached = next;
+                    continue;
+                }
+                if metadata.uid() != me && metadata.uid() != 0 {
+                    return Ok(Some((next, metadata.uid())));
+                }
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(rustix::io::Errno::LOOP.into());
+                }
+                let target = std::fs::read_link(&next)?;
+                for component in target.components().rev() {
+                    todo.push_front(PathBuf::from(component.as_os_str()));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
 }
 
 /// The gateway's listening address and limits.
@@ -502,6 +560,34 @@ mod tests {
         } else {
             // Not root: the dir is this user's, and the owner check lets it through.
             prepare_private_dir(&dir, "cache dir", "compiled code", "--cache-dir").unwrap();
+        }
+    }
+
+    #[test]
+    fn a_dir_reached_through_another_users_link_is_refused_and_ones_own_link_is_followed() {
+        let parent = tempfile::tempdir().unwrap();
+        let own = parent.path().join("own");
+        std::fs::create_dir(&own).unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // A link this user made, to a dir of its own, through a relative target.
+        let mine = parent.path().join("mine");
+        std::os::unix::fs::symlink("own", &mine).unwrap();
+        prepare_private_dir(&mine, "cache dir", "compiled code", "--cache-dir").unwrap();
+        // The same link, another user's (a link left in a shared /tmp), may be pointed
+        // at that user's own dir once the platform checked it. Only root can make one.
+        if rustix::process::geteuid().is_root() {
+            let theirs = parent.path().join("theirs");
+            std::os::unix::fs::symlink(&own, &theirs).unwrap();
+            std::os::unix::fs::lchown(&theirs, Some(65534), None).unwrap();
+            let nested = theirs.join("cache");
+            let error = prepare_private_dir(&nested, "cache dir", "compiled code", "--cache-dir")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(&format!("the symbolic link {}", theirs.display())),
+                "{error}"
+            );
+            assert!(error.contains("belongs to user 65534"), "{error}");
         }
     }
 

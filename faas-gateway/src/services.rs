@@ -74,6 +74,8 @@ pub struct ServicesBackend {
     /// Held while a copy is read, so that a copy read before a change never replaces
     /// one read after it.
     copying_tenants: tokio::sync::Mutex<()>,
+    /// When the registry last took in the deployments as the shared state has them.
+    synced_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// How events for a workflow with no ready replica are held.
     activator: ActivatorConfig,
     /// Where deploys go.
@@ -113,6 +115,7 @@ impl ServicesBackend {
             config,
             tenants_copy: std::sync::Mutex::default(),
             copying_tenants: tokio::sync::Mutex::default(),
+            synced_at: std::sync::Mutex::default(),
             activator: ActivatorConfig::default(),
             target: DeployTarget::Staging,
         }
@@ -534,10 +537,14 @@ impl ServicesBackend {
                 return;
             }
         };
+        // Read again after a while all the same: a process from before the version
+        // (during a rolling upgrade) changes tenants and tokens without moving it.
         let current = self
             .lock_tenants_copy()
             .as_ref()
-            .is_some_and(|(held, copy)| *held == epoch && copy.version() == version);
+            .is_some_and(|(held, copy)| {
+                *held == epoch && copy.version() == version && copy.age() < TENANTS_COPY_MAX_AGE
+            });
         if current {
             return;
         }
@@ -569,6 +576,18 @@ impl ServicesBackend {
             "the shared state in Redis is gone; writing back the tenants and tokens"
         );
         tenants.write_back(&copy).await
+    }
+
+    /// Whether the registry took in the shared state's deployments lately (within five
+    /// syncs, and at least 5 s): what it serves then is what is deployed (but for the
+    /// last syncs' changes). A gateway that just started, or cannot read Redis, or waits
+    /// for another to write the state back, serves less than is deployed.
+    pub(crate) fn in_sync(&self) -> bool {
+        let fresh = (self.config.sync_interval * 5).max(Duration::from_secs(5));
+        self.synced_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() <= fresh)
     }
 
     fn lock_tenants_copy(&self) -> std::sync::MutexGuard<'_, Option<(String, TenantsCopy)>> {
@@ -942,8 +961,13 @@ async fn follow_once(
         live.into_iter().map(WorkerId).collect(),
         generation,
     );
+    *backend.synced_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
     Ok(())
 }
+
+/// How old a copy of the tenants and tokens may get even when their version did not
+/// move.
+const TENANTS_COPY_MAX_AGE: Duration = Duration::from_secs(60);
 
 /// Whether `deployment` has a replica on one of the `live` workers.
 fn has_live_replica(deployment: &Deployment, live: &[String]) -> bool {

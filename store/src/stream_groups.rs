@@ -10,31 +10,45 @@
 //! again, reading from the start of the stream, and run every entry again.
 //!
 //! So every group a trigger makes is registered in `faas:stream-groups` (field
-//! `<group> <stream key>`, as group names hold no whitespace; value: when it was last
-//! made, in unix milliseconds), in the same script that makes it, and a consumer makes
-//! its group again every [`RENEW_EVERY`] while it runs, which renews that stamp.
-//! [`sweep`] destroys a registered group only when no deployed trigger names it, its
-//! stamp is older than `idle` (no consumer has run for that long), and none of its
-//! consumers was delivered an entry within `idle` (Redis 7.2 and later count any read;
-//! 7.0 only reads that returned entries), all checked in the script that destroys it;
-//! an empty stream left with no group goes with it. A trigger naming the group again
-//! afterwards makes it anew, reading from the start of the stream, as a new deploy's
-//! group does.
+//! `<group> <stream key>`, as group names hold no whitespace; value: until when it is
+//! kept, in milliseconds of Redis's clock), in the same script that makes it, and a
+//! consumer makes its group again every [`RENEW_EVERY`] (or a quarter of its gateway's
+//! idle time, if shorter) while it runs, which pushes that back by the idle time.
+//! [`sweep`] destroys a registered group only when no deployed trigger names it, it is
+//! past when it was kept until (no consumer has run for the idle time of the gateway
+//! that last made it), and none of its consumers was delivered an entry within the
+//! sweeping gateway's idle time (Redis 7.2 and later count any read; 7.0 only reads
+//! that returned entries), all checked in the script that destroys it; an empty stream
+//! left with no group goes with it. Times are Redis's, so gateways' clocks need not
+//! agree.
+//!
+//! The script keeps where the group stopped (its last delivered id) for
+//! [`TOMBSTONE_TTL`]: a trigger that names the group again within that time (a
+//! workflow removed and deployed again) goes on from there, as it did when groups were
+//! never destroyed; after it, the group is made anew and reads the stream from its
+//! start, as a new deploy's group does.
 
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-/// The hash of the groups stream triggers made: `<group> <stream key>` -> unix ms.
+/// The hash of the groups stream triggers made: `<group> <stream key>` -> until when it
+/// is kept (unix milliseconds, Redis's clock).
 pub const GROUPS_KEY: &str = "faas:stream-groups";
+
+/// What the key keeping a destroyed group's last delivered id is named, followed by
+/// its field in [`GROUPS_KEY`].
+const TOMBSTONE_PREFIX: &str = "faas:stream-group-gone:";
+
+/// How long a destroyed group's last delivered id is kept.
+pub const TOMBSTONE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Default of how long a group no trigger names, and no consumer reads, is kept.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
 
-/// How often a running consumer makes its group again ([`create`]), renewing its
-/// stamp: well within any `idle` worth setting.
+/// How often a running consumer makes its group again ([`create`]), at most.
 pub const RENEW_EVERY: Duration = Duration::from_secs(60);
 
 /// A consumer group of a stream: the stream's Redis key (in its tenant's namespace)
@@ -53,6 +67,11 @@ impl StreamGroup {
         format!("{} {}", self.group, self.stream)
     }
 
+    /// The key keeping where it stopped once destroyed.
+    fn tombstone(&self) -> String {
+        format!("{TOMBSTONE_PREFIX}{}", self.field())
+    }
+
     /// The group a field of [`GROUPS_KEY`] names, if it is one.
     fn from_field(field: &str) -> Option<Self> {
         let (group, stream) = field.split_once(' ')?;
@@ -63,32 +82,43 @@ impl StreamGroup {
     }
 }
 
-/// Makes group `KEYS[1]`'s `ARGV[1]` (and the stream) reading from the start unless it
-/// exists, and stamps its field `ARGV[2]` of `KEYS[2]` with `ARGV[3]`, in one step: a
-/// sweep that sees the stamp old cannot run between the two.
+/// Lua: `now`, Redis's clock in milliseconds.
+const NOW: &str = "local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+";
+
+/// Makes group `ARGV[1]` of stream `KEYS[1]` (and the stream) unless it exists,
+/// reading from where it stopped if it was destroyed lately (tombstone `KEYS[3]`), else
+/// from the start, and keeps its field `ARGV[2]` of `KEYS[2]` until `ARGV[3]` ms from
+/// now, in one step: a sweep that sees it past its time cannot run between the two.
 static CREATE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{NOW}{}",
         r"
-local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+local from = redis.call('GET', KEYS[3]) or '0'
+local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], from, 'MKSTREAM')
 if type(made) == 'table' and made.err and string.sub(made.err, 1, 9) ~= 'BUSYGROUP' then
   return made
 end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('DEL', KEYS[3])
+redis.call('HSET', KEYS[2], ARGV[2], now + tonumber(ARGV[3]))
 return 1
-",
-    )
+"
+    ))
 });
 
-/// Destroys group `ARGV[1]` of stream `KEYS[1]` (field `ARGV[2]` of `KEYS[2]`) if it was
-/// made no later than `ARGV[3]` and each of its consumers has been idle at least
-/// `ARGV[4]` ms; then deletes the stream if it is left empty with no group. Forgets a
-/// field whose group is gone already. Returns 1 if it destroyed the group, 0 if it kept
-/// it, -1 if it only forgot the field.
+/// Destroys group `ARGV[1]` of stream `KEYS[1]` (field `ARGV[2]` of `KEYS[2]`) if it is
+/// past when it was kept until and each of its consumers has been idle at least
+/// `ARGV[3]` ms, keeping where it stopped in `KEYS[3]` for `ARGV[4]` seconds; then
+/// deletes the stream if it is left empty with no group. Forgets a field whose group
+/// is gone already. Returns 1 if it destroyed the group, 0 if it kept it, -1 if it
+/// only forgot the field.
 static DESTROY_IF_IDLE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{NOW}{}",
         r"
-local made = tonumber(redis.call('HGET', KEYS[2], ARGV[2]))
-if made == nil or made > tonumber(ARGV[3]) then return 0 end
+local kept_until = tonumber(redis.call('HGET', KEYS[2], ARGV[2]))
+if kept_until == nil or kept_until > now then return 0 end
 local consumers = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
 if consumers.err then
   redis.call('HDEL', KEYS[2], ARGV[2])
@@ -96,7 +126,17 @@ if consumers.err then
 end
 for _, consumer in ipairs(consumers) do
   for i = 1, #consumer, 2 do
-    if consumer[i] == 'idle' and consumer[i + 1] < tonumber(ARGV[4]) then return 0 end
+    if consumer[i] == 'idle' and consumer[i + 1] < tonumber(ARGV[3]) then return 0 end
+  end
+end
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1] end
+    if group[i] == 'last-delivered-id' then last = group[i + 1] end
+  end
+  if name == ARGV[1] and last then
+    redis.call('SET', KEYS[3], last, 'EX', ARGV[4])
   end
 end
 redis.call('XGROUP', 'DESTROY', KEYS[1], ARGV[1])
@@ -105,31 +145,38 @@ if redis.call('XLEN', KEYS[1]) == 0 and #redis.call('XINFO', 'GROUPS', KEYS[1]) 
   redis.call('DEL', KEYS[1])
 end
 return 1
-",
-    )
+"
+    ))
 });
 
-/// Makes `group` of `stream` (and the stream) reading from its start, unless it
-/// exists, and registers it for [`sweep`] (stamped now). Consumers call it when they
-/// start and every [`RENEW_EVERY`] after.
+/// Makes `group` of `stream` (and the stream) unless it exists, and registers it for
+/// [`sweep`], kept for `idle` from now (`None`: for ever). Consumers call it when
+/// they start and every [`RENEW_EVERY`] after (or a quarter of `idle`, if shorter).
 ///
 /// # Errors
 /// Redis's, as for `XGROUP CREATE` (`WRONGTYPE` when the key is not a stream).
-pub async fn create(connection: &mut ConnectionManager, group: &StreamGroup) -> RedisResult<()> {
+pub async fn create(
+    connection: &mut ConnectionManager,
+    group: &StreamGroup,
+    idle: Option<Duration>,
+) -> RedisResult<()> {
+    // Far enough for ever, near enough that Lua's numbers add it exactly.
+    let kept_for = idle.map_or(1 << 50, millis);
     CREATE
         .key(&group.stream)
         .key(GROUPS_KEY)
+        .key(group.tombstone())
         .arg(&group.group)
         .arg(group.field())
-        .arg(unix_millis())
+        .arg(kept_for)
         .invoke_async(connection)
         .await
 }
 
 /// Destroys the registered groups that no group of `named` (those of every deployed
-/// stream trigger) is, that were last made more than `idle` ago and whose consumers
-/// have all been idle that long, and returns them. A group whose stream or group is gone
-/// is forgotten.
+/// stream trigger) is, that are past when they were kept until and whose consumers
+/// have all been idle for `idle`, and returns them. A group whose stream or group is
+/// gone is forgotten.
 ///
 /// # Errors
 /// Redis's; groups destroyed before the error stay destroyed.
@@ -142,11 +189,12 @@ pub async fn sweep(
         .arg(GROUPS_KEY)
         .query_async(connection)
         .await?;
-    let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-    let made_by = unix_millis().saturating_sub(idle_ms);
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(connection).await?;
+    let now = seconds * 1000 + micros / 1000;
     let mut destroyed = Vec::new();
-    for (field, made) in registered {
-        let (Some(group), Ok(made)) = (StreamGroup::from_field(&field), made.parse::<u64>()) else {
+    for (field, kept_until) in registered {
+        let parsed = (StreamGroup::from_field(&field), kept_until.parse::<u64>());
+        let (Some(group), Ok(kept_until)) = parsed else {
             // Not written by `create`: nothing to destroy.
             let _: i64 = redis::cmd("HDEL")
                 .arg(GROUPS_KEY)
@@ -155,16 +203,17 @@ pub async fn sweep(
                 .await?;
             continue;
         };
-        if made > made_by || named.contains(&group) {
+        if kept_until > now || named.contains(&group) {
             continue;
         }
         let outcome: i64 = DESTROY_IF_IDLE
             .key(&group.stream)
             .key(GROUPS_KEY)
+            .key(group.tombstone())
             .arg(&group.group)
             .arg(&field)
-            .arg(made_by)
-            .arg(idle_ms)
+            .arg(millis(idle))
+            .arg(TOMBSTONE_TTL.as_secs())
             .invoke_async(connection)
             .await?;
         if outcome == 1 {
@@ -174,13 +223,9 @@ pub async fn sweep(
     Ok(destroyed)
 }
 
-/// Now, in milliseconds since the Unix epoch.
-fn unix_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
+/// `duration` in whole milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -205,15 +250,20 @@ mod tests {
         groups.is_ok_and(|reply| reply.groups.iter().any(|g| g.name == group.group))
     }
 
-    /// Reads an entry from `group` as consumer `c`, as a trigger's consumer does.
-    async fn read(connection: &mut ConnectionManager, group: &StreamGroup) {
-        let options = StreamReadOptions::default()
-            .group(&group.group, "c")
-            .count(1);
-        let _: Option<StreamReadReply> = connection
+    /// Reads the entries new to `group` as consumer `c`, as a trigger's consumer does,
+    /// and returns their payloads.
+    async fn read(connection: &mut ConnectionManager, group: &StreamGroup) -> Vec<String> {
+        let options = StreamReadOptions::default().group(&group.group, "c");
+        let reply: Option<StreamReadReply> = connection
             .xread_options(&[&group.stream], &[">"], &options)
             .await
             .unwrap();
+        reply
+            .into_iter()
+            .flat_map(|reply| reply.keys)
+            .flat_map(|key| key.ids)
+            .map(|entry| entry.get::<String>("payload").unwrap())
+            .collect()
     }
 
     #[tokio::test]
@@ -227,6 +277,7 @@ mod tests {
         let delivered_lately = group("orders", "lagging");
         let forgotten = group("renamed", "shop");
         let with_entries = group("events", "gone");
+        let idle = Duration::from_millis(300);
         let _: String = connection
             .xadd(&with_entries.stream, "*", &[("payload", "kept")])
             .await
@@ -242,13 +293,12 @@ mod tests {
             &forgotten,
             &with_entries,
         ] {
-            create(&mut connection, made).await.unwrap();
+            create(&mut connection, made, Some(idle)).await.unwrap();
             // Made again (a second gateway, a restart): no error, nothing lost.
-            create(&mut connection, made).await.unwrap();
+            create(&mut connection, made, Some(idle)).await.unwrap();
             assert!(exists(&mut connection, made).await);
         }
         let triggers = BTreeSet::from([named.clone()]);
-        let idle = Duration::from_millis(300);
 
         // Just made: a gateway may be about to read them.
         assert!(
@@ -261,7 +311,7 @@ mod tests {
         tokio::time::sleep(idle + Duration::from_millis(100)).await;
         // A gateway a sync behind still consumes the old revision's group (and renews
         // it), and another was just delivered an entry.
-        create(&mut connection, &renewed).await.unwrap();
+        create(&mut connection, &renewed, Some(idle)).await.unwrap();
         read(&mut connection, &delivered_lately).await;
         let mut destroyed = sweep(&mut connection, &triggers, idle).await.unwrap();
         destroyed.sort();
@@ -290,9 +340,45 @@ mod tests {
             ]
         );
 
-        // Named again by a later deploy: made anew, from the start of the stream.
-        create(&mut connection, &forgotten).await.unwrap();
+        // Named again by a later deploy: made anew.
+        create(&mut connection, &forgotten, Some(idle))
+            .await
+            .unwrap();
         assert!(exists(&mut connection, &forgotten).await);
+    }
+
+    #[tokio::test]
+    async fn a_group_named_again_after_it_was_destroyed_goes_on_from_where_it_stopped() {
+        let redis = RedisServer::start();
+        let mut connection = manage(redis::Client::open(redis.url()).unwrap())
+            .await
+            .unwrap();
+        let removed = group("orders", "shop");
+        let idle = Duration::from_millis(200);
+        create(&mut connection, &removed, Some(idle)).await.unwrap();
+        let _: String = connection
+            .xadd(&removed.stream, "*", &[("payload", "one")])
+            .await
+            .unwrap();
+        assert_eq!(read(&mut connection, &removed).await, ["one"]);
+        // The workflow is removed; the group goes once idle.
+        tokio::time::sleep(idle + Duration::from_millis(100)).await;
+        let destroyed = sweep(&mut connection, &BTreeSet::new(), idle)
+            .await
+            .unwrap();
+        assert_eq!(destroyed, std::slice::from_ref(&removed));
+        let _: String = connection
+            .xadd(&removed.stream, "*", &[("payload", "two")])
+            .await
+            .unwrap();
+        // Deployed again: the entry it ran before is not run again, the new one is.
+        create(&mut connection, &removed, Some(idle)).await.unwrap();
+        assert_eq!(read(&mut connection, &removed).await, ["two"]);
+        let tombstone: bool = connection.exists(removed.tombstone()).await.unwrap();
+        assert!(
+            !tombstone,
+            "the group's place is kept only while it is gone"
+        );
     }
 
     #[tokio::test]
@@ -302,7 +388,9 @@ mod tests {
             .await
             .unwrap();
         let removed = group("orders", "shop");
-        create(&mut connection, &removed).await.unwrap();
+        create(&mut connection, &removed, Some(Duration::from_millis(10)))
+            .await
+            .unwrap();
         // The tenant's removal deleted its streams; someone wrote a field by hand.
         let _: i64 = connection.del(&removed.stream).await.unwrap();
         let _: i64 = connection

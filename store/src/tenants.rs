@@ -103,12 +103,20 @@ pub struct TenantsCopy {
     /// [`VERSION_KEY`] as it was before they were read (0 when missing): the copy
     /// holds every change up to it.
     version: u64,
+    /// When it was read.
+    read_at: Option<std::time::Instant>,
 }
 
 impl TenantsCopy {
     /// The [`TenantStore::version`] it holds every change up to.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// How long ago it was read.
+    pub fn age(&self) -> std::time::Duration {
+        self.read_at
+            .map_or(std::time::Duration::MAX, |at| at.elapsed())
     }
 
     /// How many tenants it holds.
@@ -1227,13 +1235,18 @@ impl TenantStore {
         // Read first: a change made while the hashes are read moves it past this, so
         // the next look sees it.
         let version = self.redis_version(connection).await?;
+        let read_at = Some(std::time::Instant::now());
         let mut hashes = Vec::with_capacity(COPIED_KEYS.len());
         for key in COPIED_KEYS {
             let fields: Vec<(String, String)> =
                 redis::cmd("HGETALL").arg(key).run(connection).await?;
             hashes.push(fields);
         }
-        Ok(Some(TenantsCopy { hashes, version }))
+        Ok(Some(TenantsCopy {
+            hashes,
+            version,
+            read_at,
+        }))
     }
 
     /// The version of the tenants and tokens in Redis (one `GET`; `None` for the state

@@ -113,13 +113,20 @@ pub(crate) async fn sweep_groups(app: Arc<App>, broker: RedisBroker) {
         return;
     };
     let every = (idle / 2).clamp(Duration::from_millis(100), SWEEP_EVERY);
-    // Not at once: a gateway just started may not have read the deployments yet, and
-    // would see every group as named by none.
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut connection = broker.connection();
     loop {
         ticker.tick().await;
+        // Only while the registry holds what is deployed: one that has not read the
+        // shared state lately (just started, Redis unreachable, a write-back under way
+        // elsewhere) would see every group as named by none.
+        if let Some(backend) = app.registry.services()
+            && !backend.in_sync()
+        {
+            tracing::debug!("not sweeping consumer groups: the deployments were not read lately");
+            continue;
+        }
         let named: BTreeSet<StreamGroup> = app
             .registry
             .list()

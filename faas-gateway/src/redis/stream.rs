@@ -114,7 +114,7 @@ pub(super) async fn consume(app: Arc<App>, broker: RedisBroker, workflow: String
                 None => connection.insert(connect(&broker).await?),
             };
             if !group_ready || Instant::now() >= renew_due {
-                create_group(connection, &consumer).await?;
+                create_group(connection, &consumer, app.config.stream_group_idle).await?;
                 renew_due = Instant::now() + renew_every;
             }
             if !group_ready {
@@ -168,12 +168,13 @@ async fn connect(broker: &RedisBroker) -> redis::RedisResult<ConnectionManager> 
 async fn create_group(
     connection: &mut ConnectionManager,
     consumer: &Consumer,
+    idle: Option<Duration>,
 ) -> redis::RedisResult<()> {
     let group = StreamGroup {
         stream: consumer.stream.clone(),
         group: consumer.trigger.group.clone(),
     };
-    stream_groups::create(connection, &group).await
+    stream_groups::create(connection, &group, idle).await
 }
 
 /// The trigger's group's entries still to run: delivered and not acknowledged, and
