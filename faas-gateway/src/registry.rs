@@ -551,7 +551,7 @@ impl Registry {
         mut request: DeployRequest,
         caller: &Caller,
     ) -> Result<DeployOutcome, DeployError> {
-        let _guard = self.deploy_lock.lock().await;
+        let guard = self.deploy_lock.lock().await;
         let scope = match caller {
             Caller::Admin => TenantScope::Named,
             Caller::Tenant(tenant) => TenantScope::Own(tenant),
@@ -647,7 +647,16 @@ impl Registry {
                 placed.revision = Some(revision);
                 placed
             }
-            Backend::Services(shared) => shared.deploy(&workflow, request, &digest, caller).await?,
+            Backend::Services(shared) => {
+                // Let go before the workers load it, which takes as long as their
+                // compiles: held, one tenant's slow deploy held up every other
+                // tenant's deploy through this gateway. The shared state orders
+                // deploys already, as gateways deploy at once anyway: a lease per
+                // workflow, and names and routes checked again against every deploy
+                // staged (`ServicesBackend::deploy`).
+                drop(guard);
+                shared.deploy(&workflow, request, &digest, caller).await?
+            }
         };
         Ok(self.publish(workflow, digest, deployed_at, placed))
     }

@@ -370,16 +370,11 @@ impl ServicesBackend {
             Err(err) => Err(shared_state(err)),
         };
         fenced(self.shared.stage_deployment(&record, holder).await)?;
-        let switched = match self.wait_until_loaded(&record).await {
-            Ok(loaded) => match self.shared.promote_deployment(&record, holder).await {
-                Ok(Promotion::Live) => Ok(loaded),
-                Ok(Promotion::LeaseLost) => Err(lease_lost(name)),
-                // Its tenant was removed (through any gateway) while it loaded.
-                Ok(Promotion::NoTenant) => {
-                    Err(TenantError::NoSuchTenant(workflow.tenant.clone()).into())
-                }
-                Err(err) => Err(shared_state(err)),
-            },
+        // Checked again now that this deploy's claim is staged: two deploys of other
+        // names that read before either staged both passed the first check, and each
+        // now sees the other (so at most one goes on; both may have to try again).
+        let switched = match self.claims_since_staged(workflow).await {
+            Ok(()) => self.load_and_promote(workflow, &record, holder).await,
             Err(err) => Err(err),
         };
         let (replicas, functions) = match switched {
@@ -396,6 +391,41 @@ impl ServicesBackend {
             }
         };
         Ok((record.revision, replicas, functions))
+    }
+
+    /// Refuses `workflow` if a route of it now meets one that another workflow
+    /// deployed or staged.
+    async fn claims_since_staged(&self, workflow: &Workflow) -> Result<(), DeployError> {
+        let deployed = self.shared.deployments().await.map_err(shared_state)?;
+        let staged = self
+            .shared
+            .staged_deployments()
+            .await
+            .map_err(shared_state)?;
+        let claimed = deployed.values().chain(staged.values());
+        check_routes_once(workflow, claimed.map(|record| &record.workflow))
+    }
+
+    /// Waits until `record` (staged) is loaded on its workers, then makes it live.
+    async fn load_and_promote(
+        &self,
+        workflow: &Workflow,
+        record: &DeploymentRecord,
+        holder: &str,
+    ) -> Result<(Vec<Replica>, Vec<FunctionSummary>), DeployError> {
+        let name = &workflow.name;
+        match self.wait_until_loaded(record).await {
+            Ok(loaded) => match self.shared.promote_deployment(record, holder).await {
+                Ok(Promotion::Live) => Ok(loaded),
+                Ok(Promotion::LeaseLost) => Err(lease_lost(name)),
+                // Its tenant was removed (through any gateway) while it loaded.
+                Ok(Promotion::NoTenant) => {
+                    Err(TenantError::NoSuchTenant(workflow.tenant.clone()).into())
+                }
+                Err(err) => Err(shared_state(err)),
+            },
+            Err(err) => Err(err),
+        }
     }
 
     /// Stores each component under its SHA-256; returns the digests by function name,

@@ -18,6 +18,7 @@
 //! are handed in with each run.
 
 pub(crate) mod branch;
+mod loads;
 mod metrics;
 mod node;
 mod serve;

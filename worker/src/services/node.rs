@@ -12,6 +12,7 @@
 //! gateway died changes nothing.
 
 use super::branch::{CallHead, Peer, PeerLink, call_inputs};
+use super::loads::{LoadQueue, MAX_LOADS, Pending, Ticket};
 use super::{metrics, serve, socket};
 use crate::function::LoadedWorkflow;
 use crate::run::{BranchPeer, BranchReply, Peers, RunError, owner_of, run_branch};
@@ -103,6 +104,8 @@ pub struct Node {
     clients: RemoteWorkers,
     /// Set when the worker is stopping: it keeps what it holds and takes nothing new.
     draining: AtomicBool,
+    /// The loads running, each on a task of its own (`loads.rs`).
+    loads: LoadQueue,
 }
 
 /// A started node: its tasks run until it is drained or dropped.
@@ -148,6 +151,7 @@ impl Node {
             peers: RwLock::default(),
             socket_calls: super::branch::socket_calls(),
             draining: AtomicBool::new(false),
+            loads: LoadQueue::new(MAX_LOADS),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(serve::serve(listeners.internal, node.clone()));
@@ -401,7 +405,7 @@ impl Node {
         }
     }
 
-    async fn sync_once(&self) -> Result<(), SharedStateError> {
+    async fn sync_once(self: &Arc<Self>) -> Result<(), SharedStateError> {
         // A draining worker keeps serving what it holds, as it is, until it leaves.
         if self.draining.load(Ordering::SeqCst) {
             return Ok(());
@@ -481,27 +485,65 @@ impl Node {
             }
         }
         *self.peers.write().unwrap_or_else(|p| p.into_inner()) = peers;
-        for (name, record) in mine {
-            let Some(status) = self.load(record, false).await else {
+        // What is loaded (or failed) already is reported here; the rest is loaded on
+        // tasks of their own, as places free up, and each reports when done.
+        let mut pending = Vec::new();
+        let all = mine.iter().map(|entry| (entry, false));
+        for ((name, record), staged) in all.chain(mine_staged.iter().map(|entry| (entry, true))) {
+            let Some(status) = self.settled(record, staged) else {
+                pending.push(Pending {
+                    workflow: (*name).clone(),
+                    tenant: record.workflow.tenant.clone(),
+                    item: ((*record).clone(), staged),
+                });
                 continue;
             };
-            if reported.get(name) != Some(&status) {
-                self.shared
-                    .report_load(&self.config.id, name, Some(&status))
-                    .await?;
+            let reports = if staged { &reported_staged } else { &reported };
+            if reports.get(*name) != Some(&status) {
+                self.report(name, staged, &status).await?;
             }
         }
-        for (name, record) in mine_staged {
-            let Some(status) = self.load(record, true).await else {
-                continue;
-            };
-            if reported_staged.get(name) != Some(&status) {
-                self.shared
-                    .report_staged_load(&self.config.id, name, Some(&status))
-                    .await?;
-            }
+        for ((record, staged), ticket) in self.loads.admit(pending) {
+            tokio::spawn(self.clone().load_and_report(record, staged, ticket));
         }
         Ok(())
+    }
+
+    /// Reports `status` of workflow `name` (its staged revision when `staged`).
+    async fn report(
+        &self,
+        name: &str,
+        staged: bool,
+        status: &LoadStatus,
+    ) -> Result<(), SharedStateError> {
+        if staged {
+            self.shared
+                .report_staged_load(&self.config.id, name, Some(status))
+                .await
+        } else {
+            self.shared
+                .report_load(&self.config.id, name, Some(status))
+                .await
+        }
+    }
+
+    /// Loads `record`'s revision and reports how it stands, holding `ticket`'s place
+    /// until done. A report that fails is made again by the next sync, which finds the
+    /// revision settled and the report missing.
+    async fn load_and_report(
+        self: Arc<Self>,
+        record: DeploymentRecord,
+        staged: bool,
+        ticket: Ticket,
+    ) {
+        let Some(status) = self.load(&record, staged).await else {
+            return;
+        };
+        drop(ticket);
+        let name = &record.workflow.name;
+        if let Err(err) = self.report(name, staged, &status).await {
+            tracing::warn!(workflow = name, "reporting a load failed, retrying: {err}");
+        }
     }
 
     /// The workers of `placed` other than this one that are alive, each reached by
@@ -529,12 +571,10 @@ impl Node {
             .collect()
     }
 
-    /// Loads `record`'s revision (into the staged slots when `staged`) unless it is
-    /// loaded or failed already, and says how it stands. A live revision that was
-    /// loaded staged moves over without loading again. `None` when Redis failed while
-    /// its components were fetched: nothing is known of the revision yet, so nothing
-    /// is reported, and the next sync tries again.
-    async fn load(&self, record: &DeploymentRecord, staged: bool) -> Option<LoadStatus> {
+    /// How `record`'s revision stands (in the staged slots when `staged`) if it is
+    /// loaded or failed already, without loading anything; `None` if it is still to
+    /// load. A live revision that was loaded staged moves over without loading again.
+    fn settled(&self, record: &DeploymentRecord, staged: bool) -> Option<LoadStatus> {
         let name = &record.workflow.name;
         let revision = record.revision;
         let version = Version::of(record);
@@ -558,28 +598,36 @@ impl Node {
                 .insert(name.clone(), (version, workflow));
             return Some(status);
         }
-        let failed = self
-            .failed
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        let failed = self.failed.read().unwrap_or_else(|p| p.into_inner());
+        failed
             .get(name)
             .filter(|(failed, _)| *failed == version)
-            .map(|(_, error)| error.clone());
-        let retried = failed.is_some();
-        let result = match failed {
-            Some(error) => Err(error),
-            None => match self.fetch_and_load(record).await {
-                Err(LoadFailure::Unreachable(error)) => {
-                    tracing::warn!(
-                        workflow = name,
-                        revision,
-                        "loading waits for Redis: {error}"
-                    );
-                    return None;
-                }
-                Err(LoadFailure::Failed(error)) => Err(error),
-                Ok(workflow) => Ok(workflow),
-            },
+            .map(|(_, refusal)| refused(revision, refusal))
+    }
+
+    /// Loads `record`'s revision (into the staged slots when `staged`) unless it is
+    /// [`Self::settled`] already, and says how it stands. `None` when Redis failed while
+    /// its components were fetched: nothing is known of the revision yet, so nothing
+    /// is reported, and the next sync tries again.
+    async fn load(&self, record: &DeploymentRecord, staged: bool) -> Option<LoadStatus> {
+        if let Some(status) = self.settled(record, staged) {
+            return Some(status);
+        }
+        let name = &record.workflow.name;
+        let revision = record.revision;
+        let version = Version::of(record);
+        let slots = if staged { &self.staged } else { &self.loaded };
+        let result = match self.fetch_and_load(record).await {
+            Err(LoadFailure::Unreachable(error)) => {
+                tracing::warn!(
+                    workflow = name,
+                    revision,
+                    "loading waits for Redis: {error}"
+                );
+                return None;
+            }
+            Err(LoadFailure::Failed(error)) => Err(error),
+            Ok(workflow) => Ok(workflow),
         };
         Some(match result {
             Ok(workflow) => {
@@ -592,20 +640,14 @@ impl Node {
                 status
             }
             Err(refusal) => {
-                if !retried {
-                    let error = &refusal.message;
-                    tracing::warn!(workflow = name, revision, "loading failed: {error}");
-                }
+                let error = &refusal.message;
+                tracing::warn!(workflow = name, revision, "loading failed: {error}");
+                let status = refused(revision, &refusal);
                 self.failed
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(name.clone(), (version, refusal.clone()));
-                LoadStatus {
-                    revision,
-                    error: Some(refusal.message),
-                    error_kind: Some(refusal.kind),
-                    functions: Vec::new(),
-                }
+                    .insert(name.clone(), (version, refusal));
+                status
             }
         })
     }
@@ -663,6 +705,16 @@ fn slot(slots: &Slots, name: &str, version: &Version) -> Option<Arc<LoadedWorkfl
         .get(name)
         .filter(|(loaded, _)| loaded == version)
         .map(|(_, workflow)| workflow.clone())
+}
+
+/// The status of a revision that failed to load with `refusal`.
+fn refused(revision: u64, refusal: &Refusal) -> LoadStatus {
+    LoadStatus {
+        revision,
+        error: Some(refusal.message.clone()),
+        error_kind: Some(refusal.kind),
+        functions: Vec::new(),
+    }
 }
 
 fn ready(revision: u64, workflow: &LoadedWorkflow) -> LoadStatus {

@@ -130,25 +130,28 @@ fn assert_platform_carries_on(platform: &Platform, dir: &Path) {
     platform.deploy(&manifest);
     assert_eq!(platform.get("/after?name=x").status(), 200);
     assert_bystander_served(platform);
-    let children: Vec<String> = std::fs::read_dir("/proc")
+    let children = compile_children(platform.pid());
+    assert!(children.is_empty(), "compile children left: {children:?}");
+}
+
+/// The compile children of process `parent` (pid and state, as `/proc` has them).
+fn compile_children(parent: u32) -> Vec<(u32, char)> {
+    std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|entry| {
             let dir = entry.ok()?.path();
+            let pid: u32 = dir.file_name()?.to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-            // The parent's pid is the second field after the command's parentheses.
-            let parent: u32 = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
+            // The state and the parent's pid are the first two fields after the
+            // command's parentheses.
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = fields.next()?.chars().next()?;
+            let of: u32 = fields.next()?.parse().ok()?;
             let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
-            (parent == platform.pid()).then(|| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+            let compiling = String::from_utf8_lossy(&cmdline).contains("__compile-component");
+            (of == parent && compiling).then_some((pid, state))
         })
-        .filter(|cmdline| cmdline.contains("__compile-component"))
-        .collect();
-    assert!(children.is_empty(), "compile children left: {children:?}");
+        .collect()
 }
 
 #[test]
@@ -206,6 +209,62 @@ fn a_worker_process_reports_a_compile_past_its_limit_as_such() {
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
     let hello = services.get("/hello?name=after");
     assert_eq!(hello.text().unwrap().trim(), "Hello, after!");
+}
+
+/// A worker of services mode loaded the workflows placed on it one after another: one
+/// tenant's compile held up every other tenant's deploy on that worker until it ended
+/// (up to `--compile-timeout-secs`). Mallory's compile is stopped here (`SIGSTOP` on
+/// its compile child), to last as long as the test needs; victim's deploy to the same
+/// worker goes through meanwhile.
+#[test]
+fn a_tenants_compile_under_way_holds_up_no_other_tenants_deploy_on_the_worker() {
+    let dir = faas_testing::temp_dir();
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
+    let worker = services.worker("w1").pid();
+    let path = dir.path().join("expensive.wasm");
+    std::fs::write(&path, expensive_component(4)).unwrap();
+    let expensive = write_manifest_of(dir.path(), "expensive", "mallory", &path, "/expensive", "");
+    let url = services.url.clone();
+    let mallory =
+        std::thread::spawn(move || faas_at(&url, &["deploy", expensive.to_str().unwrap()]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let child = loop {
+        if let Some((pid, _)) = compile_children(worker).first() {
+            break *pid;
+        }
+        assert!(Instant::now() < deadline, "mallory's compile never started");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &child.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {name} {child}");
+    };
+    signal("-STOP");
+
+    let shop = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
+    deploy_at(&services.url, &shop);
+    let hello = services.get("/shop?name=victim");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
+    // Mallory's deploy, and its compile, were under way all along.
+    assert!(
+        !mallory.is_finished(),
+        "victim's deploy waited for mallory's"
+    );
+    assert!(
+        compile_children(worker).contains(&(child, 'T')),
+        "mallory's compile child is no longer stopped: {:?}",
+        compile_children(worker)
+    );
+
+    // Killed, it fails mallory's deploy only.
+    signal("-KILL");
+    let output = mallory.join().unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    assert_eq!(services.get("/shop?name=again").status(), 200);
 }
 
 #[test]

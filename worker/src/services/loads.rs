@@ -1,0 +1,175 @@
+//! Which workflow loads a worker runs at once in services mode.
+//!
+//! A load fetches a revision's components and compiles those not in the cache: seconds
+//! of a compile child for a large component, and a tenant decides how many it deploys
+//! and how often. Loaded one after another, in the sync loop, a tenant's compile held
+//! up every other tenant's deploy on that worker until it ended (up to
+//! `--compile-timeout-secs`). Now each load runs on a task of its own, admitted here:
+//! at most one per workflow and one per tenant at a time, at most [`MAX_LOADS`] in all
+//! (each may be a compile child with its own memory limit), and the tenants with loads
+//! waiting take turns for the places that free up.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How many loads run at once, at most.
+pub(super) const MAX_LOADS: usize = 2;
+
+/// A load waiting for a place: its workflow, its tenant, and what runs it.
+pub(super) struct Pending<T> {
+    /// The workflow's name.
+    pub workflow: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// What the caller runs once admitted.
+    pub item: T,
+}
+
+/// The loads in flight.
+#[derive(Clone)]
+pub(super) struct LoadQueue {
+    state: Arc<Mutex<State>>,
+    max: usize,
+}
+
+#[derive(Default)]
+struct State {
+    workflows: HashSet<String>,
+    tenants: HashSet<String>,
+    /// Rotates the order in which tenants are looked at, one step per admission.
+    turn: usize,
+}
+
+/// A load's place: released when dropped (its task ended, however).
+pub(super) struct Ticket {
+    state: Arc<Mutex<State>>,
+    workflow: String,
+    tenant: String,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut state = lock(&self.state);
+        state.workflows.remove(&self.workflow);
+        state.tenants.remove(&self.tenant);
+    }
+}
+
+impl LoadQueue {
+    /// A queue running at most `max` loads at once (at least one).
+    pub(super) fn new(max: usize) -> Self {
+        Self {
+            state: Arc::default(),
+            max: max.max(1),
+        }
+    }
+
+    /// The loads of `pending` to start now, each with the ticket that holds its place:
+    /// none of a workflow or a tenant with one in flight, at most one per tenant, and
+    /// no more than the places left. Tenants are looked at in name order, rotated by
+    /// one at each call that admits something, so a tenant whose names sort first does
+    /// not always get the place that freed up; a tenant's own loads go in the order
+    /// given.
+    pub(super) fn admit<T>(&self, pending: Vec<Pending<T>>) -> Vec<(T, Ticket)> {
+        let mut state = lock(&self.state);
+        let mut by_tenant: BTreeMap<String, Pending<T>> = BTreeMap::new();
+        for load in pending {
+            if state.workflows.contains(&load.workflow) || state.tenants.contains(&load.tenant) {
+                continue;
+            }
+            by_tenant.entry(load.tenant.clone()).or_insert(load);
+        }
+        let room = self.max.saturating_sub(state.tenants.len());
+        if by_tenant.is_empty() || room == 0 {
+            return Vec::new();
+        }
+        let mut candidates: Vec<Pending<T>> = by_tenant.into_values().collect();
+        let first = state.turn % candidates.len();
+        candidates.rotate_left(first);
+        state.turn = state.turn.wrapping_add(1);
+        candidates
+            .into_iter()
+            .take(room)
+            .map(|load| {
+                state.workflows.insert(load.workflow.clone());
+                state.tenants.insert(load.tenant.clone());
+                let ticket = Ticket {
+                    state: self.state.clone(),
+                    workflow: load.workflow,
+                    tenant: load.tenant,
+                };
+                (load.item, ticket)
+            })
+            .collect()
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // Each change is a set insert or remove: a poisoned lock still holds sound sets.
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(loads: &[(&str, &str)]) -> Vec<Pending<String>> {
+        loads
+            .iter()
+            .map(|(tenant, workflow)| Pending {
+                workflow: (*workflow).to_owned(),
+                tenant: (*tenant).to_owned(),
+                item: (*workflow).to_owned(),
+            })
+            .collect()
+    }
+
+    fn names(admitted: &[(String, Ticket)]) -> Vec<&str> {
+        let mut names: Vec<&str> = admitted.iter().map(|(name, _)| name.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn one_load_per_tenant_and_per_workflow_within_the_places() {
+        let queue = LoadQueue::new(2);
+        let waiting = [
+            ("mallory", "m1"),
+            ("mallory", "m2"),
+            ("mallory", "m3"),
+            ("victim", "v1"),
+        ];
+        let first = queue.admit(pending(&waiting));
+        // Mallory's three loads take one place; victim's gets the other.
+        assert_eq!(names(&first), ["m1", "v1"]);
+        // Nothing more while both run, even with places asked for again.
+        assert!(queue.admit(pending(&waiting)).is_empty());
+        // Victim's ended: its place goes to nobody of mallory's, who has one running.
+        let (m1, v1): (Vec<_>, Vec<_>) = first.into_iter().partition(|(name, _)| name == "m1");
+        drop(v1);
+        assert!(
+            queue
+                .admit(pending(&[("mallory", "m2"), ("mallory", "m3")]))
+                .is_empty()
+        );
+        // A workflow in flight is not loaded twice (its staged and live revisions).
+        assert!(queue.admit(pending(&[("other", "m1")])).is_empty());
+        drop(m1);
+        assert_eq!(names(&queue.admit(pending(&[("mallory", "m2")]))), ["m2"]);
+    }
+
+    #[test]
+    fn tenants_take_turns_for_a_place_that_frees_up() {
+        let queue = LoadQueue::new(1);
+        let waiting = [("aaa", "a1"), ("aaa", "a2"), ("zzz", "z1")];
+        let mut served = Vec::new();
+        for _ in 0..4 {
+            let admitted = queue.admit(pending(&waiting));
+            assert_eq!(admitted.len(), 1);
+            served.push(admitted[0].0.clone());
+        }
+        // A tenant whose name sorts first does not get every place.
+        assert!(served.contains(&"z1".to_owned()), "{served:?}");
+        assert!(served.contains(&"a1".to_owned()), "{served:?}");
+    }
+}
