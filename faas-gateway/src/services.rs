@@ -299,18 +299,12 @@ impl ServicesBackend {
     ) -> Result<Placed, DeployError> {
         let name = &workflow.name;
         let deployed = self.shared.deployments().await.map_err(shared_state)?;
-        let staged = self
-            .shared
-            .staged_deployments()
-            .await
-            .map_err(shared_state)?;
         check_owner(
             workflow,
             deployed.get(name).map(|record| &record.workflow),
             caller,
         )?;
-        let claimed = deployed.values().chain(staged.values());
-        check_routes_once(workflow, claimed.map(|record| &record.workflow))?;
+        self.check_claims(workflow, &deployed).await?;
         let started = crate::activator::unix_millis();
         let stored = self
             .put_components(&components)
@@ -373,7 +367,11 @@ impl ServicesBackend {
         // Checked again now that this deploy's claim is staged: two deploys of other
         // names that read before either staged both passed the first check, and each
         // now sees the other (so at most one goes on; both may have to try again).
-        let switched = match self.claims_since_staged(workflow).await {
+        let claims = match self.shared.deployments().await {
+            Ok(deployed) => self.check_claims(workflow, &deployed).await,
+            Err(err) => Err(shared_state(err)),
+        };
+        let switched = match claims {
             Ok(()) => self.load_and_promote(workflow, &record, holder).await,
             Err(err) => Err(err),
         };
@@ -393,10 +391,13 @@ impl ServicesBackend {
         Ok((record.revision, replicas, functions))
     }
 
-    /// Refuses `workflow` if a route of it now meets one that another workflow
-    /// deployed or staged.
-    async fn claims_since_staged(&self, workflow: &Workflow) -> Result<(), DeployError> {
-        let deployed = self.shared.deployments().await.map_err(shared_state)?;
+    /// Refuses `workflow` if a route of it meets one of another workflow of `deployed`
+    /// or staged now.
+    async fn check_claims(
+        &self,
+        workflow: &Workflow,
+        deployed: &BTreeMap<String, DeploymentRecord>,
+    ) -> Result<(), DeployError> {
         let staged = self
             .shared
             .staged_deployments()
