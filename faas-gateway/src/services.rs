@@ -304,7 +304,7 @@ impl ServicesBackend {
             deployed.get(name).map(|record| &record.workflow),
             caller,
         )?;
-        self.check_claims(workflow, &deployed).await?;
+        self.check_claims(workflow).await?;
         let started = crate::activator::unix_millis();
         let stored = self
             .put_components(&components)
@@ -367,11 +367,7 @@ impl ServicesBackend {
         // Checked again now that this deploy's claim is staged: two deploys of other
         // names that read before either staged both passed the first check, and each
         // now sees the other (so at most one goes on; both may have to try again).
-        let claims = match self.shared.deployments().await {
-            Ok(deployed) => self.check_claims(workflow, &deployed).await,
-            Err(err) => Err(shared_state(err)),
-        };
-        let switched = match claims {
+        let switched = match self.check_claims(workflow).await {
             Ok(()) => self.load_and_promote(workflow, &record, holder).await,
             Err(err) => Err(err),
         };
@@ -391,19 +387,18 @@ impl ServicesBackend {
         Ok((record.revision, replicas, functions))
     }
 
-    /// Refuses `workflow` if a route of it meets one of another workflow of `deployed`
-    /// or staged now.
-    async fn check_claims(
-        &self,
-        workflow: &Workflow,
-        deployed: &BTreeMap<String, DeploymentRecord>,
-    ) -> Result<(), DeployError> {
+    /// Refuses `workflow` if a route of it meets one of another workflow staged or
+    /// deployed now. The staged ones are read first: a promotion moves a record from
+    /// staged to deployed in one step, so one made between the two reads is seen in
+    /// the second (read the other way round, it would be in neither).
+    async fn check_claims(&self, workflow: &Workflow) -> Result<(), DeployError> {
         let staged = self
             .shared
             .staged_deployments()
             .await
             .map_err(shared_state)?;
-        let claimed = deployed.values().chain(staged.values());
+        let deployed = self.shared.deployments().await.map_err(shared_state)?;
+        let claimed = staged.values().chain(deployed.values());
         check_routes_once(workflow, claimed.map(|record| &record.workflow))
     }
 
@@ -785,7 +780,8 @@ impl ServicesBackend {
             .map_err(shared_state)?
         {
             return Err(DeployError::Conflict(format!(
-                "another gateway is deploying or removing workflow `{name}`; try again"
+                "workflow `{name}` is being deployed or removed already (through this \
+                 gateway or another); try again"
             )));
         }
         let renew = async {

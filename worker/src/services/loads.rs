@@ -36,8 +36,9 @@ pub(super) struct LoadQueue {
 struct State {
     workflows: HashSet<String>,
     tenants: HashSet<String>,
-    /// Rotates the order in which tenants are looked at, one step per admission.
-    turn: usize,
+    /// The tenant admitted last: the next admission looks at the tenants after it
+    /// (by name) first, then from the start.
+    last: Option<String>,
 }
 
 /// A load's place: released when dropped (its task ended, however).
@@ -66,10 +67,10 @@ impl LoadQueue {
 
     /// The loads of `pending` to start now, each with the ticket that holds its place:
     /// none of a workflow or a tenant with one in flight, at most one per tenant, and
-    /// no more than the places left. Tenants are looked at in name order, rotated by
-    /// one at each call that admits something, so a tenant whose names sort first does
-    /// not always get the place that freed up; a tenant's own loads go in the order
-    /// given.
+    /// no more than the places left. Tenants are looked at in name order starting
+    /// after the one admitted last (round robin), so a tenant whose name sorts first
+    /// does not always get the place that freed up; a tenant's own loads go in the
+    /// order given.
     pub(super) fn admit<T>(&self, pending: Vec<Pending<T>>) -> Vec<(T, Ticket)> {
         let mut state = lock(&self.state);
         let mut by_tenant: BTreeMap<String, Pending<T>> = BTreeMap::new();
@@ -84,15 +85,17 @@ impl LoadQueue {
             return Vec::new();
         }
         let mut candidates: Vec<Pending<T>> = by_tenant.into_values().collect();
-        let first = state.turn % candidates.len();
+        let first = state.last.as_ref().map_or(0, |last| {
+            candidates.partition_point(|load| load.tenant <= *last) % candidates.len()
+        });
         candidates.rotate_left(first);
-        state.turn = state.turn.wrapping_add(1);
         candidates
             .into_iter()
             .take(room)
             .map(|load| {
                 state.workflows.insert(load.workflow.clone());
                 state.tenants.insert(load.tenant.clone());
+                state.last = Some(load.tenant.clone());
                 let ticket = Ticket {
                     state: self.state.clone(),
                     workflow: load.workflow,
@@ -169,7 +172,16 @@ mod tests {
             served.push(admitted[0].0.clone());
         }
         // A tenant whose name sorts first does not get every place.
-        assert!(served.contains(&"z1".to_owned()), "{served:?}");
-        assert!(served.contains(&"a1".to_owned()), "{served:?}");
+        assert_eq!(served, ["a1", "z1", "a1", "z1"]);
+        // Round robin whatever the tenants waiting: after `mmm`, `zzz` then `aaa`.
+        let queue = LoadQueue::new(1);
+        let three = [("aaa", "a1"), ("mmm", "m1"), ("zzz", "z1")];
+        let order: Vec<String> = (0..4)
+            .map(|round| {
+                let waiting = if round == 1 { &three[1..] } else { &three[..] };
+                queue.admit(pending(waiting))[0].0.clone()
+            })
+            .collect();
+        assert_eq!(order, ["a1", "m1", "z1", "a1"]);
     }
 }

@@ -539,11 +539,18 @@ impl Node {
         let Some(status) = self.load(&record, staged).await else {
             return;
         };
-        drop(ticket);
+        // A draining worker takes nothing new, and may have deregistered meanwhile:
+        // a report now would make its keys again.
+        if self.draining.load(Ordering::SeqCst) {
+            return;
+        }
         let name = &record.workflow.name;
         if let Err(err) = self.report(name, staged, &status).await {
             tracing::warn!(workflow = name, "reporting a load failed, retrying: {err}");
         }
+        // Held until reported, so that a later revision's load cannot report before
+        // this one and be overwritten by it.
+        drop(ticket);
     }
 
     /// The workers of `placed` other than this one that are alive, each reached by

@@ -223,7 +223,13 @@ fn a_tenants_compile_under_way_holds_up_no_other_tenants_deploy_on_the_worker() 
     services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
     let worker = services.worker("w1").pid();
     let path = dir.path().join("expensive.wasm");
-    std::fs::write(&path, expensive_component(4)).unwrap();
+    // Its own bytes each run: the compile cache outlives the test, and a compile that
+    // once ran to its end would be a cache hit ever after.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as i32;
+    std::fs::write(&path, expensive_component(seed)).unwrap();
     let expensive = write_manifest_of(dir.path(), "expensive", "mallory", &path, "/expensive", "");
     let url = services.url.clone();
     let mallory =
