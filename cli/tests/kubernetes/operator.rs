@@ -225,8 +225,13 @@ impl Cluster {
     }
 
     /// Polls until `done` holds, panicking after [`PATIENCE`] with `what`.
-    fn wait_for(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
-        let deadline = Instant::now() + PATIENCE;
+    fn wait_for(&self, what: &str, done: impl FnMut(&Self) -> bool) {
+        self.wait_for_within(what, PATIENCE, done);
+    }
+
+    /// [`Cluster::wait_for`] with a patience of its own.
+    fn wait_for_within(&self, what: &str, patience: Duration, mut done: impl FnMut(&Self) -> bool) {
+        let deadline = Instant::now() + patience;
         while !done(self) {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(100));
@@ -1000,12 +1005,20 @@ fn after_redis_and_the_operator_restart_empty_redeploys_get_revisions_past_the_o
     // Counted from 1 again, a revision would name other code than gateways and
     // workers hold under that number (and a gateway keeps a deployment whose revision
     // is above the record's).
-    for name in names {
-        cluster.wait_for(
-            &format!("{name} to be deployed past revision {before}"),
-            |c| revision(c, name).is_some_and(|after| after > before),
-        );
-    }
+    // One patience for each of the three, in all: the new operator reconciles every
+    // Workflow of the shared control plane (other tests' too, while they run), and in
+    // CI-71, on a loaded machine, the second was not redeployed within one minute of
+    // the first (this test alone takes about 12 s).
+    let redeployed = |c: &Cluster| {
+        names
+            .iter()
+            .all(|name| revision(c, name).is_some_and(|after| after > before))
+    };
+    cluster.wait_for_within(
+        &format!("{names:?} to be deployed past revision {before}"),
+        PATIENCE * 3,
+        redeployed,
+    );
 }
 
 #[test]
