@@ -747,7 +747,10 @@ fn gateways_agree_on_names_and_routes_even_when_one_lags_behind() {
         .query(&mut redis)
         .unwrap();
     let stderr = refused(&[("greeting = \"Hello\"", "greeting = \"Hi\"")]);
-    assert!(stderr.contains("another gateway is deploying"), "{stderr}");
+    assert!(
+        stderr.contains("workflow `hello` is being deployed or removed already"),
+        "{stderr}"
+    );
     assert_eq!(
         services.get("/hello?name=x").text().unwrap().trim(),
         "Hello, x!"
