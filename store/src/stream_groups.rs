@@ -243,6 +243,13 @@ mod tests {
         }
     }
 
+    /// A connection to `server`.
+    async fn connect(server: &RedisServer) -> ConnectionManager {
+        manage(redis::Client::open(server.url()).unwrap())
+            .await
+            .unwrap()
+    }
+
     /// Whether `group` exists on its stream.
     async fn exists(connection: &mut ConnectionManager, group: &StreamGroup) -> bool {
         let groups: redis::RedisResult<redis::streams::StreamInfoGroupsReply> =
@@ -269,9 +276,7 @@ mod tests {
     #[tokio::test]
     async fn a_group_no_trigger_names_goes_once_idle_and_one_named_or_read_stays() {
         let redis = RedisServer::start();
-        let mut connection = manage(redis::Client::open(redis.url()).unwrap())
-            .await
-            .unwrap();
+        let mut connection = connect(&redis).await;
         let named = group("orders", "shop");
         let renewed = group("orders", "old-revision");
         let delivered_lately = group("orders", "lagging");
@@ -350,9 +355,7 @@ mod tests {
     #[tokio::test]
     async fn a_group_named_again_after_it_was_destroyed_goes_on_from_where_it_stopped() {
         let redis = RedisServer::start();
-        let mut connection = manage(redis::Client::open(redis.url()).unwrap())
-            .await
-            .unwrap();
+        let mut connection = connect(&redis).await;
         let removed = group("orders", "shop");
         let idle = Duration::from_millis(200);
         create(&mut connection, &removed, Some(idle)).await.unwrap();
@@ -384,9 +387,7 @@ mod tests {
     #[tokio::test]
     async fn a_registered_group_whose_stream_is_gone_is_forgotten_and_a_bad_field_dropped() {
         let redis = RedisServer::start();
-        let mut connection = manage(redis::Client::open(redis.url()).unwrap())
-            .await
-            .unwrap();
+        let mut connection = connect(&redis).await;
         let removed = group("orders", "shop");
         create(&mut connection, &removed, Some(Duration::from_millis(10)))
             .await
