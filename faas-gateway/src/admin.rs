@@ -735,6 +735,7 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
+    let credential = TenantCredential::presented(request.headers(), caller);
     let mut body = request.into_body().into_data_stream();
     let limit = app.config.max_deploy_bytes as u64;
     // Held until this function returns: through the upload, the turn and the deploy.
@@ -761,7 +762,11 @@ async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Respo
         }
     };
     let _turn = ticket.turn().await;
-    match app.registry.deploy_as(request, caller).await {
+    match app
+        .registry
+        .deploy_as(request, caller, credential.as_ref())
+        .await
+    {
         Ok(outcome) => {
             let (status, deployment) = match outcome {
                 DeployOutcome::Deployed(deployment) => ("deployed", deployment),

@@ -31,10 +31,12 @@ impl Caller {
     }
 }
 
-/// A tenant token as a request presented it, kept by an answer that outlives its
-/// request (a log follow) to ask again, while it lasts, whether the token still acts
-/// for its tenant. Not `Debug`: it holds the secret.
-pub(crate) struct TenantCredential {
+/// A tenant token as a request presented it, kept by what outlives its request's
+/// authentication (a log follow, a deploy reading its upload and waiting for its
+/// workers) to ask again whether the token still acts for its tenant: a tenant removed
+/// meanwhile, and perhaps made again under its name for someone else, must not find
+/// what the old one's token started. Not `Debug`: it holds the secret.
+pub struct TenantCredential {
     tenant: String,
     secret: String,
 }
@@ -65,6 +67,12 @@ impl TenantCredential {
     pub(crate) async fn is_live(&self, tenants: &TenantStore) -> Result<bool, TenantError> {
         let acts_for = tenants.authenticate(&self.secret).await?;
         Ok(acts_for.as_deref() == Some(self.tenant.as_str()))
+    }
+
+    /// Its secret's hash, for a check that it is still live made in the same step as
+    /// a change it authorised ([`faas_shared_state::SharedState::promote_deployment`]).
+    pub(crate) fn secret_hash(&self) -> String {
+        faas_store::tenants::secret_hash(&self.secret)
     }
 }
 

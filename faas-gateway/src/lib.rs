@@ -39,7 +39,7 @@ mod server;
 pub mod services;
 mod upload;
 
-pub use auth::Caller;
+pub use auth::{Caller, TenantCredential};
 pub use config::GatewayConfig;
 pub use registry::{DeployOutcome, DeployRequest, Registry, Restored};
 pub use server::{Gateway, RunningGateway};

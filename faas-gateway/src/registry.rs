@@ -6,7 +6,7 @@
 //! request takes an `Arc` of what it found, so requests in flight finish on the
 //! version they started on.
 
-use crate::auth::Caller;
+use crate::auth::{Caller, TenantCredential};
 use crate::kubernetes::KubeError;
 pub use crate::replica::Replica;
 use crate::services::ServicesBackend;
@@ -178,7 +178,7 @@ pub enum DeployError {
     #[error("{0}")]
     Conflict(String),
     /// The caller's credential does not allow this deploy (a tenant token deploying
-    /// the catch-all route).
+    /// the catch-all route, or one revoked before the deploy went live).
     #[error("{0}")]
     Forbidden(String),
     /// The tenant does not exist, or the tenant store could not be read.
@@ -534,24 +534,40 @@ impl Registry {
     /// # Errors
     /// See [`Registry::deploy_as`].
     pub async fn deploy(&self, request: DeployRequest) -> Result<DeployOutcome, DeployError> {
-        self.deploy_as(request, &Caller::Admin).await
+        self.deploy_as(request, &Caller::Admin, None).await
     }
 
     /// Deploys `request` for `caller`, or does nothing if the identical workflow is
     /// live. A tenant's token deploys for its own tenant only (the manifest may leave
     /// `tenant` out), never the catch-all route `/...`.
     ///
+    /// `credential` is the tenant token the request presented (`None` for the
+    /// operator): the deploy goes live only if it is still live then. Reading the
+    /// upload and loading the components take time, in which the token may be revoked,
+    /// or its tenant removed and made again for someone else, who must not find the
+    /// old tenant's workflow deployed in its name.
+    ///
     /// # Errors
     /// [`DeployError`] if the manifest or a component is invalid, the manifest's tenant
-    /// is not the caller's or does not exist, a name or route belongs to another
-    /// workflow or tenant, or no worker can take it. The live version, if any, is
-    /// untouched.
+    /// is not the caller's or does not exist, the credential is no longer live, a name
+    /// or route belongs to another workflow or tenant, or no worker can take it. The
+    /// live version, if any, is untouched.
     pub async fn deploy_as(
         &self,
         mut request: DeployRequest,
         caller: &Caller,
+        credential: Option<&TenantCredential>,
     ) -> Result<DeployOutcome, DeployError> {
         let guard = self.deploy_lock.lock().await;
+        // Under the deploy lock, which a tenant's removal takes too: in embedded mode
+        // that holds until the deploy is saved. In services mode the promotion checks
+        // again, in the same step as it goes live (the lock is let go while workers
+        // load).
+        if let (Some(credential), Some(tenants)) = (credential, &self.tenants)
+            && !credential.is_live(tenants).await?
+        {
+            return Err(token_revoked());
+        }
         let scope = match caller {
             Caller::Admin => TenantScope::Named,
             Caller::Tenant(tenant) => TenantScope::Own(tenant),
@@ -655,7 +671,9 @@ impl Registry {
                 // workflow, and names and routes checked again against every deploy
                 // staged (`ServicesBackend::deploy`).
                 drop(guard);
-                shared.deploy(&workflow, request, &digest, caller).await?
+                shared
+                    .deploy(&workflow, request, &digest, caller, credential)
+                    .await?
             }
         };
         Ok(self.publish(workflow, digest, deployed_at, placed))
@@ -1480,6 +1498,15 @@ impl Registry {
 /// The error of a tenant operation on a platform started without a tenant store.
 pub(crate) fn no_tenant_store() -> DeployError {
     DeployError::Unsupported("this platform was started without a tenant store".to_owned())
+}
+
+/// The error of a deploy whose token stopped being live before the deploy went live.
+pub(crate) fn token_revoked() -> DeployError {
+    DeployError::Forbidden(
+        "the token this deploy was made with was revoked, or its tenant removed, before \
+         the deploy went live; nothing was deployed"
+            .to_owned(),
+    )
 }
 
 /// Refuses `workflow` when its name belongs to `current`, another tenant's workflow.

@@ -13,11 +13,11 @@
 //! scheduler placed instead join once they have loaded.
 
 use crate::activator::ActivatorConfig;
-use crate::auth::Caller;
+use crate::auth::{Caller, TenantCredential};
 use crate::kubernetes::{KubeError, WorkflowResources};
 use crate::registry::{
     DeployError, DeployRequest, Deployment, DeploymentParts, Placed, PlacedState, Registry,
-    Replica, check_owner, check_routes_once,
+    Replica, check_owner, check_routes_once, token_revoked,
 };
 use faas_invoke::{Component, ComponentPool, Components, FunctionSummary, RemoteWorkers};
 use faas_invoke::{LoadError, LoadErrorKind};
@@ -188,15 +188,22 @@ impl ServicesBackend {
         request: DeployRequest,
         digest: &str,
         caller: &Caller,
+        credential: Option<&TenantCredential>,
     ) -> Result<Placed, DeployError> {
         match &self.target {
             DeployTarget::Staging => {
                 let name = &workflow.name;
                 let holder = new_holder();
+                let token_hash = credential.map(TenantCredential::secret_hash);
+                let deploying = Deploying {
+                    caller,
+                    token_hash: token_hash.as_deref(),
+                    holder: &holder,
+                };
                 self.locked(
                     name,
                     &holder,
-                    self.deploy_locked(workflow, request.components, digest, caller, &holder),
+                    self.deploy_locked(workflow, request.components, digest, deploying),
                 )
                 .await
             }
@@ -294,9 +301,9 @@ impl ServicesBackend {
         workflow: &Workflow,
         components: Components,
         digest: &str,
-        caller: &Caller,
-        holder: &str,
+        deploying: Deploying<'_>,
     ) -> Result<Placed, DeployError> {
+        let Deploying { caller, .. } = deploying;
         let name = &workflow.name;
         let deployed = self.shared.deployments().await.map_err(shared_state)?;
         check_owner(
@@ -311,7 +318,7 @@ impl ServicesBackend {
             .await
             .map_err(shared_state)?;
         let placed = self
-            .stage_and_promote(workflow, stored.digests, digest, holder)
+            .stage_and_promote(workflow, stored.digests, digest, &deploying)
             .await;
         match &placed {
             // What it stored itself goes at once (not after --component-ttl-s), or a
@@ -348,9 +355,10 @@ impl ServicesBackend {
         workflow: &Workflow,
         digests: BTreeMap<String, String>,
         digest: &str,
-        holder: &str,
+        deploying: &Deploying<'_>,
     ) -> Result<(u64, Vec<Replica>, Vec<FunctionSummary>), DeployError> {
         let name = &workflow.name;
+        let holder = deploying.holder;
         let record = DeploymentRecord {
             workflow: workflow.clone(),
             digest: digest.to_owned(),
@@ -368,7 +376,7 @@ impl ServicesBackend {
         // names that read before either staged both passed the first check, and each
         // now sees the other (so at most one goes on; both may have to try again).
         let switched = match self.check_claims(workflow).await {
-            Ok(()) => self.load_and_promote(workflow, &record, holder).await,
+            Ok(()) => self.load_and_promote(workflow, &record, deploying).await,
             Err(err) => Err(err),
         };
         let (replicas, functions) = match switched {
@@ -407,17 +415,23 @@ impl ServicesBackend {
         &self,
         workflow: &Workflow,
         record: &DeploymentRecord,
-        holder: &str,
+        deploying: &Deploying<'_>,
     ) -> Result<(Vec<Replica>, Vec<FunctionSummary>), DeployError> {
         let name = &workflow.name;
         match self.wait_until_loaded(record).await {
-            Ok(loaded) => match self.shared.promote_deployment(record, holder).await {
+            Ok(loaded) => match self
+                .shared
+                .promote_deployment(record, deploying.holder, deploying.token_hash)
+                .await
+            {
                 Ok(Promotion::Live) => Ok(loaded),
                 Ok(Promotion::LeaseLost) => Err(lease_lost(name)),
                 // Its tenant was removed (through any gateway) while it loaded.
                 Ok(Promotion::NoTenant) => {
                     Err(TenantError::NoSuchTenant(workflow.tenant.clone()).into())
                 }
+                // And perhaps made again: the new one's name is not the old one's say.
+                Ok(Promotion::TokenRevoked) => Err(token_revoked()),
                 Err(err) => Err(shared_state(err)),
             },
             Err(err) => Err(err),
@@ -1022,6 +1036,16 @@ fn unix_seconds(time: SystemTime) -> u64 {
 /// A random lease holder id.
 fn new_holder() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+/// Who a deploy under way acts for, and with what.
+struct Deploying<'a> {
+    /// Who asked for it.
+    caller: &'a Caller,
+    /// The hash of the tenant token it was made with (`None`: the operator's).
+    token_hash: Option<&'a str>,
+    /// Its hold on the workflow's lease.
+    holder: &'a str,
 }
 
 fn lease_lost(name: &str) -> DeployError {

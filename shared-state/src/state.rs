@@ -79,10 +79,14 @@ const FENCED_WRITE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return
      for i = 3, #KEYS do redis.call('hdel', KEYS[i], ARGV[2]) end return 1";
 
 /// Makes record ARGV[3] live as field ARGV[2] of KEYS[2] and removes its staged copy
-/// (KEYS[3]), only while the lease KEYS[1] names holder ARGV[1] (else 0) and tenant
-/// ARGV[4] is in the tenants hash KEYS[4] (else -1: removed since the deploy began).
+/// (KEYS[3]), only while the lease KEYS[1] names holder ARGV[1] (else 0), tenant
+/// ARGV[4] is in the tenants hash KEYS[4] (else -1: removed since the deploy began),
+/// and, unless ARGV[5] is empty, the token whose secret hashes to ARGV[5] is still in
+/// the token hashes KEYS[5] (else -2: revoked, or its tenant removed, even if a tenant
+/// of that name was created again since).
 const FENCED_PROMOTE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
      if redis.call('hexists', KEYS[4], ARGV[4]) == 0 then return -1 end \
+     if ARGV[5] ~= '' and redis.call('hexists', KEYS[5], ARGV[5]) == 0 then return -2 end \
      redis.call('hset', KEYS[2], ARGV[2], ARGV[3]) \
      redis.call('hdel', KEYS[3], ARGV[2]) return 1";
 
@@ -151,6 +155,9 @@ pub enum Promotion {
     LeaseLost,
     /// Nothing: the workflow's tenant was removed since the deploy began.
     NoTenant,
+    /// Nothing: the token that made the deploy was revoked since, or its tenant removed
+    /// (and perhaps created again, for someone else).
+    TokenRevoked,
 }
 
 /// The registered workers, split by whether their heartbeat is current.
@@ -633,8 +640,10 @@ impl SharedState {
     }
 
     /// Makes `record` (staged) the live version and removes its staged copy, in one
-    /// step, while `holder` holds the workflow's lease and its tenant is still in the
-    /// tenant store ([`faas_store::tenants::TENANTS_KEY`]).
+    /// step, while `holder` holds the workflow's lease, its tenant is still in the
+    /// tenant store ([`faas_store::tenants::TENANTS_KEY`]) and, for a deploy a tenant's
+    /// token made, `token_hash` (its secret's [`faas_store::tenants::secret_hash`]) is
+    /// still a live token's.
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
@@ -642,23 +651,27 @@ impl SharedState {
         &self,
         record: &DeploymentRecord,
         holder: &str,
+        token_hash: Option<&str>,
     ) -> Result<Promotion, SharedStateError> {
+        use faas_store::tenants::{HASHES_KEY, TENANTS_KEY};
         let name = &record.workflow.name;
         let done: i64 = redis::cmd("EVAL")
             .arg(FENCED_PROMOTE)
-            .arg(4)
+            .arg(5)
             .arg(lock_key(name))
-            .arg(&[DEPLOYMENTS, STAGED, faas_store::tenants::TENANTS_KEY][..])
+            .arg(&[DEPLOYMENTS, STAGED, TENANTS_KEY, HASHES_KEY][..])
             .arg(holder)
             .arg(name)
             .arg(to_json(record))
             .arg(&record.workflow.tenant)
+            .arg(token_hash.unwrap_or_default())
             .query_async(&mut self.conn())
             .await?;
         self.records_changed().await;
         Ok(match done {
             1 => Promotion::Live,
             -1 => Promotion::NoTenant,
+            -2 => Promotion::TokenRevoked,
             _ => Promotion::LeaseLost,
         })
     }

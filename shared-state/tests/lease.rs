@@ -47,7 +47,10 @@ async fn a_tenants_removal_and_a_deploy_for_it_through_another_gateway_never_bot
     assert!(cluster.stage_deployment(&record(1), "a").await.unwrap());
     assert_eq!(tenants.remove_tenant("t", removal).await.unwrap(), 1);
     assert_eq!(
-        cluster.promote_deployment(&record(1), "a").await.unwrap(),
+        cluster
+            .promote_deployment(&record(1), "a", None)
+            .await
+            .unwrap(),
         Promotion::NoTenant
     );
     assert!(cluster.deployments().await.unwrap().is_empty());
@@ -61,7 +64,10 @@ async fn a_tenants_removal_and_a_deploy_for_it_through_another_gateway_never_bot
     tenants.create_tenant("t").await.unwrap();
     let token = tenants.create_token("t", "").await.unwrap();
     assert_eq!(
-        cluster.promote_deployment(&record(1), "a").await.unwrap(),
+        cluster
+            .promote_deployment(&record(1), "a", None)
+            .await
+            .unwrap(),
         Promotion::Live
     );
     assert!(cluster.put_deployment_of_tenant(&record(2)).await.unwrap());
@@ -82,6 +88,63 @@ async fn a_tenants_removal_and_a_deploy_for_it_through_another_gateway_never_bot
     );
     // Another tenant's workflow is not this one's.
     assert_eq!(tenants.remove_tenant("other", removal).await.unwrap(), 0);
+}
+
+/// A tenant's token deploys; while it loads, the operator removes the tenant and makes
+/// one of the same name again (for someone else, perhaps). The staged version of the
+/// removed tenant's deploy must not go live in the new tenant's name; a deploy by the
+/// new tenant's own token does.
+#[tokio::test]
+async fn a_deploy_made_with_a_token_goes_live_only_while_the_token_is_live() {
+    let redis = RedisServer::start();
+    let cluster = cluster(&redis).await;
+    let tenants = tenants(&redis).await;
+    let removal = TenantWorkflows::InRedisHash(DEPLOYMENTS);
+    tenants.create_tenant("t").await.unwrap();
+    let old = tenants.create_token("t", "").await.unwrap();
+    let old_hash = faas_store::tenants::secret_hash(&old.secret);
+    assert!(
+        cluster
+            .lock_workflow("shop", "a", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(cluster.stage_deployment(&record(1), "a").await.unwrap());
+
+    assert_eq!(tenants.remove_tenant("t", removal).await.unwrap(), 1);
+    tenants.release_name("t").await.unwrap();
+    tenants.create_tenant("t").await.unwrap();
+    let new = tenants.create_token("t", "").await.unwrap();
+    assert_eq!(
+        cluster
+            .promote_deployment(&record(1), "a", Some(&old_hash))
+            .await
+            .unwrap(),
+        Promotion::TokenRevoked
+    );
+    assert!(cluster.deployments().await.unwrap().is_empty());
+
+    // A token revoked on its own counts the same.
+    let revoked = tenants.create_token("t", "").await.unwrap();
+    tenants.revoke_token(&revoked.token.id).await.unwrap();
+    let revoked_hash = faas_store::tenants::secret_hash(&revoked.secret);
+    assert_eq!(
+        cluster
+            .promote_deployment(&record(1), "a", Some(&revoked_hash))
+            .await
+            .unwrap(),
+        Promotion::TokenRevoked
+    );
+
+    let new_hash = faas_store::tenants::secret_hash(&new.secret);
+    assert_eq!(
+        cluster
+            .promote_deployment(&record(1), "a", Some(&new_hash))
+            .await
+            .unwrap(),
+        Promotion::Live
+    );
+    assert_eq!(cluster.deployments().await.unwrap()["shop"], record(1));
 }
 
 #[tokio::test]
@@ -108,11 +171,17 @@ async fn only_the_leases_holder_stages_promotes_or_removes() {
     );
 
     assert_eq!(
-        cluster.promote_deployment(&record(1), "b").await.unwrap(),
+        cluster
+            .promote_deployment(&record(1), "b", None)
+            .await
+            .unwrap(),
         Promotion::LeaseLost
     );
     assert_eq!(
-        cluster.promote_deployment(&record(1), "a").await.unwrap(),
+        cluster
+            .promote_deployment(&record(1), "a", None)
+            .await
+            .unwrap(),
         Promotion::Live
     );
     assert_eq!(cluster.deployments().await.unwrap()["shop"], record(1));

@@ -79,7 +79,10 @@ pub const QUOTA_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// lands after its removal (`faas_shared_state`'s promotion of a deployment).
 pub const TENANTS_KEY: &str = "faas:tenants";
 const TOKENS_KEY: &str = "faas:tokens";
-const HASHES_KEY: &str = "faas:token-hashes";
+/// Redis hash: token secret's hash ([`secret_hash`]) -> token id, for every live token.
+/// A change a token authorised checks, in the same step, that its hash is still here
+/// (revoking a token or removing its tenant takes it out).
+pub const HASHES_KEY: &str = "faas:token-hashes";
 /// What the Redis set of one tenant's token ids is named, followed by the tenant's
 /// name (a valid name: no separator or pattern character). The scripts that create,
 /// revoke and write back tokens keep it in the same step as the token's record.
@@ -1330,8 +1333,8 @@ fn tenant_tokens_key(tenant: &str) -> String {
     format!("{TENANT_TOKENS_PREFIX}{tenant}")
 }
 
-/// The hex SHA-256 of a token secret: what is stored in its place.
-fn secret_hash(secret: &str) -> String {
+/// The hex SHA-256 of a token secret: what is stored in its place (never the secret).
+pub fn secret_hash(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 

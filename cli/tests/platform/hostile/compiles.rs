@@ -6,7 +6,10 @@
 
 use super::{Watch, assert_bystander_served, deploy_bystander};
 use crate::services::Services;
-use crate::support::{Platform, deploy_at, faas_at, repo, write_manifest, write_manifest_of};
+use crate::support::{
+    Platform, deploy_at, faas_as, faas_at, repo, write_manifest, write_manifest_of,
+};
+use crate::tenants::scene::{Scene, assert_success, refused};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use wasm_encoder::{
@@ -134,6 +137,47 @@ fn assert_platform_carries_on(platform: &Platform, dir: &Path) {
     assert!(children.is_empty(), "compile children left: {children:?}");
 }
 
+/// A seed of its own for each run: the compile cache outlives the test, and a compile
+/// that once ran to its end would be a cache hit ever after (no compile to stop).
+fn fresh_seed() -> i32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as i32
+}
+
+/// A compile child stopped (`SIGSTOP`) so that the deploy it belongs to waits for it
+/// as long as a test needs.
+struct StoppedCompile {
+    pid: u32,
+}
+
+impl StoppedCompile {
+    /// Waits (a minute at most) for a compile child of process `parent`, and stops it.
+    fn first_of(parent: u32) -> Self {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let pid = loop {
+            if let Some((pid, _)) = compile_children(parent).first() {
+                break *pid;
+            }
+            assert!(Instant::now() < deadline, "no compile started");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let compile = Self { pid };
+        compile.signal("-STOP");
+        compile
+    }
+
+    /// Sends it signal `name` (`-CONT`, `-KILL`).
+    fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .args([name, &self.pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {name} {}", self.pid);
+    }
+}
+
 /// The compile children of process `parent` (pid and state, as `/proc` has them).
 fn compile_children(parent: u32) -> Vec<(u32, char)> {
     std::fs::read_dir("/proc")
@@ -223,33 +267,12 @@ fn a_tenants_compile_under_way_holds_up_no_other_tenants_deploy_on_the_worker() 
     services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
     let worker = services.worker("w1").pid();
     let path = dir.path().join("expensive.wasm");
-    // Its own bytes each run: the compile cache outlives the test, and a compile that
-    // once ran to its end would be a cache hit ever after.
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as i32;
-    std::fs::write(&path, expensive_component(seed)).unwrap();
+    std::fs::write(&path, expensive_component(fresh_seed())).unwrap();
     let expensive = write_manifest_of(dir.path(), "expensive", "mallory", &path, "/expensive", "");
     let url = services.url.clone();
     let mallory =
         std::thread::spawn(move || faas_at(&url, &["deploy", expensive.to_str().unwrap()]));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let child = loop {
-        if let Some((pid, _)) = compile_children(worker).first() {
-            break *pid;
-        }
-        assert!(Instant::now() < deadline, "mallory's compile never started");
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let signal = |name: &str| {
-        let status = std::process::Command::new("kill")
-            .args([name, &child.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {name} {child}");
-    };
-    signal("-STOP");
+    let compile = StoppedCompile::first_of(worker);
 
     let shop = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
     deploy_at(&services.url, &shop);
@@ -261,13 +284,13 @@ fn a_tenants_compile_under_way_holds_up_no_other_tenants_deploy_on_the_worker() 
         "victim's deploy waited for mallory's"
     );
     assert!(
-        compile_children(worker).contains(&(child, 'T')),
+        compile_children(worker).contains(&(compile.pid, 'T')),
         "mallory's compile child is no longer stopped: {:?}",
         compile_children(worker)
     );
 
     // Killed, it fails mallory's deploy only.
-    signal("-KILL");
+    compile.signal("-KILL");
     let output = mallory.join().unwrap();
     assert!(!output.status.success(), "{output:?}");
     assert_eq!(services.get("/shop?name=again").status(), 200);
@@ -364,4 +387,42 @@ fn a_deploy_of_many_functions_compiles_within_one_timeout_in_all() {
     );
     assert!(took < Duration::from_secs(15), "the deploy took {took:?}");
     assert_platform_carries_on(&platform, dir.path());
+}
+
+/// A tenant's deploy in services mode waits for its workers without the deploy lock,
+/// so the operator can remove the tenant meanwhile, and make a tenant of the same name
+/// again (for someone else). The removed tenant's deploy then went live in the new
+/// tenant's name when its load ended: its code, on the new tenant's routes, with the
+/// new tenant's data. Now the deploy goes live only while the token that made it is
+/// live. Mallory's compile is stopped (`SIGSTOP`) while the operator does that.
+#[test]
+fn a_deploy_whose_tenant_was_removed_and_made_again_while_it_loaded_does_not_go_live() {
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
+    let worker = services.worker("w1").pid();
+    let url = services.url.clone();
+    let scene = Scene::set_up(url.clone(), services);
+    // Quick to compile once let go.
+    let path = scene.dir.path().join("stale.wasm");
+    std::fs::write(&path, costly_hello(fresh_seed(), 2_000)).unwrap();
+    let stale = write_manifest_of(scene.dir.path(), "stale", "mallory", &path, "/stale", "");
+    let (deploy_url, old_token) = (url.clone(), scene.mallory.clone());
+    let old_deploy = std::thread::spawn(move || {
+        faas_as(
+            &deploy_url,
+            &old_token,
+            &["deploy", stale.to_str().unwrap()],
+        )
+    });
+    let compile = StoppedCompile::first_of(worker);
+
+    let new_token = scene.make_mallory_again();
+    compile.signal("-CONT");
+
+    let stderr = refused(&old_deploy.join().unwrap());
+    scene.assert_stale_deploy_refused(&stderr, &new_token, "stale", "/stale");
+    // The new tenant's own deploy goes through.
+    let own = scene.manifest("own", Some("mallory"), &["/own"]);
+    assert_success(&scene.deploy(&new_token, &own), "the new tenant's deploy");
+    assert_eq!(scene.get("/own?name=new").status(), 200);
 }

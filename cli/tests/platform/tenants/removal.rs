@@ -6,10 +6,14 @@
 //! from being created again until a second removal, or the next start, finishes it.
 
 use super::quotas::{count, deploy_kv, operator, send};
+use super::scene::Scene;
 use crate::services::Services;
-use crate::support::{Platform, TOKEN, deploy_at, faas_as, write_manifest};
+use crate::support::{Platform, TOKEN, client, deploy_at, faas_as, write_manifest};
 use faas_testing::RedisServer;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Tenants `hog` and `victim`, each with key-value entries, and `victim` with no
 /// workflow left: ready to be removed. Returns the manifests' folder.
@@ -130,4 +134,113 @@ fn a_removal_left_half_way_is_finished_at_the_next_start() {
     let url = &platform.url;
     operator(url, &["create", "victim"]);
     check_victim_starts_afresh(url, dir.path());
+}
+
+/// A deploy upload sent but for its last bytes: the gateway authenticated it and
+/// reads on, waiting for the rest.
+struct UnfinishedUpload {
+    stream: TcpStream,
+    rest: Vec<u8>,
+}
+
+impl UnfinishedUpload {
+    /// Starts uploading `manifest` (the hello component as function `main`) to `url`
+    /// with `token`.
+    fn start(url: &str, token: &str, manifest: &Path) -> Self {
+        use faas_gateway::admin::{COMPONENT_PART, HEAD_PART};
+        let text = std::fs::read_to_string(manifest).unwrap();
+        let hello = faas_testing::component("hello");
+        let upload = crate::support::Upload::of(&text, &[("main", &hello)]);
+        let mut body = format!(
+            "--cut\r\nContent-Disposition: form-data; name=\"{HEAD_PART}\"\r\n\r\n{}\r\n\
+             --cut\r\nContent-Disposition: form-data; name=\"{COMPONENT_PART}\"; \
+             filename=\"main\"\r\n\r\n",
+            serde_json::to_string(&upload.head).unwrap()
+        )
+        .into_bytes();
+        body.extend_from_slice(&hello);
+        body.extend_from_slice(b"\r\n--cut--\r\n");
+        let addr = url.strip_prefix("http://").expect("an http:// URL");
+        let mut stream = TcpStream::connect(addr).unwrap();
+        write!(
+            stream,
+            "POST /admin/v1/workflows HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: multipart/form-data; boundary=cut\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        let rest = body.split_off(body.len() - 8);
+        stream.write_all(&body).unwrap();
+        Self { stream, rest }
+    }
+
+    /// Sends the rest; returns the answer's status and body.
+    fn finish(mut self) -> (u16, String) {
+        self.stream.write_all(&self.rest).unwrap();
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut answer = String::new();
+        self.stream.read_to_string(&mut answer).unwrap();
+        let status = answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("no HTTP answer: {answer}"));
+        (status, answer)
+    }
+}
+
+/// Waits until tenant `token`'s deploys at once are all taken (the gateway started
+/// with `--max-deploys-per-tenant 1`): its upload under way was authenticated and
+/// admitted. A probe admitted meanwhile is an upload of no parts, refused.
+fn wait_until_admitted(url: &str, token: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let probe = client()
+            .post(format!("{url}/admin/v1/workflows"))
+            .bearer_auth(token)
+            .header("content-type", "multipart/form-data; boundary=none")
+            .body("--none--\r\n")
+            .send()
+            .unwrap();
+        if probe.status() == 429 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the upload was never admitted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Mallory's deploy upload is authenticated, and while the rest of it is on its way
+/// the operator removes tenant mallory and makes a tenant of that name again (for
+/// someone else, perhaps). The upload, once whole, went live in the new tenant's name:
+/// the removed tenant's code on the new one's routes, with the new one's data. Now it
+/// is refused: its token is no longer live.
+fn upload_across_removal<P>(scene: &Scene<P>) {
+    let url = &scene.url;
+    let manifest = scene.manifest("stale", Some("mallory"), &["/stale"]);
+    let upload = UnfinishedUpload::start(url, &scene.mallory, &manifest);
+    wait_until_admitted(url, &scene.mallory);
+    let new_token = scene.make_mallory_again();
+
+    let (status, answer) = upload.finish();
+    assert_eq!(status, 403, "{answer}");
+    scene.assert_stale_deploy_refused(&answer, &new_token, "stale", "/stale");
+}
+
+#[test]
+fn a_deploy_uploaded_across_its_tenants_removal_and_re_creation_is_refused() {
+    upload_across_removal(&Scene::embedded_with(&[
+        "--no-demo",
+        "--max-deploys-per-tenant",
+        "1",
+    ]));
+}
+
+#[test]
+fn services_mode_a_deploy_uploaded_across_its_tenants_removal_and_re_creation_is_refused() {
+    let services = Services::start_full(&["w1"], &[], &["--max-deploys-per-tenant", "1"]);
+    upload_across_removal(&Scene::set_up(services.url.clone(), services));
 }

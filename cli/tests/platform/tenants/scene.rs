@@ -143,6 +143,40 @@ impl<P> Scene<P> {
     }
 }
 
+impl<P> Scene<P> {
+    /// Removes tenant mallory and makes a tenant of that name again (for someone else,
+    /// perhaps), with the operator's token; returns the new tenant's token.
+    pub(crate) fn make_mallory_again(&self) -> String {
+        for args in [["tenant", "rm", "mallory"], ["tenant", "create", "mallory"]] {
+            assert_success(&self.faas(TOKEN, &args), &args.join(" "));
+        }
+        create_token(&self.url, TOKEN, "mallory")
+    }
+
+    /// Asserts that a deploy of workflow `name` on `route`, made with the old mallory's
+    /// token before [`Self::make_mallory_again`], was refused (`answer`: its error),
+    /// that nothing of it is served or listed for the new mallory (`new_token`), and
+    /// that the victim is served.
+    pub(crate) fn assert_stale_deploy_refused(
+        &self,
+        answer: &str,
+        new_token: &str,
+        name: &str,
+        route: &str,
+    ) {
+        assert!(
+            answer.contains("was revoked, or its tenant removed"),
+            "{answer}"
+        );
+        assert_eq!(self.get(route).status(), 404);
+        let listed = self.faas(new_token, &["ls", "--output", "json"]);
+        assert_success(&listed, "faas ls");
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        assert!(!listed.contains(name), "{listed}");
+        self.assert_victim_served();
+    }
+}
+
 /// Writes a manifest of `functions/hello` into `dir`.
 pub(crate) fn write_hello(
     dir: &Path,
