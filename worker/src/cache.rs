@@ -146,6 +146,12 @@ impl ComponentCache {
         self.dir.join(format!("{digest}.{ARTIFACT_EXTENSION}"))
     }
 
+    /// Whether the artifact of the component with this
+    /// [`faas_invoke::Component::digest`] is in the cache now (one `stat`).
+    pub fn contains(&self, digest: &str) -> bool {
+        self.path_of(digest).exists()
+    }
+
     /// Marks the artifact of the component with this [`faas_invoke::Component::digest`] as used
     /// now, as a load does, when its code needed no load: it is shared in memory by a
     /// function already loaded (the worker's `linked.rs`). Otherwise an artifact that

@@ -304,7 +304,7 @@ impl Runtimes {
     }
 
     /// The runtime of `flavor` if it was built.
-    fn built(&self, flavor: Flavor) -> Option<&Runtime> {
+    pub(crate) fn built(&self, flavor: Flavor) -> Option<&Runtime> {
         match flavor.index().checked_sub(1) {
             Some(i) => self.later[i].get(),
             None => Some(&self.first),

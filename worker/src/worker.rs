@@ -19,7 +19,7 @@ use crate::swap::SwapWatch;
 use faas_invoke::{Component, Components, LoadError, LogLevel, LogSource, Publisher};
 use faas_store::{Quotas, Tenant};
 use faas_workflow::{Function, Workflow};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -411,6 +411,32 @@ impl Worker {
         &self.config
     }
 
+    /// Whether loading `workflow`, whose functions run the components of `digests`
+    /// (function name -> [`Component::digest`]), would compile nothing: each is linked
+    /// here already, or its artifact is in the compiled-code cache of the engine it
+    /// would load on. Such a load maps files and links; it need not wait behind
+    /// compiles. `false` when unsure (a function it would refuse, an engine not built).
+    pub fn compiles_nothing(
+        &self,
+        workflow: &Workflow,
+        digests: &BTreeMap<String, String>,
+    ) -> bool {
+        digests.iter().all(|(name, digest)| {
+            let Some(spec) = workflow.functions.get(name) else {
+                return false;
+            };
+            let Ok(limits) = self.limits_for(name, spec) else {
+                return false;
+            };
+            self.runtimes
+                .built(flavor_of(&limits))
+                .is_some_and(|runtime| {
+                    runtime.shared.get(spec.kind, digest).is_some()
+                        || runtime.cache.contains(digest)
+                })
+        })
+    }
+
     /// Compiles (or loads from cache) and links every function of `workflow`.
     ///
     /// `components` maps each function name to its component's bytes. Nothing is
@@ -468,19 +494,14 @@ impl Worker {
                 reason,
             }
         })?;
-        // Only a function with a fuel limit pays for fuel metering.
-        let flavor = Flavor {
-            fuel: limits.fuel.is_some(),
-            whole: false,
-        };
-        let runtime = self
-            .runtimes
-            .get(flavor)
-            .await
-            .map_err(|err| LoadError::Engine {
-                function: name.to_owned(),
-                message: format!("{err:#}"),
-            })?;
+        let runtime =
+            self.runtimes
+                .get(flavor_of(&limits))
+                .await
+                .map_err(|err| LoadError::Engine {
+                    function: name.to_owned(),
+                    message: format!("{err:#}"),
+                })?;
         let digest = component.digest().to_owned();
         let shared = runtime.shared.get(spec.kind, &digest);
         let was_shared = shared.is_some();
@@ -688,6 +709,15 @@ impl Worker {
                 .expect("a function with a fuel limit runs on the metered engine");
         }
         Ok((store, output))
+    }
+}
+
+/// The engine a function of `limits` loads on: only one with a fuel limit pays for
+/// fuel metering.
+fn flavor_of(limits: &Limits) -> Flavor {
+    Flavor {
+        fuel: limits.fuel.is_some(),
+        whole: false,
     }
 }
 

@@ -8,6 +8,12 @@
 //! at most one per workflow and one per tenant at a time, at most [`MAX_LOADS`] in all
 //! (each may be a compile child with its own memory limit), and the tenants with loads
 //! waiting take turns for the places that free up.
+//!
+//! A load that compiles nothing (every component linked here already, or in the
+//! compiled-code cache: a redeploy, a component many tenants deploy) takes none of
+//! those places: it maps files and links, so two tenants' long compiles do not hold it
+//! up, which could otherwise last as long as the gateway waits for a load. It still
+//! waits for its own workflow's load in flight.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,6 +27,8 @@ pub(super) struct Pending<T> {
     pub workflow: String,
     /// Its tenant.
     pub tenant: String,
+    /// Whether it may compile (some component is not compiled here yet).
+    pub compiles: bool,
     /// What the caller runs once admitted.
     pub item: T,
 }
@@ -45,14 +53,17 @@ struct State {
 pub(super) struct Ticket {
     state: Arc<Mutex<State>>,
     workflow: String,
-    tenant: String,
+    /// The tenant whose place it holds; `None` for a load that compiles nothing.
+    tenant: Option<String>,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut state = lock(&self.state);
         state.workflows.remove(&self.workflow);
-        state.tenants.remove(&self.tenant);
+        if let Some(tenant) = &self.tenant {
+            state.tenants.remove(tenant);
+        }
     }
 }
 
@@ -66,44 +77,58 @@ impl LoadQueue {
     }
 
     /// The loads of `pending` to start now, each with the ticket that holds its place:
-    /// none of a workflow or a tenant with one in flight, at most one per tenant, and
-    /// no more than the places left. Tenants are looked at in name order starting
-    /// after the one admitted last (round robin), so a tenant whose name sorts first
-    /// does not always get the place that freed up; a tenant's own loads go in the
-    /// order given.
+    /// every one that compiles nothing, of a workflow with no load in flight; of the
+    /// others none of a workflow or a tenant with one in flight, at most one per
+    /// tenant, and no more than the places left. Tenants are looked at in name order
+    /// starting after the one admitted last (round robin), so a tenant whose name sorts
+    /// first does not always get the place that freed up; a tenant's own loads go in
+    /// the order given.
     pub(super) fn admit<T>(&self, pending: Vec<Pending<T>>) -> Vec<(T, Ticket)> {
         let mut state = lock(&self.state);
+        let mut admitted = Vec::new();
         let mut by_tenant: BTreeMap<String, Pending<T>> = BTreeMap::new();
         for load in pending {
-            if state.workflows.contains(&load.workflow) || state.tenants.contains(&load.tenant) {
+            if state.workflows.contains(&load.workflow) {
+                continue;
+            }
+            if !load.compiles {
+                state.workflows.insert(load.workflow.clone());
+                let ticket = Ticket {
+                    state: self.state.clone(),
+                    workflow: load.workflow,
+                    tenant: None,
+                };
+                admitted.push((load.item, ticket));
+                continue;
+            }
+            if state.tenants.contains(&load.tenant) {
                 continue;
             }
             by_tenant.entry(load.tenant.clone()).or_insert(load);
         }
+        // A workflow admitted above (its other revision compiles nothing) waits.
+        by_tenant.retain(|_, load| !state.workflows.contains(&load.workflow));
         let room = self.max.saturating_sub(state.tenants.len());
         if by_tenant.is_empty() || room == 0 {
-            return Vec::new();
+            return admitted;
         }
         let mut candidates: Vec<Pending<T>> = by_tenant.into_values().collect();
         let first = state.last.as_ref().map_or(0, |last| {
             candidates.partition_point(|load| load.tenant <= *last) % candidates.len()
         });
         candidates.rotate_left(first);
-        candidates
-            .into_iter()
-            .take(room)
-            .map(|load| {
-                state.workflows.insert(load.workflow.clone());
-                state.tenants.insert(load.tenant.clone());
-                state.last = Some(load.tenant.clone());
-                let ticket = Ticket {
-                    state: self.state.clone(),
-                    workflow: load.workflow,
-                    tenant: load.tenant,
-                };
-                (load.item, ticket)
-            })
-            .collect()
+        admitted.extend(candidates.into_iter().take(room).map(|load| {
+            state.workflows.insert(load.workflow.clone());
+            state.tenants.insert(load.tenant.clone());
+            state.last = Some(load.tenant.clone());
+            let ticket = Ticket {
+                state: self.state.clone(),
+                workflow: load.workflow,
+                tenant: Some(load.tenant),
+            };
+            (load.item, ticket)
+        }));
+        admitted
     }
 }
 
@@ -116,15 +141,26 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 mod tests {
     use super::*;
 
+    /// Loads that compile, of (tenant, workflow).
     fn pending(loads: &[(&str, &str)]) -> Vec<Pending<String>> {
         loads
             .iter()
             .map(|(tenant, workflow)| Pending {
                 workflow: (*workflow).to_owned(),
                 tenant: (*tenant).to_owned(),
+                compiles: true,
                 item: (*workflow).to_owned(),
             })
             .collect()
+    }
+
+    /// Loads that compile nothing, of (tenant, workflow).
+    fn compiled(loads: &[(&str, &str)]) -> Vec<Pending<String>> {
+        let mut loads = pending(loads);
+        for load in &mut loads {
+            load.compiles = false;
+        }
+        loads
     }
 
     fn names(admitted: &[(String, Ticket)]) -> Vec<&str> {
@@ -183,5 +219,28 @@ mod tests {
             })
             .collect();
         assert_eq!(order, ["a1", "m1", "z1", "a1"]);
+    }
+
+    #[test]
+    fn a_load_that_compiles_nothing_takes_no_place_but_waits_for_its_workflow() {
+        let queue = LoadQueue::new(2);
+        let compiling = queue.admit(pending(&[("mallory", "m1"), ("eve", "e1")]));
+        assert_eq!(names(&compiling), ["e1", "m1"]);
+        assert!(queue.admit(pending(&[("victim", "v1")])).is_empty());
+        // Both places taken, by other tenants or by its own: admitted all the same.
+        let mut waiting = compiled(&[("victim", "v1"), ("mallory", "m2")]);
+        waiting.extend(compiled(&[("victim", "v2")]));
+        let cheap = queue.admit(waiting);
+        assert_eq!(names(&cheap), ["m2", "v1", "v2"]);
+        // Not beside another load of its workflow (in flight, or admitted with it).
+        assert!(queue.admit(compiled(&[("mallory", "m1")])).is_empty());
+        let mut both = compiled(&[("victim", "v3")]);
+        both.extend(pending(&[("victim", "v3")]));
+        assert_eq!(names(&queue.admit(both)), ["v3"]);
+        // They held no tenant's place: once mallory's compile ends, its next goes.
+        drop(compiling);
+        assert_eq!(names(&queue.admit(pending(&[("mallory", "m4")]))), ["m4"]);
+        drop(cheap);
+        assert_eq!(names(&queue.admit(compiled(&[("victim", "v1")]))), ["v1"]);
     }
 }

@@ -494,6 +494,9 @@ impl Node {
                 pending.push(Pending {
                     workflow: (*name).clone(),
                     tenant: record.workflow.tenant.clone(),
+                    compiles: !self
+                        .worker
+                        .compiles_nothing(&record.workflow, &record.components),
                     item: ((*record).clone(), staged),
                 });
                 continue;

@@ -7,7 +7,8 @@
 use super::{Watch, assert_bystander_served, deploy_bystander};
 use crate::services::Services;
 use crate::support::{
-    Platform, deploy_at, faas_as, faas_at, repo, write_manifest, write_manifest_of,
+    Platform, deploy_at, ensure_tenant_at, faas_as, faas_at, repo, write_manifest,
+    write_manifest_of,
 };
 use crate::tenants::scene::{Scene, assert_success, refused};
 use std::path::Path;
@@ -153,11 +154,13 @@ struct StoppedCompile {
 }
 
 impl StoppedCompile {
-    /// Waits (a minute at most) for a compile child of process `parent`, and stops it.
-    fn first_of(parent: u32) -> Self {
+    /// Waits (a minute at most) for a compile child of process `parent` that is not
+    /// stopped yet, and stops it.
+    fn next_of(parent: u32) -> Self {
         let deadline = Instant::now() + Duration::from_secs(60);
         let pid = loop {
-            if let Some((pid, _)) = compile_children(parent).first() {
+            let children = compile_children(parent);
+            if let Some((pid, _)) = children.iter().find(|(_, state)| *state != 'T') {
                 break *pid;
             }
             assert!(Instant::now() < deadline, "no compile started");
@@ -272,7 +275,7 @@ fn a_tenants_compile_under_way_holds_up_no_other_tenants_deploy_on_the_worker() 
     let url = services.url.clone();
     let mallory =
         std::thread::spawn(move || faas_at(&url, &["deploy", expensive.to_str().unwrap()]));
-    let compile = StoppedCompile::first_of(worker);
+    let compile = StoppedCompile::next_of(worker);
 
     let shop = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
     deploy_at(&services.url, &shop);
@@ -389,6 +392,48 @@ fn a_deploy_of_many_functions_compiles_within_one_timeout_in_all() {
     assert_platform_carries_on(&platform, dir.path());
 }
 
+/// A worker loads two workflows at once that may compile. Two tenants' compiles took
+/// both places, and a load that compiled nothing (a component compiled already) waited
+/// behind them for up to `--compile-timeout-secs` (120), as long as the gateway waits
+/// for a load: the victim's deploy failed. Now such a load takes no place. Mallory's
+/// and eve's compiles are stopped (`SIGSTOP`) while the victim deploys its hello again.
+#[test]
+fn two_tenants_compiles_under_way_hold_up_no_deploy_that_compiles_nothing() {
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
+    let worker = services.worker("w1").pid();
+    let url = services.url.clone();
+    // The victim's hello is compiled and loaded on w1 from here on.
+    let scene = Scene::set_up(url.clone(), services);
+    ensure_tenant_at(&url, "eve");
+    let seed = fresh_seed();
+    let compiling: Vec<_> = ["mallory", "eve"]
+        .into_iter()
+        .zip(seed..)
+        .map(|(tenant, seed)| {
+            let path = scene.dir.path().join(format!("{tenant}.wasm"));
+            std::fs::write(&path, expensive_component(seed)).unwrap();
+            let route = format!("/{tenant}");
+            let manifest = write_manifest_of(scene.dir.path(), tenant, tenant, &path, &route, "");
+            let url = url.clone();
+            let deploy =
+                std::thread::spawn(move || faas_at(&url, &["deploy", manifest.to_str().unwrap()]));
+            (deploy, StoppedCompile::next_of(worker))
+        })
+        .collect();
+
+    let again = scene.manifest("again", Some("victim"), &["/again"]);
+    assert_success(&scene.deploy(&scene.victim, &again), "the victim's deploy");
+    let hello = scene.get("/again?name=victim");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
+    scene.assert_victim_served();
+    for (deploy, compile) in compiling {
+        assert!(!deploy.is_finished(), "a compile's deploy ended early");
+        compile.signal("-KILL");
+        refused(&deploy.join().unwrap());
+    }
+}
+
 /// A tenant's deploy in services mode waits for its workers without the deploy lock,
 /// so the operator can remove the tenant meanwhile, and make a tenant of the same name
 /// again (for someone else). The removed tenant's deploy then went live in the new
@@ -414,7 +459,7 @@ fn a_deploy_whose_tenant_was_removed_and_made_again_while_it_loaded_does_not_go_
             &["deploy", stale.to_str().unwrap()],
         )
     });
-    let compile = StoppedCompile::first_of(worker);
+    let compile = StoppedCompile::next_of(worker);
 
     let new_token = scene.make_mallory_again();
     compile.signal("-CONT");
