@@ -157,6 +157,14 @@ impl Deployment {
     }
 }
 
+/// What [`Registry::check`] found of a deploy.
+enum Checked {
+    /// The identical version is live.
+    Unchanged(Arc<Deployment>),
+    /// It may go on; its digest.
+    New { digest: String },
+}
+
 /// What a deploy did.
 pub enum DeployOutcome {
     /// A new version is live.
@@ -558,18 +566,10 @@ impl Registry {
         caller: &Caller,
         credential: Option<&TenantCredential>,
     ) -> Result<DeployOutcome, DeployError> {
-        let guard = self.deploy_lock.lock().await;
-        // Under the deploy lock, which a tenant's removal takes too: in embedded mode
-        // that holds until the deploy is saved. In services mode the promotion checks
-        // again, in the same step as it goes live (the lock is let go while workers
-        // load).
-        if let (Some(credential), Some(tenants)) = (credential, &self.tenants)
-            && !credential.is_live(tenants).await?
-        {
-            return Err(token_revoked());
-        }
         let scope = match caller {
             Caller::Admin => TenantScope::Named,
+            // No token to check again as the deploy goes live: refused, not trusted.
+            Caller::Tenant(_) if credential.is_none() => return Err(token_revoked()),
             Caller::Tenant(tenant) => TenantScope::Own(tenant),
         };
         let workflow = Workflow::parse_scoped(
@@ -578,13 +578,6 @@ impl Registry {
             Some(&request.schemas),
             scope,
         )?;
-        let quotas = match &self.tenants {
-            Some(tenants) => match tenants.tenant(&workflow.tenant).await? {
-                Some(tenant) => tenant.quotas,
-                None => return Err(TenantError::NoSuchTenant(workflow.tenant.clone()).into()),
-            },
-            None => Quotas::default(),
-        };
         // A catch-all answers every path nobody else serves: the operator's fallback,
         // not something a tenant may claim.
         if !caller.is_admin()
@@ -611,34 +604,27 @@ impl Registry {
                 function,
             }));
         }
-        request.components = self.components.share_all(request.components);
-        let digest = digest(&request.manifest, &request.components, &request.schemas);
-        let current = self.get(&workflow.name);
-        // The owner first: the digest covers no tenant, so another tenant's upload of
-        // the same bytes would otherwise be told "unchanged", with the status of a
-        // workflow it may not see.
-        check_owner(
-            &workflow,
-            current.as_ref().map(|current| &current.workflow),
-            caller,
-        )?;
-        if let Some(current) = current.as_ref().filter(|current| current.digest == digest) {
-            return Ok(DeployOutcome::Unchanged(current.clone()));
+        // Checked before anything compiles (a deploy refused for its quota compiles
+        // nothing), and again under the lock, where they hold.
+        if let Checked::Unchanged(current) = self.check(&workflow, &request, caller).await? {
+            return Ok(DeployOutcome::Unchanged(current));
         }
-        // A new version of a deployed workflow never counts against the quota.
-        if current.is_none() {
-            self.check_workflow_quota(&workflow.tenant, &quotas).await?;
-        }
-        self.check_code_quota(&workflow, &request.components, &quotas)?;
+        self.compile_ahead(&workflow, &request.components).await?;
+        let guard = self.deploy_lock.lock().await;
+        // Under the deploy lock, which a tenant's removal takes too: in embedded mode
+        // that holds until the deploy is saved. In services mode the promotion checks
+        // again, in the same step as it goes live (the lock is let go while workers
+        // load).
+        if let (Some(credential), Some(tenants)) = (credential, &self.tenants)
+            && !credential.is_live(tenants).await?
         {
-            let state = self.read();
-            let deployed = || state.deployments.values().map(|d| &d.workflow);
-            check_routes(&workflow, &state.owners)?;
-            let max = self.max_redis_consumers;
-            if let Some(message) = faas_workflow::redis_consumers_over(&workflow, deployed(), max) {
-                return Err(DeployError::Quota(message));
-            }
+            return Err(token_revoked());
         }
+        let digest = match self.check(&workflow, &request, caller).await? {
+            Checked::Unchanged(current) => return Ok(DeployOutcome::Unchanged(current)),
+            Checked::New { digest } => digest,
+        };
+        request.components = self.components.share_all(request.components);
         let deployed_at = SystemTime::now();
         let placed = match &self.backend {
             Backend::Embedded(placement) => {
@@ -671,6 +657,7 @@ impl Registry {
                 // workflow, and names and routes checked again against every deploy
                 // staged (`ServicesBackend::deploy`).
                 drop(guard);
+                let credential = credential.zip(self.tenants.as_ref());
                 shared
                     .deploy(&workflow, request, &digest, caller, credential)
                     .await?
@@ -853,11 +840,16 @@ impl Registry {
 
     /// Revokes token `id` ([`TenantStore::revoke_token`]); returns its record.
     ///
+    /// Under the deploy lock, as a deploy checks its token under it
+    /// ([`Self::deploy_as`]): in embedded mode a deploy made with the token either is
+    /// saved before the revocation or refused after it.
+    ///
     /// # Errors
     /// [`DeployError::Tenant`] (no such token, store failed); [`DeployError::Unsupported`]
     /// without a tenant store.
     pub async fn revoke_token(&self, id: &str) -> Result<TokenInfo, DeployError> {
         let tenants = self.tenants.as_ref().ok_or_else(no_tenant_store)?;
+        let _guard = self.deploy_lock.lock().await;
         let revoked = tenants.revoke_token(id).await?;
         self.tenants_changed().await;
         Ok(revoked)
@@ -1322,6 +1314,73 @@ impl Registry {
                 .get(&key.name)
                 .is_some_and(|deployment| deployment.key == *key)
         });
+    }
+
+    /// Whether `workflow`, parsed from `request`, may be deployed by `caller` now: its
+    /// tenant exists, the name is not another tenant's, and it fits the tenant's
+    /// quotas (a new version of a deployed workflow never counts against the count of
+    /// workflows), its routes and its Redis consumers. The identical version live
+    /// already is `Unchanged`, once the owner is checked.
+    async fn check(
+        &self,
+        workflow: &Workflow,
+        request: &DeployRequest,
+        caller: &Caller,
+    ) -> Result<Checked, DeployError> {
+        let quotas = match &self.tenants {
+            Some(tenants) => match tenants.tenant(&workflow.tenant).await? {
+                Some(tenant) => tenant.quotas,
+                None => return Err(TenantError::NoSuchTenant(workflow.tenant.clone()).into()),
+            },
+            None => Quotas::default(),
+        };
+        let digest = digest(&request.manifest, &request.components, &request.schemas);
+        let current = self.get(&workflow.name);
+        // The owner first: the digest covers no tenant, so another tenant's upload of
+        // the same bytes would otherwise be told "unchanged", with the status of a
+        // workflow it may not see.
+        check_owner(
+            workflow,
+            current.as_ref().map(|current| &current.workflow),
+            caller,
+        )?;
+        if let Some(current) = current.as_ref().filter(|current| current.digest == digest) {
+            return Ok(Checked::Unchanged(current.clone()));
+        }
+        if current.is_none() {
+            self.check_workflow_quota(&workflow.tenant, &quotas).await?;
+        }
+        self.check_code_quota(workflow, &request.components, &quotas)?;
+        let state = self.read();
+        let deployed = || state.deployments.values().map(|d| &d.workflow);
+        check_routes(workflow, &state.owners)?;
+        let max = self.max_redis_consumers;
+        if let Some(message) = faas_workflow::redis_consumers_over(workflow, deployed(), max) {
+            return Err(DeployError::Quota(message));
+        }
+        Ok(Checked::New { digest })
+    }
+
+    /// Embedded mode: compiles `components` (of `workflow`) into the compiled-code
+    /// cache on a worker of this process, before the deploy takes the deploy lock,
+    /// so that the load under the lock only maps them. A tenant's compile runs for up
+    /// to `--compile-timeout-secs`; under the lock it held up every other tenant's
+    /// deploy as long. The worker bounds how many compile at once
+    /// (`faas_worker::compiler::MAX_COMPILES`); a tenant's deploys come one at a time
+    /// already (the deploy turn, `deploy_admission.rs`).
+    async fn compile_ahead(
+        &self,
+        workflow: &Workflow,
+        components: &Components,
+    ) -> Result<(), DeployError> {
+        let Backend::Embedded(_) = &self.backend else {
+            return Ok(());
+        };
+        let worker = self.read().workers.values().flatten().next().cloned();
+        let Some(worker) = worker else {
+            return Ok(());
+        };
+        Ok(worker.compile_ahead(workflow, components).await?)
     }
 
     /// Places `workflow` on workers in this process and loads it there, then calls

@@ -182,19 +182,21 @@ impl ServicesBackend {
 
     /// Publishes `workflow` (parsed from `request`): staged, it waits until its
     /// replicas are loaded; as a Workflow resource, until the operator observed it.
+    /// `credential` is the tenant token it was made with, checked again in `tenants`
+    /// as it goes live ([`crate::Registry::deploy_as`]).
     pub(crate) async fn deploy(
         &self,
         workflow: &Workflow,
         request: DeployRequest,
         digest: &str,
         caller: &Caller,
-        credential: Option<&TenantCredential>,
+        credential: Option<(&TenantCredential, &TenantStore)>,
     ) -> Result<Placed, DeployError> {
         match &self.target {
             DeployTarget::Staging => {
                 let name = &workflow.name;
                 let holder = new_holder();
-                let token_hash = credential.map(TenantCredential::secret_hash);
+                let token_hash = credential.map(|(credential, _)| credential.secret_hash());
                 let deploying = Deploying {
                     caller,
                     token_hash: token_hash.as_deref(),
@@ -208,7 +210,8 @@ impl ServicesBackend {
                 .await
             }
             DeployTarget::Resources(resources) => {
-                self.apply(resources, workflow, request, caller).await
+                self.apply(resources, workflow, request, caller, credential)
+                    .await
             }
         }
     }
@@ -223,6 +226,7 @@ impl ServicesBackend {
         workflow: &Workflow,
         request: DeployRequest,
         caller: &Caller,
+        credential: Option<(&TenantCredential, &TenantStore)>,
     ) -> Result<Placed, DeployError> {
         check_components(workflow, &request.components)?;
         let mut known: Vec<Workflow> = self
@@ -263,6 +267,14 @@ impl ServicesBackend {
             .await
             .map_err(shared_state)?;
         let applied = async {
+            // Once applied, the tenant's removal sees the resource and is refused; up
+            // to here its token may have been revoked, or the tenant removed (and made
+            // again), since the deploy began.
+            if let Some((credential, tenants)) = credential
+                && !credential.is_live(tenants).await?
+            {
+                return Err(token_revoked());
+            }
             let spec =
                 faas_kube::spec_from_manifest(&request.manifest, &stored.digests, &request.schemas)
                     .map_err(KubeError::from)?;

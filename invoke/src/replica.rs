@@ -115,6 +115,18 @@ pub trait LocalWorker: Send + Sync {
         components: Components,
     ) -> BoxFuture<'a, Result<Loaded, LoadError>>;
 
+    /// Compiles the components of `workflow` (by function name) into the worker's
+    /// compiled-code cache without linking them, so that a [`Self::load`] of them
+    /// after it is quick: what a deploy does before it takes the deploy lock.
+    ///
+    /// # Errors
+    /// The [`LoadError`] naming the function that could not be compiled.
+    fn compile_ahead<'a>(
+        self: Arc<Self>,
+        workflow: &'a Workflow,
+        components: &'a Components,
+    ) -> BoxFuture<'a, Result<(), LoadError>>;
+
     /// Instances alive right now.
     fn active_instances(&self) -> usize;
 

@@ -81,12 +81,17 @@ const FENCED_WRITE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return
 /// Makes record ARGV[3] live as field ARGV[2] of KEYS[2] and removes its staged copy
 /// (KEYS[3]), only while the lease KEYS[1] names holder ARGV[1] (else 0), tenant
 /// ARGV[4] is in the tenants hash KEYS[4] (else -1: removed since the deploy began),
-/// and, unless ARGV[5] is empty, the token whose secret hashes to ARGV[5] is still in
-/// the token hashes KEYS[5] (else -2: revoked, or its tenant removed, even if a tenant
-/// of that name was created again since).
+/// and, unless ARGV[5] is empty, the token whose secret hashes to ARGV[5] is still a
+/// token of that tenant: in the token hashes KEYS[5], its record in the tokens KEYS[6]
+/// (else -2: revoked, or its tenant removed, even if a tenant of that name was created
+/// again since).
 const FENCED_PROMOTE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
      if redis.call('hexists', KEYS[4], ARGV[4]) == 0 then return -1 end \
-     if ARGV[5] ~= '' and redis.call('hexists', KEYS[5], ARGV[5]) == 0 then return -2 end \
+     if ARGV[5] ~= '' then \
+       local id = redis.call('hget', KEYS[5], ARGV[5]) \
+       local token = id and redis.call('hget', KEYS[6], id) \
+       if not token or cjson.decode(token).tenant ~= ARGV[4] then return -2 end \
+     end \
      redis.call('hset', KEYS[2], ARGV[2], ARGV[3]) \
      redis.call('hdel', KEYS[3], ARGV[2]) return 1";
 
@@ -653,13 +658,13 @@ impl SharedState {
         holder: &str,
         token_hash: Option<&str>,
     ) -> Result<Promotion, SharedStateError> {
-        use faas_store::tenants::{HASHES_KEY, TENANTS_KEY};
+        use faas_store::tenants::{HASHES_KEY, TENANTS_KEY, TOKENS_KEY};
         let name = &record.workflow.name;
         let done: i64 = redis::cmd("EVAL")
             .arg(FENCED_PROMOTE)
-            .arg(5)
+            .arg(6)
             .arg(lock_key(name))
-            .arg(&[DEPLOYMENTS, STAGED, TENANTS_KEY, HASHES_KEY][..])
+            .arg(&[DEPLOYMENTS, STAGED, TENANTS_KEY, HASHES_KEY, TOKENS_KEY][..])
             .arg(holder)
             .arg(name)
             .arg(to_json(record))

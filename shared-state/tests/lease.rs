@@ -110,40 +110,33 @@ async fn a_deploy_made_with_a_token_goes_live_only_while_the_token_is_live() {
             .unwrap()
     );
     assert!(cluster.stage_deployment(&record(1), "a").await.unwrap());
+    let staged = record(1);
+    let promote = async |hash: &str| {
+        let promoted = cluster.promote_deployment(&staged, "a", Some(hash));
+        promoted.await.unwrap()
+    };
 
     assert_eq!(tenants.remove_tenant("t", removal).await.unwrap(), 1);
     tenants.release_name("t").await.unwrap();
     tenants.create_tenant("t").await.unwrap();
     let new = tenants.create_token("t", "").await.unwrap();
-    assert_eq!(
-        cluster
-            .promote_deployment(&record(1), "a", Some(&old_hash))
-            .await
-            .unwrap(),
-        Promotion::TokenRevoked
-    );
+    assert_eq!(promote(&old_hash).await, Promotion::TokenRevoked);
     assert!(cluster.deployments().await.unwrap().is_empty());
 
     // A token revoked on its own counts the same.
     let revoked = tenants.create_token("t", "").await.unwrap();
     tenants.revoke_token(&revoked.token.id).await.unwrap();
     let revoked_hash = faas_store::tenants::secret_hash(&revoked.secret);
-    assert_eq!(
-        cluster
-            .promote_deployment(&record(1), "a", Some(&revoked_hash))
-            .await
-            .unwrap(),
-        Promotion::TokenRevoked
-    );
+    assert_eq!(promote(&revoked_hash).await, Promotion::TokenRevoked);
+
+    // Nor does a live token of another tenant.
+    tenants.create_tenant("other").await.unwrap();
+    let other = tenants.create_token("other", "").await.unwrap();
+    let other_hash = faas_store::tenants::secret_hash(&other.secret);
+    assert_eq!(promote(&other_hash).await, Promotion::TokenRevoked);
 
     let new_hash = faas_store::tenants::secret_hash(&new.secret);
-    assert_eq!(
-        cluster
-            .promote_deployment(&record(1), "a", Some(&new_hash))
-            .await
-            .unwrap(),
-        Promotion::Live
-    );
+    assert_eq!(promote(&new_hash).await, Promotion::Live);
     assert_eq!(cluster.deployments().await.unwrap()["shop"], record(1));
 }
 

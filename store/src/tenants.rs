@@ -78,7 +78,8 @@ pub const QUOTA_SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// to a tenant check it in the same step as their write, so that nothing of a tenant
 /// lands after its removal (`faas_shared_state`'s promotion of a deployment).
 pub const TENANTS_KEY: &str = "faas:tenants";
-const TOKENS_KEY: &str = "faas:tokens";
+/// Redis hash: token id -> the token's record (JSON naming its `tenant`).
+pub const TOKENS_KEY: &str = "faas:tokens";
 /// Redis hash: token secret's hash ([`secret_hash`]) -> token id, for every live token.
 /// A change a token authorised checks, in the same step, that its hash is still here
 /// (revoking a token or removing its tenant takes it out).

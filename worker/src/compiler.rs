@@ -66,6 +66,11 @@ pub fn max_artifact_bytes(wasm_bytes: usize) -> u64 {
         .saturating_add(32 << 20)
 }
 
+/// How many components a worker compiles at once, at most: each may be a compile
+/// child of [`CompileLimits::memory_mb`], so the machine's memory bounds this, not its
+/// cores. A compile past them waits for a place, its time running.
+pub const MAX_COMPILES: usize = 2;
+
 /// How often a compile child's resident memory is looked at: a compiler touches at
 /// most a few MiB per millisecond, so it is stopped a few tens of MiB past its limit.
 pub const MEMORY_POLL: Duration = Duration::from_millis(10);

@@ -112,6 +112,14 @@ impl LocalWorker for Worker {
         })
     }
 
+    fn compile_ahead<'a>(
+        self: Arc<Self>,
+        workflow: &'a Workflow,
+        components: &'a Components,
+    ) -> BoxFuture<'a, Result<(), LoadError>> {
+        Box::pin(async move { Worker::compile_ahead(&self, workflow, components).await })
+    }
+
     fn active_instances(&self) -> usize {
         Worker::active_instances(self)
     }

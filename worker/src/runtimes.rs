@@ -7,8 +7,7 @@
 //! fuel that resets by written pages is built at start; the others when first needed.
 
 use crate::cache::{CacheOutcome, ComponentCache};
-use crate::compile_threads;
-use crate::compiler::Compiler;
+use crate::compiler::{Compiler, MAX_COMPILES};
 use crate::config::{SlotReset, WorkerConfig};
 use crate::engine::{ClockedEngines, Codegen, PoolReset, build_engine};
 use crate::function::Entry;
@@ -55,6 +54,9 @@ pub(crate) struct Runtime {
     codegen: Codegen,
     /// [`WorkerConfig::compiler`].
     compiler: Compiler,
+    /// The worker's compile places, which every engine's compiles share
+    /// ([`crate::compiler::MAX_COMPILES`]).
+    compile_places: Arc<tokio::sync::Semaphore>,
     /// [`WorkerConfig::after_load`].
     after_load: fn(),
     /// Whether the engine resets slots by scanning for the pages an event wrote, which
@@ -67,7 +69,12 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    fn new(config: &WorkerConfig, flavor: Flavor, swap: &SwapWatch) -> wasmtime::Result<Self> {
+    fn new(
+        config: &WorkerConfig,
+        flavor: Flavor,
+        swap: &SwapWatch,
+        compile_places: Arc<tokio::sync::Semaphore>,
+    ) -> wasmtime::Result<Self> {
         let reset = match config.slot_reset {
             SlotReset::Whole { bytes } => PoolReset::Whole { bytes },
             SlotReset::ByFunction { whole_bytes } if flavor.whole => {
@@ -92,6 +99,7 @@ impl Runtime {
             shared: Arc::default(),
             codegen,
             compiler: config.compiler.clone(),
+            compile_places,
             after_load: config.after_load,
             scans_written_pages: reset == (PoolReset::WrittenPages { scan: true }),
             resets_whole: matches!(reset, PoolReset::Whole { .. }),
@@ -110,6 +118,18 @@ impl Runtime {
         bytes: faas_invoke::Component,
         deadline: crate::compiler::CompileDeadline,
     ) -> Result<(Entry, CacheOutcome), LoadError> {
+        let (component, outcome) = self.compiled(name, bytes, deadline).await?;
+        Ok((entry(&self.linker, &component, name, kind)?, outcome))
+    }
+
+    /// `bytes` (the component of function `name`) compiled for this engine: from the
+    /// compiled-code cache, or compiled off the async threads and stored there.
+    pub(crate) async fn compiled(
+        &self,
+        name: &str,
+        bytes: faas_invoke::Component,
+        deadline: crate::compiler::CompileDeadline,
+    ) -> Result<(Component, CacheOutcome), LoadError> {
         let (engine, cache, owned_name, after_load) = (
             self.engine.clone(),
             self.cache.clone(),
@@ -117,25 +137,41 @@ impl Runtime {
             self.after_load,
         );
         let (compiler, codegen) = (self.compiler.clone(), self.codegen);
-        // Compiling takes milliseconds to seconds of CPU: keep it off the async threads,
-        // and below the priority of the threads serving events (`compile_threads.rs`;
-        // a compile child lowers its own, `compiler.rs`).
-        let (component, outcome) = tokio::task::spawn_blocking(move || {
-            compile_threads::run(|| {
-                let loaded = cache.load_with(&engine, &owned_name, &bytes, |bytes| {
-                    compiler.compile(&engine, codegen, &owned_name, bytes, deadline)
-                });
-                // On the thread that compiled: what it freed is what to give back.
-                after_load();
-                loaded
-            })
+        // A compile place, taken here while the caller still waits (a caller gone
+        // leaves no compile queued) when the code is not in the cache. Its wait does
+        // not count against the compile's time: another tenant's compiles holding the
+        // places must not fail this one.
+        let asked = std::time::Instant::now();
+        let mut place = None;
+        if !self.cache.contains(bytes.digest()) {
+            place = self.compile_places.clone().acquire_owned().await.ok();
+        }
+        let deadline = deadline.map(|deadline| deadline + asked.elapsed());
+        let (places, runtime) = (
+            self.compile_places.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        // Compiling takes milliseconds to seconds of CPU: keep it off the async threads.
+        // The compile itself runs below the priority of the threads serving events, on
+        // the compile threads or in a child (`Compiler::compile`). Not the whole load:
+        // a load of cached code waiting here for a compile thread would wait behind
+        // the compiles (each holds one while its child runs).
+        tokio::task::spawn_blocking(move || {
+            let loaded = cache.load_with(&engine, &owned_name, &bytes, |bytes| {
+                // A miss whatever was expected (an artifact pruned since it was looked
+                // for, `services/loads.rs`) takes a place too. Never closed.
+                let _place = place.or_else(|| runtime.block_on(places.acquire_owned()).ok());
+                compiler.compile(&engine, codegen, &owned_name, bytes, deadline)
+            });
+            // On the thread that loaded: what it freed is what to give back.
+            after_load();
+            loaded
         })
         .await
         .map_err(|err| LoadError::Compile {
             function: name.to_owned(),
             message: format!("compiler task failed: {err}"),
-        })??;
-        Ok((entry(&self.linker, &component, name, kind)?, outcome))
+        })?
     }
 
     /// Starts the later events of the function placed by `placement` from its
@@ -241,6 +277,8 @@ pub(crate) struct Runtimes {
     config: WorkerConfig,
     /// The epoch clock's engines, which each later engine joins.
     clocked: ClockedEngines,
+    /// The compile places every engine shares.
+    compile_places: Arc<tokio::sync::Semaphore>,
 }
 
 impl Runtimes {
@@ -255,7 +293,8 @@ impl Runtimes {
             fuel: false,
             whole: false,
         };
-        let first = Runtime::new(config, first, swap)?;
+        let compile_places = Arc::new(tokio::sync::Semaphore::new(MAX_COMPILES));
+        let first = Runtime::new(config, first, swap, compile_places.clone())?;
         clocked.add(first.engine.clone());
         Ok(Self {
             first,
@@ -263,6 +302,7 @@ impl Runtimes {
             building: Mutex::new(()),
             config: config.clone(),
             clocked,
+            compile_places,
         })
     }
 
@@ -320,7 +360,12 @@ impl Runtimes {
         if let Some(runtime) = self.built(flavor) {
             return Ok(runtime);
         }
-        let runtime = Runtime::new(&self.config, flavor, &SwapWatch::process())?;
+        let runtime = Runtime::new(
+            &self.config,
+            flavor,
+            &SwapWatch::process(),
+            self.compile_places.clone(),
+        )?;
         self.clocked.add(runtime.engine.clone());
         tracing::info!(
             fuel = flavor.fuel,

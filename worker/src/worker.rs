@@ -49,6 +49,11 @@ pub struct Worker {
     /// The tenants given quotas of their own by [`Worker::apply_tenant_quotas`], so
     /// that a tenant that is gone gets the defaults back.
     quota_tenants: std::sync::Mutex<HashSet<String>>,
+    /// The components [`Worker::compile_ahead`] compiled (by digest) that no load has
+    /// read from the cache since, with when: the load that does counts as the cold
+    /// one. Entries past [`COMPILED_AHEAD_KEPT`] (a deploy refused after its compile)
+    /// go.
+    compiled_ahead: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     /// The threads guest code runs on, shared fairly between tenants.
     guests: GuestPool,
     /// Region memory files open in this worker, against `max_region_files`.
@@ -145,6 +150,7 @@ impl Worker {
             instance_slots,
             tenant_slots: std::sync::Mutex::default(),
             quota_tenants: std::sync::Mutex::default(),
+            compiled_ahead: std::sync::Mutex::default(),
             region_files: crate::limits::file_budget(config.max_region_files),
             region_mappings: Arc::new(crate::limits::mapping_budget(config.max_region_mappings)),
             lookups: crate::lookups::Lookups::new(),
@@ -437,6 +443,73 @@ impl Worker {
         })
     }
 
+    /// The limits function `name` (`spec`) runs with and the runtime it loads on, once
+    /// its `component`'s header is checked.
+    async fn runtime_for(
+        &self,
+        name: &str,
+        spec: &Function,
+        component: &Component,
+    ) -> Result<(Limits, &crate::runtimes::Runtime), LoadError> {
+        let limits = self.limits_for(name, spec)?;
+        faas_workflow::check_component_header(component).map_err(|reason| {
+            LoadError::NotAComponent {
+                function: name.to_owned(),
+                reason,
+            }
+        })?;
+        let runtime =
+            self.runtimes
+                .get(flavor_of(&limits))
+                .await
+                .map_err(|err| LoadError::Engine {
+                    function: name.to_owned(),
+                    message: format!("{err:#}"),
+                })?;
+        Ok((limits, runtime))
+    }
+
+    /// Compiles the components of `workflow` (`components`, by function name) into
+    /// the compiled-code cache, within the worker's compile limits, and links nothing:
+    /// a [`Self::load_workflow`] of them after it only maps their code. What an
+    /// embedded deploy does before it takes the deploy lock, so that one tenant's
+    /// compile holds up no other tenant's deploy.
+    ///
+    /// # Errors
+    /// [`LoadError`] naming the first function that could not be compiled, as
+    /// [`Self::load_workflow`] would.
+    pub async fn compile_ahead(
+        &self,
+        workflow: &Workflow,
+        components: &Components,
+    ) -> Result<(), LoadError> {
+        let deadline = self.config.compiler.deadline();
+        for (name, spec) in &workflow.functions {
+            let Some(component) = components.get(name) else {
+                continue;
+            };
+            let (_, runtime) = self.runtime_for(name, spec, component).await?;
+            if runtime.shared.get(spec.kind, component.digest()).is_some() {
+                continue;
+            }
+            let (_, outcome) = runtime.compiled(name, component.clone(), deadline).await?;
+            if outcome == CacheOutcome::Miss {
+                let now = std::time::Instant::now();
+                let mut ahead = self.compiled_ahead();
+                ahead.retain(|_, at| now.duration_since(*at) < COMPILED_AHEAD_KEPT);
+                ahead.insert(component.digest().to_owned(), now);
+            }
+        }
+        Ok(())
+    }
+
+    fn compiled_ahead(&self) -> std::sync::MutexGuard<'_, HashMap<String, std::time::Instant>> {
+        // Each change is one insert or remove: a poisoned lock still holds a sound map.
+        self.compiled_ahead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Compiles (or loads from cache) and links every function of `workflow`.
     ///
     /// `components` maps each function name to its component's bytes. Nothing is
@@ -487,21 +560,7 @@ impl Worker {
         metrics: Arc<FunctionCounters>,
         deadline: crate::compiler::CompileDeadline,
     ) -> Result<LoadedFunction, LoadError> {
-        let limits = self.limits_for(name, spec)?;
-        faas_workflow::check_component_header(&component).map_err(|reason| {
-            LoadError::NotAComponent {
-                function: name.to_owned(),
-                reason,
-            }
-        })?;
-        let runtime =
-            self.runtimes
-                .get(flavor_of(&limits))
-                .await
-                .map_err(|err| LoadError::Engine {
-                    function: name.to_owned(),
-                    message: format!("{err:#}"),
-                })?;
+        let (limits, runtime) = self.runtime_for(name, spec, &component).await?;
         let digest = component.digest().to_owned();
         let shared = runtime.shared.get(spec.kind, &digest);
         let was_shared = shared.is_some();
@@ -515,14 +574,17 @@ impl Worker {
                 (runtime.shared.share(spec.kind, &digest, entry), outcome)
             }
         };
+        // The compile a deploy ran ahead of its load counts as this load's.
+        let compiled_ahead = !was_shared && self.compiled_ahead().remove(&digest).is_some();
+        let cached = outcome == CacheOutcome::Hit && !compiled_ahead;
         tracing::info!(
             function = name,
             digest = &digest[..12],
-            cached = outcome == CacheOutcome::Hit,
+            cached,
             shared = was_shared,
             "component loaded"
         );
-        metrics.loaded(outcome == CacheOutcome::Hit);
+        metrics.loaded(cached);
         Ok(LoadedFunction {
             name: name.into(),
             digest,
@@ -711,6 +773,9 @@ impl Worker {
         Ok((store, output))
     }
 }
+
+/// How long a compile [`Worker::compile_ahead`] ran waits to be counted by its load.
+const COMPILED_AHEAD_KEPT: Duration = Duration::from_secs(600);
 
 /// The engine a function of `limits` loads on: only one with a fuel limit pays for
 /// fuel metering.

@@ -18,8 +18,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// How many loads run at once, at most.
-pub(super) const MAX_LOADS: usize = 2;
+/// How many loads that compile run at once, at most: as many as the worker compiles
+/// at once.
+pub(super) const MAX_LOADS: usize = crate::compiler::MAX_COMPILES;
 
 /// A load waiting for a place: its workflow, its tenant, and what runs it.
 pub(super) struct Pending<T> {
@@ -86,28 +87,26 @@ impl LoadQueue {
     pub(super) fn admit<T>(&self, pending: Vec<Pending<T>>) -> Vec<(T, Ticket)> {
         let mut state = lock(&self.state);
         let mut admitted = Vec::new();
-        let mut by_tenant: BTreeMap<String, Pending<T>> = BTreeMap::new();
-        for load in pending {
-            if state.workflows.contains(&load.workflow) {
-                continue;
-            }
-            if !load.compiles {
-                state.workflows.insert(load.workflow.clone());
+        let (cheap, compiling): (Vec<_>, Vec<_>) =
+            pending.into_iter().partition(|load| !load.compiles);
+        for load in cheap {
+            if state.workflows.insert(load.workflow.clone()) {
                 let ticket = Ticket {
                     state: self.state.clone(),
                     workflow: load.workflow,
                     tenant: None,
                 };
                 admitted.push((load.item, ticket));
-                continue;
             }
-            if state.tenants.contains(&load.tenant) {
+        }
+        // From what is left: a tenant's first load whose workflow is free goes on.
+        let mut by_tenant: BTreeMap<String, Pending<T>> = BTreeMap::new();
+        for load in compiling {
+            if state.workflows.contains(&load.workflow) || state.tenants.contains(&load.tenant) {
                 continue;
             }
             by_tenant.entry(load.tenant.clone()).or_insert(load);
         }
-        // A workflow admitted above (its other revision compiles nothing) waits.
-        by_tenant.retain(|_, load| !state.workflows.contains(&load.workflow));
         let room = self.max.saturating_sub(state.tenants.len());
         if by_tenant.is_empty() || room == 0 {
             return admitted;
@@ -234,13 +233,24 @@ mod tests {
         assert_eq!(names(&cheap), ["m2", "v1", "v2"]);
         // Not beside another load of its workflow (in flight, or admitted with it).
         assert!(queue.admit(compiled(&[("mallory", "m1")])).is_empty());
-        let mut both = compiled(&[("victim", "v3")]);
-        both.extend(pending(&[("victim", "v3")]));
+        let mut both = pending(&[("victim", "v3")]);
+        both.extend(compiled(&[("victim", "v3")]));
         assert_eq!(names(&queue.admit(both)), ["v3"]);
         // They held no tenant's place: once mallory's compile ends, its next goes.
         drop(compiling);
         assert_eq!(names(&queue.admit(pending(&[("mallory", "m4")]))), ["m4"]);
         drop(cheap);
         assert_eq!(names(&queue.admit(compiled(&[("victim", "v1")]))), ["v1"]);
+    }
+
+    #[test]
+    fn a_tenant_whose_first_load_waits_for_its_workflow_compiles_its_next() {
+        let queue = LoadQueue::new(2);
+        // v1's compiling revision waits for its other one, let past the queue; the
+        // tenant's next load that compiles takes the place meanwhile.
+        let mut waiting = pending(&[("victim", "v1"), ("victim", "v2")]);
+        waiting.extend(compiled(&[("victim", "v1")]));
+        let admitted = queue.admit(waiting);
+        assert_eq!(names(&admitted), ["v1", "v2"]);
     }
 }

@@ -265,16 +265,11 @@ fn a_worker_process_reports_a_compile_past_its_limit_as_such() {
 /// worker goes through meanwhile.
 #[test]
 fn a_tenants_compile_under_way_holds_up_no_other_tenants_deploy_on_the_worker() {
-    let dir = faas_testing::temp_dir();
     let mut services = Services::start(&[]);
     services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
     let worker = services.worker("w1").pid();
-    let path = dir.path().join("expensive.wasm");
-    std::fs::write(&path, expensive_component(fresh_seed())).unwrap();
-    let expensive = write_manifest_of(dir.path(), "expensive", "mallory", &path, "/expensive", "");
-    let url = services.url.clone();
-    let mallory =
-        std::thread::spawn(move || faas_at(&url, &["deploy", expensive.to_str().unwrap()]));
+    let dir = faas_testing::temp_dir();
+    let mallory = start_expensive_deploy(&services.url, dir.path(), "mallory", fresh_seed());
     let compile = StoppedCompile::next_of(worker);
 
     let shop = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
@@ -297,6 +292,69 @@ fn a_tenants_compile_under_way_holds_up_no_other_tenants_deploy_on_the_worker() 
     let output = mallory.join().unwrap();
     assert!(!output.status.success(), "{output:?}");
     assert_eq!(services.get("/shop?name=again").status(), 200);
+}
+
+/// Embedded mode compiled a deploy's components under the deploy lock, which every
+/// deploy takes in turn: one tenant's compile held up every other tenant's deploy
+/// until it ended (up to `--compile-timeout-secs`). The compile now runs before the
+/// lock is taken. With two tenants' compiles under way (as many as run at once), a
+/// deploy of code compiled already goes through too: its load waited for a compile
+/// thread, which each compile held while its child ran.
+#[test]
+fn embedded_two_tenants_compiles_under_way_hold_up_no_other_tenants_deploy() {
+    let platform = Platform::start_with(&["--no-demo", "--compile-timeout-secs", "300"]);
+    let dir = faas_testing::temp_dir();
+    let first = write_manifest(dir.path(), "first", "victim", "hello", "/first", "");
+    deploy_at(&platform.url, &first);
+    let compiling = stop_two_tenants_compiles(&platform.url, dir.path(), platform.pid());
+
+    let shop = write_manifest(dir.path(), "shop", "victim", "hello", "/shop", "");
+    deploy_at(&platform.url, &shop);
+    let hello = platform.get("/shop?name=victim");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
+    for (deploy, compile) in compiling {
+        assert!(!deploy.is_finished(), "a compile's deploy ended early");
+        compile.signal("-KILL");
+        let output = deploy.join().unwrap();
+        assert!(!output.status.success(), "{output:?}");
+    }
+    assert_eq!(platform.get("/mallory").status(), 404);
+    assert_eq!(platform.get("/first?name=again").status(), 200);
+}
+
+/// Starts deploying mallory's and eve's [`expensive_component`]s through the gateway
+/// at `url`, and stops each one's compile child (of process `compile_parent`): they
+/// take the two places of compiles at once. Returns each deploy with its compile.
+fn stop_two_tenants_compiles(
+    url: &str,
+    dir: &Path,
+    compile_parent: u32,
+) -> Vec<(
+    std::thread::JoinHandle<std::process::Output>,
+    StoppedCompile,
+)> {
+    ["mallory", "eve"]
+        .into_iter()
+        .zip(fresh_seed()..)
+        .map(|(tenant, seed)| start_expensive_deploy(url, dir, tenant, seed))
+        .map(|deploy| (deploy, StoppedCompile::next_of(compile_parent)))
+        .collect()
+}
+
+/// Starts deploying [`expensive_component`] (`seed`) as `tenant`'s workflow of that
+/// name on route `/<tenant>` through the gateway at `url`, on a thread of its own.
+fn start_expensive_deploy(
+    url: &str,
+    dir: &Path,
+    tenant: &str,
+    seed: i32,
+) -> std::thread::JoinHandle<std::process::Output> {
+    ensure_tenant_at(url, tenant);
+    let path = dir.join(format!("{tenant}.wasm"));
+    std::fs::write(&path, expensive_component(seed)).unwrap();
+    let manifest = write_manifest_of(dir, tenant, tenant, &path, &format!("/{tenant}"), "");
+    let url = url.to_owned();
+    std::thread::spawn(move || faas_at(&url, &["deploy", manifest.to_str().unwrap()]))
 }
 
 #[test]
@@ -405,22 +463,7 @@ fn two_tenants_compiles_under_way_hold_up_no_deploy_that_compiles_nothing() {
     let url = services.url.clone();
     // The victim's hello is compiled and loaded on w1 from here on.
     let scene = Scene::set_up(url.clone(), services);
-    ensure_tenant_at(&url, "eve");
-    let seed = fresh_seed();
-    let compiling: Vec<_> = ["mallory", "eve"]
-        .into_iter()
-        .zip(seed..)
-        .map(|(tenant, seed)| {
-            let path = scene.dir.path().join(format!("{tenant}.wasm"));
-            std::fs::write(&path, expensive_component(seed)).unwrap();
-            let route = format!("/{tenant}");
-            let manifest = write_manifest_of(scene.dir.path(), tenant, tenant, &path, &route, "");
-            let url = url.clone();
-            let deploy =
-                std::thread::spawn(move || faas_at(&url, &["deploy", manifest.to_str().unwrap()]));
-            (deploy, StoppedCompile::next_of(worker))
-        })
-        .collect();
+    let compiling = stop_two_tenants_compiles(&url, scene.dir.path(), worker);
 
     let again = scene.manifest("again", Some("victim"), &["/again"]);
     assert_success(&scene.deploy(&scene.victim, &again), "the victim's deploy");
