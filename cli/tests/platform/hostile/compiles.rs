@@ -450,6 +450,15 @@ fn a_deploy_of_many_functions_compiles_within_one_timeout_in_all() {
     assert_platform_carries_on(&platform, dir.path());
 }
 
+/// Services mode with one worker, `w1`, whose compiles may take 300 s, and the
+/// tenants' scene set up on it; returns the scene and the worker's pid.
+fn scene_on_one_worker() -> (Scene<Services>, u32) {
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
+    let worker = services.worker("w1").pid();
+    (Scene::set_up(services.url.clone(), services), worker)
+}
+
 /// A worker loads two workflows at once that may compile. Two tenants' compiles took
 /// both places, and a load that compiled nothing (a component compiled already) waited
 /// behind them for up to `--compile-timeout-secs` (120), as long as the gateway waits
@@ -457,13 +466,9 @@ fn a_deploy_of_many_functions_compiles_within_one_timeout_in_all() {
 /// and eve's compiles are stopped (`SIGSTOP`) while the victim deploys its hello again.
 #[test]
 fn two_tenants_compiles_under_way_hold_up_no_deploy_that_compiles_nothing() {
-    let mut services = Services::start(&[]);
-    services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
-    let worker = services.worker("w1").pid();
-    let url = services.url.clone();
     // The victim's hello is compiled and loaded on w1 from here on.
-    let scene = Scene::set_up(url.clone(), services);
-    let compiling = stop_two_tenants_compiles(&url, scene.dir.path(), worker);
+    let (scene, worker) = scene_on_one_worker();
+    let compiling = stop_two_tenants_compiles(&scene.url, scene.dir.path(), worker);
 
     let again = scene.manifest("again", Some("victim"), &["/again"]);
     assert_success(&scene.deploy(&scene.victim, &again), "the victim's deploy");
@@ -485,11 +490,8 @@ fn two_tenants_compiles_under_way_hold_up_no_deploy_that_compiles_nothing() {
 /// live. Mallory's compile is stopped (`SIGSTOP`) while the operator does that.
 #[test]
 fn a_deploy_whose_tenant_was_removed_and_made_again_while_it_loaded_does_not_go_live() {
-    let mut services = Services::start(&[]);
-    services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
-    let worker = services.worker("w1").pid();
-    let url = services.url.clone();
-    let scene = Scene::set_up(url.clone(), services);
+    let (scene, worker) = scene_on_one_worker();
+    let url = scene.url.clone();
     // Quick to compile once let go.
     let path = scene.dir.path().join("stale.wasm");
     std::fs::write(&path, costly_hello(fresh_seed(), 2_000)).unwrap();
