@@ -22,6 +22,8 @@ const WORKER_LABEL: &str = "app.kubernetes.io/component=worker";
 const HEARTBEAT_TTL_MS: &str = "120000";
 /// How long a status may take to follow.
 const PATIENCE: Duration = Duration::from_secs(60);
+/// The finalizer of another controller, which keeps a deleted Workflow in place.
+const HOLD: &str = "test.faas.dev/hold";
 
 /// One test's platform: its Redis, tenant namespace, the operator's namespace with the
 /// worker Deployment, the operator and the workers. Fields drop in order: the operator
@@ -180,6 +182,45 @@ impl Cluster {
             None,
             extra,
         ));
+    }
+
+    /// Deletes Workflow `name` with a finalizer of another controller ([`HOLD`]) on it,
+    /// which keeps the resource until [`Cluster::release`].
+    fn hold_and_delete(&self, name: &str) {
+        let hold = format!(r#"[{{"op":"add","path":"/metadata/finalizers/-","value":"{HOLD}"}}]"#);
+        self.patch(name, "json", &hold);
+        self.delete(name);
+    }
+
+    /// Deletes Workflow `name` without waiting for it to go.
+    fn delete(&self, name: &str) {
+        self.plane.kubectl_ok([
+            "delete",
+            "workflows.faas.dev",
+            name,
+            "--namespace",
+            &self.tenant,
+            "--wait=false",
+        ]);
+    }
+
+    /// Removes every finalizer of Workflow `name`, so a deleted one goes.
+    fn release(&self, name: &str) {
+        self.patch(name, "merge", r#"{"metadata":{"finalizers":null}}"#);
+    }
+
+    /// `kubectl patch` of Workflow `name` with `patch` of `kind` (json, merge).
+    fn patch(&self, name: &str, kind: &str, patch: &str) {
+        self.plane.kubectl_ok([
+            "patch",
+            "workflows.faas.dev",
+            name,
+            "--namespace",
+            &self.tenant,
+            &format!("--type={kind}"),
+            "-p",
+            patch,
+        ]);
     }
 
     /// Signals demand for workflow `name`, as a gateway's activator holding an event
@@ -503,14 +544,7 @@ fn a_workflow_is_deployed_placed_and_ready_moves_when_its_pod_goes_and_is_remove
     );
 
     // Deleting the Workflow removes the deployment and its placement, then the finalizer.
-    cluster.plane.kubectl_ok([
-        "delete",
-        "workflows.faas.dev",
-        "greeter",
-        "--namespace",
-        &cluster.tenant,
-        "--wait=false",
-    ]);
+    cluster.delete("greeter");
     cluster.wait_for("the Workflow to go", |c| c.workflow("greeter").is_none());
     let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
     assert!(!deployments.contains_key("greeter"), "{deployments:?}");
@@ -976,21 +1010,28 @@ fn a_demand_nothing_serves_expires_so_one_tenant_cannot_keep_the_workers_up() {
 fn after_redis_and_the_operator_restart_empty_redeploys_get_revisions_past_the_ones_before() {
     let mut cluster = Cluster::start(1, &[]);
     let sha = cluster.put_hello();
+    // `leaving` is deployed last, so it holds the highest revision; then it is deleted,
+    // but another controller's finalizer keeps the resource (and its status) while the
+    // operator's own cleanup has run: the new operator never reconciles it.
     let names = ["first", "second", "third"];
-    for name in names {
-        cluster.apply_hello(&sha, name, "");
-    }
     let revision = |c: &Cluster, name: &str| {
         c.workflow(name)
             .and_then(|w| w["status"]["revision"].as_u64())
     };
     let mut before = 0;
-    for name in names {
+    for name in names.into_iter().chain(["leaving"]) {
+        cluster.apply_hello(&sha, name, "");
         cluster.wait_for(&format!("{name} to be deployed"), |c| {
             revision(c, name).is_some()
         });
         before = before.max(revision(&cluster, name).unwrap());
     }
+    assert_eq!(revision(&cluster, "leaving"), Some(before));
+    cluster.hold_and_delete("leaving");
+    cluster.wait_for("the operator's cleanup of `leaving`", |c| {
+        c.workflow("leaving")
+            .is_some_and(|w| w["metadata"]["finalizers"] == serde_json::json!([HOLD]))
+    });
     // Redis loses everything, and the operator is replaced at the same time (the node
     // both ran on failed): the new operator deploys every Workflow again once the
     // tenant and the component are back (as a gateway's write-back would put them).
@@ -1002,22 +1043,25 @@ fn after_redis_and_the_operator_restart_empty_redeploys_get_revisions_past_the_o
     });
     cluster.put_hello();
     cluster.operator = Some(cluster.start_operator("operator-1", &[]));
-    // Counted from 1 again, a revision would name other code than gateways and
-    // workers hold under that number (and a gateway keeps a deployment whose revision
-    // is above the record's).
-    // One patience for each of the three, in all: the new operator reconciles every
-    // Workflow of the shared control plane (other tests' too, while they run), and in
-    // CI-71, on a loaded machine, the second was not redeployed within one minute of
-    // the first (this test alone takes about 12 s).
-    let redeployed = |c: &Cluster| {
-        names
-            .iter()
-            .all(|name| revision(c, name).is_some_and(|after| after > before))
-    };
-    cluster.wait_for_within(
-        &format!("{names:?} to be deployed past revision {before}"),
-        PATIENCE * 3,
-        redeployed,
+    // Counted from 1 again, or from the highest revision of the Workflows reconciled
+    // so far, a revision would name other code than gateways and workers hold under
+    // that number (and a gateway keeps a deployment whose revision is above the
+    // record's). Each is written once: one given a number at or below `before` stays
+    // there.
+    let revisions = |c: &Cluster| names.map(|name| revision(c, name));
+    let deadline = Instant::now() + PATIENCE;
+    while !revisions(&cluster)
+        .iter()
+        .all(|after| after.is_some_and(|after| after > before))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = revisions(&cluster);
+    cluster.release("leaving");
+    assert!(
+        after.iter().all(|r| r.is_some_and(|r| r > before)),
+        "{names:?} were redeployed as revisions {after:?}, not all past revision {before}"
     );
 }
 
@@ -1034,24 +1078,8 @@ fn a_workflow_deleted_without_its_finalizer_loses_its_record_and_others_keep_the
     // server lets it go at once, and that cleanup never runs for it.
     let operator = cluster.operator.as_ref().unwrap();
     operator.signal(libc::SIGSTOP);
-    cluster.plane.kubectl_ok([
-        "delete",
-        "workflows.faas.dev",
-        "stripped",
-        "--namespace",
-        &cluster.tenant,
-        "--wait=false",
-    ]);
-    cluster.plane.kubectl_ok([
-        "patch",
-        "workflows.faas.dev",
-        "stripped",
-        "--namespace",
-        &cluster.tenant,
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":null}}"#,
-    ]);
+    cluster.delete("stripped");
+    cluster.release("stripped");
     assert!(
         cluster.workflow("stripped").is_none(),
         "the resource is gone"

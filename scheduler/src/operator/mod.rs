@@ -5,6 +5,7 @@
 //! - [`reconcile`]: per Workflow, the finalizer, validation, tenant and route checks,
 //!   components, the deployment record and the status.
 //! - [`components`]: fetching a component from its URL into Redis, SHA-256 verified.
+//! - [`floor`]: revisions stay above those handed out before Redis lost its counter.
 //! - [`observe`]: a deployment's placement and load status as the Workflow's status.
 //! - [`pods`]: a deleted worker pod's worker is forgotten at once.
 //! - [`orphans`]: records whose Workflow went without the finalizer's cleanup are
@@ -22,6 +23,7 @@
 mod components;
 mod events;
 mod fetch_client;
+mod floor;
 mod leader;
 mod metrics;
 mod observe;

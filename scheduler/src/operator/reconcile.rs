@@ -4,7 +4,7 @@
 //! writes nothing.
 
 use super::metrics::WorkflowState;
-use super::{Context, components, observe};
+use super::{Context, components, floor, observe};
 use faas_kube::status::reason;
 use faas_kube::{FINALIZER, Workflow};
 use faas_shared_state::{DeploymentRecord, SharedStateError};
@@ -19,10 +19,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// The highest revision a Workflow's status may raise the revision counter to
-/// ([`Context::revision_floor`]).
-const MAX_REPORTED_REVISION: u64 = u32::MAX as u64;
 
 /// How soon a Workflow that is not Ready yet is looked at again; for one refused by
 /// the state of the platform (a quota, another tenant's name or route), the first
@@ -90,8 +86,10 @@ pub(crate) struct Deployed {
     pub(crate) refusal: Option<Refusal>,
 }
 
-/// Runs the Workflow controller (every namespace) until the task is dropped.
+/// Runs the Workflow controller (every namespace) until the task is dropped, once the
+/// revision floor is read from every Workflow ([`floor`]).
 pub(crate) async fn run(context: Arc<Context>) {
+    floor::raise_from_every_status(&context).await;
     let api: Api<Workflow> = Api::all(context.client.clone());
     let wake = futures::stream::unfold(context.clone(), |context| async move {
         context.reconcile_all.notified().await;
@@ -287,12 +285,10 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
     };
     let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
-    let floor = context.revision_floor.load(Ordering::Relaxed);
-    context.shared.raise_revision(floor).await?;
+    let lowest = context.revision_floor.load(Ordering::Relaxed);
+    context.shared.raise_revision(lowest).await?;
     let revision = context.shared.next_revision().await?;
-    context
-        .revision_floor
-        .fetch_max(revision, Ordering::Relaxed);
+    floor::raise(context, revision);
     let record = DeploymentRecord {
         workflow: valid.workflow,
         digest,
@@ -380,16 +376,8 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
     let tenant = workflow.namespace().unwrap_or_default();
     let deployments = context.shared.deployments().await?;
     let newest = deployments.values().map(|record| record.revision).max();
-    // The status too: it outlives both Redis and this process (in etcd). Whoever may
-    // write a status could raise the counter that far, so only within a bound no
-    // deploys reach, far below where `INCR` would overflow.
-    let reported = workflow
-        .status
-        .as_ref()
-        .and_then(|status| status.revision)
-        .filter(|revision| *revision <= MAX_REPORTED_REVISION);
-    let floor = newest.max(reported).unwrap_or(0);
-    context.revision_floor.fetch_max(floor, Ordering::Relaxed);
+    // The status too: it outlives both Redis and this process (in etcd).
+    floor::raise(context, newest.max(floor::reported(workflow)).unwrap_or(0));
     let ours = ours(&deployments, workflow);
     let refuse = |reason, message| {
         Ok(Checked::Settled(Deployed {
