@@ -480,15 +480,6 @@ pub(crate) fn refuse_symlink(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// A network of `--outbound-private-networks` or `--component-private-networks`: a CIDR
-/// range, or one address.
-pub(crate) fn parse_network(text: &str) -> Result<ipnet::IpNet, String> {
-    let text = text.trim();
-    text.parse::<ipnet::IpNet>()
-        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-        .map_err(|_| format!("`{text}` is neither a CIDR range (10.1.0.0/16) nor an address"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

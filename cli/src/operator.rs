@@ -70,7 +70,7 @@ struct RunArgs {
     /// name resolves to, and the operator's pod reaches the cloud metadata address and
     /// the cluster's services.
     #[arg(long, env = "FAAS_COMPONENT_PRIVATE_NETWORKS", value_delimiter = ',',
-          value_parser = crate::args::parse_network)]
+          value_parser = faas_workflow::parse_network)]
     component_private_networks: Vec<ipnet::IpNet>,
     /// How many workflows a tenant may have when its quota is the default (0: no
     /// limit); the gateways' default, so that a Workflow applied with kubectl is held to

@@ -129,10 +129,11 @@ pub struct WorkerArgs {
     /// Non-public networks (loopback, private, link-local such as the cloud metadata
     /// address) that guests' outbound HTTP may reach, comma-separated CIDR ranges or
     /// addresses (`10.1.0.0/16,127.0.0.1`), and only through an `allowed_outbound_hosts`
-    /// entry that names the host. None by default: a tenant chooses its entries, and
-    /// what their names resolve to.
-    #[arg(long, env = "FAAS_OUTBOUND_PRIVATE_NETWORKS", value_delimiter = ',', value_parser = crate::args::parse_network)]
-    pub outbound_private_networks: Vec<ipnet::IpNet>,
+    /// entry that names the host. `TENANT=NETWORK` (`acme=10.1.0.0/16`) opens a network
+    /// to that tenant's functions only; a bare one opens it to every tenant's. None by
+    /// default: a tenant chooses its entries, and what their names resolve to.
+    #[arg(long, env = "FAAS_OUTBOUND_PRIVATE_NETWORKS", value_delimiter = ',')]
+    pub outbound_private_networks: Vec<faas_workflow::OpenedNetwork>,
     /// How many region memory files may be open at once, per worker (a quarter of
     /// them per tenant). Defaults to a quarter of the process's descriptor limit.
     #[arg(long, env = "FAAS_MAX_REGION_FILES")]
@@ -242,7 +243,8 @@ impl WorkerArgs {
         if let Some(connections) = self.max_outbound_connections {
             config.max_outbound_connections = connections.max(4);
         }
-        config.outbound_private_networks = self.outbound_private_networks.as_slice().into();
+        config.outbound_private_networks =
+            faas_workflow::OpenedNetworks::new(&self.outbound_private_networks);
         if let Some(files) = self.max_region_files {
             config.max_region_files = files;
         }

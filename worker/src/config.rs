@@ -2,7 +2,6 @@
 //! once, and the default limits every instance runs under.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Limits one instance runs under. Defaults: 128 MiB of linear memory, a 10 s deadline
@@ -85,9 +84,10 @@ pub struct WorkerConfig {
     /// either fails at once with `connection-limit-reached`.
     pub max_outbound_connections: usize,
     /// The non-public networks (loopback, private, link-local...) outbound HTTP may
-    /// reach, through an `allowed_outbound_hosts` entry that names its host; none by
-    /// default, since a tenant chooses its entries and what their names resolve to.
-    pub outbound_private_networks: Arc<[ipnet::IpNet]>,
+    /// reach, through an `allowed_outbound_hosts` entry that names its host, each opened
+    /// to one tenant or to all; none by default, since a tenant chooses its entries and
+    /// what their names resolve to.
+    pub outbound_private_networks: faas_workflow::OpenedNetworks,
     /// How many region memory files may be open in this worker at once (a quarter of
     /// them per tenant): each is a file descriptor, so this keeps guests far from the
     /// process's descriptor limit.
@@ -237,7 +237,7 @@ impl WorkerConfig {
             max_handles_per_instance: DEFAULT_MAX_HANDLES_PER_INSTANCE,
             max_outbound_connections_per_instance: DEFAULT_MAX_OUTBOUND_CONNECTIONS_PER_INSTANCE,
             max_outbound_connections: default_max_outbound_connections(),
-            outbound_private_networks: Arc::from([]),
+            outbound_private_networks: faas_workflow::OpenedNetworks::default(),
             max_region_files: default_max_region_files(),
             max_region_mappings: default_max_region_mappings(),
             compiler: crate::compiler::Compiler::InProcess,

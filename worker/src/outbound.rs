@@ -65,7 +65,7 @@ type SendFuture = Box<
 pub(crate) struct Destinations {
     /// The function's `allowed_outbound_hosts`.
     pub(crate) allowed: Arc<AllowedOutboundHosts>,
-    /// The worker's `--outbound-private-networks`.
+    /// The networks the worker's `--outbound-private-networks` opens to the tenant.
     pub(crate) opened: Arc<[IpNet]>,
     /// The worker's lookups under way.
     pub(crate) lookups: Arc<Lookups>,

@@ -701,7 +701,7 @@ impl Worker {
             outbound: crate::outbound::Outbound::new(
                 crate::outbound::Destinations {
                     allowed: function.allowed_outbound_hosts.clone(),
-                    opened: self.config.outbound_private_networks.clone(),
+                    opened: self.config.outbound_private_networks.of(&workflow.tenant),
                     lookups: self.lookups.clone(),
                     connections: self.outbound_connections.clone(),
                     tenant: workflow.tenant.clone(),

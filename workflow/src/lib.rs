@@ -54,6 +54,7 @@ mod error;
 mod locate;
 pub mod memory;
 mod model;
+pub mod opened_networks;
 pub mod outbound;
 mod raw;
 mod route;
@@ -73,6 +74,7 @@ pub use model::{
     RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TenantScope, TriggerTarget,
     Workflow,
 };
+pub use opened_networks::{OpenedNetwork, OpenedNetworks, parse_network};
 pub use outbound::{
     AllowedOutboundHosts, OutboundAccess, OutboundHost, OutboundHostError, is_public_address,
 };

@@ -105,14 +105,15 @@ none, networkPolicy.workerEgress.externalRedisPort when the URL is in a Secret.
 {{- end -}}
 {{- end -}}
 
-{{/* A network of worker.outboundPrivateNetworks as a CIDR (an address is its own /32 or /128). */}}
+{{/* A network of worker.outboundPrivateNetworks as a CIDR (an address is its own /32 or /128), without the tenant it may be opened to. */}}
 {{- define "faas.cidr" -}}
-{{- if contains "/" . -}}
-{{- . -}}
-{{- else if contains ":" . -}}
-{{- . -}}/128
+{{- $network := splitList "=" . | last -}}
+{{- if contains "/" $network -}}
+{{- $network -}}
+{{- else if contains ":" $network -}}
+{{- $network -}}/128
 {{- else -}}
-{{- . -}}/32
+{{- $network -}}/32
 {{- end -}}
 {{- end -}}
 

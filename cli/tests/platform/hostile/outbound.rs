@@ -109,21 +109,36 @@ fn platform_port(platform: &Platform) -> u16 {
 
 /// Deploys the attacker for tenant `attacker` with `extra` in its function's table.
 fn deploy_attacker(platform: &Platform, dir: &Path, extra: &str) {
-    let manifest = write_manifest(
+    deploy_fetcher(
+        platform,
         dir,
-        "outbound",
-        "attacker",
-        "hostile-outbound",
+        ("attacker", "outbound"),
         ATTACKER_ROUTE,
         extra,
     );
+}
+
+/// Deploys the attacker's component as `(tenant, workflow)` on `route`.
+fn deploy_fetcher(
+    platform: &Platform,
+    dir: &Path,
+    (tenant, workflow): (&str, &str),
+    route: &str,
+    extra: &str,
+) {
+    let manifest = write_manifest(dir, workflow, tenant, "hostile-outbound", route, extra);
     platform.deploy(&manifest);
 }
 
 /// Has the attacker fetch `url`; returns its one-line report (and what follows).
 fn fetch(platform: &Platform, url: &str) -> String {
-    let response = platform.get(&format!("{ATTACKER_ROUTE}?url={url}"));
-    assert_eq!(response.status(), 200, "the attacker itself must answer");
+    fetch_through(platform, ATTACKER_ROUTE, url)
+}
+
+/// Has the fetcher on `route` fetch `url`; returns its report.
+fn fetch_through(platform: &Platform, route: &str, url: &str) -> String {
+    let response = platform.get(&format!("{route}?url={url}"));
+    assert_eq!(response.status(), 200, "the fetcher itself must answer");
     response.text().unwrap()
 }
 
@@ -139,7 +154,7 @@ struct Scene {
     server: TestServer,
     /// The platform's own port.
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// What an operator who opens loopback to outbound HTTP passes.
@@ -161,7 +176,7 @@ impl Scene {
             port: platform_port(&platform),
             platform,
             server,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -270,6 +285,41 @@ fn an_explicit_loopback_entry_lets_that_fetch_through_and_no_other() {
     // And that scheme only.
     assert_denied(platform, &format!("https://127.0.0.1:{server}/x"));
     assert_eq!(scene.server.connections(), 2);
+    assert_bystander_served(platform);
+}
+
+#[test]
+fn a_network_opened_to_one_tenant_stays_closed_to_every_other() {
+    // The operator opens loopback (standing in for a database's private network) to
+    // tenant `partner` alone; the attacker names the same address in its own entry.
+    let opened = [
+        "--no-demo",
+        "--outbound-private-networks",
+        "partner=127.0.0.1,partner=::1",
+    ];
+    let scene = Scene::start_with(&opened, "the partner's database", |server| {
+        loopback_entry(server)
+    });
+    let (platform, server) = (&scene.platform, scene.server.port);
+    deploy_fetcher(
+        platform,
+        scene.dir.path(),
+        ("partner", "partner-db"),
+        "/partner",
+        &loopback_entry(server),
+    );
+    let url = format!("http://127.0.0.1:{server}/x");
+    let watch = Watch::start(platform);
+    assert_denied(platform, &url);
+    assert_eq!(scene.server.connections(), 0, "the attacker connected");
+    assert_eq!(
+        fetch_through(platform, "/partner", &url),
+        "status 200\nthe partner's database"
+    );
+    assert_eq!(scene.server.connections(), 1);
+    assert_denied(platform, &url);
+    watch.finish();
+    assert_eq!(scene.server.connections(), 1);
     assert_bystander_served(platform);
 }
 
