@@ -569,7 +569,12 @@ impl Registry {
         let scope = match caller {
             Caller::Admin => TenantScope::Named,
             // No token to check again as the deploy goes live: refused, not trusted.
-            Caller::Tenant(_) if credential.is_none() => return Err(token_revoked()),
+            Caller::Tenant(tenant) if credential.is_none() => {
+                return Err(DeployError::Forbidden(format!(
+                    "a deploy for tenant `{tenant}` must present one of its tokens \
+                     (Authorization: Bearer); nothing was deployed"
+                )));
+            }
             Caller::Tenant(tenant) => TenantScope::Own(tenant),
         };
         let workflow = Workflow::parse_scoped(

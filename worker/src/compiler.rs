@@ -37,8 +37,8 @@ use faas_invoke::LoadError;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 use wasmtime::Engine;
 
 /// The first argument that makes a `faas` process a compile child
@@ -86,8 +86,30 @@ pub struct CompileLimits {
     pub memory_mb: u64,
 }
 
-/// When one workflow's compiles must have ended, from [`CompileLimits::time`].
-pub(crate) type CompileDeadline = Option<std::time::Instant>;
+/// When one workflow's compiles must have ended: [`CompileLimits::time`] after its load
+/// began, plus every wait of its compiles for a place. Other tenants' compiles holding
+/// the places must not use up this workflow's time, for its later components either.
+/// Clones share one deadline; no limit for compiles in this process.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CompileDeadline(Option<Arc<Mutex<Instant>>>);
+
+impl CompileDeadline {
+    /// Moves the deadline `waited` later.
+    pub(crate) fn extend(&self, waited: Duration) {
+        if let Some(at) = &self.0 {
+            let mut at = at.lock().unwrap_or_else(|p| p.into_inner());
+            *at += waited;
+        }
+    }
+
+    /// How long compiles have left from now; `limit` when there is no deadline.
+    fn left(&self, limit: Duration) -> Duration {
+        self.0.as_ref().map_or(limit, |at| {
+            let at = *at.lock().unwrap_or_else(|p| p.into_inner());
+            at.saturating_duration_since(Instant::now())
+        })
+    }
+}
 
 impl Default for CompileLimits {
     fn default() -> Self {
@@ -120,8 +142,12 @@ impl Compiler {
     /// for a compile in this process, which has no limits).
     pub(crate) fn deadline(&self) -> CompileDeadline {
         match self {
-            Self::InProcess => None,
-            Self::Child { limits, .. } => std::time::Instant::now().checked_add(limits.time),
+            Self::InProcess => CompileDeadline::default(),
+            Self::Child { limits, .. } => CompileDeadline(
+                Instant::now()
+                    .checked_add(limits.time)
+                    .map(|at| Arc::new(Mutex::new(at))),
+            ),
         }
     }
 
@@ -138,14 +164,12 @@ impl Compiler {
         codegen: Codegen,
         function: &str,
         bytes: &[u8],
-        deadline: CompileDeadline,
+        deadline: &CompileDeadline,
     ) -> Result<Vec<u8>, LoadError> {
         match self {
             Self::InProcess => compile_threads::run(|| in_process(engine, function, bytes)),
             Self::Child { program, limits } => {
-                let left = deadline.map_or(limits.time, |deadline| {
-                    deadline.saturating_duration_since(std::time::Instant::now())
-                });
+                let left = deadline.left(limits.time);
                 in_child(program, *limits, left, codegen, function, bytes)
             }
         }

@@ -146,7 +146,7 @@ impl Runtime {
         if !self.cache.contains(bytes.digest()) {
             place = self.compile_places.clone().acquire_owned().await.ok();
         }
-        let deadline = deadline.map(|deadline| deadline + asked.elapsed());
+        deadline.extend(asked.elapsed());
         let (places, runtime) = (
             self.compile_places.clone(),
             tokio::runtime::Handle::current(),
@@ -160,8 +160,10 @@ impl Runtime {
             let loaded = cache.load_with(&engine, &owned_name, &bytes, |bytes| {
                 // A miss whatever was expected (an artifact pruned since it was looked
                 // for, `services/loads.rs`) takes a place too. Never closed.
+                let asked = std::time::Instant::now();
                 let _place = place.or_else(|| runtime.block_on(places.acquire_owned()).ok());
-                compiler.compile(&engine, codegen, &owned_name, bytes, deadline)
+                deadline.extend(asked.elapsed());
+                compiler.compile(&engine, codegen, &owned_name, bytes, &deadline)
             });
             // On the thread that loaded: what it freed is what to give back.
             after_load();

@@ -492,7 +492,9 @@ impl Worker {
             if runtime.shared.get(spec.kind, component.digest()).is_some() {
                 continue;
             }
-            let (_, outcome) = runtime.compiled(name, component.clone(), deadline).await?;
+            let (_, outcome) = runtime
+                .compiled(name, component.clone(), deadline.clone())
+                .await?;
             if outcome == CacheOutcome::Miss {
                 let now = std::time::Instant::now();
                 let mut ahead = self.compiled_ahead();
@@ -534,7 +536,7 @@ impl Worker {
                     function: name.clone(),
                 })?;
             let function = self
-                .load_function(name, spec, component, metrics.function(name), deadline)
+                .load_function(name, spec, component, metrics.function(name), &deadline)
                 .await?;
             functions.insert(name.clone(), Arc::new(function));
         }
@@ -558,7 +560,7 @@ impl Worker {
         spec: &Function,
         component: Component,
         metrics: Arc<FunctionCounters>,
-        deadline: crate::compiler::CompileDeadline,
+        deadline: &crate::compiler::CompileDeadline,
     ) -> Result<LoadedFunction, LoadError> {
         let (limits, runtime) = self.runtime_for(name, spec, &component).await?;
         let digest = component.digest().to_owned();
@@ -570,7 +572,9 @@ impl Worker {
                 (entry, CacheOutcome::Hit)
             }
             None => {
-                let (entry, outcome) = runtime.link(name, spec.kind, component, deadline).await?;
+                let (entry, outcome) = runtime
+                    .link(name, spec.kind, component, deadline.clone())
+                    .await?;
                 (runtime.shared.share(spec.kind, &digest, entry), outcome)
             }
         };

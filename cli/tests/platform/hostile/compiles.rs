@@ -322,6 +322,52 @@ fn embedded_two_tenants_compiles_under_way_hold_up_no_other_tenants_deploy() {
     assert_eq!(platform.get("/first?name=again").status(), 200);
 }
 
+/// A workflow's compiles have `--compile-timeout-secs` in all, and their waits for a
+/// compile place do not count. Only the wait of the compile that waited was taken off
+/// its time: the later components had what that wait left. The victim's workflow of
+/// three components waits 13 s of its 16 while mallory's and eve's compiles hold both
+/// places (stopped, then killed); its next compile then ran out of time, and the deploy
+/// failed.
+#[test]
+fn a_workflow_whose_first_compile_waited_for_a_place_keeps_its_whole_time_for_the_rest() {
+    const HELD: Duration = Duration::from_secs(13);
+    let platform = Platform::start_with(&["--no-demo", "--compile-timeout-secs", "16"]);
+    let dir = faas_testing::temp_dir();
+    let compiling = stop_two_tenants_compiles(&platform.url, dir.path(), platform.pid());
+    // About 2.5 s of compiling each on the test build.
+    let mut manifest = "name = \"trio\"\ntenant = \"victim\"\n\n".to_owned();
+    for (index, seed) in (0..3).zip(fresh_seed()..) {
+        let path = dir.path().join(format!("trio-{index}.wasm"));
+        std::fs::write(&path, costly_hello(seed, 8_000)).unwrap();
+        manifest.push_str(&format!(
+            "[functions.f{index}]\ncomponent = \"{}\"\n\n\
+             [[triggers.http]]\nroute = \"/trio/{index}\"\nfunction = \"f{index}\"\n\n",
+            path.display()
+        ));
+    }
+    let manifest_path = dir.path().join("trio.toml");
+    std::fs::write(&manifest_path, manifest).unwrap();
+    let url = platform.url.clone();
+    let deploy =
+        std::thread::spawn(move || faas_at(&url, &["deploy", manifest_path.to_str().unwrap()]));
+    std::thread::sleep(HELD);
+    assert!(!deploy.is_finished(), "the victim's deploy did not wait");
+    for (attack, compile) in compiling {
+        compile.signal("-KILL");
+        assert!(!attack.join().unwrap().status.success());
+    }
+    let output = deploy.join().unwrap();
+    assert!(
+        output.status.success(),
+        "the victim's deploy failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for index in 0..3 {
+        let hello = platform.get(&format!("/trio/{index}?name=victim"));
+        assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
+    }
+}
+
 /// Starts deploying mallory's and eve's [`expensive_component`]s through the gateway
 /// at `url`, and stops each one's compile child (of process `compile_parent`): they
 /// take the two places of compiles at once. Returns each deploy with its compile.
