@@ -448,10 +448,7 @@ impl FollowAccess for FollowGrant {
 
     async fn allowed(&self) -> bool {
         let (workflow, tenant) = (self.workflow.as_str(), self.tenant.as_str());
-        let still_theirs = self
-            .registry
-            .get(workflow)
-            .is_some_and(|deployment| deployment.key.tenant == tenant);
+        let still_theirs = self.registry.get_of(tenant, workflow).is_some();
         if !still_theirs {
             tracing::info!(workflow, tenant, "log follow ended: the workflow went");
             return false;

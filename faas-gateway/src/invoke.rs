@@ -217,23 +217,30 @@ pub(crate) fn log_unserved(
     });
 }
 
-/// Tells `workflow`'s tenant, in `faas logs`, that a message on its pub/sub channel
-/// `channel` was dropped unrun because no worker took it (pub/sub is at most once).
-pub(crate) fn log_dropped_message(app: &App, workflow: &str, channel: &str, why: &EventFailure) {
-    log_dropped_messages(app, workflow, channel, 1, &why.message);
+/// Tells `tenant`, in `faas logs` of its `workflow`, that a message on its pub/sub
+/// channel `channel` was dropped unrun because no worker took it (pub/sub is at most
+/// once).
+pub(crate) fn log_dropped_message(
+    app: &App,
+    (tenant, workflow): (&str, &str),
+    channel: &str,
+    why: &EventFailure,
+) {
+    log_dropped_messages(app, (tenant, workflow), channel, 1, &why.message);
 }
 
-/// Leaves a line in `workflow`'s logs saying that `count` messages on `channel` were
-/// dropped, and `why`.
+/// Leaves a line in the logs of `tenant`'s `workflow` saying that `count` messages on
+/// `channel` were dropped, and `why`.
 pub(crate) fn log_dropped_messages(
     app: &App,
-    workflow: &str,
+    (tenant, workflow): (&str, &str),
     channel: &str,
     count: u64,
     why: &str,
 ) {
-    // Gone with its workflow (removed meanwhile): its logs went with it.
-    if let Some(deployment) = app.registry.get(workflow) {
+    // Gone with its workflow (removed meanwhile): its logs went with it. Another
+    // tenant may have taken the name since: the line is not for its logs.
+    if let Some(deployment) = app.registry.get_of(tenant, workflow) {
         let what = match count {
             1 => format!("a message on channel `{channel}` was dropped"),
             _ => format!("{count} messages on channel `{channel}` were dropped"),
@@ -418,11 +425,7 @@ async fn run_message_in(
 ) -> Result<(), MessageFailure> {
     // The trigger's tenant's workflow only: another tenant may take the name between
     // its removal and the moment its consumers stop, and must not get its messages.
-    let deployed = || {
-        app.registry
-            .get(workflow)
-            .filter(|deployment| deployment.key.tenant == tenant)
-    };
+    let deployed = || app.registry.get_of(tenant, workflow);
     let Some(mut deployment) = deployed() else {
         return Err(MessageFailure {
             failure: EventFailure::unavailable(format!("workflow `{workflow}` is not deployed")),

@@ -683,9 +683,7 @@ impl Registry {
         if state == PlacedState::Live {
             return DeployOutcome::Deployed(self.serve(workflow, digest, deployed_at, placed));
         }
-        let current = self
-            .get(&workflow.name)
-            .filter(|current| current.key.tenant == workflow.tenant);
+        let current = self.get_of(&workflow.tenant, &workflow.name);
         let deployment = match current {
             // Served already at this revision or a later one (the follower was first).
             Some(current)
@@ -1539,6 +1537,13 @@ impl Registry {
     /// The live deployment of workflow `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Deployment>> {
         self.read().deployments.get(name).cloned()
+    }
+
+    /// The live deployment of workflow `name` if it is `tenant`'s: another tenant may
+    /// have taken the name since whatever asks learned it.
+    pub fn get_of(&self, tenant: &str, name: &str) -> Option<Arc<Deployment>> {
+        self.get(name)
+            .filter(|deployment| deployment.key.tenant == tenant)
     }
 
     /// What `path` routes to, and its deployment.

@@ -317,11 +317,7 @@ async fn metrics(app: &App, headers: &http::HeaderMap) -> Response<Body> {
     app.metrics.set_instances(app.registry.active_instances());
     let (metrics, registry) = (app.metrics.clone(), app.registry.clone());
     let rendered = app.exposition.text(move || {
-        metrics.encode(|tenant, workflow| {
-            registry
-                .get(workflow)
-                .is_some_and(|deployment| deployment.key.tenant == tenant)
-        })
+        metrics.encode(|tenant, workflow| registry.get_of(tenant, workflow).is_some())
     });
     let Some(text) = rendered.await else {
         return response::error(

@@ -42,8 +42,8 @@ pub fn route_conflict<'a>(
                 // How `theirs` meets ours, told from ours' side.
                 Some(match ours.meeting(other, theirs)? {
                     Meeting::Same(_) => same_route(theirs, workflow, &other.tenant, &other.name),
-                    Meeting::Under(prefix) => nested(&format!("{prefix}/..."), "over", theirs),
-                    Meeting::Over(route) => nested(&route, "under", theirs),
+                    Meeting::Under(prefix) => over(&format!("{prefix}/...")),
+                    Meeting::Over(route) => under(&route, theirs),
                 })
             })
         })
@@ -68,10 +68,17 @@ fn same_route(route: &Route, workflow: &Workflow, other_tenant: &str, other: &st
     }
 }
 
-/// The refusal of `ours`, which lies `relation` (under, over) `theirs` of another
-/// tenant.
-fn nested(ours: &dyn std::fmt::Display, relation: &str, theirs: &dyn std::fmt::Display) -> String {
-    format!("route `{ours}` lies {relation} `{theirs}`, which belongs to another tenant")
+/// The refusal of `ours`, which lies under `theirs`, another tenant's prefix route.
+/// Naming it tells nothing new: its prefix begins `ours`.
+fn under(ours: &dyn std::fmt::Display, theirs: &dyn std::fmt::Display) -> String {
+    format!("route `{ours}` lies under `{theirs}`, which belongs to another tenant")
+}
+
+/// The refusal of `ours`, a prefix route over a route of another tenant. Which route is
+/// not said: its path may be a secret of that tenant's (a webhook's), and anyone may
+/// probe with deploys that are refused before anything compiles.
+fn over(ours: &dyn std::fmt::Display) -> String {
+    format!("route `{ours}` lies over a route of another tenant")
 }
 
 /// The deployed workflows' HTTP routes, by root, with the workflow and tenant that
@@ -209,8 +216,8 @@ impl RouteOwners {
     fn route_conflict(&self, workflow: &Workflow, ours: &Route) -> Option<String> {
         Some(match self.meeting(workflow, ours)? {
             Meeting::Same(claim) => same_route(ours, workflow, &claim.tenant, &claim.workflow),
-            Meeting::Under(prefix) => nested(ours, "under", &format!("{prefix}/...")),
-            Meeting::Over(theirs) => nested(ours, "over", &theirs),
+            Meeting::Under(prefix) => under(ours, &format!("{prefix}/...")),
+            Meeting::Over(_) => over(ours),
         })
     }
 
@@ -354,12 +361,12 @@ mod tests {
         let over = workflow("thief", "mallory", &["/api/..."]);
         assert_eq!(
             message(&over, &victim).unwrap(),
-            "route `/api/...` lies over `/api/orders`, which belongs to another tenant"
+            "route `/api/...` lies over a route of another tenant"
         );
         let over_prefix = workflow("thief", "mallory", &["/x/..."]);
         assert_eq!(
             message(&over_prefix, &victim).unwrap(),
-            "route `/x/...` lies over `/x/y/...`, which belongs to another tenant"
+            "route `/x/...` lies over a route of another tenant"
         );
         let same = workflow("thief", "mallory", &["/free", "/shop/..."]);
         assert_eq!(
@@ -449,7 +456,7 @@ mod tests {
         let thief = workflow("new", "mallory", &["/t49/...", "/v/..."]);
         assert_eq!(
             owners.conflict(&thief).unwrap(),
-            "route `/t49/...` lies over `/t49/r0`, which belongs to another tenant"
+            "route `/t49/...` lies over a route of another tenant"
         );
     }
 }

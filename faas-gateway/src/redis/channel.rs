@@ -215,7 +215,7 @@ fn start_run(
             // A run that started was reported by its worker; this one
             // never reached one, and the message is gone.
             if err.not_started && err.failure.is_unavailable() {
-                log_dropped_message(&app, &workflow, &channel, &err.failure);
+                log_dropped_message(&app, (&tenant, &workflow), &channel, &err.failure);
             }
         }
         drop((permit, claim));
@@ -260,6 +260,7 @@ impl Dropped {
             count,
             "pub/sub messages dropped: {why}"
         );
-        log_dropped_messages(app, &trigger.workflow, &trigger.channel, count, &why);
+        let owner = (trigger.tenant.as_str(), trigger.workflow.as_str());
+        log_dropped_messages(app, owner, &trigger.channel, count, &why);
     }
 }
