@@ -13,6 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long the gateway keeps an unused connection to a worker.
 const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -28,6 +29,14 @@ pub const MAX_HEADER_LIST_BYTES: u32 = 128 << 10;
 /// it, events wait in the client; HTTP/2's usual 200 would let one tenant's events,
 /// waiting for its instance slots, hold every other tenant's back.
 pub const MAX_STREAMS: u32 = 1024;
+
+/// The most events of one tenant a client has in flight to one worker at once (HTTP/2
+/// streams of its connection): a quarter of [`MAX_STREAMS`]. An event holds its stream
+/// while it waits at the worker for one of its tenant's instance slots, so one tenant's
+/// events (a flood of requests to a route that sleeps) took every stream, and every
+/// other tenant's events to that worker waited behind them. Its events past it wait in
+/// the client, holding no stream.
+pub const MAX_STREAMS_PER_TENANT: usize = MAX_STREAMS as usize / 4;
 
 /// What may wait unread in one stream of the internal API, each way: an answer its
 /// client does not read, a request body its guest does not read.
@@ -77,6 +86,31 @@ pub struct RemoteWorker {
     /// [`RemoteWorker::serving`]).
     revision: Option<(HeaderValue, HeaderValue)>,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// Each tenant's places among the connection's streams, shared by every clone.
+    streams: Arc<TenantStreams>,
+}
+
+/// Each tenant's places among the streams of one worker's connection
+/// ([`MAX_STREAMS_PER_TENANT`]). A tenant's entry stays once made: tenants are few,
+/// and made by the operator.
+#[derive(Default)]
+struct TenantStreams(Mutex<HashMap<HeaderValue, Arc<Semaphore>>>);
+
+impl TenantStreams {
+    /// A place for one event of `tenant`, once one is free.
+    async fn take(&self, tenant: &HeaderValue) -> OwnedSemaphorePermit {
+        let places = {
+            let mut by_tenant = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            by_tenant
+                .entry(tenant.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(MAX_STREAMS_PER_TENANT)))
+                .clone()
+        };
+        places
+            .acquire_owned()
+            .await
+            .expect("a tenant's stream places are never closed")
+    }
 }
 
 impl RemoteWorker {
@@ -101,6 +135,7 @@ impl RemoteWorker {
                 .http2_initial_stream_window_size(STREAM_WINDOW_BYTES)
                 .http2_initial_connection_window_size(CONNECTION_WINDOW_BYTES)
                 .build(connector),
+            streams: Arc::default(),
         }
     }
 
@@ -151,15 +186,21 @@ impl RemoteWorker {
         // Only the gateway speaks for a trigger message.
         headers.remove(wire::MESSAGE);
         self.prepare(headers, workflow)?;
+        let place = self.stream_place(None).await;
         let response = self
             .send(Request::from_parts(parts, Full::new(body)))
             .await?;
         if response.headers().contains_key(wire::FAILURE) {
             return Err(failure_of(response).await);
         }
+        // The stream is the tenant's until the response's body is read or dropped.
         Ok(response.map(|body| {
-            body.map_err(|err| Box::new(err) as BodyError)
-                .boxed_unsync()
+            body.map_frame(move |frame| {
+                let _held = &place;
+                frame
+            })
+            .map_err(|err| Box::new(err) as BodyError)
+            .boxed_unsync()
         }))
     }
 
@@ -173,10 +214,12 @@ impl RemoteWorker {
         payload: Bytes,
         message: Option<&TriggerMessage>,
     ) -> RunReply {
+        let place = self.stream_place(None).await;
         let body = match self.post("run", workflow, payload, message).await {
             Ok(body) => body,
             Err(failure) => return RunReply::not_run(failure),
         };
+        drop(place);
         match wire::decode_run(&body) {
             Ok((record, result)) => RunReply {
                 record: Some(record),
@@ -200,9 +243,18 @@ impl RemoteWorker {
     /// # Errors
     /// An `unavailable` [`EventFailure`] when the worker cannot be reached or does not
     /// hold the workflow.
-    pub async fn branch(&self, workflow: &str, frame: Vec<u8>) -> Result<Bytes, EventFailure> {
-        self.post("branch", workflow, Bytes::from(frame), None)
-            .await
+    pub async fn branch(
+        &self,
+        tenant: &str,
+        workflow: &str,
+        frame: Vec<u8>,
+    ) -> Result<Bytes, EventFailure> {
+        let place = self.stream_place(Some(&header_value(tenant)?)).await;
+        let reply = self
+            .post("branch", workflow, Bytes::from(frame), None)
+            .await;
+        drop(place);
+        reply
     }
 
     /// POSTs `body` as a `call` of `workflow` and returns the reply's body.
@@ -234,6 +286,15 @@ impl RemoteWorker {
             .await
             .map_err(|err| self.lost(&err))?
             .to_bytes())
+    }
+
+    /// A place among the connection's streams for an event of `tenant`, or of the
+    /// tenant this client serves ([`RemoteWorker::serving`]) when `None`; waited for
+    /// while that tenant has [`MAX_STREAMS_PER_TENANT`] events in flight. None for a
+    /// call of no tenant's.
+    async fn stream_place(&self, tenant: Option<&HeaderValue>) -> Option<OwnedSemaphorePermit> {
+        let tenant = tenant.or(self.revision.as_ref().map(|(tenant, _)| tenant))?;
+        Some(self.streams.take(tenant).await)
     }
 
     fn prepare(&self, headers: &mut http::HeaderMap, workflow: &str) -> Result<(), EventFailure> {

@@ -235,14 +235,14 @@ async fn run_on_peer(
         }
         PeerLink::Network(remote) => {
             let packed = carry(&inputs, false).map_err(|err| unavailable(&err))?;
-            let workflow = call.workflow.clone();
+            let (tenant, workflow) = (call.tenant.clone(), call.workflow.clone());
             let head = CallHead {
                 call,
                 inputs: packed.carried,
             };
             let body = frame(&head, &packed.inline);
             drop(packed.inline);
-            let body = remote.branch(&workflow, body).await?;
+            let body = remote.branch(&tenant, &workflow, body).await?;
             drop(copies);
             let (reply, inline) = split_frame::<ReplyHead>(&body).map_err(|err| lost(&err))?;
             Ok(decode_reply(

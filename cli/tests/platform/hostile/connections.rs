@@ -109,14 +109,14 @@ impl http_body::Body for NeverEnds {
 
 /// An HTTP/2 attack under way: its connections, and each stream's answer (its status,
 /// and whether it said when to try again), or `None` if its connection failed.
-struct HeldStreams {
-    connections: Vec<hyper::client::conn::http2::SendRequest<NeverEnds>>,
-    answers: Vec<tokio::task::JoinHandle<Option<(u16, bool)>>>,
+pub(super) struct HeldStreams<B> {
+    pub(super) connections: Vec<hyper::client::conn::http2::SendRequest<B>>,
+    pub(super) answers: Vec<tokio::task::JoinHandle<Option<(u16, bool)>>>,
 }
 
-impl HeldStreams {
+impl<B> HeldStreams<B> {
     /// How many streams have been answered.
-    fn answered(&self) -> usize {
+    pub(super) fn answered(&self) -> usize {
         self.answers
             .iter()
             .filter(|answer| answer.is_finished())
@@ -128,12 +128,36 @@ impl HeldStreams {
 /// requests on each: POSTs to the bystander's route with a 60 KB head (a head may be
 /// 64 KiB) and a body that never comes, so each is held until the gateway answers it
 /// or gives up reading its body.
-async fn hold_streams(addr: &str, connections: usize, streams: usize) -> HeldStreams {
+async fn hold_streams(addr: &str, connections: usize, streams: usize) -> HeldStreams<NeverEnds> {
     let padding = "p".repeat(4000);
+    open_streams(ATTACKER, addr, connections, streams, || {
+        let mut request = hyper::Request::post(format!("http://{addr}{BYSTANDER_ROUTE}"));
+        for pad in 0..15 {
+            request = request.header(format!("x-pad-{pad}"), &padding);
+        }
+        request.body(NeverEnds).unwrap()
+    })
+    .await
+}
+
+/// Opens `connections` HTTP/2 connections from `source` to `addr` and sends `streams`
+/// requests made by `request` on each, without waiting for their answers.
+pub(super) async fn open_streams<B>(
+    source: [u8; 4],
+    addr: &str,
+    connections: usize,
+    streams: usize,
+    request: impl Fn() -> hyper::Request<B>,
+) -> HeldStreams<B>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut senders = Vec::new();
     let mut answers = Vec::new();
     for _ in 0..connections {
-        let stream = connect_from(ATTACKER, addr);
+        let stream = connect_from(source, addr);
         stream.set_nonblocking(true).unwrap();
         let stream = tokio::net::TcpStream::from_std(stream).unwrap();
         let (mut sender, connection) =
@@ -143,11 +167,7 @@ async fn hold_streams(addr: &str, connections: usize, streams: usize) -> HeldStr
                 .unwrap();
         tokio::spawn(connection);
         for _ in 0..streams {
-            let mut request = hyper::Request::post(format!("http://{addr}{BYSTANDER_ROUTE}"));
-            for pad in 0..15 {
-                request = request.header(format!("x-pad-{pad}"), &padding);
-            }
-            let response = sender.send_request(request.body(NeverEnds).unwrap());
+            let response = sender.send_request(request());
             answers.push(tokio::spawn(async move {
                 let response = response.await.ok()?;
                 let retry = response.headers().contains_key("retry-after");

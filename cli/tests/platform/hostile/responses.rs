@@ -250,3 +250,72 @@ fn run_outputs_a_client_leaves_unread_hold_at_most_its_share_of_the_body_budget(
     let (_stream, status) = post_unread(&platform.url, [127, 0, 0, 9], "/big", &size);
     assert!(status.contains(" 200"), "{status}");
 }
+
+/// A gateway reaches a worker over one HTTP/2 connection of at most 1,024 streams
+/// (`faas_invoke::MAX_STREAMS`), and an event holds its stream while it waits at the
+/// worker for one of its tenant's instance slots. Mallory's 1,100 requests to a route
+/// that sleeps, behind its two slots, took every stream, and the bystander's events to
+/// that worker waited in the gateway until mallory's were done. Now one tenant has at
+/// most a quarter of a connection's streams (`MAX_STREAMS_PER_TENANT`), and its other
+/// events wait in the gateway, holding none.
+#[test]
+fn one_tenants_events_waiting_for_its_slots_leave_the_workers_streams_to_others() {
+    const MALLORY: [u8; 4] = [127, 0, 0, 3];
+    let dir = faas_testing::temp_dir();
+    let mut services = Services::start_full(&[], &[], &["--max-requests-per-client", "4096"]);
+    // Mallory's events run out their sleep whoever went: the worker lets them go
+    // when it stops.
+    let worker = ["--max-instances-per-tenant", "2", "--shutdown-grace-ms", "1000"];
+    services.start_worker_with("w1", &worker);
+    let sleeper = write_manifest(
+        dir.path(),
+        "sleeper",
+        "mallory",
+        "linger",
+        "/linger/...",
+        "timeout_ms = 300000",
+    );
+    deploy_at(&services.url, &sleeper);
+    let hello = write_manifest(dir.path(), "greeter", "bystander", "hello", "/hello", "");
+    deploy_at(&services.url, &hello);
+    assert_eq!(services.get("/hello?name=b").status(), 200);
+
+    let addr = services.url.trim_start_matches("http://").to_owned();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let attack = runtime.block_on(super::connections::open_streams(
+        MALLORY,
+        &addr,
+        11,
+        100,
+        || {
+            hyper::Request::get(format!("http://{addr}/linger/sleep?ms=300000"))
+                .body(String::new())
+                .unwrap()
+        },
+    ));
+    // Mallory's two slots run; the rest of its events wait, at the worker or here.
+    services.wait_for("mallory's events to run", |_| attack.answered() == 2);
+    std::thread::sleep(Duration::from_secs(1));
+
+    let url = services.url.clone();
+    let bystander = std::thread::spawn(move || {
+        crate::support::client()
+            .get(format!("{url}/hello?name=bystander"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .map(|response| response.status().as_u16())
+    });
+    let served = bystander.join().unwrap();
+    assert_eq!(attack.answered(), 2, "mallory's events were let go");
+    assert_eq!(
+        served.ok(),
+        Some(200),
+        "the bystander was not served while mallory's events waited"
+    );
+    drop(attack);
+    drop(runtime);
+}
