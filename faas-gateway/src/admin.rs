@@ -247,20 +247,16 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
             }
             None => not_found(name),
         },
-        (Method::DELETE, ["workflows", name]) => match app.registry.remove(name, &caller).await {
-            Ok(Some(tenant)) => {
-                if let Some(logs) = &app.logs {
-                    logs.remove(&tenant, name).await;
-                }
-                tracing::info!(workflow = *name, %tenant, "workflow removed");
-                response::json(
-                    StatusCode::OK,
-                    &serde_json::json!({"status": "deleted", "name": name}),
-                )
-            }
-            Ok(None) => not_found(name),
-            Err(err) => deploy_error(err),
-        },
+        (Method::DELETE, ["workflows", name]) => {
+            // Counted with the tenant's deploys: in Kubernetes mode a removal waits for
+            // the operator (up to the deploy timeout), asking the API server as it
+            // waits.
+            let _ticket = match app.deploys.admit(&caller) {
+                Ok(ticket) => ticket,
+                Err(refusal) => return too_many_deploys(app, &refusal),
+            };
+            remove_workflow(app, &caller, name).await
+        }
         (Method::GET, ["workflows", name, "runs"]) => match visible(app, &caller, name) {
             Some(deployment) => response::json(
                 StatusCode::OK,
@@ -709,23 +705,45 @@ fn not_found(name: &str) -> Response<Body> {
     )
 }
 
+/// Removes workflow `name` for `caller`, and its logs.
+async fn remove_workflow(app: &App, caller: &Caller, name: &str) -> Response<Body> {
+    match app.registry.remove(name, caller).await {
+        Ok(Some(tenant)) => {
+            if let Some(logs) = &app.logs {
+                logs.remove(&tenant, name).await;
+            }
+            tracing::info!(workflow = name, %tenant, "workflow removed");
+            response::json(
+                StatusCode::OK,
+                &serde_json::json!({"status": "deleted", "name": name}),
+            )
+        }
+        Ok(None) => not_found(name),
+        Err(err) => deploy_error(err),
+    }
+}
+
+/// The answer to a change refused because its tenant has its limit of deploys (and
+/// removals) in the gateway already.
+fn too_many_deploys(app: &App, refusal: &deploy_admission::TooManyDeploys) -> Response<Body> {
+    app.metrics.deploy_refused();
+    let mut response = response::error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_deploys",
+        refusal.to_string(),
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        header::HeaderValue::from(deploy_admission::RETRY_AFTER_SECS),
+    );
+    response
+}
+
 async fn deploy(app: &App, request: Request<Incoming>, caller: &Caller) -> Response<Body> {
     // Admitted before the upload is read: a refused deploy holds no memory.
     let ticket = match app.deploys.admit(caller) {
         Ok(ticket) => ticket,
-        Err(refusal) => {
-            app.metrics.deploy_refused();
-            let mut response = response::error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_deploys",
-                refusal.to_string(),
-            );
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                header::HeaderValue::from(deploy_admission::RETRY_AFTER_SECS),
-            );
-            return response;
-        }
+        Err(refusal) => return too_many_deploys(app, &refusal),
     };
     let content_type = request
         .headers()

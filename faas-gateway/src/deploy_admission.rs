@@ -38,7 +38,7 @@ struct Held {
 /// A deploy refused because its tenant holds its limit of deploys already.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "tenant `{tenant}` already has {limit} deploys in progress or waiting (the gateway's \
+    "tenant `{tenant}` already has {limit} deploys or removals in progress or waiting (the gateway's \
      --max-deploys-per-tenant); send this one again once one of them has answered"
 )]
 pub(crate) struct TooManyDeploys {
@@ -173,7 +173,7 @@ mod tests {
             .expect("a third refused");
         assert_eq!(
             refused.to_string(),
-            "tenant `a` already has 2 deploys in progress or waiting (the gateway's \
+            "tenant `a` already has 2 deploys or removals in progress or waiting (the gateway's \
              --max-deploys-per-tenant); send this one again once one of them has answered"
         );
         // Another tenant and the operator are not held back by `a`.

@@ -271,6 +271,14 @@ impl WorkflowResources {
         Ok(true)
     }
 
+    /// Whether Workflow `name` exists in `namespace`.
+    ///
+    /// # Errors
+    /// [`KubeError::Api`].
+    pub(crate) async fn exists(&self, namespace: &str, name: &str) -> Result<bool, KubeError> {
+        Ok(self.api(namespace).get_metadata_opt(name).await?.is_some())
+    }
+
     /// The Workflow resources in `namespace`, or in every namespace when `None`.
     ///
     /// # Errors

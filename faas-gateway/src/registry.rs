@@ -1054,13 +1054,14 @@ impl Registry {
     /// deployment could not be deleted (embedded mode); the workflow stays deployed
     /// then.
     pub async fn remove(&self, name: &str, caller: &Caller) -> Result<Option<String>, DeployError> {
-        let _guard = self.deploy_lock.lock().await;
-        let current = self
-            .get(name)
-            .filter(|current| caller.may_act_for(&current.key.tenant));
+        let current = || {
+            self.get(name)
+                .filter(|current| caller.may_act_for(&current.key.tenant))
+        };
         let tenant = match &self.backend {
             Backend::Embedded(placement) => {
-                let Some(current) = current else {
+                let _guard = self.deploy_lock.lock().await;
+                let Some(current) = current() else {
                     return Ok(None);
                 };
                 if let Some(saved) = &self.saved {
@@ -1069,8 +1070,13 @@ impl Registry {
                 placement.remove(&current.key);
                 current.key.tenant.clone()
             }
+            // Not under the deploy lock, which deploys let go of before they reach the
+            // shared state too: the workflow's lease in Redis (or the API server)
+            // orders this removal against them. Held, a removal in Kubernetes mode,
+            // which waits for the operator, held up every deploy and token revocation
+            // through this gateway for as long.
             Backend::Services(shared) => {
-                let tenant = match current {
+                let tenant = match current() {
                     Some(current) => current.key.tenant.clone(),
                     None => match shared.declared_owner(name, caller).await? {
                         Some(tenant) => tenant,

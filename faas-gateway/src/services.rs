@@ -762,13 +762,20 @@ impl ServicesBackend {
         let DeployTarget::Resources(resources) = &self.target else {
             return Ok(None);
         };
-        Ok(resources
-            .list(None)
-            .await?
-            .into_iter()
-            .filter(|resource| resource.metadata.name.as_deref() == Some(name))
-            .filter_map(|resource| resource.metadata.namespace)
-            .find(|namespace| caller.may_act_for(namespace)))
+        match caller {
+            // Its own namespace only: a tenant's `faas rm` of any name must not cost a
+            // list of every tenant's Workflows.
+            Caller::Tenant(tenant) => Ok(resources
+                .exists(tenant, name)
+                .await?
+                .then(|| tenant.clone())),
+            Caller::Admin => Ok(resources
+                .list(None)
+                .await?
+                .into_iter()
+                .filter(|resource| resource.metadata.name.as_deref() == Some(name))
+                .find_map(|resource| resource.metadata.namespace)),
+        }
     }
 
     /// Removes workflow `name` of `tenant`: from the shared state, or (Kubernetes

@@ -175,6 +175,15 @@ impl StandInOperator {
     fn watch(&self, namespace: &str) {
         self.namespaces.lock().unwrap().push(namespace.to_owned());
     }
+
+    /// Leaves the Workflows of `namespace` alone from now on, as an operator that
+    /// cannot remove them (another finalizer holds them) would.
+    fn unwatch(&self, namespace: &str) {
+        self.namespaces
+            .lock()
+            .unwrap()
+            .retain(|watched| watched != namespace);
+    }
 }
 
 impl Drop for StandInOperator {
@@ -933,4 +942,51 @@ fn the_api_server_refuses_a_workflow_with_more_items_than_a_workflow_may_declare
     ]);
     assert_eq!(stored.trim(), "most");
     plane.kubectl_ok(["delete", "namespace", &namespace, "--wait=false"]);
+}
+
+/// `faas rm` in Kubernetes mode waits until the operator has removed the Workflow, up
+/// to the deploy timeout, and it held the gateway's deploy lock all that time: a
+/// Workflow the operator could not let go (a tenant may edit its own Workflows, and add
+/// a finalizer) held up every other tenant's deploy, and every token revocation,
+/// through that gateway. Mallory's removal now waits on its own.
+#[test]
+fn a_removal_waiting_for_the_operator_holds_up_no_other_tenants_deploy() {
+    let gateway = KubeGateway::start();
+    let mallory = gateway.create_tenant("mallory");
+    let kept = unique("kept");
+    let manifest = gateway.hello_manifest(&kept, &mallory, &[]);
+    gateway.faas_ok(&["deploy", manifest.to_str().unwrap()]);
+    let victim = gateway.create_tenant("victim");
+    gateway.operator.unwatch(&mallory);
+    let (url, name) = (gateway.url.clone(), kept.clone());
+    let removal = std::thread::spawn(move || faas_as(&url, TOKEN, &["rm", &name]));
+    let deleting = |g: &KubeGateway| {
+        g.workflow(&mallory, &kept)
+            .is_some_and(|w| !w["metadata"]["deletionTimestamp"].is_null())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !deleting(&gateway) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the removal never began"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let name = unique("served");
+    let manifest = gateway.hello_manifest(&name, &victim, &[]);
+    let deployed = gateway.faas_ok(&["deploy", manifest.to_str().unwrap()]);
+    assert!(
+        deployed.starts_with(&format!("deployed {name}")),
+        "{deployed}"
+    );
+    assert!(
+        !removal.is_finished(),
+        "the victim's deploy waited for mallory's removal to give up"
+    );
+    // Let go, mallory's Workflow goes and its removal ends.
+    gateway.operator.watch(&mallory);
+    let removed = removal.join().unwrap();
+    assert!(removed.status.success(), "{}", stderr_of(&removed));
+    assert!(gateway.workflow(&mallory, &kept).is_none());
 }

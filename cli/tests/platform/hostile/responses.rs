@@ -265,7 +265,12 @@ fn one_tenants_events_waiting_for_its_slots_leave_the_workers_streams_to_others(
     let mut services = Services::start_full(&[], &[], &["--max-requests-per-client", "4096"]);
     // Mallory's events run out their sleep whoever went: the worker lets them go
     // when it stops.
-    let worker = ["--max-instances-per-tenant", "2", "--shutdown-grace-ms", "1000"];
+    let worker = [
+        "--max-instances-per-tenant",
+        "2",
+        "--shutdown-grace-ms",
+        "1000",
+    ];
     services.start_worker_with("w1", &worker);
     let sleeper = write_manifest(
         dir.path(),

@@ -80,7 +80,7 @@ fn a_tenant_past_its_deploys_at_once_is_refused_before_its_upload_is_read() {
     let message = body["error"]["message"].as_str().unwrap();
     for needed in [
         "tenant `mallory`",
-        "2 deploys in progress or waiting",
+        "2 deploys or removals in progress or waiting",
         "--max-deploys-per-tenant",
     ] {
         assert!(
