@@ -843,17 +843,23 @@ impl Registry {
 
     /// Revokes token `id` ([`TenantStore::revoke_token`]); returns its record.
     ///
-    /// Under the deploy lock, as a deploy checks its token under it
-    /// ([`Self::deploy_as`]): in embedded mode a deploy made with the token either is
-    /// saved before the revocation or refused after it.
+    /// In embedded mode under the deploy lock, as a deploy checks its token under it
+    /// ([`Self::deploy_as`]): a deploy made with the token either is saved before the
+    /// revocation or refused after it. In services mode a deploy checks its token in
+    /// the step that makes it live (or, in Kubernetes mode, just before it applies the
+    /// resource), and the lock is not held there.
     ///
     /// # Errors
     /// [`DeployError::Tenant`] (no such token, store failed); [`DeployError::Unsupported`]
     /// without a tenant store.
     pub async fn revoke_token(&self, id: &str) -> Result<TokenInfo, DeployError> {
         let tenants = self.tenants.as_ref().ok_or_else(no_tenant_store)?;
-        let _guard = self.deploy_lock.lock().await;
+        let guard = match &self.backend {
+            Backend::Embedded(_) => Some(self.deploy_lock.lock().await),
+            Backend::Services(_) => None,
+        };
         let revoked = tenants.revoke_token(id).await?;
+        drop(guard);
         self.tenants_changed().await;
         Ok(revoked)
     }
@@ -863,7 +869,7 @@ impl Registry {
     /// at once, so that it holds the change (a revoked token stays revoked).
     async fn tenants_changed(&self) {
         if let Backend::Services(shared) = &self.backend {
-            shared.copy_tenants(self).await;
+            shared.copy_tenants_after_change(self).await;
         }
     }
 

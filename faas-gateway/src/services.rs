@@ -72,8 +72,8 @@ pub struct ServicesBackend {
     /// [`ServicesBackend::state_is_intact`]).
     tenants_copy: std::sync::Mutex<Option<(String, TenantsCopy)>>,
     /// Held while a copy is read, so that a copy read before a change never replaces
-    /// one read after it.
-    copying_tenants: tokio::sync::Mutex<()>,
+    /// one read after it; when the last copy began.
+    copying_tenants: tokio::sync::Mutex<Option<tokio::time::Instant>>,
     /// When the registry last took in the deployments as the shared state has them.
     synced_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// How events for a workflow with no ready replica are held.
@@ -567,15 +567,37 @@ impl ServicesBackend {
     }
 
     /// Keeps a copy of the tenants and tokens in Redis, for [`Self::write_back_tenants`],
-    /// read again whenever their version moved (one `GET` when it did not): called at
-    /// every sync, and at once after a change through this gateway, so that a token
-    /// revoked here does not come back with a copy read before, should Redis lose its
-    /// state right after.
-    pub(crate) async fn copy_tenants(&self, registry: &Registry) {
+    /// read again whenever their version moved (one `GET` when it did not): at every
+    /// sync, unless a copy is under way already.
+    async fn copy_tenants(&self, registry: &Registry) {
+        if let Ok(mut copying) = self.copying_tenants.try_lock() {
+            self.copy_tenants_now(registry, &mut copying).await;
+        }
+    }
+
+    /// [`Self::copy_tenants`] after a change through this gateway, once the copy holds
+    /// it, so that a token revoked here does not come back with a copy read before,
+    /// should Redis lose its state right after. At most one such copy begins every
+    /// [`TENANTS_COPY_EVERY`], covering every change made before it began (those made
+    /// while it waited find it current): a tenant making and revoking tokens in a loop
+    /// had every tenant's records read for each of its changes.
+    pub(crate) async fn copy_tenants_after_change(&self, registry: &Registry) {
+        let mut copying = self.copying_tenants.lock().await;
+        if let Some(last) = *copying {
+            tokio::time::sleep_until(last + TENANTS_COPY_EVERY).await;
+        }
+        self.copy_tenants_now(registry, &mut copying).await;
+    }
+
+    /// Reads the copy, holding `copying` (when it began goes there).
+    async fn copy_tenants_now(
+        &self,
+        registry: &Registry,
+        copying: &mut Option<tokio::time::Instant>,
+    ) {
         let Some(tenants) = registry.tenants() else {
             return;
         };
-        let _copying = self.copying_tenants.lock().await;
         let (epoch, version) = match (self.shared.epoch().await, tenants.version().await) {
             (Ok(Some(epoch)), Ok(Some(version))) => (epoch, version),
             // No epoch: the state is being written back, and a copy now could be empty.
@@ -603,6 +625,7 @@ impl ServicesBackend {
         // Kept only if the same epoch held before and after it was read: a Redis that
         // restarted empty meanwhile would give an empty copy, and writing that back
         // would restore no tenant at all.
+        *copying = Some(tokio::time::Instant::now());
         let copy = tenants.copy().await;
         let same_epoch = matches!(self.shared.epoch().await, Ok(Some(after)) if after == epoch);
         match copy {
@@ -963,6 +986,12 @@ async fn follow_once(
     backend.copy_tenants(registry).await;
     let generation = registry.local_generation();
     let snapshot = backend.snapshot(false).await?;
+    // Asked again once read: from a Redis that restarted empty since the check above,
+    // the snapshot is empty too, and taking it in would drop every deployment this
+    // gateway serves, leaving its write-back nothing to write.
+    if backend.shared.epoch().await?.is_none() {
+        return Ok(());
+    }
     let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();
     let mut deployments = Vec::new();
     for (name, record) in &snapshot.deployments {
@@ -1024,6 +1053,10 @@ async fn follow_once(
     *backend.synced_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
     Ok(())
 }
+
+/// The least time between two copies of the tenants and tokens
+/// ([`ServicesBackend::copy_tenants`]).
+const TENANTS_COPY_EVERY: Duration = Duration::from_millis(100);
 
 /// How old a copy of the tenants and tokens may get even when their version did not
 /// move.

@@ -753,3 +753,61 @@ fn a_workflow_name_taken_over_shows_none_of_its_former_owners_runs() {
     assert_eq!(runs["runs"], serde_json::json!([]), "{runs}");
     scene.assert_victim_served();
 }
+
+/// In services mode each token a gateway makes or revokes has it read every tenant's
+/// tokens again (the copy it writes back should Redis lose its state): mallory making
+/// and revoking tokens in a loop had the gateway, and Redis, read them all for each
+/// of its changes. Copies now begin at most every 100 ms, each covering the changes
+/// made before it.
+#[test]
+fn services_mode_a_tenants_token_churn_reads_every_tenants_tokens_at_most_once_an_interval() {
+    const CHURN: Duration = Duration::from_secs(2);
+    let services = Services::start(&["w1"]);
+    let redis = redis::Client::open(services.redis.url()).unwrap();
+    let scene = Scene::set_up(services.url.clone(), services);
+    // Redis's count of HGETALLs (each copy is three of them).
+    let hgetalls = || -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis.get_connection().unwrap())
+            .unwrap();
+        info.lines()
+            .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().unwrap())
+    };
+    // What the platform reads in as long without the churn.
+    let before = hgetalls();
+    std::thread::sleep(CHURN);
+    let idle = hgetalls() - before;
+
+    let tokens = format!("{}/admin/v1/tokens", scene.url);
+    let (before, started) = (hgetalls(), Instant::now());
+    let mut changes = 0;
+    while started.elapsed() < CHURN {
+        let created: serde_json::Value = client()
+            .post(&tokens)
+            .bearer_auth(&scene.mallory)
+            .json(&serde_json::json!({"tenant": "mallory", "label": "churn"}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let id = created["token"]["id"].as_str().unwrap();
+        let revoked = client()
+            .delete(format!("{tokens}/{id}"))
+            .bearer_auth(&scene.mallory)
+            .send()
+            .unwrap();
+        assert_eq!(revoked.status(), 200);
+        changes += 2;
+    }
+    let took = started.elapsed();
+    let churned = hgetalls() - before;
+    let copies = took.as_millis() as u64 / 100 + 2;
+    assert!(
+        churned <= 2 * idle + 3 * copies,
+        "{changes} token changes in {took:?} made {churned} HGETALLs ({idle} in as long idle)"
+    );
+    scene.assert_victim_served();
+}
