@@ -1132,7 +1132,10 @@ impl Registry {
         let Some(tenants) = &self.tenants else {
             return Err(no_tenant_store());
         };
-        let _guard = self.deploy_lock.lock().await;
+        // Held for the removal only: a deploy through this gateway either is saved
+        // before it or refused after it. The copy of the tenants and the data go after,
+        // without it, as nothing of the tenant can be deployed by then.
+        let guard = self.deploy_lock.lock().await;
         let removed = match &self.backend {
             Backend::Embedded(_) => {
                 let deployed: Vec<String> = self
@@ -1148,6 +1151,7 @@ impl Registry {
             }
             Backend::Services(shared) => shared.remove_tenant(tenants, name).await,
         };
+        drop(guard);
         let revoked = match removed {
             Ok(revoked) => {
                 // A tenant created again under this name starts with the defaults.

@@ -501,13 +501,16 @@ impl ServicesBackend {
         Ok(components)
     }
 
-    /// Whether the shared state is the one this gateway has been following. When its
-    /// epoch is gone, Redis lost it (an empty restart): this gateway starts a new
-    /// epoch and writes back every deployment it serves, so the scheduler and the
-    /// workers find them again without an operator.
-    async fn state_is_intact(&self, registry: &Registry) -> Result<bool, SharedStateError> {
-        if self.shared.epoch().await?.is_some() {
-            return Ok(true);
+    /// The epoch of the shared state, if it is whole (`None` while it is written
+    /// back). When its epoch is gone, Redis lost it (an empty restart): this gateway
+    /// starts a new epoch and writes back every deployment it serves, so the scheduler
+    /// and the workers find them again without an operator.
+    async fn state_is_intact(
+        &self,
+        registry: &Registry,
+    ) -> Result<Option<String>, SharedStateError> {
+        if let Some(epoch) = self.shared.epoch().await? {
+            return Ok(Some(epoch));
         }
         let epoch = format!("{:016x}", rand::random::<u64>());
         if !self
@@ -516,7 +519,7 @@ impl ServicesBackend {
             .await?
         {
             // Another gateway is writing it back.
-            return Ok(false);
+            return Ok(None);
         }
         match self.write_back(registry).await {
             // The epoch last: a write-back cut short (Redis went away again) is done
@@ -527,7 +530,7 @@ impl ServicesBackend {
             Err(err) => tracing::error!("writing the shared state back failed, retrying: {err}"),
         }
         self.shared.release_write_back(&epoch).await?;
-        Ok(false)
+        Ok(None)
     }
 
     /// Writes what this gateway serves back into a Redis that lost it (or, on a fresh
@@ -578,13 +581,18 @@ impl ServicesBackend {
     /// [`Self::copy_tenants`] after a change through this gateway, once the copy holds
     /// it, so that a token revoked here does not come back with a copy read before,
     /// should Redis lose its state right after. At most one such copy begins every
-    /// [`TENANTS_COPY_EVERY`], covering every change made before it began (those made
-    /// while it waited find it current): a tenant making and revoking tokens in a loop
-    /// had every tenant's records read for each of its changes.
+    /// [`TENANTS_COPY_EVERY`], covering every change made before it began (whoever
+    /// made one then and waited for the copy returns at once): a tenant making and
+    /// revoking tokens in a loop had every tenant's records read for each of its
+    /// changes.
     pub(crate) async fn copy_tenants_after_change(&self, registry: &Registry) {
+        let changed = tokio::time::Instant::now();
         let mut copying = self.copying_tenants.lock().await;
-        if let Some(last) = *copying {
-            tokio::time::sleep_until(last + TENANTS_COPY_EVERY).await;
+        match *copying {
+            // Begun after the change: it holds it.
+            Some(last) if last >= changed => return,
+            Some(last) => tokio::time::sleep_until(last + TENANTS_COPY_EVERY).await,
+            None => {}
         }
         self.copy_tenants_now(registry, &mut copying).await;
     }
@@ -785,6 +793,10 @@ impl ServicesBackend {
         let DeployTarget::Resources(resources) = &self.target else {
             return Ok(None);
         };
+        // A name from the request's path: none other reaches the API server's paths.
+        if !faas_workflow::is_valid_name(name) {
+            return Ok(None);
+        }
         match caller {
             // Its own namespace only: a tenant's `faas rm` of any name must not cost a
             // list of every tenant's Workflows.
@@ -980,16 +992,17 @@ async fn follow_once(
     backend: &ServicesBackend,
     registry: &Registry,
 ) -> Result<(), SharedStateError> {
-    if !backend.state_is_intact(registry).await? {
+    let Some(epoch) = backend.state_is_intact(registry).await? else {
         return Ok(());
-    }
+    };
     backend.copy_tenants(registry).await;
     let generation = registry.local_generation();
     let snapshot = backend.snapshot(false).await?;
-    // Asked again once read: from a Redis that restarted empty since the check above,
-    // the snapshot is empty too, and taking it in would drop every deployment this
+    // Asked again once read: from a Redis that restarted empty since the check above
+    // (and perhaps was written back by another gateway, under a new epoch), the
+    // snapshot is empty or partial, and taking it in would drop deployments this
     // gateway serves, leaving its write-back nothing to write.
-    if backend.shared.epoch().await?.is_none() {
+    if backend.shared.epoch().await?.as_deref() != Some(epoch.as_str()) {
         return Ok(());
     }
     let live: Vec<String> = snapshot.live.iter().map(|info| info.id.clone()).collect();

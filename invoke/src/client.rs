@@ -31,12 +31,13 @@ pub const MAX_HEADER_LIST_BYTES: u32 = 128 << 10;
 pub const MAX_STREAMS: u32 = 1024;
 
 /// The most events of one tenant a client has in flight to one worker at once (HTTP/2
-/// streams of its connection): a quarter of [`MAX_STREAMS`]. An event holds its stream
-/// while it waits at the worker for one of its tenant's instance slots, so one tenant's
-/// events (a flood of requests to a route that sleeps) took every stream, and every
-/// other tenant's events to that worker waited behind them. Its events past it wait in
-/// the client, holding no stream.
-pub const MAX_STREAMS_PER_TENANT: usize = MAX_STREAMS as usize / 4;
+/// streams of its connection): half of [`MAX_STREAMS`], above a worker's default
+/// instances per tenant (500), so that a tenant can use them all. An event holds its
+/// stream while it waits at the worker for one of its tenant's instance slots, so one
+/// tenant's events (a flood of requests to a route that sleeps) took every stream, and
+/// every other tenant's events to that worker waited behind them. Its events past it
+/// wait in the client, holding no stream.
+pub const MAX_STREAMS_PER_TENANT: usize = MAX_STREAMS as usize / 2;
 
 /// What may wait unread in one stream of the internal API, each way: an answer its
 /// client does not read, a request body its guest does not read.
@@ -193,7 +194,8 @@ impl RemoteWorker {
         if response.headers().contains_key(wire::FAILURE) {
             return Err(failure_of(response).await);
         }
-        // The stream is the tenant's until the response's body is read or dropped.
+        // The place is the tenant's until the response's body is dropped (read to its
+        // end, the stream is over sooner).
         Ok(response.map(|body| {
             body.map_frame(move |frame| {
                 let _held = &place;

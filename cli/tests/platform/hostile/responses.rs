@@ -256,7 +256,7 @@ fn run_outputs_a_client_leaves_unread_hold_at_most_its_share_of_the_body_budget(
 /// worker for one of its tenant's instance slots. Mallory's 1,100 requests to a route
 /// that sleeps, behind its two slots, took every stream, and the bystander's events to
 /// that worker waited in the gateway until mallory's were done. Now one tenant has at
-/// most a quarter of a connection's streams (`MAX_STREAMS_PER_TENANT`), and its other
+/// most half of a connection's streams (`MAX_STREAMS_PER_TENANT`), and its other
 /// events wait in the gateway, holding none.
 #[test]
 fn one_tenants_events_waiting_for_its_slots_leave_the_workers_streams_to_others() {
