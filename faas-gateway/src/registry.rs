@@ -1064,9 +1064,12 @@ impl Registry {
             self.get(name)
                 .filter(|current| caller.may_act_for(&current.key.tenant))
         };
-        let tenant = match &self.backend {
+        // In embedded mode held to the end: the removal is saved and served as one.
+        let mut guard = None;
+        // The tenant, and the revision this gateway served when the removal began.
+        let (tenant, served) = match &self.backend {
             Backend::Embedded(placement) => {
-                let _guard = self.deploy_lock.lock().await;
+                guard = Some(self.deploy_lock.lock().await);
                 let Some(current) = current() else {
                     return Ok(None);
                 };
@@ -1074,7 +1077,7 @@ impl Registry {
                     saved.remove(name).map_err(DeployError::Store)?;
                 }
                 placement.remove(&current.key);
-                current.key.tenant.clone()
+                (current.key.tenant.clone(), Some(current.revision))
             }
             // Not under the deploy lock, which deploys let go of before they reach the
             // shared state too: the workflow's lease in Redis (or the API server)
@@ -1082,7 +1085,8 @@ impl Registry {
             // which waits for the operator, held up every deploy and token revocation
             // through this gateway for as long.
             Backend::Services(shared) => {
-                let tenant = match current() {
+                let current = current();
+                let tenant = match &current {
                     Some(current) => current.key.tenant.clone(),
                     None => match shared.declared_owner(name, caller).await? {
                         Some(tenant) => tenant,
@@ -1090,23 +1094,28 @@ impl Registry {
                     },
                 };
                 shared.remove(&tenant, name).await?;
-                tenant
+                (tenant, current.map(|current| current.revision))
             }
         };
         let mut state = self.write();
-        if state
-            .deployments
-            .get(name)
-            .is_some_and(|deployment| deployment.key.tenant == tenant)
-        {
+        // Only the version served when the removal began: one this gateway published
+        // meanwhile (a redeploy that went live first) keeps its route and run history
+        // until the next sync says whether it is still live.
+        let taken = served.is_some()
+            && state.deployments.get(name).is_some_and(|deployment| {
+                deployment.key.tenant == tenant && Some(deployment.revision) == served
+            });
+        if taken {
             state.take(name);
         }
         state.local_changes += 1;
-        drop(state);
-        self.lock_runs().remove(&WorkflowKey {
-            tenant: tenant.clone(),
-            name: name.to_owned(),
-        });
+        drop((state, guard));
+        if taken {
+            self.lock_runs().remove(&WorkflowKey {
+                tenant: tenant.clone(),
+                name: name.to_owned(),
+            });
+        }
         self.changed();
         Ok(Some(tenant))
     }
