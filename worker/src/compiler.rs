@@ -89,25 +89,71 @@ pub struct CompileLimits {
 /// When one workflow's compiles must have ended: [`CompileLimits::time`] after its load
 /// began, plus every wait of its compiles for a place. Other tenants' compiles holding
 /// the places must not use up this workflow's time, for its later components either.
-/// Clones share one deadline; no limit for compiles in this process.
+/// Also whether the load was given up ([`AbandonOnDrop`]): its compile child is then
+/// killed at once. Clones share one deadline; no limit for compiles in this process.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct CompileDeadline(Option<Arc<Mutex<Instant>>>);
+pub(crate) struct CompileDeadline(Option<Arc<DeadlineState>>);
+
+/// What the clones of one [`CompileDeadline`] share.
+#[derive(Debug)]
+struct DeadlineState {
+    at: Mutex<Instant>,
+    abandoned: std::sync::atomic::AtomicBool,
+}
 
 impl CompileDeadline {
     /// Moves the deadline `waited` later.
     pub(crate) fn extend(&self, waited: Duration) {
-        if let Some(at) = &self.0 {
-            let mut at = at.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(state) = &self.0 {
+            let mut at = state.at.lock().unwrap_or_else(|p| p.into_inner());
             *at += waited;
         }
     }
 
     /// How long compiles have left from now; `limit` when there is no deadline.
     fn left(&self, limit: Duration) -> Duration {
-        self.0.as_ref().map_or(limit, |at| {
-            let at = *at.lock().unwrap_or_else(|p| p.into_inner());
+        self.0.as_ref().map_or(limit, |state| {
+            let at = *state.at.lock().unwrap_or_else(|p| p.into_inner());
             at.saturating_duration_since(Instant::now())
         })
+    }
+
+    /// Whether the load these compiles are for was given up.
+    fn abandoned(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|state| state.abandoned.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// A guard that gives up this load's compiles if dropped before
+    /// [`AbandonOnDrop::finished`].
+    pub(crate) fn abandon_on_drop(&self) -> AbandonOnDrop {
+        AbandonOnDrop(Some(self.clone()))
+    }
+}
+
+/// Gives up the compiles of a load when dropped before [`Self::finished`]: held by the
+/// future that waits for a compile, so that once its caller is gone (a deploy's client
+/// went, and its request was dropped) the compile child is killed instead of running
+/// on to its time limit, holding one of the worker's [`MAX_COMPILES`] places that other
+/// tenants' deploys wait for. The compile itself runs on a blocking thread that
+/// dropping a future does not stop.
+pub(crate) struct AbandonOnDrop(Option<CompileDeadline>);
+
+impl AbandonOnDrop {
+    /// The compile was waited for to its end: nothing to give up.
+    pub(crate) fn finished(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if let Some(CompileDeadline(Some(state))) = &self.0 {
+            state
+                .abandoned
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -143,11 +189,14 @@ impl Compiler {
     pub(crate) fn deadline(&self) -> CompileDeadline {
         match self {
             Self::InProcess => CompileDeadline::default(),
-            Self::Child { limits, .. } => CompileDeadline(
-                Instant::now()
-                    .checked_add(limits.time)
-                    .map(|at| Arc::new(Mutex::new(at))),
-            ),
+            Self::Child { limits, .. } => {
+                CompileDeadline(Instant::now().checked_add(limits.time).map(|at| {
+                    Arc::new(DeadlineState {
+                        at: Mutex::new(at),
+                        abandoned: false.into(),
+                    })
+                }))
+            }
         }
     }
 
@@ -169,8 +218,13 @@ impl Compiler {
         match self {
             Self::InProcess => compile_threads::run(|| in_process(engine, function, bytes)),
             Self::Child { program, limits } => {
-                let left = deadline.left(limits.time);
-                in_child(program, *limits, left, codegen, function, bytes)
+                if deadline.abandoned() {
+                    return Err(compile_error(
+                        function,
+                        Stopped::Abandoned.describe(*limits),
+                    ));
+                }
+                in_child(program, *limits, deadline, codegen, function, bytes)
             }
         }
     }
@@ -197,12 +251,12 @@ fn compile_error(function: &str, message: String) -> LoadError {
     }
 }
 
-/// Compiles in a child of `program` within `limits` and the time `left` of its
-/// workflow's load, and returns its artifact.
+/// Compiles in a child of `program` within `limits` and the time its workflow's load
+/// has left by `deadline` (unless the load is given up), and returns its artifact.
 fn in_child(
     program: &Path,
     limits: CompileLimits,
-    left: Duration,
+    deadline: &CompileDeadline,
     codegen: Codegen,
     function: &str,
     bytes: &[u8],
@@ -236,7 +290,8 @@ fn in_child(
         let (finished, finish) = mpsc::channel::<()>();
         // The child is not reaped before this thread ends (`wait` comes after the
         // scope), so `pid` names it, or its zombie, for as long as this may kill it.
-        let watchdog = scope.spawn(move || watch(pid, limits.memory_mb, left, &finish));
+        let left = deadline.left(limits.time);
+        let watchdog = scope.spawn(move || watch(pid, limits.memory_mb, left, deadline, &finish));
         let most = max_artifact_bytes(bytes.len());
         let mut artifact = Vec::new();
         let read = stdout.by_ref().take(most + 1).read_to_end(&mut artifact);
@@ -286,6 +341,8 @@ enum Stopped {
     Output {
         most: u64,
     },
+    /// Its load was given up ([`AbandonOnDrop`]).
+    Abandoned,
 }
 
 impl Stopped {
@@ -322,16 +379,21 @@ impl Stopped {
                  segments across large memories) than its size holds",
                 most >> 20
             ),
+            Self::Abandoned => "the deploy or load it was for was given up (its caller \
+                 went) before it compiled"
+                .to_owned(),
         }
     }
 }
 
 /// Watches the compile child `pid` until `finish` is dropped, killing it once it has
-/// run for `allowed` or holds more than `memory_mb` resident.
+/// run for `allowed`, holds more than `memory_mb` resident, or its load was given up
+/// (`deadline`).
 fn watch(
     pid: rustix::process::Pid,
     memory_mb: u64,
     allowed: Duration,
+    deadline: &CompileDeadline,
     finish: &mpsc::Receiver<()>,
 ) -> Option<Stopped> {
     let started = std::time::Instant::now();
@@ -340,7 +402,9 @@ fn watch(
         if finish.recv_timeout(MEMORY_POLL) != Err(mpsc::RecvTimeoutError::Timeout) {
             return None;
         }
-        let stopped = if started.elapsed() >= allowed {
+        let stopped = if deadline.abandoned() {
+            Some(Stopped::Abandoned)
+        } else if started.elapsed() >= allowed {
             Some(Stopped::Time {
                 cpu: cpu_time(pid),
                 allowed,
@@ -494,7 +558,8 @@ mod tests {
             ..CompileLimits::default()
         };
         let (_finished, finish) = mpsc::channel::<()>();
-        let stopped = watch(pid, limits.memory_mb, limits.time, &finish);
+        let deadline = CompileDeadline::default();
+        let stopped = watch(pid, limits.memory_mb, limits.time, &deadline, &finish);
         let status = child.wait().unwrap();
         assert!(!status.success(), "the child was not killed: {status}");
         let Some(Stopped::Time { cpu: Some(cpu), .. }) = stopped else {
@@ -505,6 +570,41 @@ mod tests {
         assert!(message.contains("--compile-timeout-secs"), "{message}");
         assert!(message.contains("the worker is busy"), "{message}");
         assert!(!message.contains("too complex"), "{message}");
+    }
+
+    #[test]
+    fn a_compile_whose_load_was_given_up_is_killed_at_once() {
+        let compiler = Compiler::Child {
+            program: "sleep".into(),
+            limits: CompileLimits::default(),
+        };
+        let deadline = compiler.deadline();
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = rustix::process::Pid::from_child(&child);
+        let (_finished, finish) = mpsc::channel::<()>();
+        let waiting = deadline.abandon_on_drop();
+        let watching = {
+            let deadline = deadline.clone();
+            std::thread::spawn(move || watch(pid, 1 << 20, Duration::MAX, &deadline, &finish))
+        };
+        // A guard waited out to its end gives up nothing.
+        deadline.abandon_on_drop().finished();
+        assert!(!deadline.abandoned());
+        // Without the load given up, the watch would wait for the child's 30 s.
+        drop(waiting);
+        assert_eq!(watching.join().unwrap(), Some(Stopped::Abandoned));
+        assert!(!child.wait().unwrap().success(), "the child was not killed");
+        // The load's later compiles do not start.
+        let engine = Engine::default();
+        let codegen = Codegen {
+            fuel: false,
+            memory_init_cow: true,
+        };
+        let refused = compiler.compile(&engine, codegen, "f", b"", &deadline);
+        let Err(LoadError::Compile { message, .. }) = refused else {
+            panic!("{refused:?}");
+        };
+        assert!(message.contains("given up"), "{message}");
     }
 
     #[test]

@@ -141,6 +141,7 @@ impl Runtime {
         // leaves no compile queued) when the code is not in the cache. Its wait does
         // not count against the compile's time: another tenant's compiles holding the
         // places must not fail this one.
+        let abandon = deadline.abandon_on_drop();
         let asked = std::time::Instant::now();
         let mut place = None;
         if !self.cache.contains(bytes.digest()) {
@@ -156,7 +157,7 @@ impl Runtime {
         // the compile threads or in a child (`Compiler::compile`). Not the whole load:
         // a load of cached code waiting here for a compile thread would wait behind
         // the compiles (each holds one while its child runs).
-        tokio::task::spawn_blocking(move || {
+        let compiling = tokio::task::spawn_blocking(move || {
             let loaded = cache.load_with(&engine, &owned_name, &bytes, |bytes| {
                 // A miss whatever was expected (an artifact pruned since it was looked
                 // for, `services/loads.rs`) takes a place too. Never closed.
@@ -169,8 +170,9 @@ impl Runtime {
             after_load();
             loaded
         })
-        .await
-        .map_err(|err| LoadError::Compile {
+        .await;
+        abandon.finished();
+        compiling.map_err(|err| LoadError::Compile {
             function: name.to_owned(),
             message: format!("compiler task failed: {err}"),
         })?

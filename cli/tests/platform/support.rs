@@ -364,14 +364,22 @@ pub fn faas_at(url: &str, args: &[&str]) -> Output {
 
 /// Runs the `faas` CLI against the platform at `url` with `token`, nothing else done.
 pub fn faas_as(url: &str, token: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_faas"))
+    faas_command(url, token, args)
+        .output()
+        .expect("running faas")
+}
+
+/// The command that runs the `faas` CLI against the platform at `url` with `token`:
+/// for a test that starts it and stops it while it waits.
+pub fn faas_command(url: &str, token: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_faas"));
+    command
         .args(args)
         .env("FAAS_URL", url)
         .env("FAAS_TOKEN", token)
         .env("FAAS_LOG", "warn")
-        .current_dir(faas_testing::repo_root())
-        .output()
-        .expect("running faas")
+        .current_dir(faas_testing::repo_root());
+    command
 }
 
 /// The `/metrics` of the gateway at `url`, read with the admin token (every tenant's

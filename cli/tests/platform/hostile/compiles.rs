@@ -7,8 +7,8 @@
 use super::{Watch, assert_bystander_served, deploy_bystander};
 use crate::services::Services;
 use crate::support::{
-    Platform, deploy_at, ensure_tenant_at, faas_as, faas_at, repo, write_manifest,
-    write_manifest_of,
+    Platform, TOKEN, deploy_at, ensure_tenant_at, faas_as, faas_at, faas_command, repo,
+    write_manifest, write_manifest_of,
 };
 use crate::tenants::scene::{Scene, assert_success, refused};
 use std::path::Path;
@@ -368,6 +368,61 @@ fn a_workflow_whose_first_compile_waited_for_a_place_keeps_its_whole_time_for_th
     }
 }
 
+/// A deploy whose client went while its component compiled: its request was dropped,
+/// but the compile ran on in its child to `--compile-timeout-secs`, holding one of the
+/// worker's two compile places, and a tenant could start the next at once. Mallory's
+/// and eve's compiles are stopped here (`SIGSTOP`: on the old code they held their
+/// places to the timeout, 300 s) and their clients killed. Their children are killed
+/// at once, and victim's deploy of a component compiled for it goes through.
+#[test]
+fn a_deploy_whose_client_went_stops_its_compile_and_gives_its_place_to_others() {
+    let platform = Platform::start_with(&["--no-demo", "--compile-timeout-secs", "300"]);
+    let dir = faas_testing::temp_dir();
+    let mut compiles = Vec::new();
+    for (tenant, seed) in ["mallory", "eve"].into_iter().zip(fresh_seed()..) {
+        let manifest = expensive_manifest(&platform.url, dir.path(), tenant, seed);
+        let mut client = faas_command(&platform.url, TOKEN, &["deploy", &manifest])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        compiles.push(StoppedCompile::next_of(platform.pid()));
+        client.kill().unwrap();
+        client.wait().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while compiles.iter().any(|compile| {
+        compile_children(platform.pid())
+            .iter()
+            .any(|(pid, _)| *pid == compile.pid)
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the compiles of deploys whose clients went are still there: {:?}",
+            compile_children(platform.pid())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let path = dir.path().join("victim.wasm");
+    std::fs::write(&path, costly_hello(fresh_seed(), 1_000)).unwrap();
+    let manifest = write_manifest_of(dir.path(), "shop", "victim", &path, "/shop", "");
+    deploy_at(&platform.url, &manifest);
+    let hello = platform.get("/shop?name=victim");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
+    assert_eq!(platform.get("/mallory").status(), 404);
+}
+
+/// Writes the manifest of `tenant`'s workflow of that name, on route `/<tenant>`, of
+/// [`expensive_component`] (`seed`), and makes the tenant at `url`; returns its path.
+fn expensive_manifest(url: &str, dir: &Path, tenant: &str, seed: i32) -> String {
+    ensure_tenant_at(url, tenant);
+    let path = dir.join(format!("{tenant}.wasm"));
+    std::fs::write(&path, expensive_component(seed)).unwrap();
+    let manifest = write_manifest_of(dir, tenant, tenant, &path, &format!("/{tenant}"), "");
+    manifest.to_str().unwrap().to_owned()
+}
+
 /// Starts deploying mallory's and eve's [`expensive_component`]s through the gateway
 /// at `url`, and stops each one's compile child (of process `compile_parent`): they
 /// take the two places of compiles at once. Returns each deploy with its compile.
@@ -395,12 +450,9 @@ fn start_expensive_deploy(
     tenant: &str,
     seed: i32,
 ) -> std::thread::JoinHandle<std::process::Output> {
-    ensure_tenant_at(url, tenant);
-    let path = dir.join(format!("{tenant}.wasm"));
-    std::fs::write(&path, expensive_component(seed)).unwrap();
-    let manifest = write_manifest_of(dir, tenant, tenant, &path, &format!("/{tenant}"), "");
+    let manifest = expensive_manifest(url, dir, tenant, seed);
     let url = url.to_owned();
-    std::thread::spawn(move || faas_at(&url, &["deploy", manifest.to_str().unwrap()]))
+    std::thread::spawn(move || faas_at(&url, &["deploy", &manifest]))
 }
 
 #[test]
