@@ -224,6 +224,19 @@ fn check_internal_token(source: &str, token: &str) -> anyhow::Result<()> {
     )
 }
 
+/// Refuses an internal token that is the admin token: every worker holds the internal
+/// token, and a worker runs tenants' code, so one that code escaped from would hold the
+/// operator's credential too.
+fn check_tokens_differ(admin: &str, internal: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        admin != internal,
+        "the internal token (--internal-token, FAAS_INTERNAL_TOKEN) is the admin token \
+         (--token, FAAS_TOKEN): every worker holds the internal token, and with it would \
+         hold the operator's credential; give each a token of its own"
+    );
+    Ok(())
+}
+
 /// Arguments of `faas gateway`.
 #[derive(Debug, clap::Args)]
 pub struct GatewayCmdArgs {
@@ -277,6 +290,7 @@ pub struct SchedulerArgs {
 pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
     let token = args.identity.token()?;
     let internal_token = args.internal_token.resolve(&args.identity.data_dir)?;
+    check_tokens_differ(&token, &internal_token)?;
     let shared = args.redis.shared().await?;
     let broker = args.broker.connect(&args.redis.redis).await?;
     let deploy_timeout = Duration::from_secs(args.deploy_timeout_s);

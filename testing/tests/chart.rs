@@ -189,6 +189,14 @@ async fn helm_install_waits_for_ready_pods_and_upgrades_keep_the_operators_worke
         &["patch", "deployments/faas-gateway", "--subresource=scale"],
         &ns
     ));
+    assert!(operator(
+        &["get", "deployments/faas-worker", "--subresource=scale"],
+        &ns
+    ));
+    // The Deployment itself (its pod template) is not the operator's to change.
+    for verb in ["patch", "update", "delete"] {
+        assert!(!operator(&[verb, "deployments/faas-worker"], &ns), "{verb}");
+    }
     assert!(!operator(
         &["patch", "deployments/faas-worker", "--subresource=scale"],
         &tenant

@@ -468,6 +468,31 @@ fn a_platform_refuses_a_token_under_16_bytes_naming_where_it_came_from() {
 }
 
 #[test]
+fn a_gateway_refuses_an_internal_token_that_is_its_admin_token() {
+    let data = faas_testing::temp_dir();
+    let dir = data.path().to_str().unwrap();
+    let args = [
+        "gateway",
+        "--redis",
+        "redis://127.0.0.1:1",
+        "--internal-token",
+        INTERNAL_TOKEN,
+        "--data-dir",
+        dir,
+    ];
+    let output = faas_command(&args, &[("FAAS_TOKEN", INTERNAL_TOKEN)]);
+    assert!(!output.status.success(), "the gateway started");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "the internal token (--internal-token, FAAS_INTERNAL_TOKEN) is the admin token"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(INTERNAL_TOKEN), "{stderr}");
+}
+
+#[test]
 fn faas_up_keeps_its_data_dir_owner_only_and_refuses_one_others_may_write_to() {
     let parent = faas_testing::temp_dir();
     let data = parent.path().join("data");
