@@ -68,7 +68,7 @@ struct RunArgs {
     /// Non-public networks (CIDR ranges or addresses) a Workflow's component URL may be
     /// fetched from. None by default: a tenant writes the URL, and chooses what its
     /// name resolves to, and the operator's pod reaches the cloud metadata address and
-    /// the cluster's services.
+    /// the cluster's services. A network holding a cloud metadata address is refused.
     #[arg(long, env = "FAAS_COMPONENT_PRIVATE_NETWORKS", value_delimiter = ',',
           value_parser = faas_workflow::parse_network)]
     component_private_networks: Vec<ipnet::IpNet>,

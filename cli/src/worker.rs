@@ -126,12 +126,13 @@ pub struct WorkerArgs {
     /// may open.
     #[arg(long, env = "FAAS_MAX_OUTBOUND_CONNECTIONS")]
     pub max_outbound_connections: Option<usize>,
-    /// Non-public networks (loopback, private, link-local such as the cloud metadata
-    /// address) that guests' outbound HTTP may reach, comma-separated CIDR ranges or
-    /// addresses (`10.1.0.0/16,127.0.0.1`), and only through an `allowed_outbound_hosts`
-    /// entry that names the host. `TENANT=NETWORK` (`acme=10.1.0.0/16`) opens a network
-    /// to that tenant's functions only; a bare one opens it to every tenant's. None by
-    /// default: a tenant chooses its entries, and what their names resolve to.
+    /// Non-public networks (loopback, private, link-local) that guests' outbound HTTP
+    /// may reach, comma-separated CIDR ranges or addresses (`10.1.0.0/16,127.0.0.1`),
+    /// and only through an `allowed_outbound_hosts` entry that names the host.
+    /// `TENANT=NETWORK` (`acme=10.1.0.0/16`) opens a network to that tenant's functions
+    /// only; a bare one opens it to every tenant's. None by default: a tenant chooses
+    /// its entries, and what their names resolve to. A network holding a cloud
+    /// metadata address (`169.254.169.254`...) is refused.
     #[arg(long, env = "FAAS_OUTBOUND_PRIVATE_NETWORKS", value_delimiter = ',')]
     pub outbound_private_networks: Vec<faas_workflow::OpenedNetwork>,
     /// How many region memory files may be open at once, per worker (a quarter of

@@ -63,12 +63,38 @@ impl fmt::Display for OpenedNetwork {
 ///
 /// # Errors
 /// A message naming `text` when it is neither.
+/// A network holding one of [`CLOUD_METADATA`] is refused.
 pub fn parse_network(text: &str) -> Result<IpNet, String> {
     let text = text.trim();
-    text.parse::<IpNet>()
+    let network = text
+        .parse::<IpNet>()
         .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
-        .map_err(|_| format!("`{text}` is neither a CIDR range (10.1.0.0/16) nor an address"))
+        .map_err(|_| format!("`{text}` is neither a CIDR range (10.1.0.0/16) nor an address"))?;
+    if let Some(metadata) = CLOUD_METADATA
+        .iter()
+        .find(|address| network.contains(&address.parse::<std::net::IpAddr>().unwrap()))
+    {
+        return Err(format!(
+            "`{text}` holds {metadata}, a cloud provider's metadata or host-agent address: \
+             code it is opened to could read the node's cloud credentials (and a Kubernetes \
+             NetworkPolicy opens it to every worker pod, whatever the tenant); open a \
+             narrower network"
+        ));
+    }
+    Ok(network)
 }
+
+/// Addresses no opened network may hold: where a cloud VM's metadata service (its
+/// credentials among them) or host agent answers, reachable from every machine of the
+/// cloud. AWS, GCP, Azure and others at `169.254.169.254`, AWS's IPv6
+/// `fd00:ec2::254`, Azure's WireServer `168.63.129.16`, Alibaba Cloud's
+/// `100.100.100.200`.
+pub const CLOUD_METADATA: [&str; 4] = [
+    "169.254.169.254",
+    "fd00:ec2::254",
+    "168.63.129.16",
+    "100.100.100.200",
+];
 
 /// Every network opened, looked up by tenant ([`OpenedNetworks::of`]) on each event.
 #[derive(Debug, Clone, Default)]
@@ -167,5 +193,31 @@ mod tests {
         );
         let err = "db.internal".parse::<OpenedNetwork>().unwrap_err();
         assert!(err.contains("`db.internal` is neither"), "{err}");
+    }
+
+    #[test]
+    fn a_network_holding_a_cloud_metadata_address_is_refused() {
+        for (entry, holds) in [
+            ("acme=169.254.0.0/16", "169.254.169.254"),
+            ("0.0.0.0/0", "169.254.169.254"),
+            ("acme=169.254.169.254", "169.254.169.254"),
+            ("fd00::/8", "fd00:ec2::254"),
+            ("168.63.0.0/16", "168.63.129.16"),
+            ("acme=100.64.0.0/10", "100.100.100.200"),
+        ] {
+            let err = entry.parse::<OpenedNetwork>().unwrap_err();
+            assert!(
+                err.contains(&format!("holds {holds}, a cloud")),
+                "{entry}: {err}"
+            );
+        }
+        for entry in [
+            "169.254.20.10",
+            "fd00:ec2::/120",
+            "10.0.0.0/8",
+            "100.64.0.0/16",
+        ] {
+            entry.parse::<OpenedNetwork>().expect(entry);
+        }
     }
 }

@@ -108,6 +108,11 @@ none, networkPolicy.workerEgress.externalRedisPort when the URL is in a Secret.
 {{/* A network of worker.outboundPrivateNetworks as a CIDR (an address is its own /32 or /128), without the tenant it may be opened to. */}}
 {{- define "faas.cidr" -}}
 {{- $network := splitList "=" . | last -}}
+{{- /* The worker refuses any network holding a cloud metadata address; the plainest here
+too, so that the NetworkPolicy never opens one to the worker pods. */}}
+{{- if or (hasPrefix "169.254." $network) (hasSuffix "/0" $network) (hasPrefix "168.63." $network) (hasPrefix "fd00:ec2:" $network) -}}
+{{- fail (printf "worker.outboundPrivateNetworks: `%s` may hold a cloud provider's metadata address (169.254.169.254, 168.63.129.16, fd00:ec2::254): code it is opened to could read the node's cloud credentials; open a narrower network" .) -}}
+{{- end -}}
 {{- if contains "/" $network -}}
 {{- $network -}}
 {{- else if contains ":" $network -}}
