@@ -263,7 +263,7 @@ impl ServicesBackend {
         )?;
         check_routes_once(workflow, &known)?;
         let stored = self
-            .put_components(&request.components)
+            .put_components(&request.components, &workflow.tenant)
             .await
             .map_err(shared_state)?;
         let applied = async {
@@ -326,7 +326,7 @@ impl ServicesBackend {
         self.check_claims(workflow).await?;
         let started = crate::activator::unix_millis();
         let stored = self
-            .put_components(&components)
+            .put_components(&components, &workflow.tenant)
             .await
             .map_err(shared_state)?;
         let placed = self
@@ -450,16 +450,17 @@ impl ServicesBackend {
         }
     }
 
-    /// Stores each component under its SHA-256; returns the digests by function name,
-    /// and those this call stored itself, with their stamps.
+    /// Stores each component under its SHA-256, as `tenant`'s; returns the digests by
+    /// function name, and those this call stored itself, with their stamps.
     async fn put_components(
         &self,
         components: &Components,
+        tenant: &str,
     ) -> Result<StoredComponents, SharedStateError> {
         let mut stored = StoredComponents::default();
         for (function, component) in components {
             let sha = component.digest();
-            let put = self.shared.put_component(sha, component).await?;
+            let put = self.shared.put_component(sha, component, tenant).await?;
             if put.created {
                 stored.created.push((sha.to_owned(), put.stamp));
             }
@@ -556,7 +557,9 @@ impl ServicesBackend {
             );
         }
         for deployment in deployments {
-            let stored = self.put_components(deployment.components()).await?;
+            let stored = self
+                .put_components(deployment.components(), &deployment.workflow.tenant)
+                .await?;
             let record = DeploymentRecord {
                 workflow: deployment.workflow.clone(),
                 digest: deployment.digest.clone(),

@@ -109,9 +109,11 @@ const FENCED_REMOVE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then retur
 const DROP_ABANDONED: &str = "if redis.call('exists', KEYS[1]) == 0 then \
      return redis.call('hdel', KEYS[2], ARGV[1]) end return 0";
 
-/// Deletes a component only if it was not stored again since its stamp was read.
+/// Deletes a component (its bytes KEYS[2] and its tenants KEYS[3]) only if it was not
+/// stored again since its stamp was read.
 const COLLECT: &str = "if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then \
-     redis.call('del', KEYS[2]) redis.call('hdel', KEYS[1], ARGV[1]) return 1 end return 0";
+     redis.call('del', KEYS[2], KEYS[3]) redis.call('hdel', KEYS[1], ARGV[1]) return 1 end \
+     return 0";
 
 /// Deletes a key only if it still holds the value given (a lock taken by someone else
 /// after ours expired stays).
@@ -121,6 +123,15 @@ const RELEASE: &str =
 /// `faas:component:<sha256>`: a component's bytes.
 fn component_key(digest: &str) -> String {
     format!("faas:component:{digest}")
+}
+
+/// `faas:component-tenants:<sha256>`: the tenants that stored a component (uploaded
+/// it, or had its bytes fetched from a URL), and so may name it by its digest alone.
+/// Components are stored once whatever tenants name them; without this, a tenant's
+/// Workflow naming another tenant's digest ran that tenant's code under its own name,
+/// and told it whether a component of that digest was deployed anywhere.
+fn component_tenants_key(digest: &str) -> String {
+    format!("faas:component-tenants:{digest}")
 }
 
 /// What [`SharedState::put_component`] did.
@@ -295,8 +306,11 @@ impl SharedState {
         Ok(())
     }
 
-    /// Stores a component's bytes under their SHA-256 (a no-op when present), and
-    /// stamps it with the time; says whether this call stored the bytes, and the stamp.
+    /// Stores a component's bytes under their SHA-256 (a no-op when present) for
+    /// `tenant`, who may name it by digest from now on ([`Self::has_component_of`]),
+    /// and stamps it with the time; says whether this call stored the bytes, and the
+    /// stamp. `digest` must be the SHA-256 of `bytes`: the caller checked it, or
+    /// computed it.
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
@@ -304,16 +318,64 @@ impl SharedState {
         &self,
         digest: &str,
         bytes: &[u8],
+        tenant: &str,
     ) -> Result<StoredComponent, SharedStateError> {
         let stamp = unix_millis();
         let (created,): (bool,) = redis::pipe()
             .atomic()
             .set_nx(component_key(digest), bytes)
+            .sadd(component_tenants_key(digest), tenant)
+            .ignore()
             .hset(COMPONENTS, digest, stamp)
             .ignore()
             .query_async(&mut self.components.clone())
             .await?;
         Ok(StoredComponent { created, stamp })
+    }
+
+    /// Whether the component whose SHA-256 is `digest` is stored and `tenant` stored
+    /// it ([`Self::put_component`]): what a tenant may name by digest alone.
+    ///
+    /// # Errors
+    /// [`SharedStateError::Redis`].
+    pub async fn has_component_of(
+        &self,
+        tenant: &str,
+        digest: &str,
+    ) -> Result<bool, SharedStateError> {
+        let (stored, theirs): (bool, bool) = redis::pipe()
+            .exists(component_key(digest))
+            .sismember(component_tenants_key(digest), tenant)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(stored && theirs)
+    }
+
+    /// Records, for each deployment (live or staged), that its tenant stored the
+    /// components it names: for components stored before their tenants were recorded
+    /// (by an older version), which their tenants' Workflows name by digest.
+    ///
+    /// # Errors
+    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    pub async fn record_deployed_components_tenants(&self) -> Result<(), SharedStateError> {
+        let records = self
+            .deployments()
+            .await?
+            .into_values()
+            .chain(self.staged_deployments().await?.into_values());
+        let mut pipe = redis::pipe();
+        let mut recorded = 0;
+        for record in records {
+            for digest in record.components.values() {
+                pipe.sadd(component_tenants_key(digest), &record.workflow.tenant)
+                    .ignore();
+                recorded += 1;
+            }
+        }
+        if recorded > 0 {
+            pipe.query_async::<()>(&mut self.conn()).await?;
+        }
+        Ok(())
     }
 
     /// Deletes at once each component of `candidates` (digest, latest stamp) that no
@@ -372,9 +434,10 @@ impl SharedState {
     ) -> Result<bool, SharedStateError> {
         let removed: i64 = redis::cmd("EVAL")
             .arg(COLLECT)
-            .arg(2)
+            .arg(3)
             .arg(COMPONENTS)
             .arg(component_key(digest))
+            .arg(component_tenants_key(digest))
             .arg(digest)
             .arg(stamp)
             .query_async(conn)

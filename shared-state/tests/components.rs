@@ -56,7 +56,7 @@ async fn a_component_slower_to_move_than_a_record_is_stored_and_read_back_whole(
         .unwrap();
     let bytes: Vec<u8> = (0..LARGE).map(|i| (i % 251) as u8).collect();
     assert!(!shared.has_component("large").await.unwrap());
-    shared.put_component("large", &bytes).await.unwrap();
+    shared.put_component("large", &bytes, "t").await.unwrap();
     assert!(shared.has_component("large").await.unwrap());
     let read = shared.component("large").await.unwrap();
     assert!(read == bytes, "the bytes read back differ");
@@ -71,7 +71,7 @@ async fn records_do_not_wait_behind_a_component_transfer() {
     // Stored directly, the fetch alone goes over the slow link.
     let direct = SharedState::connect(&redis.url()).await.unwrap();
     direct
-        .put_component("large", &vec![7; LARGE])
+        .put_component("large", &vec![7; LARGE], "t")
         .await
         .unwrap();
     let shared = SharedState::connect(&slow_link(&redis).await)

@@ -195,7 +195,7 @@ async fn a_staged_record_whose_lease_expired_is_dropped_and_its_components_colle
     let cluster = cluster(&redis).await;
     for revision in [1, 2] {
         cluster
-            .put_component(&format!("sha-{revision}"), b"bytes")
+            .put_component(&format!("sha-{revision}"), b"bytes", "t")
             .await
             .unwrap();
     }
@@ -233,18 +233,24 @@ async fn a_failed_deploys_own_components_go_at_once_and_others_stay() {
     let redis = RedisServer::start();
     let cluster = cluster(&redis).await;
     // Another deploy stored `theirs` first: storing it again creates nothing.
-    assert!(cluster.put_component("theirs", b"t").await.unwrap().created);
-    let theirs = cluster.put_component("theirs", b"t").await.unwrap();
+    assert!(
+        cluster
+            .put_component("theirs", b"t", "t")
+            .await
+            .unwrap()
+            .created
+    );
+    let theirs = cluster.put_component("theirs", b"t", "t").await.unwrap();
     assert!(!theirs.created);
-    let mine = cluster.put_component("mine", b"m").await.unwrap();
+    let mine = cluster.put_component("mine", b"m", "t").await.unwrap();
     assert!(mine.created);
     // Named by a live record (revision 1 names `sha-1`).
-    let named = cluster.put_component("sha-1", b"n").await.unwrap();
+    let named = cluster.put_component("sha-1", b"n", "t").await.unwrap();
     cluster.put_deployment(&record(1)).await.unwrap();
     // Stored again by another deploy after this one.
-    let raced = cluster.put_component("raced", b"r").await.unwrap();
+    let raced = cluster.put_component("raced", b"r", "t").await.unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
-    cluster.put_component("raced", b"r").await.unwrap();
+    cluster.put_component("raced", b"r", "t").await.unwrap();
 
     let candidates = [
         ("mine".to_owned(), mine.stamp),
@@ -264,4 +270,73 @@ async fn a_failed_deploys_own_components_go_at_once_and_others_stay() {
         cluster.collect_components(Duration::ZERO).await.unwrap(),
         ["raced", "theirs"]
     );
+}
+
+/// A component is stored once whatever tenants name it, and a tenant may name by
+/// digest alone only one it stored: another tenant's, named so, would run that
+/// tenant's code in its name. Its tenants go with it when it is collected, and the
+/// deployments' tenants are recorded for components an older version stored without.
+#[tokio::test]
+async fn a_component_is_the_tenants_that_stored_it_and_they_go_with_it() {
+    let redis = RedisServer::start();
+    let cluster = cluster(&redis).await;
+    let of = |tenant: &'static str, digest: &'static str| {
+        let cluster = cluster.clone();
+        async move { cluster.has_component_of(tenant, digest).await.unwrap() }
+    };
+    assert!(!of("acme", "shared").await, "nothing stored yet");
+    let first = cluster.put_component("shared", b"s", "acme").await.unwrap();
+    assert!(first.created);
+    assert!(of("acme", "shared").await);
+    assert!(!of("mallory", "shared").await, "another tenant's component");
+    // Mallory stored the same bytes itself (it had them): no second copy, and now
+    // both may name it.
+    assert!(
+        !cluster
+            .put_component("shared", b"s", "mallory")
+            .await
+            .unwrap()
+            .created
+    );
+    assert!(of("mallory", "shared").await && of("acme", "shared").await);
+
+    // Collected, it takes its tenants along: stored again later by someone else, it
+    // is not theirs.
+    let stamp = cluster
+        .put_component("gone", b"g", "acme")
+        .await
+        .unwrap()
+        .stamp;
+    assert_eq!(
+        cluster
+            .forget_components(&[("gone".to_owned(), stamp)])
+            .await
+            .unwrap(),
+        ["gone"]
+    );
+    cluster
+        .put_component("gone", b"g", "mallory")
+        .await
+        .unwrap();
+    assert!(!of("acme", "gone").await);
+
+    // Stored without a tenant (as by an older version) and named by a deployment:
+    // recorded as its tenant's.
+    let mut connection = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("SET")
+        .arg("faas:component:sha-7")
+        .arg("old")
+        .query_async::<()>(&mut connection)
+        .await
+        .unwrap();
+    cluster.put_deployment(&record(7)).await.unwrap();
+    let tenant = record(7).workflow.tenant;
+    assert!(!cluster.has_component_of(&tenant, "sha-7").await.unwrap());
+    cluster.record_deployed_components_tenants().await.unwrap();
+    assert!(cluster.has_component_of(&tenant, "sha-7").await.unwrap());
+    assert!(!of("mallory", "sha-7").await);
 }

@@ -165,7 +165,7 @@ impl Cluster {
     fn put_hello(&self) -> String {
         let (bytes, sha) = hello();
         self.runtime
-            .block_on(self.shared().put_component(&sha, &bytes))
+            .block_on(self.shared().put_component(&sha, &bytes, &self.tenant))
             .unwrap();
         sha
     }
@@ -596,7 +596,7 @@ fn a_component_url_to_a_non_public_address_is_refused_before_any_connection() {
     let shared = cluster.shared();
     cluster
         .runtime
-        .block_on(shared.put_component(&sha, &bytes))
+        .block_on(shared.put_component(&sha, &bytes, &cluster.tenant))
         .unwrap();
     let stored = hello_workflow(&cluster.tenant, "stored", "/stored", &sha, None, "");
     cluster.apply(&stored);
@@ -757,6 +757,56 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
     );
 }
 
+/// Components are stored once, by digest, whatever tenants name them: a Workflow
+/// naming another tenant's component by its digest alone ran that tenant's code in its
+/// own name (and its status told whether that code was deployed anywhere). Here
+/// another tenant, `acme`, stored the hello component; this tenant's Workflow naming
+/// it without a URL is refused as if nothing were stored. With a URL to the same
+/// bytes, fetched and checked against the digest, it is served.
+#[test]
+fn a_workflow_naming_another_tenants_component_by_digest_alone_is_refused() {
+    let cluster = Cluster::start(1, &LOOPBACK_OPENED);
+    let (bytes, sha) = hello();
+    let shared = cluster.shared();
+    cluster
+        .runtime
+        .block_on(shared.put_component(&sha, &bytes, "acme"))
+        .unwrap();
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "borrowed",
+        "/borrowed",
+        &sha,
+        None,
+        "",
+    ));
+    let (_, message) = cluster.wait_degraded("borrowed", "ComponentMissing");
+    assert!(
+        message.contains("is not uploaded by this tenant and no url is given"),
+        "{message}"
+    );
+    let deployments = cluster.runtime.block_on(shared.deployments()).unwrap();
+    assert!(!deployments.contains_key("borrowed"), "{deployments:?}");
+
+    let url = crate::serve_file(bytes);
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "borrowed",
+        "/borrowed",
+        &sha,
+        Some(&url),
+        "",
+    ));
+    let ready = cluster.wait_condition("borrowed", "Ready", "True", "Ready");
+    assert_eq!(ready["status"]["replicas"], 1);
+    assert!(
+        cluster
+            .runtime
+            .block_on(shared.has_component_of(&cluster.tenant, &sha))
+            .unwrap()
+    );
+}
+
 #[test]
 fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
     let cluster = Cluster::start(
@@ -772,7 +822,7 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
     let shared = cluster.shared();
     cluster
         .runtime
-        .block_on(shared.put_component(&sha, &bytes))
+        .block_on(shared.put_component(&sha, &bytes, &cluster.tenant))
         .unwrap();
     cluster.set_quotas(QuotaChanges {
         max_workflows: Some(Some(1)),

@@ -71,7 +71,10 @@ fn publish_file(services: &Services, path: &Path, replacements: &[(&str, &str)])
         for (name, function) in &workflow.functions {
             let bytes = std::fs::read(dir.join(&function.component)).unwrap();
             let sha = hex::encode(Sha256::digest(&bytes));
-            shared.put_component(&sha, &bytes).await.unwrap();
+            shared
+                .put_component(&sha, &bytes, &workflow.tenant)
+                .await
+                .unwrap();
             components.insert(name.clone(), sha);
         }
         let record = DeploymentRecord {

@@ -1,5 +1,5 @@
-//! A Workflow's components: already in Redis under their SHA-256, or fetched from their
-//! URL (bounded in size and time and by the tenant's code quota, verified against the
+//! A Workflow's components: already in Redis under their SHA-256 (stored by its own
+//! tenant), or fetched from their URL (bounded in size and time and by the tenant's code quota, verified against the
 //! digest, checked to be a WebAssembly component) and stored there content-addressed.
 
 use super::Context;
@@ -22,7 +22,16 @@ pub(crate) async fn ensure(
     source: &ComponentSource,
     room: &mut Option<CodeRoom>,
 ) -> Result<Result<(), Refusal>, SharedStateError> {
-    if context.shared.has_component(&source.sha256).await? {
+    // Only a component this tenant stored itself: another tenant's, named by its
+    // digest, would run that tenant's code in this one's name. Refused as if it were
+    // not stored at all, so that the refusal tells nothing of other tenants' code; with
+    // a URL its bytes are fetched, and by matching the digest this tenant shows it has
+    // them.
+    if context
+        .shared
+        .has_component_of(tenant, &source.sha256)
+        .await?
+    {
         return Ok(Ok(()));
     }
     let field = format!("spec.functions.{function}.component");
@@ -30,8 +39,8 @@ pub(crate) async fn ensure(
         return Ok(Err(Refusal::new(
             reason::COMPONENT_MISSING,
             format!(
-                "{field}: component sha256:{} is not uploaded and no url is given (deploy it \
-                 with `faas deploy`, or set {field}.url)",
+                "{field}: component sha256:{} is not uploaded by this tenant and no url is \
+                 given (deploy it with `faas deploy`, or set {field}.url)",
                 source.sha256
             ),
         )));
@@ -76,7 +85,10 @@ pub(crate) async fn ensure(
             format!("{field}.url: {url} is not a WebAssembly component: {reason}"),
         )));
     }
-    context.shared.put_component(&actual, &bytes).await?;
+    context
+        .shared
+        .put_component(&actual, &bytes, tenant)
+        .await?;
     tracing::info!(function, url = %url, sha256 = %actual, bytes = bytes.len(), "fetched component");
     Ok(Ok(()))
 }

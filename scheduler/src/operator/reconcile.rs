@@ -87,9 +87,11 @@ pub(crate) struct Deployed {
 }
 
 /// Runs the Workflow controller (every namespace) until the task is dropped, once the
-/// revision floor is read from every Workflow ([`floor`]).
+/// revision floor is read from every Workflow ([`floor`]) and the deployments'
+/// components are recorded as their tenants' ([`record_components_tenants`]).
 pub(crate) async fn run(context: Arc<Context>) {
     floor::raise_from_every_status(&context).await;
+    record_components_tenants(&context).await;
     let api: Api<Workflow> = Api::all(context.client.clone());
     let wake = futures::stream::unfold(context.clone(), |context| async move {
         context.reconcile_all.notified().await;
@@ -552,6 +554,19 @@ pub(crate) async fn remove_record(
     // The name, routes and quota it held may be what a refused Workflow waits for.
     context.reconcile_all.notify_one();
     Ok(())
+}
+
+/// Records, before the first reconcile, that each deployment's tenant stored the
+/// components it names ([`faas_shared_state::SharedState::record_deployed_components_tenants`]):
+/// a tenant may name by digest alone only components it stored, and components stored
+/// by an older version were stored without their tenant. Retried until Redis answers.
+async fn record_components_tenants(context: &Context) {
+    let mut wait = std::time::Duration::from_millis(500);
+    while let Err(err) = context.shared.record_deployed_components_tenants().await {
+        tracing::warn!("recording the deployments' components failed, retrying in {wait:?}: {err}");
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(std::time::Duration::from_secs(30));
+    }
 }
 
 #[cfg(test)]
