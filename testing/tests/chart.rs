@@ -87,7 +87,12 @@ fn secret_value(plane: &ControlPlane, namespace: &str, key: &str) -> String {
 /// arguments), as the API server's RBAC decides.
 fn can(plane: &ControlPlane, namespace: &str, account: &str, what: &[&str]) -> bool {
     let subject = format!("system:serviceaccount:{namespace}:{RELEASE}-{account}");
-    let mut args = vec!["auth", "can-i", "--as", &subject];
+    can_as(plane, &subject, what)
+}
+
+/// Whether user or account `subject` may do `what`, as the API server's RBAC decides.
+fn can_as(plane: &ControlPlane, subject: &str, what: &[&str]) -> bool {
+    let mut args = vec!["auth", "can-i", "--as", subject];
     args.extend(what);
     let output = plane.kubectl(&args);
     match output.status.code() {
@@ -227,6 +232,32 @@ async fn helm_install_waits_for_ready_pods_and_upgrades_keep_the_operators_worke
     assert!(!gateway(&["delete", "namespaces"], &[]));
     assert!(!gateway(&["get", "secrets"], &ns));
     assert!(!gateway(&["patch", "deployments"], &ns));
+    // A tenant bound to the chart's tenant role in its namespace: its Workflows, not
+    // their status nor its namespace's quota, and nothing in another namespace.
+    plane.kubectl_ok([
+        "-n",
+        &elsewhere,
+        "create",
+        "rolebinding",
+        "alice",
+        &format!("--clusterrole={namespace}-faas-tenant"),
+        "--user=alice",
+    ]);
+    let alice = |what: &[&str], at: &[&str]| can_as(plane, "alice", &[what, at].concat());
+    assert!(alice(&["create", "workflows.faas.dev"], &tenant));
+    assert!(alice(&["delete", "workflows.faas.dev"], &tenant));
+    assert!(alice(&["get", "resourcequotas"], &tenant));
+    assert!(!alice(
+        &["update", "workflows.faas.dev", "--subresource=status"],
+        &tenant
+    ));
+    assert!(!alice(
+        &["patch", "workflows.faas.dev", "--subresource=status"],
+        &tenant
+    ));
+    assert!(!alice(&["delete", "resourcequotas"], &tenant));
+    assert!(!alice(&["update", "resourcequotas"], &tenant));
+    assert!(!alice(&["create", "workflows.faas.dev"], &ns));
     // The workers: nothing at all.
     let worker =
         |what: &[&str], at: &[&str]| can(plane, &namespace, "worker", &[what, at].concat());
