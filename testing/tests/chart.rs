@@ -76,10 +76,15 @@ fn replicas(plane: &ControlPlane, namespace: &str, deployment: &str) -> i64 {
 }
 
 fn secret_value(plane: &ControlPlane, namespace: &str, key: &str) -> String {
-    let secret = kubectl_json(plane, &["-n", namespace, "get", "secret", RELEASE]);
-    secret["data"][key]
+    secret_value_of(plane, namespace, RELEASE, key)
+}
+
+/// Value `key` of Secret `secret` in `namespace` (base64, as the API has it).
+fn secret_value_of(plane: &ControlPlane, namespace: &str, secret: &str, key: &str) -> String {
+    let found = kubectl_json(plane, &["-n", namespace, "get", "secret", secret]);
+    found["data"][key]
         .as_str()
-        .unwrap_or_else(|| panic!("the release's Secret has no {key}"))
+        .unwrap_or_else(|| panic!("Secret {secret} has no {key}"))
         .to_owned()
 }
 
@@ -133,6 +138,12 @@ async fn helm_install_waits_for_ready_pods_and_upgrades_keep_the_operators_worke
     let admin_token = secret_value(plane, &namespace, "admin-token");
     let internal_token = secret_value(plane, &namespace, "internal-token");
     assert_ne!(admin_token, internal_token, "the two secrets are distinct");
+    let redis_secret = format!("{RELEASE}-redis-url");
+    let redis_password = secret_value_of(plane, &namespace, &redis_secret, "redis-password");
+    assert!(
+        redis_password.len() >= 48,
+        "the bundled Redis has a password"
+    );
 
     // The operator scales the workers to zero; an upgrade must not bring them back,
     // nor change the generated tokens (every gateway and worker would need new ones).
@@ -166,6 +177,11 @@ async fn helm_install_waits_for_ready_pods_and_upgrades_keep_the_operators_worke
     assert_eq!(
         secret_value(plane, &namespace, "internal-token"),
         internal_token
+    );
+    assert_eq!(
+        secret_value_of(plane, &namespace, &redis_secret, "redis-password"),
+        redis_password,
+        "the bundled Redis's password changed on upgrade"
     );
 
     // Least privilege, as the API server's RBAC decides. The operator: Workflows and
