@@ -481,7 +481,7 @@ async fn follow_quotas(
     enforcers: Enforcers,
     interval: std::time::Duration,
 ) -> anyhow::Result<()> {
-    let tenants = faas_store::TenantStore::redis(url)
+    let tenants = faas_store::TenantStore::redis_for_reading(url)
         .await
         .context("connecting to the tenant store")?;
     tokio::spawn(async move {

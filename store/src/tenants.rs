@@ -594,18 +594,33 @@ impl TenantStore {
     /// # Errors
     /// [`TenantError::Redis`] if the URL is invalid or the server does not answer.
     pub async fn redis(url: &str) -> Result<Self, TenantError> {
-        let connection = crate::redis_connection::connect(url)
-            .await
-            .map_err(|err| match err {
-                ConnectError::Url(err) | ConnectError::Unreachable(err) => TenantError::Redis(err),
-            })?;
+        let store = Self::redis_for_reading(url).await?;
+        let Backend::Redis(connection) = &store.backend else {
+            unreachable!("a store in Redis");
+        };
         redis::cmd("EVAL")
             .arg(BUILD_TOKEN_SETS)
             .arg(1)
             .arg(TOKENS_KEY)
             .arg(TENANT_TOKENS_PREFIX)
-            .run::<i64>(&connection)
+            .run::<i64>(connection)
             .await?;
+        Ok(store)
+    }
+
+    /// Tenants in Redis at `url`, for a process that only reads them ([`Self::tenants`],
+    /// [`Self::follow`]): a worker, whose Redis user may not read the tokens
+    /// (`charts/faas/files/worker-redis-acl.txt`). Unlike [`Self::redis`] it indexes no
+    /// token; checks that Redis answers.
+    ///
+    /// # Errors
+    /// [`TenantError::Redis`] if the URL is invalid or the server does not answer.
+    pub async fn redis_for_reading(url: &str) -> Result<Self, TenantError> {
+        let connection = crate::redis_connection::connect(url)
+            .await
+            .map_err(|err| match err {
+                ConnectError::Url(err) | ConnectError::Unreachable(err) => TenantError::Redis(err),
+            })?;
         Ok(Self {
             backend: Backend::Redis(connection),
         })

@@ -122,13 +122,39 @@ too, so that the NetworkPolicy never opens one to the worker pods. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* The environment every platform process gets: Redis and the internal token. */}}
+{{/*
+The key of the Redis Secret holding the workers' URL: a Redis user of their own where
+there is one (`files/worker-redis-acl.txt`), which reads no token and writes no record
+of the platform's; a worker runs tenants' code.
+*/}}
+{{- define "faas.workerRedisSecretKey" -}}
+{{- if .Values.redis.enabled -}}
+worker-redis-url
+{{- else if .Values.redis.existingSecret -}}
+{{- default .Values.redis.existingSecretKey .Values.redis.existingSecretWorkerKey -}}
+{{- else if .Values.redis.workerUrl -}}
+worker-redis-url
+{{- else -}}
+redis-url
+{{- end -}}
+{{- end -}}
+
+{{/* The environment every platform process gets but the workers: Redis and more. */}}
 {{- define "faas.commonEnv" -}}
+{{- include "faas.envWithRedis" (dict "root" . "key" (include "faas.redisSecretKey" .)) -}}
+{{- end -}}
+
+{{/* The workers' environment: their own Redis URL ("faas.workerRedisSecretKey"). */}}
+{{- define "faas.workerEnv" -}}
+{{- include "faas.envWithRedis" (dict "root" . "key" (include "faas.workerRedisSecretKey" .)) -}}
+{{- end -}}
+
+{{- define "faas.envWithRedis" -}}
 - name: FAAS_REDIS_URL
   valueFrom:
     secretKeyRef:
-      name: {{ include "faas.redisSecretName" . }}
-      key: {{ include "faas.redisSecretKey" . }}
+      name: {{ include "faas.redisSecretName" .root }}
+      key: {{ .key }}
 {{- /*
 A directory the process creates owner-only inside the emptyDir, which the kubelet
 makes writable by all (0777, root's): faas refuses a data dir others may write to.

@@ -18,6 +18,35 @@ const SYNC_MS: &str = "50";
 /// The secret between the gateway and the workers (not the admin token).
 pub(crate) const INTERNAL_TOKEN: &str = "test-internal-token";
 
+/// The Redis user every worker of [`Services`] connects as, with the rules the chart
+/// gives workers (`charts/faas/files/worker-redis-acl.txt`): so that every test here
+/// runs its workers within them.
+pub(crate) const WORKER_REDIS_USER: &str = "faas-worker";
+const WORKER_REDIS_PASSWORD: &str = "test-worker-redis-password";
+
+/// Makes [`WORKER_REDIS_USER`] on `redis` with the workers' rules; returns the URL a
+/// worker connects with.
+pub(crate) fn worker_redis_url(redis: &RedisServer) -> String {
+    let rules = std::fs::read_to_string(repo("charts/faas/files/worker-redis-acl.txt"))
+        .expect("reading the workers' Redis rules");
+    let mut connection = connect(redis);
+    let mut command = redis::cmd("ACL");
+    command
+        .arg("SETUSER")
+        .arg(WORKER_REDIS_USER)
+        .arg(format!(">{WORKER_REDIS_PASSWORD}"));
+    for rule in rules.split_whitespace() {
+        command.arg(rule);
+    }
+    command
+        .query::<()>(&mut connection)
+        .expect("the workers' Redis rules are refused");
+    format!(
+        "redis://{WORKER_REDIS_USER}:{WORKER_REDIS_PASSWORD}@127.0.0.1:{}",
+        redis.port()
+    )
+}
+
 /// A platform in services mode: each part in its own process, sharing one Redis.
 /// A `faas gateway` on a free port, reading the shared state every `sync_ms`.
 pub(crate) fn spawn_gateway(redis: &RedisServer, dir: &std::path::Path, sync_ms: &str) -> Process {
@@ -74,6 +103,25 @@ pub(crate) struct Services {
     /// Environment variables the gateway and every worker get (e.g. where to export
     /// traces).
     env: Vec<(String, OsString)>,
+}
+
+/// The workers met no refusal of their Redis rules while a test ran (as Redis's
+/// `ACL LOG` has them): a command a worker needs and its rules left out would fail
+/// only that command, which a test may not see.
+impl Drop for Services {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let refused: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query(&mut connect(&self.redis))
+            .unwrap_or_default();
+        assert!(
+            refused.is_empty(),
+            "the workers' Redis rules refused them: {refused:?}"
+        );
+    }
 }
 
 impl Services {
@@ -156,7 +204,7 @@ impl Services {
     /// Starts worker `id` with extra `faas worker` arguments.
     pub(crate) fn start_worker_with(&mut self, id: &str, extra: &[&str]) {
         let dir = self.data.path().join(id);
-        let (url, cache) = (self.redis.url(), compile_cache());
+        let (url, cache) = (worker_redis_url(&self.redis), compile_cache());
         let mut args = vec![
             "worker",
             "--redis",
@@ -185,6 +233,13 @@ impl Services {
         self.wait_for(&format!("worker `{id}` registered"), |services| {
             services.workers_json().contains_key(id)
         });
+    }
+
+    /// Restarts Redis with nothing in it but its users (as a Redis that keeps them in
+    /// its configuration has them back): the workers' user is made again.
+    pub(crate) fn restart_redis_empty(&mut self) {
+        self.redis.restart();
+        worker_redis_url(&self.redis);
     }
 
     /// Worker `id`'s process.
@@ -474,7 +529,7 @@ fn an_empty_redis_restart_is_repaired_without_an_operator() {
     let removed = faas_at(&services.url, &["token", "revoke", id]);
     assert!(removed.status.success(), "{removed:?}");
     let secret = create_token()["secret"].as_str().unwrap().to_owned();
-    services.redis.restart();
+    services.restart_redis_empty();
     services.wait_for("the deployment written back to Redis", |services| {
         let mut redis = connect(&services.redis);
         redis.hexists("faas:deployments", "hello").unwrap_or(false)
@@ -957,4 +1012,67 @@ fn a_channel_trigger_is_taken_over_when_the_gateway_holding_it_dies() {
         Duration::from_secs(20),
     );
     assert_eq!(out.len(), 5, "{out:?}");
+}
+
+/// A worker runs tenants' code, so its Redis credential is what code that escaped
+/// Wasmtime would hold. With the platform's credential it could write a token hash of
+/// its choosing (and call the gateway as any tenant), rewrite another tenant's
+/// deployment record to run its own component there, or empty Redis. The workers' user
+/// (`charts/faas/files/worker-redis-acl.txt`) reads the records it serves from and
+/// writes only what a worker writes; the workers kept serving meanwhile.
+#[test]
+fn a_workers_redis_credential_reaches_no_token_and_writes_no_record() {
+    let services = Services::start(&["w1"]);
+    deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
+    let url = worker_redis_url(&services.redis);
+    let mut worker = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let refused = |worker: &mut redis::Connection, command: &mut redis::Cmd| {
+        let err = command
+            .query::<redis::Value>(worker)
+            .expect_err("the workers' user was let through");
+        assert_eq!(err.code(), Some("NOPERM"), "{command:?}: {err}");
+    };
+    refused(&mut worker, redis::cmd("HGETALL").arg("faas:token-hashes"));
+    refused(
+        &mut worker,
+        redis::cmd("HSET")
+            .arg("faas:token-hashes")
+            .arg("forged")
+            .arg("t1"),
+    );
+    refused(&mut worker, redis::cmd("HGETALL").arg("faas:tokens"));
+    refused(
+        &mut worker,
+        redis::cmd("HSET")
+            .arg("faas:deployments")
+            .arg("hello")
+            .arg("{}"),
+    );
+    refused(
+        &mut worker,
+        redis::cmd("HSET")
+            .arg("faas:tenants")
+            .arg("mallory")
+            .arg("{}"),
+    );
+    refused(
+        &mut worker,
+        redis::cmd("SET").arg("faas:component:forged").arg("bytes"),
+    );
+    refused(&mut worker, &mut redis::cmd("FLUSHALL"));
+    refused(&mut worker, redis::cmd("CONFIG").arg("GET").arg("*"));
+    // What it serves from, it reads.
+    let deployments: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("faas:deployments")
+        .query(&mut worker)
+        .unwrap();
+    assert!(deployments.contains_key("hello"));
+    let hello = services.get("/hello?name=after");
+    assert_eq!(hello.text().unwrap().trim(), "Hello, after!");
+    // The refusals above are this test's, not the workers' (which `Services` checks).
+    redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query::<()>(&mut connect(&services.redis))
+        .unwrap();
 }
