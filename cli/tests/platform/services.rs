@@ -116,7 +116,7 @@ impl Drop for Services {
         let refused: Vec<redis::Value> = redis::cmd("ACL")
             .arg("LOG")
             .query(&mut connect(&self.redis))
-            .unwrap_or_default();
+            .expect("reading Redis's ACL LOG");
         assert!(
             refused.is_empty(),
             "the workers' Redis rules refused them: {refused:?}"
