@@ -951,7 +951,9 @@ fn the_api_server_refuses_a_workflow_with_more_items_than_a_workflow_may_declare
 /// through that gateway. Mallory's removal now waits on its own.
 #[test]
 fn a_removal_waiting_for_the_operator_holds_up_no_other_tenants_deploy() {
-    let gateway = KubeGateway::start();
+    // Mallory's removal waits up to the deploy timeout: long enough here that the
+    // victim's deploy ends first even on a loaded machine (with 20 s, CI-79's did not).
+    let gateway = KubeGateway::start_with_timeout("120");
     let mallory = gateway.create_tenant("mallory");
     let kept = unique("kept");
     let manifest = gateway.hello_manifest(&kept, &mallory, &[]);
