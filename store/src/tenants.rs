@@ -580,6 +580,15 @@ local tenant = cjson.decode(record).tenant
 if redis.call('HEXISTS', KEYS[1], tenant) == 0 then return false end
 return tenant";
 
+/// A connection to the tenant store's Redis at `url`, checked to answer.
+async fn redis_connection(url: &str) -> Result<ConnectionManager, TenantError> {
+    crate::redis_connection::connect(url)
+        .await
+        .map_err(|err| match err {
+            ConnectError::Url(err) | ConnectError::Unreachable(err) => TenantError::Redis(err),
+        })
+}
+
 impl TenantStore {
     /// Tenants and tokens in the state database (embedded mode).
     pub fn sqlite(database: Database) -> Self {
@@ -594,18 +603,17 @@ impl TenantStore {
     /// # Errors
     /// [`TenantError::Redis`] if the URL is invalid or the server does not answer.
     pub async fn redis(url: &str) -> Result<Self, TenantError> {
-        let store = Self::redis_for_reading(url).await?;
-        let Backend::Redis(connection) = &store.backend else {
-            unreachable!("a store in Redis");
-        };
+        let connection = redis_connection(url).await?;
         redis::cmd("EVAL")
             .arg(BUILD_TOKEN_SETS)
             .arg(1)
             .arg(TOKENS_KEY)
             .arg(TENANT_TOKENS_PREFIX)
-            .run::<i64>(connection)
+            .run::<i64>(&connection)
             .await?;
-        Ok(store)
+        Ok(Self {
+            backend: Backend::Redis(connection),
+        })
     }
 
     /// Tenants in Redis at `url`, for a process that only reads them ([`Self::tenants`],
@@ -616,13 +624,8 @@ impl TenantStore {
     /// # Errors
     /// [`TenantError::Redis`] if the URL is invalid or the server does not answer.
     pub async fn redis_for_reading(url: &str) -> Result<Self, TenantError> {
-        let connection = crate::redis_connection::connect(url)
-            .await
-            .map_err(|err| match err {
-                ConnectError::Url(err) | ConnectError::Unreachable(err) => TenantError::Redis(err),
-            })?;
         Ok(Self {
-            backend: Backend::Redis(connection),
+            backend: Backend::Redis(redis_connection(url).await?),
         })
     }
 

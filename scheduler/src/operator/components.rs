@@ -1,6 +1,7 @@
 //! A Workflow's components: already in Redis under their SHA-256 (stored by its own
-//! tenant), or fetched from their URL (bounded in size and time and by the tenant's code quota, verified against the
-//! digest, checked to be a WebAssembly component) and stored there content-addressed.
+//! tenant), or fetched from their URL (bounded in size and time and by the tenant's
+//! code quota, verified against the digest, checked to be a WebAssembly component) and
+//! stored there content-addressed.
 
 use super::Context;
 use super::reconcile::{CodeRoom, Refusal};

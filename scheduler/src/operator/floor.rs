@@ -13,7 +13,6 @@ use super::Context;
 use faas_kube::Workflow;
 use kube::api::{Api, ListParams};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 /// The highest revision a Workflow's status may raise the floor to. Whoever may write
 /// a status could raise the counter that far, so only within a bound no deploys reach,
@@ -21,10 +20,6 @@ use std::time::Duration;
 const MAX_REPORTED_REVISION: u64 = u32::MAX as u64;
 /// Workflows read per list call at start.
 const PAGE: u32 = 500;
-/// The first wait after a failed read at start; it doubles up to [`MAX_RETRY`].
-const FIRST_RETRY: Duration = Duration::from_millis(500);
-/// The longest wait between reads at start.
-const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// The revision `workflow`'s status reports, if it is within the bound.
 pub(crate) fn reported(workflow: &Workflow) -> Option<u64> {
@@ -47,23 +42,12 @@ pub(crate) fn raise(context: &Context, revision: u64) {
 /// before.
 pub(crate) async fn raise_from_every_status(context: &Context) {
     let api: Api<Workflow> = Api::all(context.client.clone());
-    let mut wait = FIRST_RETRY;
-    loop {
-        match highest_reported(&api).await {
-            Ok(highest) => {
-                raise(context, highest);
-                tracing::info!(floor = highest, "revision floor read from every Workflow");
-                return;
-            }
-            Err(err) => {
-                tracing::warn!(
-                    "reading the Workflows' revisions failed, retrying in {wait:?}: {err}"
-                );
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(MAX_RETRY);
-            }
-        }
-    }
+    let highest = super::retry::until_ok("reading the Workflows' revisions", || {
+        highest_reported(&api)
+    })
+    .await;
+    raise(context, highest);
+    tracing::info!(floor = highest, "revision floor read from every Workflow");
 }
 
 /// The highest revision reported by the Workflows `api` lists, page by page (a page's

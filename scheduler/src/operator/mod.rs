@@ -30,6 +30,7 @@ mod observe;
 mod orphans;
 mod pods;
 mod reconcile;
+mod retry;
 mod scale;
 
 use crate::service::Rounds;

@@ -561,12 +561,10 @@ pub(crate) async fn remove_record(
 /// a tenant may name by digest alone only components it stored, and components stored
 /// by an older version were stored without their tenant. Retried until Redis answers.
 async fn record_components_tenants(context: &Context) {
-    let mut wait = std::time::Duration::from_millis(500);
-    while let Err(err) = context.shared.record_deployed_components_tenants().await {
-        tracing::warn!("recording the deployments' components failed, retrying in {wait:?}: {err}");
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(std::time::Duration::from_secs(30));
-    }
+    super::retry::until_ok("recording the deployments' components", || {
+        context.shared.record_deployed_components_tenants()
+    })
+    .await;
 }
 
 #[cfg(test)]
