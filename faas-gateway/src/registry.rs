@@ -228,8 +228,9 @@ pub enum DeployError {
     TenantData {
         /// The tenant.
         tenant: String,
-        /// What failed.
-        source: faas_store::ForgetError,
+        /// What failed: the tenant's data store, or the shared state's record of the
+        /// components it stored.
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The Workflow resource could not be applied or deleted, or the operator
     /// refused it (Kubernetes mode).
@@ -1176,16 +1177,26 @@ impl Registry {
             }
             Err(err) => return Err(err),
         };
+        let data_error =
+            |source: Box<dyn std::error::Error + Send + Sync>| DeployError::TenantData {
+                tenant: name.to_owned(),
+                source,
+            };
         let forgotten = match &self.tenant_data {
             Some(data) => data
                 .forget(name)
                 .await
-                .map_err(|source| DeployError::TenantData {
-                    tenant: name.to_owned(),
-                    source,
-                })?,
+                .map_err(|err| data_error(err.into()))?,
             None => Forgotten::default(),
         };
+        // Before its name can be created again: the components it stored are not the
+        // next tenant's of that name to name by digest (Kubernetes mode).
+        if let Backend::Services(services) = &self.backend {
+            services
+                .forget_component_tenant(name)
+                .await
+                .map_err(|err| data_error(err.into()))?;
+        }
         tenants.release_name(name).await?;
         Ok(TenantRemoved { revoked, forgotten })
     }

@@ -760,6 +760,15 @@ impl ServicesBackend {
             .collect())
     }
 
+    /// Forgets that removed tenant `tenant` stored any component
+    /// ([`SharedState::forget_component_tenant`]).
+    pub(crate) async fn forget_component_tenant(
+        &self,
+        tenant: &str,
+    ) -> Result<u64, SharedStateError> {
+        self.shared.forget_component_tenant(tenant).await
+    }
+
     /// Removes `tenant` from `tenants` unless it has workflows: the deployments in
     /// Redis, read in the same step as the removal (a deploy through another gateway
     /// either lands before it and stops it, or fails: [`SharedState::promote_deployment`]),

@@ -351,6 +351,27 @@ impl SharedState {
         Ok(stored && theirs)
     }
 
+    /// Forgets that `tenant` stored any component, so that a tenant created again under
+    /// its name cannot name the removed one's components by digest; run when the tenant
+    /// is removed. Returns how many components it was forgotten for.
+    ///
+    /// # Errors
+    /// [`SharedStateError::Redis`]; what was forgotten stays forgotten, and running it
+    /// again forgets the rest.
+    pub async fn forget_component_tenant(&self, tenant: &str) -> Result<u64, SharedStateError> {
+        let mut conn = self.conn();
+        let digests: Vec<String> = conn.hkeys(COMPONENTS).await?;
+        if digests.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        for digest in &digests {
+            pipe.srem(component_tenants_key(digest), tenant);
+        }
+        let removed: Vec<u64> = pipe.query_async(&mut conn).await?;
+        Ok(removed.iter().sum())
+    }
+
     /// Records, for each deployment (live or staged), that its tenant stored the
     /// components it names: for components stored before their tenants were recorded
     /// (by an older version), which their tenants' Workflows name by digest.

@@ -12,6 +12,7 @@
 //! deployment record into Redis, so nothing here is served by a worker.
 
 use crate::support::{Process, TOKEN, Upload, copy_manifest, error_of, faas_as, wait_ready};
+use faas_shared_state::SharedState;
 use faas_testing::RedisServer;
 use faas_testing::kube::ControlPlane;
 use serde_json::{Value, json};
@@ -252,7 +253,7 @@ struct KubeGateway {
     plane: &'static ControlPlane,
     _gateway: Process,
     operator: StandInOperator,
-    _redis: RedisServer,
+    redis: RedisServer,
     dir: tempfile::TempDir,
     /// No real operator (of another test) reconciles these Workflows meanwhile.
     _operator_lock: std::sync::MutexGuard<'static, ()>,
@@ -303,7 +304,7 @@ impl KubeGateway {
             plane,
             _gateway: gateway,
             operator: StandInOperator::start(plane),
-            _redis: redis,
+            redis,
             dir,
             _operator_lock: operator_lock,
         }
@@ -323,6 +324,19 @@ impl KubeGateway {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Whether the shared state says `tenant` stored the component `sha` (and so may
+    /// name it by digest alone).
+    fn has_component_of(&self, tenant: &str, sha: &str) -> bool {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let shared = SharedState::connect(&self.redis.url()).await.unwrap();
+            shared.has_component_of(tenant, sha).await.unwrap()
+        })
     }
 
     /// `faas tenant create <unique name>`; the stand-in operator watches its namespace.
@@ -492,6 +506,9 @@ fn faas_deploy_creates_and_updates_the_workflow_resource_and_faas_rm_deletes_it(
         stderr_of(&output)
     );
 
+    // The deploy's upload made the component the tenant's to name by digest.
+    assert!(gateway.has_component_of(&tenant, &sha));
+
     // Removing the tenant leaves its namespace, and says so.
     let removed = gateway.faas_ok(&["tenant", "rm", &tenant]);
     assert!(
@@ -501,6 +518,11 @@ fn faas_deploy_creates_and_updates_the_workflow_resource_and_faas_rm_deletes_it(
     gateway
         .plane
         .kubectl_ok(["get", "namespace", &tenant, "-o", "name"]);
+    // A tenant created again under its name (perhaps for someone else) does not
+    // inherit the removed one's components: a Workflow of it naming that digest
+    // alone would run the removed tenant's code.
+    gateway.faas_ok(&["tenant", "create", &tenant]);
+    assert!(!gateway.has_component_of(&tenant, &sha));
 }
 
 #[test]
