@@ -21,8 +21,10 @@
 mod activity;
 mod records;
 mod state;
+mod worker_pods;
 
 pub use records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
 pub use state::{
     DEPLOYMENTS, Promotion, SharedState, SharedStateError, StoredComponent, WorkerSets,
 };
+pub use worker_pods::WorkerPod;

@@ -3,6 +3,7 @@
 
 use crate::activity::{ACTIVITY, DEMAND};
 use crate::records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
+use crate::worker_pods::{Vouched, WORKER_PODS};
 use faas_store::redis_connection;
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -256,11 +257,20 @@ impl SharedState {
 
     /// Every registered worker, live or presumed dead.
     ///
+    /// Workers write their entries, so an entry is taken as it is only if it parses
+    /// and, in Kubernetes mode, matches its pod ([`crate::worker_pods`]); others are
+    /// left out, with a warning, rather than fail every reader.
+    ///
     /// # Errors
-    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    /// [`SharedStateError::Redis`].
     pub async fn workers(&self) -> Result<WorkerSets, SharedStateError> {
         let mut conn = self.conn();
-        let infos: BTreeMap<String, String> = conn.hgetall(WORKERS).await?;
+        let (infos, pods): (BTreeMap<String, String>, BTreeMap<String, String>) = redis::pipe()
+            .hgetall(WORKERS)
+            .hgetall(WORKER_PODS)
+            .query_async(&mut conn)
+            .await?;
+        let vouched = Vouched::from_hash(pods);
         let mut sets = WorkerSets::default();
         if infos.is_empty() {
             return Ok(sets);
@@ -271,8 +281,22 @@ impl SharedState {
             .query_async(&mut conn)
             .await?;
         for ((id, info), alive) in infos.into_iter().zip(alive) {
+            let info = match from_json::<WorkerInfo>(&format!("{WORKERS}/{id}"), &info) {
+                Ok(info) if info.id == id && vouched.admits(&info) => info,
+                Ok(_) => {
+                    tracing::warn!(
+                        worker = id,
+                        "ignoring a worker registration that is not its worker pod's"
+                    );
+                    continue;
+                }
+                Err(err) => {
+                    tracing::warn!(worker = id, "ignoring a worker registration: {err}");
+                    continue;
+                }
+            };
             if alive.is_some() {
-                sets.live.push(from_json(&id, &info)?);
+                sets.live.push(info);
             } else {
                 sets.dead.push(id);
             }
@@ -908,23 +932,23 @@ impl SharedState {
     /// What `worker` reported for each workflow placed on it.
     ///
     /// # Errors
-    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    /// [`SharedStateError::Redis`].
     pub async fn load_statuses(
         &self,
         worker: &str,
     ) -> Result<BTreeMap<String, LoadStatus>, SharedStateError> {
-        self.read_hash(&loaded_key(worker)).await
+        self.read_reports(&loaded_key(worker)).await
     }
 
     /// What `worker` reported for the staged version of each workflow placed on it.
     ///
     /// # Errors
-    /// [`SharedStateError`] if Redis fails or a record is malformed.
+    /// [`SharedStateError::Redis`].
     pub async fn staged_load_statuses(
         &self,
         worker: &str,
     ) -> Result<BTreeMap<String, LoadStatus>, SharedStateError> {
-        self.read_hash(&staged_loaded_key(worker)).await
+        self.read_reports(&staged_loaded_key(worker)).await
     }
 
     /// Reports what `worker` did with workflow `name` (`None`: it dropped it).
@@ -1041,6 +1065,28 @@ impl SharedState {
         self.records.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The entries of hash `key` that a worker wrote (its load reports): one that does
+    /// not parse is left out, with a warning, rather than fail every reader of every
+    /// worker's reports.
+    async fn read_reports<T: DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<BTreeMap<String, T>, SharedStateError> {
+        let raw: BTreeMap<String, String> = self.conn().hgetall(key).await?;
+        Ok(raw
+            .into_iter()
+            .filter_map(
+                |(field, json)| match from_json(&format!("{key}/{field}"), &json) {
+                    Ok(value) => Some((field, value)),
+                    Err(err) => {
+                        tracing::warn!("ignoring a worker's report: {err}");
+                        None
+                    }
+                },
+            )
+            .collect())
+    }
+
     async fn read_hash<T: DeserializeOwned>(
         &self,
         key: &str,
@@ -1061,7 +1107,7 @@ pub(crate) fn unix_millis() -> u64 {
         .map_or(0, |since| since.as_millis() as u64)
 }
 
-fn to_json(value: &impl Serialize) -> String {
+pub(crate) fn to_json(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("records serialize to JSON")
 }
 

@@ -339,4 +339,9 @@ async fn a_component_is_the_tenants_that_stored_it_and_they_go_with_it() {
     cluster.record_deployed_components_tenants().await.unwrap();
     assert!(cluster.has_component_of(&tenant, "sha-7").await.unwrap());
     assert!(!of("mallory", "sha-7").await);
+
+    // A removed tenant is forgotten wherever it stored, and no one else is.
+    assert_eq!(cluster.forget_component_tenant("mallory").await.unwrap(), 2);
+    assert!(!of("mallory", "shared").await && !of("mallory", "gone").await);
+    assert!(of("acme", "shared").await);
 }

@@ -14,10 +14,11 @@
 //! becomes the pod's own IP (each kwok pod has a loopback address of its own), and
 //! each volume mount becomes a directory of the pod's own.
 
-use crate::support::{TOKEN, client, copy_manifest, faas_at, wait_ready};
+use crate::support::{TOKEN, client, copy_manifest, faas_at, wait_ready, worker_redis_url};
+use faas_shared_state::{SharedState, WorkerInfo};
 use faas_testing::RedisServer;
 use faas_testing::kube::{ControlPlane, PodEvent, ReadyPod};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -250,6 +251,8 @@ fn install(plane: &ControlPlane, namespace: &str, redis: &RedisServer) {
     let sets = [
         "redis.enabled=false".to_owned(),
         format!("redis.url={}", redis.url()),
+        // The workers run as the Redis user the chart's rules make for them.
+        format!("redis.workerUrl={}", worker_redis_url(redis)),
         format!("auth.adminToken={TOKEN}"),
         "gateway.replicas=1".to_owned(),
         "worker.replicas=1".to_owned(),
@@ -339,6 +342,66 @@ fn the_chart_runs_workflows_and_scales_workers_to_zero_and_back() {
         "{table}"
     );
 
+    // Code that escaped a worker holds its Redis credential, which writes the worker
+    // registry: it registers a worker of its own and, in a loop, the real worker's id
+    // at its own address. Neither is believed (it is not that pod's IP and UID), so
+    // the gateway sends it nothing, and hello is served again at the real worker's
+    // next heartbeat.
+    let forger = Forger::start(&runtime, &worker_redis_url(&redis));
+    let genuine = forger.genuine(worker_pod.as_str().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < deadline {
+        forger.register(&WorkerInfo {
+            addr: forger.addr(),
+            ..genuine.clone()
+        });
+        forger.register(&WorkerInfo {
+            id: format!("{}-forged", genuine.id),
+            addr: forger.addr(),
+            capacity: 1000,
+            ..genuine.clone()
+        });
+        // Failing while the real worker's entry is overwritten is the price; being
+        // sent to the forger is not.
+        let _ = client()
+            .get(format!("{gateway}/hello"))
+            .timeout(Duration::from_secs(1))
+            .send();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_for("hello to be served again", Duration::from_secs(30), || {
+        let answer = client().get(format!("{gateway}/hello")).send().ok()?;
+        (answer.status() == 200).then_some(())
+    });
+    assert_eq!(
+        forger.connections(),
+        0,
+        "the forged address was sent events"
+    );
+    // What the gateway and the operator read of the registry, once the real worker's
+    // heartbeat wrote its entry back: the real worker at its own address, and not the
+    // forged one (which stays registered, and alive, for two minutes).
+    let platform = runtime
+        .block_on(SharedState::connect(&redis.url()))
+        .unwrap();
+    let expected = [(genuine.id.clone(), genuine.addr.clone())];
+    let mut seen = Vec::new();
+    let believed = Instant::now() + Duration::from_secs(30);
+    while seen != expected && Instant::now() < believed {
+        std::thread::sleep(Duration::from_millis(100));
+        seen = runtime
+            .block_on(platform.workers())
+            .unwrap()
+            .live
+            .into_iter()
+            .map(|info| (info.id, info.addr))
+            .collect();
+    }
+    assert_eq!(seen, expected);
+    wait_for("hello to be Ready again", Duration::from_secs(60), || {
+        condition(plane, &tenant, "hello", "Ready").then_some(())
+    });
+
     // `kubectl apply -f` of a Workflow whose component the operator fetches by URL
     // and checks against its SHA-256.
     let component = faas_testing::component("wasi-hello");
@@ -361,6 +424,20 @@ fn the_chart_runs_workflows_and_scales_workers_to_zero_and_back() {
         .send()
         .unwrap();
     assert_eq!(answer.status(), 200, "{}", kubelet.logs());
+    // Placed on the real worker pod, not the forged worker (still registered, with
+    // room for a thousand workflows).
+    let applied = kubectl_json(plane, &["-n", &tenant, "get", "workflow", "wasi-hello"]);
+    assert_eq!(
+        applied["status"]["placement"],
+        json!([worker_pod]),
+        "{applied}"
+    );
+    assert_eq!(
+        forger.connections(),
+        0,
+        "the forged address was sent events"
+    );
+    drop(forger);
 
     // Idle: the operator scales the workers to zero, and their processes stop.
     wait_for(
@@ -422,4 +499,80 @@ fn the_chart_runs_workflows_and_scales_workers_to_zero_and_back() {
         (status == 404).then_some(())
     });
     drop(kubelet);
+}
+
+/// Stands in for code that escaped a worker's sandbox and holds the workers' Redis
+/// credential: it writes worker registrations, and listens at the address it
+/// registers, counting who connects.
+struct Forger {
+    shared: SharedState,
+    runtime: tokio::runtime::Handle,
+    listener: std::net::SocketAddr,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Forger {
+    fn start(runtime: &tokio::runtime::Runtime, worker_url: &str) -> Self {
+        use std::sync::atomic::Ordering;
+        let shared = runtime
+            .block_on(SharedState::connect(worker_url))
+            .expect("connecting as the workers' Redis user");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (counted, stopped) = (connections.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    // Closed at once: a forger that answered would only be slower to
+                    // be noticed.
+                    Ok(_) => {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Self {
+            shared,
+            runtime: runtime.handle().clone(),
+            listener: addr,
+            connections,
+            stop,
+        }
+    }
+
+    /// The registration of worker `id` as the worker itself wrote it.
+    fn genuine(&self, id: &str) -> WorkerInfo {
+        let live = self.runtime.block_on(self.shared.workers()).unwrap().live;
+        live.into_iter()
+            .find(|info| info.id == id)
+            .unwrap_or_else(|| panic!("worker {id} is not registered"))
+    }
+
+    /// Where it listens.
+    fn addr(&self) -> String {
+        self.listener.to_string()
+    }
+
+    /// Writes `info` into the registry, alive for two minutes.
+    fn register(&self, info: &WorkerInfo) {
+        self.runtime
+            .block_on(self.shared.heartbeat(info, Duration::from_secs(120)))
+            .expect("the workers' Redis user writes the registry");
+    }
+
+    /// How many connections it was sent.
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for Forger {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }

@@ -8,7 +8,7 @@ use crate::support::{Process, compile_cache};
 use faas_shared_state::SharedState;
 use faas_store::{QuotaChanges, TenantStore};
 use faas_testing::RedisServer;
-use faas_testing::kube::{ControlPlane, PodEvent};
+use faas_testing::kube::{ControlPlane, PodEvent, ReadyPod};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -132,7 +132,7 @@ impl Cluster {
                 // Starting a worker blocks until it announces itself.
                 tokio::task::spawn_blocking(move || match event {
                     Ok(PodEvent::Ready(pod)) => {
-                        let worker = start_worker(&url, &pod.name, &dir);
+                        let worker = start_worker(&url, &pod, &dir);
                         workers.lock().unwrap().insert(pod.name, worker);
                     }
                     Ok(PodEvent::Gone { name, .. }) => {
@@ -388,9 +388,13 @@ fn rand_suffix() -> String {
     format!("{:x}", rand::random::<u64>())
 }
 
-fn start_worker(redis: &str, id: &str, dir: &std::path::Path) -> Process {
-    let data = dir.join(id);
+/// Starts the `faas worker` that pod `pod` would run.
+fn start_worker(redis: &str, pod: &ReadyPod, dir: &std::path::Path) -> Process {
+    let data = dir.join(&pod.name);
     let cache = compile_cache();
+    // As the chart's pod would: listening on the pod's IP, its host id the pod's UID,
+    // which is what the operator checks a worker's registration against.
+    let listen = format!("{}:0", pod.ip);
     Process::spawn(
         &[
             "worker",
@@ -403,7 +407,11 @@ fn start_worker(redis: &str, id: &str, dir: &std::path::Path) -> Process {
             "--internal-token",
             "operator-test-internal",
             "--id",
-            id,
+            &pod.name,
+            "--listen",
+            &listen,
+            "--host-id",
+            &pod.uid,
             "--data-dir",
             data.to_str().unwrap(),
             "--cache-dir",

@@ -4,7 +4,9 @@
 //! heartbeat and its workflows are placed on another; no stream entry is lost.
 
 use crate::redis::{connect, ns, pending, relay_manifest};
-use crate::support::{Process, TOKEN, client, compile_cache, deploy_at, faas_at, repo, wait_ready};
+use crate::support::{
+    Process, TOKEN, client, compile_cache, deploy_at, faas_at, repo, wait_ready, worker_redis_url,
+};
 use faas_testing::RedisServer;
 use redis::Commands;
 use std::collections::BTreeMap;
@@ -17,35 +19,6 @@ const HEARTBEAT_TTL_MS: &str = "1000";
 const SYNC_MS: &str = "50";
 /// The secret between the gateway and the workers (not the admin token).
 pub(crate) const INTERNAL_TOKEN: &str = "test-internal-token";
-
-/// The Redis user every worker of [`Services`] connects as, with the rules the chart
-/// gives workers (`charts/faas/files/worker-redis-acl.txt`): so that every test here
-/// runs its workers within them.
-pub(crate) const WORKER_REDIS_USER: &str = "faas-worker";
-const WORKER_REDIS_PASSWORD: &str = "test-worker-redis-password";
-
-/// Makes [`WORKER_REDIS_USER`] on `redis` with the workers' rules; returns the URL a
-/// worker connects with.
-pub(crate) fn worker_redis_url(redis: &RedisServer) -> String {
-    let rules = std::fs::read_to_string(repo("charts/faas/files/worker-redis-acl.txt"))
-        .expect("reading the workers' Redis rules");
-    let mut connection = connect(redis);
-    let mut command = redis::cmd("ACL");
-    command
-        .arg("SETUSER")
-        .arg(WORKER_REDIS_USER)
-        .arg(format!(">{WORKER_REDIS_PASSWORD}"));
-    for rule in rules.split_whitespace() {
-        command.arg(rule);
-    }
-    command
-        .query::<()>(&mut connection)
-        .expect("the workers' Redis rules are refused");
-    format!(
-        "redis://{WORKER_REDIS_USER}:{WORKER_REDIS_PASSWORD}@127.0.0.1:{}",
-        redis.port()
-    )
-}
 
 /// A platform in services mode: each part in its own process, sharing one Redis.
 /// A `faas gateway` on a free port, reading the shared state every `sync_ms`.

@@ -618,3 +618,34 @@ pub fn sample_sum(text: &str, name: &str) -> f64 {
         })
         .sum()
 }
+
+/// The Redis user workers connect as in the tests of services mode and of the chart,
+/// with the rules the chart gives workers (`charts/faas/files/worker-redis-acl.txt`):
+/// so that the tests run their workers within them.
+pub(crate) const WORKER_REDIS_USER: &str = "faas-worker";
+const WORKER_REDIS_PASSWORD: &str = "test-worker-redis-password";
+
+/// Makes [`WORKER_REDIS_USER`] on `redis` with the workers' rules; returns the URL a
+/// worker connects with.
+pub(crate) fn worker_redis_url(redis: &faas_testing::RedisServer) -> String {
+    let rules = std::fs::read_to_string(repo("charts/faas/files/worker-redis-acl.txt"))
+        .expect("reading the workers' Redis rules");
+    let mut connection = redis::Client::open(redis.url())
+        .and_then(|client| client.get_connection())
+        .expect("connecting to Redis");
+    let mut command = redis::cmd("ACL");
+    command
+        .arg("SETUSER")
+        .arg(WORKER_REDIS_USER)
+        .arg(format!(">{WORKER_REDIS_PASSWORD}"));
+    for rule in rules.split_whitespace() {
+        command.arg(rule);
+    }
+    command
+        .query::<()>(&mut connection)
+        .expect("the workers' Redis rules are refused");
+    format!(
+        "redis://{WORKER_REDIS_USER}:{WORKER_REDIS_PASSWORD}@127.0.0.1:{}",
+        redis.port()
+    )
+}
