@@ -11,8 +11,8 @@ use faas_gateway::body_budget::{
 };
 use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-    DEFAULT_MAX_DEPLOYS_PER_TENANT, DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT, DEFAULT_MAX_REQUESTS,
-    DEFAULT_MAX_REQUESTS_PER_CLIENT,
+    DEFAULT_MAX_DEPLOYS_PER_TENANT, DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT,
+    DEFAULT_MAX_LOG_READ_BYTES_PER_SEC, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_REQUESTS_PER_CLIENT,
 };
 use faas_store::broker::RedisBroker;
 use faas_store::stream_quota::{DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAM_MAX_LEN, StreamQuota};
@@ -320,6 +320,12 @@ pub struct GatewayArgs {
     /// operator's are not counted.
     #[arg(long, env = "FAAS_MAX_LOG_FOLLOWS_PER_TENANT", default_value_t = DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT)]
     pub max_log_follows_per_tenant: usize,
+    /// How many MiB of log lines one tenant may read per second on this gateway, with a
+    /// burst of two seconds' worth: a read costs the store what it reads (in services
+    /// mode, the Redis every tenant shares), and one past it is refused with 429 until
+    /// the tenant's allowance refills. 0 for no limit. The operator's are not counted.
+    #[arg(long, env = "FAAS_MAX_LOG_READ_MIB_PER_SEC_PER_TENANT", default_value_t = DEFAULT_MAX_LOG_READ_BYTES_PER_SEC >> 20)]
+    pub max_log_read_mib_per_sec_per_tenant: u64,
     /// How many connections one client address may hold open; more are closed as soon
     /// as they are accepted.
     #[arg(long, env = "FAAS_MAX_CONNECTIONS_PER_CLIENT", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
@@ -376,6 +382,7 @@ impl GatewayArgs {
         config.max_deploy_bytes = (self.max_deploy_mb << 20) as usize;
         config.max_deploys_per_tenant = self.max_deploys_per_tenant;
         config.max_log_follows_per_tenant = self.max_log_follows_per_tenant;
+        config.max_log_read_bytes_per_sec = self.max_log_read_mib_per_sec_per_tenant << 20;
         config.connections = ConnectionLimits {
             per_client: self.max_connections_per_client.max(1),
             total: self.max_connections.max(1),

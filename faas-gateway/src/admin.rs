@@ -351,6 +351,8 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>) -> Response<Bo
 /// (`credential`; `None` for the admin token), either counts against the tenant's log
 /// requests open at once (`--max-log-follows-per-tenant`) until it is sent or closed: a
 /// read is up to [`faas_store::logs::MAX_READ_BYTES`] of lines, parsed and held as JSON.
+/// What the store read for it is charged to the tenant's rate of log bytes read
+/// (`--max-log-read-mib-per-sec-per-tenant`, [`crate::log_read_rate`]).
 /// A follow ends once what let it in no longer holds ([`FollowGrant`]).
 async fn logs(
     app: &App,
@@ -379,6 +381,22 @@ async fn logs(
             );
         }
         held = Some(claim);
+        if let Some(wait) = app.log_reads.as_ref().and_then(|rate| rate.wait(tenant)) {
+            let mut refused = response::refused(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_log_reads",
+                format!(
+                    "tenant `{tenant}` read more log lines than it may per second (the \
+                     gateway's --max-log-read-mib-per-sec-per-tenant); read again in {} ms",
+                    wait.as_millis()
+                ),
+            );
+            refused.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(wait.as_secs() + 1),
+            );
+            return refused;
+        }
     }
     let Some(store) = &app.logs else {
         return response::error(
@@ -387,7 +405,12 @@ async fn logs(
             "this gateway keeps no function logs",
         );
     };
-    let stream = match store.read(tenant, name, query, follow).await {
+    let read = store.read(tenant, name, query, follow).await;
+    // A tenant's read, as its claim on the follows says; the operator's is not charged.
+    if let (Ok((_, bytes)), Some(rate), Some(_)) = (&read, &app.log_reads, &held) {
+        rate.charge(tenant, *bytes);
+    }
+    let stream = match read.map(|(outcome, _)| outcome) {
         Ok(crate::logs::ReadOutcome::Lines(read)) => {
             return response::json_holding(StatusCode::OK, &read, held);
         }

@@ -40,6 +40,12 @@ pub struct GatewayConfig {
     /// times a second) for as long as it is open, a read is held whole until sent. One
     /// more is refused with 429. The operator's are not counted.
     pub max_log_follows_per_tenant: usize,
+    /// How many bytes of log lines one tenant may read per second on the gateway, with
+    /// a burst of two seconds' worth (default [`DEFAULT_MAX_LOG_READ_BYTES_PER_SEC`]; 0
+    /// for no limit): a read costs the store what it reads (in services mode, the Redis
+    /// every tenant shares). A read past it is refused with 429 until the tenant's
+    /// allowance refills. The operator's are not counted.
+    pub max_log_read_bytes_per_sec: u64,
     /// How long a client may take to send a request's head and body (default 30 s).
     pub read_timeout: Duration,
     /// How long shutdown waits for requests in flight (default 10 s).
@@ -71,6 +77,11 @@ pub const DEFAULT_MAX_DEPLOYS_PER_TENANT: usize = 2;
 /// How many log follow streams one tenant may have open at once by default: a few
 /// terminals per workflow of a team, far below what would load Redis with their polls.
 pub const DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT: usize = 16;
+
+/// How many bytes of log lines one tenant may read per second by default: eight full
+/// reads ([`faas_store::logs::MAX_READ_BYTES`]) a second, about 25 ms of Redis's time,
+/// and any number of small ones (a script polling for a line).
+pub const DEFAULT_MAX_LOG_READ_BYTES_PER_SEC: u64 = 16 << 20;
 
 /// The largest deploy upload by default: a dozen large components (a Python one is
 /// 18 MiB). The Helm chart passes half of it (`gateway.maxDeployMb`), so that two
@@ -110,6 +121,7 @@ impl GatewayConfig {
             max_deploy_bytes: DEFAULT_MAX_DEPLOY_BYTES,
             max_deploys_per_tenant: DEFAULT_MAX_DEPLOYS_PER_TENANT,
             max_log_follows_per_tenant: DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT,
+            max_log_read_bytes_per_sec: DEFAULT_MAX_LOG_READ_BYTES_PER_SEC,
             read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             connections: ConnectionLimits {

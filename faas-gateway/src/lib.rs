@@ -29,6 +29,7 @@ pub mod config;
 mod deploy_admission;
 mod invoke;
 pub mod kubernetes;
+mod log_read_rate;
 pub mod logs;
 mod metrics;
 mod redis;

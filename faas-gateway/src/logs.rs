@@ -668,7 +668,9 @@ impl LogStore {
     }
 
     /// The lines of `tenant`'s `workflow` matching `query` and, when `follow`, a
-    /// stream of NDJSON chunks: those lines and then new ones as they come.
+    /// stream of NDJSON chunks: those lines and then new ones as they come; with the
+    /// bytes the store read for it (before the query's filters), what a reader is
+    /// charged (`log_read_rate`).
     ///
     /// # Errors
     /// When Redis fails.
@@ -678,7 +680,7 @@ impl LogStore {
         workflow: &str,
         query: LogQuery,
         follow: bool,
-    ) -> Result<ReadOutcome, faas_store::logs::LogStoreError> {
+    ) -> Result<(ReadOutcome, usize), faas_store::logs::LogStoreError> {
         let query = LogQuery {
             tenant: Some(tenant.to_owned()),
             ..query
@@ -686,22 +688,26 @@ impl LogStore {
         match self {
             Self::Memory(logs) => {
                 let (read, receiver) = logs.read_and_follow(tenant, workflow, &query, follow);
-                Ok(match receiver {
+                let bytes = read.lines.iter().map(|line| line.text.len()).sum();
+                let outcome = match receiver {
                     Some(receiver) => {
                         ReadOutcome::Follow(Box::pin(follow_stream(read.lines, receiver, query)))
                     }
                     None => ReadOutcome::Lines(read),
-                })
+                };
+                Ok((outcome, bytes))
             }
             Self::Redis(RedisLogs { reader, .. }) => {
                 let batch = reader.recent(tenant, workflow).await?;
+                let bytes = batch.bytes;
                 let lines: Vec<LogLine> = batch
                     .lines
                     .into_iter()
                     .filter(|line| query.matches(line))
                     .collect();
                 if !follow {
-                    return Ok(ReadOutcome::Lines(LogsResponse { lines, dropped: 0 }));
+                    let read = LogsResponse { lines, dropped: 0 };
+                    return Ok((ReadOutcome::Lines(read), bytes));
                 }
                 let first = futures_util::stream::iter(vec![ndjson_lines(&lines)]);
                 let stream = (tenant.to_owned(), workflow.to_owned());
@@ -735,9 +741,8 @@ impl LogStore {
                         }
                     }
                 });
-                Ok(ReadOutcome::Follow(Box::pin(
-                    futures_util::StreamExt::chain(first, rest),
-                )))
+                let stream = futures_util::StreamExt::chain(first, rest);
+                Ok((ReadOutcome::Follow(Box::pin(stream)), bytes))
             }
         }
     }

@@ -57,6 +57,9 @@ pub(crate) struct App {
     /// The log follow streams each tenant has open, one unit each
     /// (`max_log_follows_per_tenant`).
     pub follows: Arc<faas_budget::Budget<String>>,
+    /// The log bytes each tenant may still read (`max_log_read_bytes_per_sec`); `None`
+    /// for no limit.
+    pub(crate) log_reads: Option<crate::log_read_rate::LogReadRate>,
 }
 
 /// A gateway, configured but not yet listening.
@@ -84,6 +87,9 @@ impl Gateway {
                         limit => limit as u64,
                     },
                 })),
+                log_reads: crate::log_read_rate::LogReadRate::new(
+                    config.max_log_read_bytes_per_sec,
+                ),
                 config,
                 registry,
                 metrics: Arc::new(Metrics::new()),

@@ -253,6 +253,9 @@ pub struct LogBatch {
     pub lines: Vec<LogLine>,
     /// The last entry id read (or the one given, when none was new).
     pub last_id: String,
+    /// The bytes of the entries read from Redis, what the read cost it (a reader's
+    /// filters may then drop lines).
+    pub bytes: usize,
 }
 
 impl RedisLogReader {
@@ -304,7 +307,7 @@ impl RedisLogReader {
                 .await?;
             let full = page.len() == READ_PAGE;
             for entry in page {
-                bytes += entry.1.iter().map(|(_, value)| value.len()).sum::<usize>();
+                bytes += entry_bytes(&entry.1);
                 if bytes > MAX_READ_BYTES {
                     break 'pages;
                 }
@@ -321,6 +324,7 @@ impl RedisLogReader {
         Ok(LogBatch {
             lines: decode(entries.into_iter().rev()),
             last_id,
+            bytes,
         })
     }
 
@@ -347,9 +351,11 @@ impl RedisLogReader {
         let last_id = entries
             .last()
             .map_or_else(|| after.to_owned(), |(id, _)| id.clone());
+        let bytes = entries.iter().map(|(_, fields)| entry_bytes(fields)).sum();
         Ok(LogBatch {
             lines: decode(entries.into_iter()),
             last_id,
+            bytes,
         })
     }
 
@@ -366,6 +372,11 @@ impl RedisLogReader {
             .await?;
         Ok(())
     }
+}
+
+/// The bytes of a stream entry's values.
+fn entry_bytes(fields: &[(String, String)]) -> usize {
+    fields.iter().map(|(_, value)| value.len()).sum()
 }
 
 /// The lines of stream entries; an entry that is not a line (none is written so) is

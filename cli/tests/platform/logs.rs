@@ -642,6 +642,67 @@ fn services_mode_a_log_read_returns_at_most_two_mib_of_the_newest_lines() {
     assert!(last.len() < 1000, "{} lines", last.len());
 }
 
+/// A log read costs Redis what it reads (about 3 ms for a full 2 MiB read), and the
+/// reads a tenant may have open at once were its only bound: one reading in a loop took
+/// most of the time of the Redis every tenant shares. Past its rate of log bytes read
+/// (here 2 MiB a second, with a burst of two seconds' worth) a tenant's reads are
+/// refused with 429 until its allowance refills, while another tenant reads its own
+/// lines and is served, and the operator reads without limit.
+#[test]
+fn services_mode_a_tenant_reading_its_logs_in_a_loop_is_held_to_its_rate() {
+    let services = crate::services::Services::start_full(
+        &["w1"],
+        &[],
+        &["--max-log-read-mib-per-sec-per-tenant", "2"],
+    );
+    let scene = Scene::set_up(services.url.clone(), services);
+    deploy_chatter(&scene);
+    // 1,000 lines of 4 KiB: each read of them is a full one, 2 MiB.
+    assert_eq!(scene.get("/misbehave/shout?kib=4").status(), 200);
+    wait_for_line(&scene.url, TOKEN, &["chatter"], "x");
+    let read = |token: &str, workflow: &str| {
+        crate::support::client()
+            .get(format!("{}/admin/v1/workflows/{workflow}/logs", scene.url))
+            .bearer_auth(token)
+            .send()
+            .expect("GET logs")
+    };
+    let mut served = 0;
+    let refused = loop {
+        let response = read(&scene.mallory, "chatter");
+        if response.status() != 200 {
+            break response;
+        }
+        served += 1;
+        assert!(served < 10, "ten full reads at once were all served");
+    };
+    assert!(served >= 2, "its burst let only {served} reads in");
+    assert_eq!(refused.status(), 429);
+    let retry_after: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3).contains(&retry_after), "Retry-After: {retry_after}");
+    let error: serde_json::Value = refused.json().unwrap();
+    assert_eq!(error["error"]["kind"], "too_many_log_reads", "{error}");
+
+    // Another tenant reads its own lines, and the operator mallory's, meanwhile.
+    assert_eq!(scene.get("/shop?name=carol").status(), 200);
+    wait_for_line(
+        &scene.url,
+        &scene.victim,
+        &[VICTIM_WORKFLOW],
+        "greeting carol",
+    );
+    assert_eq!(read(TOKEN, "chatter").status(), 200);
+    scene.assert_victim_served();
+
+    // Once its allowance refilled, mallory reads again.
+    std::thread::sleep(Duration::from_secs(retry_after));
+    assert_eq!(read(&scene.mallory, "chatter").status(), 200);
+}
+
 #[test]
 fn services_mode_a_tenant_flooding_its_logs_loses_its_own_lines_not_anothers() {
     const FLOODERS: usize = 4;
