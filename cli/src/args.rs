@@ -324,7 +324,8 @@ pub struct GatewayArgs {
     /// burst of two seconds' worth: a read costs the store what it reads (in services
     /// mode, the Redis every tenant shares), and one past it is refused with 429 until
     /// the tenant's allowance refills. 0 for no limit. The operator's are not counted.
-    #[arg(long, env = "FAAS_MAX_LOG_READ_MIB_PER_SEC_PER_TENANT", default_value_t = DEFAULT_MAX_LOG_READ_BYTES_PER_SEC >> 20)]
+    #[arg(long, env = "FAAS_MAX_LOG_READ_MIB_PER_SEC_PER_TENANT", default_value_t = DEFAULT_MAX_LOG_READ_BYTES_PER_SEC >> 20,
+          value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
     pub max_log_read_mib_per_sec_per_tenant: u64,
     /// How many connections one client address may hold open; more are closed as soon
     /// as they are accepted.

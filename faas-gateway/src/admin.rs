@@ -405,12 +405,9 @@ async fn logs(
             "this gateway keeps no function logs",
         );
     };
-    let read = store.read(tenant, name, query, follow).await;
-    // A tenant's read, as its claim on the follows says; the operator's is not charged.
-    if let (Ok((_, bytes)), Some(rate), Some(_)) = (&read, &app.log_reads, &held) {
-        rate.charge(tenant, *bytes);
-    }
-    let stream = match read.map(|(outcome, _)| outcome) {
+    // A tenant's read (it holds a claim on the follows); the operator's is not charged.
+    let rate = app.log_reads.clone().filter(|_| held.is_some());
+    let stream = match store.read(tenant, name, query, follow, rate).await {
         Ok(crate::logs::ReadOutcome::Lines(read)) => {
             return response::json_holding(StatusCode::OK, &read, held);
         }

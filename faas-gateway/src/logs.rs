@@ -6,6 +6,7 @@
 //! how many it missed when it falls behind, so no reader makes the gateway buffer
 //! without bound either.
 
+use crate::log_read_rate::LogReadRate;
 use faas_invoke::{LogLine, LogSink};
 use faas_store::Tenant;
 use serde::{Deserialize, Serialize};
@@ -668,9 +669,10 @@ impl LogStore {
     }
 
     /// The lines of `tenant`'s `workflow` matching `query` and, when `follow`, a
-    /// stream of NDJSON chunks: those lines and then new ones as they come; with the
-    /// bytes the store read for it (before the query's filters), what a reader is
-    /// charged (`log_read_rate`).
+    /// stream of NDJSON chunks: those lines and then new ones as they come. With
+    /// `rate`, what the store reads for it (before the query's filters), the first read
+    /// and each of a follow's, is charged to the tenant, and a follow reads nothing
+    /// more while the tenant's allowance is spent ([`LogReadRate`]).
     ///
     /// # Errors
     /// When Redis fails.
@@ -680,7 +682,13 @@ impl LogStore {
         workflow: &str,
         query: LogQuery,
         follow: bool,
-    ) -> Result<(ReadOutcome, usize), faas_store::logs::LogStoreError> {
+        rate: Option<Arc<LogReadRate>>,
+    ) -> Result<ReadOutcome, faas_store::logs::LogStoreError> {
+        let charge = |bytes: usize| {
+            if let Some(rate) = &rate {
+                rate.charge(tenant, bytes);
+            }
+        };
         let query = LogQuery {
             tenant: Some(tenant.to_owned()),
             ..query
@@ -688,42 +696,50 @@ impl LogStore {
         match self {
             Self::Memory(logs) => {
                 let (read, receiver) = logs.read_and_follow(tenant, workflow, &query, follow);
-                let bytes = read.lines.iter().map(|line| line.text.len()).sum();
-                let outcome = match receiver {
+                // What it returns: the lines in memory are its tenant's to begin with
+                // (and a follow is sent the new ones, which its tenant wrote).
+                charge(read.lines.iter().map(|line| line.text.len()).sum());
+                Ok(match receiver {
                     Some(receiver) => {
                         ReadOutcome::Follow(Box::pin(follow_stream(read.lines, receiver, query)))
                     }
                     None => ReadOutcome::Lines(read),
-                };
-                Ok((outcome, bytes))
+                })
             }
             Self::Redis(RedisLogs { reader, .. }) => {
                 let batch = reader.recent(tenant, workflow).await?;
-                let bytes = batch.bytes;
+                charge(batch.bytes);
                 let lines: Vec<LogLine> = batch
                     .lines
                     .into_iter()
                     .filter(|line| query.matches(line))
                     .collect();
                 if !follow {
-                    let read = LogsResponse { lines, dropped: 0 };
-                    return Ok((ReadOutcome::Lines(read), bytes));
+                    return Ok(ReadOutcome::Lines(LogsResponse { lines, dropped: 0 }));
                 }
                 let first = futures_util::stream::iter(vec![ndjson_lines(&lines)]);
                 let stream = (tenant.to_owned(), workflow.to_owned());
-                let state = (reader.clone(), stream, batch.last_id, query);
+                let state = (reader.clone(), stream, batch.last_id, query, rate);
                 let rest = futures_util::stream::unfold(state, |state| async move {
-                    let (reader, stream, mut last_id, query) = state;
+                    let (reader, stream, mut last_id, query, rate) = state;
                     let (tenant, workflow) = &stream;
                     let deadline = tokio::time::Instant::now() + FOLLOW_HEARTBEAT;
                     loop {
                         tokio::time::sleep(REDIS_FOLLOW_POLL).await;
-                        // A failed read is retried at the next poll; the heartbeat
-                        // still goes out.
-                        if let Ok(batch) = reader
-                            .after(tenant, workflow, &last_id, REDIS_FOLLOW_LINES)
-                            .await
+                        let spent = rate
+                            .as_ref()
+                            .is_some_and(|rate| rate.wait(tenant).is_some());
+                        // A failed read is retried at the next poll, and none is made
+                        // while the tenant's allowance is spent; the heartbeat still
+                        // goes out.
+                        if !spent
+                            && let Ok(batch) = reader
+                                .after(tenant, workflow, &last_id, REDIS_FOLLOW_LINES)
+                                .await
                         {
+                            if let Some(rate) = &rate {
+                                rate.charge(tenant, batch.bytes);
+                            }
                             last_id = batch.last_id;
                             let lines: Vec<LogLine> = batch
                                 .lines
@@ -732,17 +748,18 @@ impl LogStore {
                                 .collect();
                             if !lines.is_empty() {
                                 let chunk = ndjson_lines(&lines);
-                                return Some((chunk, (reader, stream, last_id, query)));
+                                return Some((chunk, (reader, stream, last_id, query, rate)));
                             }
                         }
                         if tokio::time::Instant::now() >= deadline {
                             let chunk = bytes::Bytes::from_static(b"\n");
-                            return Some((chunk, (reader, stream, last_id, query)));
+                            return Some((chunk, (reader, stream, last_id, query, rate)));
                         }
                     }
                 });
-                let stream = futures_util::StreamExt::chain(first, rest);
-                Ok((ReadOutcome::Follow(Box::pin(stream)), bytes))
+                Ok(ReadOutcome::Follow(Box::pin(
+                    futures_util::StreamExt::chain(first, rest),
+                )))
             }
         }
     }

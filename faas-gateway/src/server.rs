@@ -59,7 +59,7 @@ pub(crate) struct App {
     pub follows: Arc<faas_budget::Budget<String>>,
     /// The log bytes each tenant may still read (`max_log_read_bytes_per_sec`); `None`
     /// for no limit.
-    pub(crate) log_reads: Option<crate::log_read_rate::LogReadRate>,
+    pub(crate) log_reads: Option<Arc<crate::log_read_rate::LogReadRate>>,
 }
 
 /// A gateway, configured but not yet listening.
@@ -89,7 +89,8 @@ impl Gateway {
                 })),
                 log_reads: crate::log_read_rate::LogReadRate::new(
                     config.max_log_read_bytes_per_sec,
-                ),
+                )
+                .map(Arc::new),
                 config,
                 registry,
                 metrics: Arc::new(Metrics::new()),
