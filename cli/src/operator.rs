@@ -102,7 +102,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         .redis
         .context("--redis (or FAAS_REDIS_URL) is required")?;
     let run = args.run;
-    let shared = redis.shared().await?;
+    // The workers are the worker pods it records (`faas_shared_state`'s `worker_pods`).
+    let shared = redis.shared().await?.requiring_worker_pods();
     let tenants = TenantStore::redis(&redis.redis)
         .await
         .context("connecting to the tenant store")?;

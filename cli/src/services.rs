@@ -291,7 +291,10 @@ pub async fn gateway(args: GatewayCmdArgs) -> anyhow::Result<()> {
     let token = args.identity.token()?;
     let internal_token = args.internal_token.resolve(&args.identity.data_dir)?;
     check_tokens_differ(&token, &internal_token)?;
-    let shared = args.redis.shared().await?;
+    let mut shared = args.redis.shared().await?;
+    if args.kubernetes {
+        shared = shared.requiring_worker_pods();
+    }
     let broker = args.broker.connect(&args.redis.redis).await?;
     let deploy_timeout = Duration::from_secs(args.deploy_timeout_s);
     let mut backend = ServicesBackend::new(

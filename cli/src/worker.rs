@@ -86,7 +86,7 @@ pub struct WorkerArgs {
     #[arg(
         long = "worker-capacity",
         env = "FAAS_WORKER_CAPACITY",
-        default_value_t = 1000
+        default_value_t = faas_shared_state::DEFAULT_WORKER_CAPACITY
     )]
     pub capacity: usize,
     /// How many guests may run at the same moment; a freed turn goes to the tenant
@@ -315,6 +315,11 @@ pub struct WorkerCmdArgs {
     /// This worker's id among the workers; a random one by default.
     #[arg(long, env = "FAAS_WORKER_ID")]
     id: Option<String>,
+    /// The other workers are the worker pods the operator records (Kubernetes), not
+    /// what the registry in Redis says, which every worker may write: so that code that
+    /// escaped another worker cannot pass for a peer of this one (the chart sets it).
+    #[arg(long, env = "FAAS_WORKER_PODS")]
+    worker_pods: bool,
     /// How long the worker counts as alive after its last heartbeat, in milliseconds;
     /// the scheduler places its workflows elsewhere after that.
     #[arg(long, env = "FAAS_HEARTBEAT_TTL_MS", default_value_t = 3000)]
@@ -378,7 +383,10 @@ pub(crate) async fn connect_guests_to_redis(
 /// Runs a worker until Ctrl-C or SIGTERM.
 pub async fn worker(args: WorkerCmdArgs) -> anyhow::Result<()> {
     let token = args.internal_token.resolve(&args.identity.data_dir)?;
-    let shared = args.redis.shared().await?;
+    let mut shared = args.redis.shared().await?;
+    if args.worker_pods {
+        shared = shared.requiring_worker_pods();
+    }
     let broker = args.broker.connect(&args.redis.redis).await?;
     let logs = Arc::new(args.logs.writer(&args.redis).await?);
     let worker = Worker::new(args.worker.config(&args.identity.data_dir)?)?.with_logs(logs.clone());

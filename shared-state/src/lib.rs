@@ -27,4 +27,4 @@ pub use records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
 pub use state::{
     DEPLOYMENTS, Promotion, SharedState, SharedStateError, StoredComponent, WorkerSets,
 };
-pub use worker_pods::WorkerPod;
+pub use worker_pods::{DEFAULT_WORKER_CAPACITY, WorkerPod};

@@ -202,6 +202,9 @@ pub struct SharedState {
     components: ConnectionManager,
     /// The records last read, by hash, with the token they were read under.
     records: Arc<Mutex<HashMap<&'static str, CachedRecords>>>,
+    /// Kubernetes mode: the workers are the worker pods the operator records
+    /// ([`crate::worker_pods`]), whether or not it has yet.
+    pub(crate) worker_pods_required: bool,
 }
 
 /// One hash of records as last read.
@@ -226,6 +229,7 @@ impl SharedState {
             connection,
             components,
             records: Arc::default(),
+            worker_pods_required: false,
         })
     }
 
@@ -257,20 +261,31 @@ impl SharedState {
 
     /// Every registered worker, live or presumed dead.
     ///
-    /// Workers write their entries, so an entry is taken as it is only if it parses
-    /// and, in Kubernetes mode, matches its pod ([`crate::worker_pods`]); others are
-    /// left out, with a warning, rather than fail every reader.
+    /// In Kubernetes mode the workers are the worker pods the operator records, and
+    /// what workers wrote of themselves is ignored ([`crate::worker_pods`]). Otherwise
+    /// they are the registry; workers write their entries, so one that does not parse
+    /// (or names another id) is left out, with a warning, rather than fail every
+    /// reader.
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
     pub async fn workers(&self) -> Result<WorkerSets, SharedStateError> {
         let mut conn = self.conn();
-        let (infos, pods): (BTreeMap<String, String>, BTreeMap<String, String>) = redis::pipe()
-            .hgetall(WORKERS)
-            .hgetall(WORKER_PODS)
-            .query_async(&mut conn)
-            .await?;
-        let vouched = Vouched::from_hash(pods);
+        let pods: BTreeMap<String, String> = match conn.hgetall(WORKER_PODS).await {
+            Ok(pods) => pods,
+            // A workers' Redis user of an older chart, which may not read them: no
+            // operator records them then either.
+            Err(err) if !self.worker_pods_required && err.code() == Some("NOPERM") => {
+                BTreeMap::new()
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let vouched = Vouched::from_hash(pods, self.worker_pods_required);
+        if vouched.is_enforced() {
+            let registered: Vec<String> = conn.hkeys(WORKERS).await?;
+            return Ok(vouched.workers(registered).unwrap_or_default());
+        }
+        let infos: BTreeMap<String, String> = conn.hgetall(WORKERS).await?;
         let mut sets = WorkerSets::default();
         if infos.is_empty() {
             return Ok(sets);
@@ -282,11 +297,12 @@ impl SharedState {
             .await?;
         for ((id, info), alive) in infos.into_iter().zip(alive) {
             let info = match from_json::<WorkerInfo>(&format!("{WORKERS}/{id}"), &info) {
-                Ok(info) if info.id == id && vouched.admits(&info) => info,
-                Ok(_) => {
+                Ok(info) if info.id == id => info,
+                Ok(info) => {
                     tracing::warn!(
                         worker = id,
-                        "ignoring a worker registration that is not its worker pod's"
+                        named = info.id,
+                        "ignoring a worker registration under another worker's id"
                     );
                     continue;
                 }

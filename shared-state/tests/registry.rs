@@ -1,7 +1,7 @@
 //! The worker registry is written by the workers, so every reader takes it as hostile:
 //! an entry that does not parse is left out rather than fail every reader, and once
-//! the operator records the worker pods (Kubernetes mode) only an entry that matches
-//! its pod's name, IP and UID is believed.
+//! the operator records the worker pods (Kubernetes mode) the workers are those pods,
+//! whatever the registry says.
 
 use faas_shared_state::{LoadStatus, SharedState, WorkerInfo, WorkerPod};
 use faas_testing::RedisServer;
@@ -21,10 +21,15 @@ fn worker(id: &str, addr: &str, host: &str) -> WorkerInfo {
     }
 }
 
+/// A Ready worker pod at `ip`, port 7000, of capacity 4.
 fn pod(ip: &str, uid: &str) -> WorkerPod {
     WorkerPod {
         ip: ip.parse().unwrap(),
+        port: 7000,
         uid: uid.to_owned(),
+        capacity: 4,
+        ready: true,
+        terminating: false,
     }
 }
 
@@ -102,7 +107,7 @@ async fn malformed_registrations_and_reports_are_left_out_and_the_rest_is_read()
 }
 
 #[tokio::test]
-async fn once_the_worker_pods_are_recorded_only_an_entry_matching_its_pod_is_believed() {
+async fn once_the_worker_pods_are_recorded_they_are_the_workers_whatever_the_registry_says() {
     let redis = RedisServer::start();
     let shared = SharedState::connect(&redis.url()).await.unwrap();
     for (id, addr, host) in [
@@ -115,57 +120,93 @@ async fn once_the_worker_pods_are_recorded_only_an_entry_matching_its_pod_is_bel
             .await
             .unwrap();
     }
-    // Before the operator recorded any pod (not Kubernetes mode), all are believed.
+    // Before the operator recorded any pod (not Kubernetes mode), the registry is.
     assert_eq!(live(&shared).await.len(), 3);
+    // A process told it is in Kubernetes mode believes no registration meanwhile.
+    let kubernetes = SharedState::connect(&redis.url())
+        .await
+        .unwrap()
+        .requiring_worker_pods();
+    assert!(live(&kubernetes).await.is_empty());
 
+    let w2_starting = WorkerPod {
+        ready: false,
+        ..pod("10.0.0.2", "u2")
+    };
     let pods = BTreeMap::from([
         ("w-1".to_owned(), pod("10.0.0.1", "u1")),
-        ("w-2".to_owned(), pod("10.0.0.2", "u2")),
+        ("w-2".to_owned(), w2_starting),
     ]);
     shared.replace_worker_pods(&pods).await.unwrap();
+    let sets = shared.workers().await.unwrap();
     assert_eq!(
-        live(&shared).await,
-        entries(&[("w-1", "10.0.0.1:7000"), ("w-2", "10.0.0.2:7000")])
+        sets.live,
+        [WorkerInfo {
+            capacity: 4,
+            ..worker("w-1", "10.0.0.1:7000", "u1")
+        }]
     );
+    // A registered id that is no pod is dead, for the scheduler to forget.
+    assert_eq!(sets.dead, ["forged"]);
+    assert_eq!(live(&kubernetes).await, live(&shared).await);
 
-    // A real worker's id at the forger's address, or with another pod's host.
+    // What a worker writes of another (its address, draining, its heartbeat gone) or
+    // of itself changes nothing.
     shared
         .heartbeat(&worker("w-1", "10.0.0.9:7000", "u1"), ALIVE)
         .await
         .unwrap();
-    shared
-        .heartbeat(&worker("w-2", "10.0.0.2:7000", "u1"), ALIVE)
-        .await
-        .unwrap();
-    assert!(live(&shared).await.is_empty());
-    // Or a name for the address, which could resolve anywhere.
-    shared
-        .heartbeat(&worker("w-1", "w-1.example:7000", "u1"), ALIVE)
-        .await
-        .unwrap();
-    assert!(live(&shared).await.is_empty());
-    // Its heartbeat writes the real one back.
-    shared
-        .heartbeat(&worker("w-1", "10.0.0.1:7000", "u1"), ALIVE)
-        .await
-        .unwrap();
+    let mut draining = worker("w-1", "10.0.0.1:7000", "u1");
+    draining.draining = true;
+    draining.capacity = 100_000;
+    shared.heartbeat(&draining, ALIVE).await.unwrap();
+    shared.deregister("w-1").await.unwrap();
     assert_eq!(live(&shared).await, entries(&[("w-1", "10.0.0.1:7000")]));
+    assert!(!shared.workers().await.unwrap().live[0].draining);
 
-    // A new pod (of an IPv6 cluster), then its deletion.
+    // The operator's changes do: Ready, then being deleted (draining), then gone; a
+    // pod of an IPv6 cluster.
     shared
-        .heartbeat(&worker("w-4", "[fd00::4]:7000", "u4"), ALIVE)
-        .await
-        .unwrap();
-    assert_eq!(live(&shared).await.len(), 1);
-    shared
-        .put_worker_pod("w-4", &pod("fd00::4", "u4"))
+        .put_worker_pod("w-2", &pod("10.0.0.2", "u2"))
         .await
         .unwrap();
     assert_eq!(live(&shared).await.len(), 2);
-    shared.remove_worker_pod("w-4").await.unwrap();
-    assert_eq!(live(&shared).await, entries(&[("w-1", "10.0.0.1:7000")]));
+    let deleting = WorkerPod {
+        terminating: true,
+        ..pod("10.0.0.2", "u2")
+    };
+    shared.put_worker_pod("w-2", &deleting).await.unwrap();
+    let w2 = shared.workers().await.unwrap().live.remove(1);
+    assert!(w2.draining, "{w2:?}");
+    shared.remove_worker_pod("w-2").await.unwrap();
+    shared
+        .put_worker_pod("w-6", &pod("fd00::6", "u6"))
+        .await
+        .unwrap();
+    assert_eq!(
+        live(&shared).await,
+        entries(&[("w-1", "10.0.0.1:7000"), ("w-6", "[fd00::6]:7000")])
+    );
 
-    // A new full list replaces the old one, and still enforces when it is empty.
+    // Lost (Redis restarted empty): a process in Kubernetes mode believes no
+    // registration until the operator records the pods again.
+    assert!(shared.worker_pods_recorded().await.unwrap());
+    redis::cmd("FLUSHALL")
+        .query_async::<()>(
+            &mut redis::Client::open(redis.url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    shared
+        .heartbeat(&worker("forged", "10.0.0.9:7000", "u9"), ALIVE)
+        .await
+        .unwrap();
+    assert!(!shared.worker_pods_recorded().await.unwrap());
+    assert!(live(&kubernetes).await.is_empty());
     shared.replace_worker_pods(&BTreeMap::new()).await.unwrap();
     assert!(live(&shared).await.is_empty());
 }

@@ -392,9 +392,9 @@ fn rand_suffix() -> String {
 fn start_worker(redis: &str, pod: &ReadyPod, dir: &std::path::Path) -> Process {
     let data = dir.join(&pod.name);
     let cache = compile_cache();
-    // As the chart's pod would: listening on the pod's IP, its host id the pod's UID,
-    // which is what the operator checks a worker's registration against.
-    let listen = format!("{}:0", pod.ip);
+    // As the chart's pod would: listening on the pod's IP and `internal` port, its host
+    // id the pod's UID, and its peers the worker pods the operator records.
+    let listen = format!("{}:{WORKER_PORT}", pod.ip);
     Process::spawn(
         &[
             "worker",
@@ -412,6 +412,7 @@ fn start_worker(redis: &str, pod: &ReadyPod, dir: &std::path::Path) -> Process {
             &listen,
             "--host-id",
             &pod.uid,
+            "--worker-pods",
             "--data-dir",
             data.to_str().unwrap(),
             "--cache-dir",
@@ -420,6 +421,9 @@ fn start_worker(redis: &str, pod: &ReadyPod, dir: &std::path::Path) -> Process {
         "faas worker ",
     )
 }
+
+/// The port of a worker pod's `internal` container port: each pod has an IP of its own.
+const WORKER_PORT: u16 = 8081;
 
 /// The worker Deployment a chart would install: pods labelled as workers.
 fn worker_deployment(namespace: &str, replicas: u32) -> String {
@@ -444,6 +448,9 @@ spec:
         - name: worker
           image: faas:test
           args: ["worker"]
+          ports:
+            - name: internal
+              containerPort: {WORKER_PORT}
 "#
     )
 }

@@ -22,10 +22,10 @@ use faas_shared_state::{DeploymentRecord, LoadStatus, SharedState, SharedStateEr
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 /// Loaded revisions by workflow name.
 type Slots = RwLock<HashMap<String, (Version, Arc<LoadedWorkflow>)>>;
@@ -106,6 +106,11 @@ pub struct Node {
     draining: AtomicBool,
     /// The loads running, each on a task of its own (`loads.rs`).
     loads: LoadQueue,
+    /// The version each of those loads, by workflow, and how to stop it: a load whose
+    /// version is no longer placed here (its deploy was given up, or replaced) is
+    /// stopped, and its compile child with it, rather than compiling on to
+    /// `--compile-timeout-secs` in a place another tenant's load is waiting for.
+    loading: Mutex<HashMap<String, (Version, AbortHandle)>>,
 }
 
 /// A started node: its tasks run until it is drained or dropped.
@@ -152,6 +157,7 @@ impl Node {
             socket_calls: super::branch::socket_calls(),
             draining: AtomicBool::new(false),
             loads: LoadQueue::new(MAX_LOADS),
+            loading: Mutex::default(),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(serve::serve(listeners.internal, node.clone()));
@@ -506,10 +512,56 @@ impl Node {
                 self.report(name, staged, &status).await?;
             }
         }
+        self.stop_unwanted_loads(&mine, &mine_staged);
         for ((record, staged), ticket) in self.loads.admit(pending) {
-            tokio::spawn(self.clone().load_and_report(record, staged, ticket));
+            let (name, version) = (record.workflow.name.clone(), Version::of(&record));
+            let node = self.clone();
+            // Held while the task is made, so that its removal below comes after this
+            // insert however soon the task ends.
+            let mut loading = self.loading_lock();
+            let task = tokio::spawn(async move {
+                let (name, version) = (record.workflow.name.clone(), Version::of(&record));
+                node.clone().load_and_report(record, staged, ticket).await;
+                let mut loading = node.loading_lock();
+                if loading.get(&name).is_some_and(|(held, _)| *held == version) {
+                    loading.remove(&name);
+                }
+            });
+            loading.insert(name, (version, task.abort_handle()));
         }
         Ok(())
+    }
+
+    /// Stops the loads of versions neither `live` nor `staged` names any more.
+    fn stop_unwanted_loads(
+        &self,
+        live: &BTreeMap<&String, &DeploymentRecord>,
+        staged: &BTreeMap<&String, &DeploymentRecord>,
+    ) {
+        let wanted = |name: &String, version: &Version| {
+            [live, staged].iter().any(|records| {
+                records
+                    .get(name)
+                    .is_some_and(|r| Version::of(r) == *version)
+            })
+        };
+        self.loading_lock().retain(|name, (version, task)| {
+            if wanted(name, version) {
+                return true;
+            }
+            task.abort();
+            tracing::info!(
+                workflow = name,
+                revision = version.revision,
+                "stopped loading a revision no longer placed here"
+            );
+            false
+        });
+    }
+
+    fn loading_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Version, AbortHandle)>> {
+        // Each change is one insert or remove: a poisoned lock still holds a sound map.
+        self.loading.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Reports `status` of workflow `name` (its staged revision when `staged`).

@@ -377,29 +377,53 @@ fn a_workflow_whose_first_compile_waited_for_a_place_keeps_its_whole_time_for_th
 #[test]
 fn a_deploy_whose_client_went_stops_its_compile_and_gives_its_place_to_others() {
     let platform = Platform::start_with(&["--no-demo", "--compile-timeout-secs", "300"]);
+    check_given_up_compiles_stop(&platform.url, platform.pid(), |path| platform.get(path));
+}
+
+/// The same in services mode, where a worker loads a deploy's staged revision on a
+/// task of its own that nothing dropped: its compile ran on to the timeout after the
+/// gateway gave the deploy up. Now the worker stops a load whose revision is no longer
+/// placed on it (the deploy's lease lapsed and the scheduler dropped the revision).
+#[test]
+fn services_mode_a_deploy_whose_client_went_stops_its_compile_on_the_worker() {
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &["--compile-timeout-secs", "300"]);
+    let worker = services.worker("w1").pid();
+    check_given_up_compiles_stop(&services.url, worker, |path| services.get(path));
+}
+
+/// Starts mallory's and eve's deploys of expensive components through the gateway at
+/// `url`, stops their compile children (of process `compiler`) and kills their
+/// clients; asserts that the children are gone within 30 s and that a victim's deploy
+/// that compiles goes through and is served (`get`).
+fn check_given_up_compiles_stop(
+    url: &str,
+    compiler: u32,
+    get: impl Fn(&str) -> reqwest::blocking::Response,
+) {
     let dir = faas_testing::temp_dir();
     let mut compiles = Vec::new();
     for (tenant, seed) in ["mallory", "eve"].into_iter().zip(fresh_seed()..) {
-        let manifest = expensive_manifest(&platform.url, dir.path(), tenant, seed);
-        let mut client = faas_command(&platform.url, TOKEN, &["deploy", &manifest])
+        let manifest = expensive_manifest(url, dir.path(), tenant, seed);
+        let mut client = faas_command(url, TOKEN, &["deploy", &manifest])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        compiles.push(StoppedCompile::next_of(platform.pid()));
+        compiles.push(StoppedCompile::next_of(compiler));
         client.kill().unwrap();
         client.wait().unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while compiles.iter().any(|compile| {
-        compile_children(platform.pid())
+        compile_children(compiler)
             .iter()
             .any(|(pid, _)| *pid == compile.pid)
     }) {
         assert!(
             Instant::now() < deadline,
             "the compiles of deploys whose clients went are still there: {:?}",
-            compile_children(platform.pid())
+            compile_children(compiler)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -407,10 +431,10 @@ fn a_deploy_whose_client_went_stops_its_compile_and_gives_its_place_to_others() 
     let path = dir.path().join("victim.wasm");
     std::fs::write(&path, costly_hello(fresh_seed(), 1_000)).unwrap();
     let manifest = write_manifest_of(dir.path(), "shop", "victim", &path, "/shop", "");
-    deploy_at(&platform.url, &manifest);
-    let hello = platform.get("/shop?name=victim");
+    deploy_at(url, &manifest);
+    let hello = get("/shop?name=victim");
     assert_eq!(hello.text().unwrap().trim(), "Hello, victim!");
-    assert_eq!(platform.get("/mallory").status(), 404);
+    assert_eq!(get("/mallory").status(), 404);
 }
 
 /// Writes the manifest of `tenant`'s workflow of that name, on route `/<tenant>`, of
