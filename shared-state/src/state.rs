@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -414,7 +414,11 @@ impl SharedState {
 
     /// Records, for each deployment (live or staged), that its tenant stored the
     /// components it names: for components stored before their tenants were recorded
-    /// (by an older version), which their tenants' Workflows name by digest.
+    /// (by an older version), which their tenants' Workflows name by digest. And
+    /// forgets every tenant that is no tenant any more (removed by an older version,
+    /// which did not forget it there, or stored by a deploy that was under way while
+    /// its tenant was removed), so that a tenant made again under its name inherits
+    /// none of its components.
     ///
     /// # Errors
     /// [`SharedStateError`] if Redis fails or a record is malformed.
@@ -435,6 +439,20 @@ impl SharedState {
         }
         if recorded > 0 {
             pipe.query_async::<()>(&mut self.conn()).await?;
+        }
+        let mut conn = self.conn();
+        let tenants: HashSet<String> = conn.hkeys(faas_store::tenants::TENANTS_KEY).await?;
+        let digests: Vec<String> = conn.hkeys(COMPONENTS).await?;
+        for digest in digests {
+            let key = component_tenants_key(&digest);
+            let members: Vec<String> = conn.smembers(&key).await?;
+            let gone: Vec<&String> = members
+                .iter()
+                .filter(|member| !tenants.contains(*member))
+                .collect();
+            if !gone.is_empty() {
+                let _: u64 = conn.srem(&key, gone).await?;
+            }
         }
         Ok(())
     }

@@ -320,8 +320,20 @@ async fn a_component_is_the_tenants_that_stored_it_and_they_go_with_it() {
         .unwrap();
     assert!(!of("acme", "gone").await);
 
-    // Stored without a tenant (as by an older version) and named by a deployment:
-    // recorded as its tenant's.
+    // A removed tenant is forgotten wherever it stored, and no one else is.
+    assert_eq!(cluster.forget_component_tenant("mallory").await.unwrap(), 2);
+    assert!(!of("mallory", "shared").await && !of("mallory", "gone").await);
+    assert!(of("acme", "shared").await);
+
+    // At the operator's start: a component stored without a tenant (as by an older
+    // version) and named by a deployment is recorded as its tenant's, and a member
+    // that is no tenant (removed by an older version, or stored by a deploy under way
+    // across its tenant's removal) is forgotten; tenants stay.
+    tenants(&redis).await.create_tenant("acme").await.unwrap();
+    cluster
+        .put_component("shared", b"s", "removed-long-ago")
+        .await
+        .unwrap();
     let mut connection = redis::Client::open(redis.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -339,9 +351,6 @@ async fn a_component_is_the_tenants_that_stored_it_and_they_go_with_it() {
     cluster.record_deployed_components_tenants().await.unwrap();
     assert!(cluster.has_component_of(&tenant, "sha-7").await.unwrap());
     assert!(!of("mallory", "sha-7").await);
-
-    // A removed tenant is forgotten wherever it stored, and no one else is.
-    assert_eq!(cluster.forget_component_tenant("mallory").await.unwrap(), 2);
-    assert!(!of("mallory", "shared").await && !of("mallory", "gone").await);
+    assert!(!of("removed-long-ago", "shared").await);
     assert!(of("acme", "shared").await);
 }
