@@ -108,18 +108,40 @@ none, networkPolicy.workerEgress.externalRedisPort when the URL is in a Secret.
 {{/* A network of worker.outboundPrivateNetworks as a CIDR (an address is its own /32 or /128), without the tenant it may be opened to. */}}
 {{- define "faas.cidr" -}}
 {{- $network := splitList "=" . | last -}}
-{{- /* The worker refuses any network holding a cloud metadata address; the plainest here
-too, so that the NetworkPolicy never opens one to the worker pods. */}}
-{{- if or (hasPrefix "169.254." $network) (hasSuffix "/0" $network) (hasPrefix "168.63." $network) (hasPrefix "fd00:ec2:" $network) -}}
-{{- fail (printf "worker.outboundPrivateNetworks: `%s` may hold a cloud provider's metadata address (169.254.169.254, 168.63.129.16, fd00:ec2::254): code it is opened to could read the node's cloud credentials; open a narrower network" .) -}}
+{{- $cidr := $network -}}
+{{- if not (contains "/" $network) -}}
+{{- $cidr = printf "%s/%s" $network (ternary "128" "32" (contains ":" $network)) -}}
 {{- end -}}
-{{- if contains "/" $network -}}
-{{- $network -}}
-{{- else if contains ":" $network -}}
-{{- $network -}}/128
+{{- /* The worker refuses any network holding a cloud metadata address (its
+CLOUD_METADATA); so does the chart, so that the NetworkPolicy never opens one to the
+worker pods: exactly for IPv4, by the plainest prefixes for IPv6. */}}
+{{- $holds := false -}}
+{{- if contains ":" $cidr -}}
+{{- $holds = or (hasPrefix "fd00:ec2:" $cidr) (hasSuffix "/0" $cidr) -}}
 {{- else -}}
-{{- $network -}}/32
+{{- $parts := splitList "/" $cidr -}}
+{{- $bits := atoi (last $parts) -}}
+{{- $block := 1 -}}
+{{- range until (sub 32 $bits | int) }}{{ $block = mul $block 2 }}{{ end -}}
+{{- $address := include "faas.ipv4" (first $parts) | atoi -}}
+{{- range list "169.254.169.254" "168.63.129.16" "100.100.100.200" -}}
+{{- if eq (div $address $block) (div (include "faas.ipv4" . | atoi) $block) -}}
+{{- $holds = true -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $holds -}}
+{{- fail (printf "worker.outboundPrivateNetworks: `%s` holds a cloud provider's metadata address (169.254.169.254, 168.63.129.16, 100.100.100.200, fd00:ec2::254): code it is opened to could read the node's cloud credentials; open a narrower network" .) -}}
+{{- end -}}
+{{- $cidr -}}
+{{- end -}}
+
+{{/*
+An IPv4 address as a number (a.b.c.d is a*2^24 + b*2^16 + c*2^8 + d).
+*/}}
+{{- define "faas.ipv4" -}}
+{{- $octets := splitList "." . -}}
+{{- add (mul (atoi (index $octets 0)) 16777216) (mul (atoi (index $octets 1)) 65536) (mul (atoi (index $octets 2)) 256) (atoi (index $octets 3)) -}}
 {{- end -}}
 
 {{/*
