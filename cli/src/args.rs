@@ -13,6 +13,7 @@ use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_DEPLOYS_PER_TENANT, DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT,
     DEFAULT_MAX_LOG_READ_BYTES_PER_SEC, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_REQUESTS_PER_CLIENT,
+    DEFAULT_MAX_REQUESTS_PER_TENANT,
 };
 use faas_store::broker::RedisBroker;
 use faas_store::stream_quota::{DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAM_MAX_LEN, StreamQuota};
@@ -351,6 +352,11 @@ pub struct GatewayArgs {
     /// answered 503 at once.
     #[arg(long, env = "FAAS_MAX_REQUESTS", default_value_t = DEFAULT_MAX_REQUESTS)]
     pub max_requests: usize,
+    /// How many requests to one tenant's routes the gateway has in flight at once, from
+    /// all clients: so that one tenant's slow function cannot hold every place of
+    /// `--max-requests`. One more is answered 429 at once. 0 for no limit.
+    #[arg(long, env = "FAAS_MAX_REQUESTS_PER_TENANT", default_value_t = DEFAULT_MAX_REQUESTS_PER_TENANT)]
+    pub max_requests_per_tenant: usize,
 }
 
 /// Default of `--max-deploy-mb`: the gateway's own default.
@@ -394,6 +400,7 @@ impl GatewayArgs {
             per_client: self.max_requests_per_client.max(1),
             total: self.max_requests.max(1),
         };
+        config.max_requests_per_tenant = self.max_requests_per_tenant;
         config.stream_group_idle = (self.stream_group_idle_secs > 0)
             .then(|| Duration::from_secs(self.stream_group_idle_secs));
         config

@@ -58,6 +58,12 @@ pub struct GatewayConfig {
     /// (defaults: [`DEFAULT_MAX_REQUESTS_PER_CLIENT`], [`DEFAULT_MAX_REQUESTS`]); one
     /// more is answered at once, 429 or 503 (see [`faas_connections::ClientRequests`]).
     pub requests: RequestLimits,
+    /// How many requests to one tenant's routes the gateway has in flight at once, from
+    /// all clients (default [`DEFAULT_MAX_REQUESTS_PER_TENANT`], half of
+    /// [`DEFAULT_MAX_REQUESTS`]; 0 for no limit): a tenant's slow function, called from
+    /// enough addresses, held every place of `requests.total`, and every other tenant's
+    /// requests were refused 503. One more is answered 429 at once.
+    pub max_requests_per_tenant: usize,
     /// How long a consumer group of a stream that no deployed trigger names and no
     /// consumer reads is kept before the gateway destroys it (default
     /// [`faas_store::stream_groups::DEFAULT_IDLE`]; `None` keeps them for ever). See
@@ -100,6 +106,10 @@ pub const DEFAULT_MAX_REQUESTS_PER_CLIENT: usize = DEFAULT_MAX_CONNECTIONS_PER_C
 /// holds connections.
 pub const DEFAULT_MAX_REQUESTS: usize = DEFAULT_MAX_CONNECTIONS;
 
+/// How many requests to one tenant's routes the gateway has in flight by default: half
+/// of all it may, so that one tenant's callers leave the other half to the others.
+pub const DEFAULT_MAX_REQUESTS_PER_TENANT: usize = DEFAULT_MAX_REQUESTS / 2;
+
 /// How long a connection may carry no request by default before it is closed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -134,6 +144,7 @@ impl GatewayConfig {
                 per_client: DEFAULT_MAX_REQUESTS_PER_CLIENT,
                 total: DEFAULT_MAX_REQUESTS,
             },
+            max_requests_per_tenant: DEFAULT_MAX_REQUESTS_PER_TENANT,
             stream_group_idle: Some(faas_store::stream_groups::DEFAULT_IDLE),
         }
     }

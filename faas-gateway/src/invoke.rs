@@ -51,6 +51,20 @@ pub(crate) async fn invoke(
         return response::error(StatusCode::NOT_FOUND, "no_route", message);
     };
     let workflow = deployment.workflow.name.as_str();
+    // Held until the answer is sent (its body read to the end, or dropped).
+    let mut place = app.tenant_requests.claim(deployment.key.tenant.clone());
+    if place.grow_to(1).is_err() {
+        app.metrics.request_refused();
+        return response::refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            "tenant_requests_in_flight",
+            format!(
+                "the workflow's tenant has {} requests in flight on this gateway, the most \
+                 one tenant may (--max-requests-per-tenant); try again shortly",
+                app.config.max_requests_per_tenant
+            ),
+        );
+    }
     if let Some(activator) = &app.activator {
         activator.note_event(workflow);
     }
@@ -79,7 +93,10 @@ pub(crate) async fn invoke(
     app.metrics
         .of(&deployment)
         .observe_request(response.status().as_u16(), started.elapsed());
-    response
+    // `Tracked` forwards the body's length, so an answer of known length still goes
+    // out with a Content-Length (with `map_frame` it went out chunked, and the busy
+    // loops' fairness test saw its answers cut short: cause not pinned down).
+    response.map(|body| faas_connections::Tracked::new(body, place).boxed_unsync())
 }
 
 /// Hands `request` to a replica of `deployment` (services mode: once the activator

@@ -60,6 +60,9 @@ pub(crate) struct App {
     /// The log bytes each tenant may still read (`max_log_read_bytes_per_sec`); `None`
     /// for no limit.
     pub(crate) log_reads: Option<Arc<crate::log_read_rate::LogReadRate>>,
+    /// The requests to each tenant's routes in flight, one unit each
+    /// (`max_requests_per_tenant`).
+    pub(crate) tenant_requests: Arc<faas_budget::Budget<String>>,
 }
 
 /// A gateway, configured but not yet listening.
@@ -80,13 +83,8 @@ impl Gateway {
                 bodies: Arc::new(BodyBudget::new(config.body_budget)),
                 messages: Arc::new(BodyBudget::new(config.message_budget)),
                 uploads: crate::deploy_admission::upload_budget(config.max_deploy_bytes),
-                follows: Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
-                    total: u64::MAX,
-                    per_holder: match config.max_log_follows_per_tenant {
-                        0 => u64::MAX,
-                        limit => limit as u64,
-                    },
-                })),
+                follows: per_tenant(config.max_log_follows_per_tenant),
+                tenant_requests: per_tenant(config.max_requests_per_tenant),
                 log_reads: crate::log_read_rate::LogReadRate::new(
                     config.max_log_read_bytes_per_sec,
                 )
@@ -348,6 +346,17 @@ async fn metrics(app: &App, headers: &http::HeaderMap) -> Response<Body> {
 
 /// The answer to a request refused by the limits on requests in flight: 429 when its
 /// client has its share, 503 when the gateway has its most, both with `Retry-After`.
+/// A budget of `limit` units per tenant (0: no limit), for things counted one by one.
+fn per_tenant(limit: usize) -> Arc<faas_budget::Budget<String>> {
+    Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
+        total: u64::MAX,
+        per_holder: match limit {
+            0 => u64::MAX,
+            limit => limit as u64,
+        },
+    }))
+}
+
 fn too_many_requests(refusal: &TooManyRequests) -> Response<Body> {
     let (status, flag) = match refusal {
         TooManyRequests::Client { .. } => {

@@ -245,3 +245,69 @@ fn a_client_holding_http2_streams_open_is_refused_past_its_share_of_requests() {
     });
     assert!(served, "the client is served once its streams are gone");
 }
+
+/// A tenant's slow function, called from enough addresses, held every place of the
+/// gateway's `--max-requests`: each request waits for the function, and no limit of a
+/// client's counts all of them. Then every other tenant's request was refused 503.
+/// Now one tenant's routes have at most `--max-requests-per-tenant` requests in flight:
+/// mallory's callers, from three addresses, get 429 past it, and the bystander is
+/// served while they wait.
+#[test]
+fn a_tenants_slow_function_holds_at_most_its_share_of_the_gateways_requests() {
+    const TOTAL: usize = 12;
+    const SHARE: usize = 6;
+    let platform = Platform::start_with(&[
+        "--no-demo",
+        "--max-requests",
+        &TOTAL.to_string(),
+        "--max-requests-per-tenant",
+        &SHARE.to_string(),
+        "--max-requests-per-client",
+        &(TOTAL / 3).to_string(),
+    ]);
+    let dir = faas_testing::temp_dir();
+    deploy_bystander(&platform, dir.path());
+    let slow = crate::support::write_manifest(
+        dir.path(),
+        "patient",
+        "mallory",
+        "misbehave",
+        "/misbehave/...",
+        "",
+    );
+    platform.deploy(&slow);
+    let addr = gateway_addr(&platform);
+    // Four requests from each of three addresses: as many as the gateway holds in all.
+    let callers: Vec<_> = (0..TOTAL)
+        .map(|index| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let source = [127, 0, 0, 2 + (index % 3) as u8];
+                let mut stream = connect_from(source, &addr);
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+                write!(
+                    stream,
+                    "GET /misbehave/slow?ms=4000 HTTP/1.1\r\nHost: gateway\r\n\r\n"
+                )
+                .unwrap();
+                let mut head = [0u8; 12];
+                stream.read_exact(&mut head).unwrap();
+                String::from_utf8_lossy(&head[9..12])
+                    .parse::<u16>()
+                    .unwrap()
+            })
+        })
+        .collect();
+    // Time for every caller's request to be held or refused.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_bystander_served(&platform);
+    let mut statuses: Vec<u16> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+    statuses.sort_unstable();
+    assert_eq!(
+        statuses,
+        [[200; SHARE], [429; TOTAL - SHARE]].concat(),
+        "mallory's callers: its share served, the rest refused at once"
+    );
+}
