@@ -321,7 +321,8 @@ pub struct WorkerCmdArgs {
     #[arg(long, env = "FAAS_WORKER_PODS")]
     worker_pods: bool,
     /// How long the worker counts as alive after its last heartbeat, in milliseconds;
-    /// the scheduler places its workflows elsewhere after that.
+    /// the scheduler places its workflows elsewhere after that (in Kubernetes, its
+    /// `GET /readyz` fails after that, and its pod stops being Ready).
     #[arg(long, env = "FAAS_HEARTBEAT_TTL_MS", default_value_t = 3000)]
     heartbeat_ttl_ms: u64,
     /// Identifies this machine: workers with the same host id hand regions to each

@@ -33,27 +33,36 @@ pub const LIMITS: ConnectionLimits = ConnectionLimits {
 /// What renders the metrics' text at each scrape.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// Serves `render`'s text on `GET /metrics` of `listener` until the task is dropped;
-/// any other path is a 404, any other method a 405.
+/// Whether the process is ready to take work, asked at each `GET /readyz` (a
+/// Kubernetes readiness probe).
+pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Serves `render`'s text on `GET /metrics` of `listener` until the task is dropped,
+/// and 200 on `GET /readyz`; any other path is a 404, any other method a 405.
 pub async fn serve(listener: TcpListener, render: Render) {
+    serve_with_readiness(listener, render, Arc::new(|| true)).await;
+}
+
+/// [`serve`], with `GET /readyz` answering 200 while `ready` says so and 503 otherwise.
+pub async fn serve_with_readiness(listener: TcpListener, render: Render, ready: Ready) {
     let admission = Admission::new(LIMITS);
     loop {
         let (stream, slot) = admission.accept(&listener, |_| {}).await;
-        let render = render.clone();
+        let (render, ready) = (render.clone(), ready.clone());
         tokio::spawn(async move {
             let _slot = slot;
-            serve_connection(stream, render).await;
+            serve_connection(stream, render, ready).await;
         });
     }
 }
 
-async fn serve_connection(stream: TcpStream, render: Render) {
+async fn serve_connection(stream: TcpStream, render: Render, ready: Ready) {
     let activity = Activity::new();
     let service = {
         let activity = activity.clone();
         service_fn(move |request: Request<Incoming>| {
             let busy = activity.busy();
-            let response = respond(&request, &render).map(|body| busy.track(body));
+            let response = respond(&request, &render, &ready).map(|body| busy.track(body));
             async move { Ok::<_, std::convert::Infallible>(response) }
         })
     };
@@ -68,9 +77,15 @@ async fn serve_connection(stream: TcpStream, render: Render) {
     .await;
 }
 
-fn respond(request: &Request<Incoming>, render: &Render) -> Response<Full<Bytes>> {
+fn respond(request: &Request<Incoming>, render: &Render, ready: &Ready) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => (StatusCode::OK, CONTENT_TYPE, render()),
+        (&Method::GET, "/readyz") if ready() => (StatusCode::OK, "text/plain", "ready\n".into()),
+        (&Method::GET, "/readyz") => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "not ready\n".into(),
+        ),
         (_, "/metrics") => (
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
@@ -123,6 +138,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn readyz_answers_as_the_process_says_it_is() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let asked = flag.clone();
+        let ready: Ready = Arc::new(move || asked.load(std::sync::atomic::Ordering::Relaxed));
+        tokio::spawn(serve_with_readiness(listener, Arc::new(String::new), ready));
+        let not_yet = exchange(addr, &get("/readyz")).await;
+        assert!(not_yet.starts_with("HTTP/1.1 503"), "{not_yet}");
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        let now = exchange(addr, &get("/readyz")).await;
+        assert!(now.starts_with("HTTP/1.1 200"), "{now}");
+    }
+
+    #[tokio::test]
     async fn a_scrape_gets_the_rendered_text_and_nothing_else_is_served() {
         let addr = endpoint("faas_up 1\n# EOF\n").await;
         let scraped = exchange(addr, &get("/metrics")).await;
@@ -131,6 +161,8 @@ mod tests {
         assert!(scraped.ends_with("\r\n\r\nfaas_up 1\n# EOF\n"), "{scraped}");
         let other = exchange(addr, &get("/")).await;
         assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+        let ready = exchange(addr, &get("/readyz")).await;
+        assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
         let posted = exchange(
             addr,
             "POST /metrics HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",

@@ -118,9 +118,7 @@ impl Scheduler {
             let unplaced = self.planner.remove_worker(&id);
             tracing::warn!(worker = %id, ?unplaced, "worker left or is draining; re-placing its workflows");
         }
-        for id in &workers.dead {
-            shared.forget_worker(id).await?;
-        }
+        shared.forget_workers(&workers.dead).await?;
         for info in &workers.live {
             self.planner.add_worker(WorkerSpec {
                 id: WorkerId(info.id.clone()),

@@ -161,6 +161,11 @@ pub enum SharedStateError {
     /// A deployment names a component that is not stored.
     #[error("component {0} is missing from Redis")]
     MissingComponent(String),
+    /// Kubernetes mode, and the operator has not recorded the worker pods (yet, or
+    /// since Redis restarted empty, or in a form this version reads): which workers
+    /// there are is not known, and nothing should be placed or dropped on that account.
+    #[error("the worker pods are not recorded (yet): waiting for the operator")]
+    WorkersUnknown,
 }
 
 /// What [`SharedState::promote_deployment`] did.
@@ -180,7 +185,8 @@ pub enum Promotion {
 /// The registered workers, split by whether their heartbeat is current.
 #[derive(Debug, Default, Clone)]
 pub struct WorkerSets {
-    /// Workers whose heartbeat has not expired.
+    /// Workers whose heartbeat has not expired (in Kubernetes mode: the Ready worker
+    /// pods).
     pub live: Vec<WorkerInfo>,
     /// Registered workers whose heartbeat expired: they are presumed dead.
     pub dead: Vec<String>,
@@ -282,8 +288,20 @@ impl SharedState {
         };
         let vouched = Vouched::from_hash(pods, self.worker_pods_required);
         if vouched.is_enforced() {
-            let registered: Vec<String> = conn.hkeys(WORKERS).await?;
-            return Ok(vouched.workers(registered).unwrap_or_default());
+            // Only the scheduler acts on the dead, and a registry a worker made
+            // unreadable (another type of key) must not stop every reader: read as
+            // none then.
+            let registered: Vec<String> = match conn.hkeys(WORKERS).await {
+                Ok(registered) => registered,
+                Err(err) if err.code() == Some("WRONGTYPE") => {
+                    tracing::warn!("the worker registry is not a hash: {err}");
+                    Vec::new()
+                }
+                Err(err) => return Err(err.into()),
+            };
+            return vouched
+                .workers(registered)
+                .ok_or(SharedStateError::WorkersUnknown);
         }
         let infos: BTreeMap<String, String> = conn.hgetall(WORKERS).await?;
         let mut sets = WorkerSets::default();
@@ -334,15 +352,28 @@ impl SharedState {
     /// # Errors
     /// [`SharedStateError::Redis`].
     pub async fn forget_worker(&self, id: &str) -> Result<(), SharedStateError> {
-        redis::pipe()
-            .hdel(WORKERS, id)
-            .ignore()
-            .del(loaded_key(id))
-            .ignore()
-            .del(staged_loaded_key(id))
-            .ignore()
-            .query_async::<()>(&mut self.conn())
-            .await?;
+        self.forget_workers(&[id.to_owned()]).await
+    }
+
+    /// Forgets dead workers, in one round trip (there may be many: in Kubernetes mode
+    /// every registration of no worker pod is one).
+    ///
+    /// # Errors
+    /// [`SharedStateError::Redis`].
+    pub async fn forget_workers(&self, ids: &[String]) -> Result<(), SharedStateError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hdel(WORKERS, id)
+                .ignore()
+                .del(loaded_key(id))
+                .ignore()
+                .del(staged_loaded_key(id))
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn()).await?;
         Ok(())
     }
 
@@ -1106,7 +1137,15 @@ impl SharedState {
         &self,
         key: &str,
     ) -> Result<BTreeMap<String, T>, SharedStateError> {
-        let raw: BTreeMap<String, String> = self.conn().hgetall(key).await?;
+        let raw: BTreeMap<String, String> = match self.conn().hgetall(key).await {
+            Ok(raw) => raw,
+            // Made another type of key by a worker: no report, rather than no reader.
+            Err(err) if err.code() == Some("WRONGTYPE") => {
+                tracing::warn!("ignoring a worker's reports: `{key}` is not a hash: {err}");
+                BTreeMap::new()
+            }
+            Err(err) => return Err(err.into()),
+        };
         Ok(raw
             .into_iter()
             .filter_map(

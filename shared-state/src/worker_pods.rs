@@ -73,15 +73,18 @@ impl WorkerPod {
 #[derive(Debug, Default)]
 pub(crate) struct Vouched {
     pods: Option<BTreeMap<String, String>>,
+    /// The operator wrote them (the marker is there).
+    recorded: bool,
 }
 
 impl Vouched {
     /// From the raw hash (empty when the key does not exist); `required` when this
     /// process is in Kubernetes mode whether or not the operator wrote it yet.
     pub(crate) fn from_hash(mut raw: BTreeMap<String, String>, required: bool) -> Self {
-        let enforced = raw.remove(ENFORCED).is_some();
+        let recorded = raw.remove(ENFORCED).is_some();
         Self {
-            pods: (enforced || required).then_some(raw),
+            pods: (recorded || required).then_some(raw),
+            recorded,
         }
     }
 
@@ -90,17 +93,20 @@ impl Vouched {
         self.pods.is_some()
     }
 
-    /// The workers, if the pods are them: the Ready pods live, and the registered ids
-    /// of no pod dead (so that the scheduler forgets them).
+    /// The workers, if the pods are them and recorded in full: the Ready pods live, and
+    /// the registered ids of no pod dead (so that the scheduler forgets them). `None`
+    /// while the operator has not recorded them (the marker is missing), or recorded
+    /// them in a form this version does not read (an older one's): then which workers
+    /// there are is not known.
     pub(crate) fn workers(&self, registered: Vec<String>) -> Option<WorkerSets> {
-        let pods = self.pods.as_ref()?;
-        let live = pods
-            .iter()
-            .filter_map(|(name, json)| {
-                let pod = serde_json::from_str::<WorkerPod>(json).ok()?;
-                pod.ready.then(|| pod.worker(name))
-            })
-            .collect();
+        let pods = self.pods.as_ref().filter(|_| self.recorded)?;
+        let mut live = Vec::new();
+        for (name, json) in pods {
+            let pod = serde_json::from_str::<WorkerPod>(json).ok()?;
+            if pod.ready {
+                live.push(pod.worker(name));
+            }
+        }
         let dead = registered
             .into_iter()
             .filter(|id| !pods.contains_key(id))

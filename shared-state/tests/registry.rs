@@ -3,7 +3,7 @@
 //! the operator records the worker pods (Kubernetes mode) the workers are those pods,
 //! whatever the registry says.
 
-use faas_shared_state::{LoadStatus, SharedState, WorkerInfo, WorkerPod};
+use faas_shared_state::{LoadStatus, SharedState, SharedStateError, WorkerInfo, WorkerPod};
 use faas_testing::RedisServer;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -122,12 +122,13 @@ async fn once_the_worker_pods_are_recorded_they_are_the_workers_whatever_the_reg
     }
     // Before the operator recorded any pod (not Kubernetes mode), the registry is.
     assert_eq!(live(&shared).await.len(), 3);
-    // A process told it is in Kubernetes mode believes no registration meanwhile.
+    // A process told it is in Kubernetes mode believes no registration meanwhile, nor
+    // takes there to be no worker: that is not known yet.
     let kubernetes = SharedState::connect(&redis.url())
         .await
         .unwrap()
         .requiring_worker_pods();
-    assert!(live(&kubernetes).await.is_empty());
+    assert_unknown(&kubernetes).await;
 
     let w2_starting = WorkerPod {
         ready: false,
@@ -192,13 +193,7 @@ async fn once_the_worker_pods_are_recorded_they_are_the_workers_whatever_the_reg
     // registration until the operator records the pods again.
     assert!(shared.worker_pods_recorded().await.unwrap());
     redis::cmd("FLUSHALL")
-        .query_async::<()>(
-            &mut redis::Client::open(redis.url())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap(),
-        )
+        .query_async::<()>(&mut connection(&redis).await)
         .await
         .unwrap();
     shared
@@ -206,7 +201,67 @@ async fn once_the_worker_pods_are_recorded_they_are_the_workers_whatever_the_reg
         .await
         .unwrap();
     assert!(!shared.worker_pods_recorded().await.unwrap());
-    assert!(live(&kubernetes).await.is_empty());
+    assert_unknown(&kubernetes).await;
     shared.replace_worker_pods(&BTreeMap::new()).await.unwrap();
     assert!(live(&shared).await.is_empty());
+
+    // Recorded by a version whose records this one does not read: not known either,
+    // rather than no worker at all (which would drop every placement).
+    redis::cmd("HSET")
+        .arg("faas:worker-pods")
+        .arg("w-1")
+        .arg(r#"{"ip":"10.0.0.1","uid":"u1"}"#)
+        .query_async::<()>(&mut connection(&redis).await)
+        .await
+        .unwrap();
+    assert_unknown(&shared).await;
+    shared
+        .replace_worker_pods(&pods_of(&[("w-1", "10.0.0.1")]))
+        .await
+        .unwrap();
+    assert_eq!(live(&shared).await.len(), 1);
+
+    // A registry, or a worker's reports, made another type of key: read as none, not
+    // an error of every reader.
+    for key in ["faas:workers", "faas:loaded:w-1"] {
+        let mut connection = connection(&redis).await;
+        redis::cmd("DEL")
+            .arg(key)
+            .query_async::<()>(&mut connection)
+            .await
+            .unwrap();
+        redis::cmd("SET")
+            .arg(key)
+            .arg("x")
+            .query_async::<()>(&mut connection)
+            .await
+            .unwrap();
+    }
+    assert_eq!(live(&shared).await, entries(&[("w-1", "10.0.0.1:7000")]));
+    assert!(shared.load_statuses("w-1").await.unwrap().is_empty());
+}
+
+async fn assert_unknown(shared: &SharedState) {
+    assert!(
+        matches!(
+            shared.workers().await,
+            Err(SharedStateError::WorkersUnknown)
+        ),
+        "the workers are taken as known"
+    );
+}
+
+async fn connection(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Ready worker pods of `(name, ip)`.
+fn pods_of(pods: &[(&str, &str)]) -> BTreeMap<String, WorkerPod> {
+    pods.iter()
+        .map(|(name, ip)| ((*name).to_owned(), pod(ip, &format!("u-{name}"))))
+        .collect()
 }

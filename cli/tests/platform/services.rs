@@ -823,6 +823,44 @@ fn a_worker_reports_its_gauges_and_holds_no_instance_when_idle() {
     });
 }
 
+/// In Kubernetes the workers are the Ready worker pods, and a worker's readiness probe
+/// is its `GET /readyz`: ready while its heartbeat reaches Redis (it was a TCP probe of
+/// its internal port, which a worker cut off from Redis, or stuck, still passed). With
+/// Redis paused the worker stops being ready within its heartbeat's time to live, and
+/// is ready again once Redis answers.
+#[test]
+fn a_worker_is_ready_only_while_its_heartbeat_reaches_redis() {
+    let mut services = Services::start(&[]);
+    services.start_worker_with("w1", &["--metrics-listen", "127.0.0.1:0"]);
+    let metrics = services.workers["w1"]
+        .announced
+        .split("metrics at ")
+        .nth(1)
+        .expect("the worker's metrics address")
+        .to_owned();
+    let readyz = metrics.replace("/metrics", "/readyz");
+    let status = || {
+        client()
+            .get(&readyz)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .map(|response| response.status().as_u16())
+            .unwrap_or(0)
+    };
+    let settles = |wanted: u16| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while status() != wanted {
+            assert!(Instant::now() < deadline, "/readyz never answered {wanted}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    settles(200);
+    services.redis.pause();
+    settles(503);
+    services.redis.resume();
+    settles(200);
+}
+
 #[test]
 fn components_no_deployment_names_are_deleted_from_redis() {
     let services = Services::start_with(&["w1"], &["--component-ttl-s", "1"]);

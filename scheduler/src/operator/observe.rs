@@ -24,7 +24,7 @@ pub(crate) async fn fingerprint(shared: &SharedState) -> Result<String, SharedSt
     Ok(format!("{live:?}{placements:?}{loads:?}"))
 }
 
-/// The workers that heartbeat and take work.
+/// The workers that are live (the Ready worker pods) and take work.
 async fn live_workers(shared: &SharedState) -> Result<BTreeSet<String>, SharedStateError> {
     Ok(shared
         .workers()

@@ -41,6 +41,9 @@ pub(crate) async fn follow(context: Arc<Context>) {
     let mut events = watch();
     let mut recheck = tokio::time::interval(RECHECK);
     let mut checks = 0u32;
+    // A list under way is let finish (listing again would start it over); a write
+    // that failed is set right by the next list.
+    let (mut listing, mut stale) = (true, false);
     // The pods of a (re)list, written at once when it is complete.
     let mut listed = BTreeMap::new();
     loop {
@@ -51,22 +54,32 @@ pub(crate) async fn follow(context: Arc<Context>) {
             },
             _ = recheck.tick() => {
                 checks = checks.wrapping_add(1);
-                if checks.is_multiple_of(RELIST_EVERY) || lost(&context.shared).await {
+                if !listing
+                    && (stale
+                        || checks.is_multiple_of(RELIST_EVERY)
+                        || lost(&context.shared).await)
+                {
                     events = watch();
+                    (listing, stale) = (true, false);
                 }
                 continue;
             }
         };
         match event {
-            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::Init) => {
+                listing = true;
+                listed.clear();
+            }
             Ok(watcher::Event::InitApply(pod)) => {
                 if let Some(seen) = worker_pod(&pod) {
                     listed.insert(pod.name_any(), seen);
                 }
             }
             Ok(watcher::Event::InitDone) => {
+                listing = false;
                 if let Err(err) = context.shared.replace_worker_pods(&listed).await {
                     tracing::warn!("recording the worker pods (listed again in 2 s): {err}");
+                    stale = true;
                 }
                 wake(&context);
             }
@@ -77,11 +90,19 @@ pub(crate) async fn follow(context: Arc<Context>) {
                     None => context.shared.remove_worker_pod(&name).await,
                 };
                 if let Err(err) = recorded {
-                    tracing::warn!(pod = name, "recording a worker pod: {err}");
+                    tracing::warn!(
+                        pod = name,
+                        "recording a worker pod (listed again in 2 s): {err}"
+                    );
+                    stale = true;
                 }
                 wake(&context);
             }
-            Ok(watcher::Event::Delete(pod)) => forget(&context, &pod.name_any()).await,
+            Ok(watcher::Event::Delete(pod)) => {
+                if !forget(&context, &pod.name_any()).await {
+                    stale = true;
+                }
+            }
             // The watcher retries on its own (with backoff).
             Err(err) => tracing::warn!("watching worker pods: {err}"),
         }
@@ -175,11 +196,19 @@ fn wake(context: &Context) {
     context.reconcile_all.notify_one();
 }
 
-/// Forgets worker `id` and wakes placement and the statuses.
-async fn forget(context: &Context, id: &str) {
-    if let Err(err) = context.shared.remove_worker_pod(id).await {
-        tracing::warn!(worker = id, "forgetting a deleted worker pod: {err}");
-    }
+/// Forgets worker `id` and wakes placement and the statuses; says whether its pod's
+/// record went.
+async fn forget(context: &Context, id: &str) -> bool {
+    let removed = match context.shared.remove_worker_pod(id).await {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::warn!(
+                worker = id,
+                "forgetting a deleted worker pod (listed again in 2 s): {err}"
+            );
+            false
+        }
+    };
     match context.shared.forget_worker(id).await {
         Ok(()) => {
             tracing::info!(worker = id, "worker pod deleted; forgetting the worker");
@@ -191,6 +220,7 @@ async fn forget(context: &Context, id: &str) {
             "forgetting a deleted worker pod's worker: {err}"
         ),
     }
+    removed
 }
 
 #[cfg(test)]

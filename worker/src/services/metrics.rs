@@ -57,8 +57,14 @@ impl Gauges {
     }
 }
 
-/// Serves `/metrics` on `listener` until the task is dropped.
+/// Serves `/metrics`, and `/readyz` ([`Node::ready`]), on `listener` until the task is
+/// dropped.
 pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
     let gauges = Gauges::new(&node);
-    faas_metrics_endpoint::serve(listener, Arc::new(move || gauges.render(&node))).await;
+    let ready = {
+        let node = node.clone();
+        Arc::new(move || node.ready())
+    };
+    let render = Arc::new(move || gauges.render(&node));
+    faas_metrics_endpoint::serve_with_readiness(listener, render, ready).await;
 }

@@ -49,6 +49,16 @@ impl Version {
     }
 }
 
+/// A load running on a task of its own ([`Node::stop_unwanted_loads`]).
+struct Loading {
+    /// The revision it loads.
+    version: Version,
+    /// Stops it (and its compile child, dropped with it).
+    task: AbortHandle,
+    /// The last sync found its revision no longer placed here.
+    unwanted: bool,
+}
+
 /// How a worker takes part in services mode.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -110,7 +120,11 @@ pub struct Node {
     /// version is no longer placed here (its deploy was given up, or replaced) is
     /// stopped, and its compile child with it, rather than compiling on to
     /// `--compile-timeout-secs` in a place another tenant's load is waiting for.
-    loading: Mutex<HashMap<String, (Version, AbortHandle)>>,
+    loading: Mutex<HashMap<String, Loading>>,
+    /// When its last heartbeat reached Redis: it is ready (`GET /readyz`) while that is
+    /// within its heartbeat's time to live. In Kubernetes the workers are the Ready
+    /// worker pods, so a worker cut off from Redis, or stuck, must stop being Ready.
+    last_heartbeat: Mutex<Option<std::time::Instant>>,
 }
 
 /// A started node: its tasks run until it is drained or dropped.
@@ -158,6 +172,7 @@ impl Node {
             draining: AtomicBool::new(false),
             loads: LoadQueue::new(MAX_LOADS),
             loading: Mutex::default(),
+            last_heartbeat: Mutex::default(),
         });
         let mut tasks = JoinSet::new();
         tasks.spawn(serve::serve(listeners.internal, node.clone()));
@@ -387,17 +402,38 @@ impl Node {
     }
 
     async fn heartbeat(self: Arc<Self>) {
+        // What a former process of this id reported loaded is not loaded here (a
+        // container restarted in its pod keeps the pod's name): gone before the first
+        // heartbeat, and reported again by the syncs as this process loads.
+        if let Err(err) = self.shared.forget_worker(&self.config.id).await {
+            tracing::warn!("forgetting a former process's load reports: {err}");
+        }
         let mut ticker = tokio::time::interval(self.config.heartbeat_ttl / 3);
         loop {
             ticker.tick().await;
-            if let Err(err) = self
+            match self
                 .shared
                 .heartbeat(&self.info(), self.config.heartbeat_ttl)
                 .await
             {
-                tracing::warn!("heartbeat failed: {err}");
+                Ok(()) => {
+                    *self
+                        .last_heartbeat
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+                }
+                Err(err) => tracing::warn!("heartbeat failed: {err}"),
             }
         }
+    }
+
+    /// Whether the worker is ready to take events: its last heartbeat reached Redis
+    /// within its time to live (`GET /readyz` of its metrics listener).
+    pub(super) fn ready(&self) -> bool {
+        self.last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() < self.config.heartbeat_ttl)
     }
 
     async fn sync(self: Arc<Self>) {
@@ -523,16 +559,28 @@ impl Node {
                 let (name, version) = (record.workflow.name.clone(), Version::of(&record));
                 node.clone().load_and_report(record, staged, ticket).await;
                 let mut loading = node.loading_lock();
-                if loading.get(&name).is_some_and(|(held, _)| *held == version) {
+                if loading
+                    .get(&name)
+                    .is_some_and(|held| held.version == version)
+                {
                     loading.remove(&name);
                 }
             });
-            loading.insert(name, (version, task.abort_handle()));
+            let task = task.abort_handle();
+            loading.insert(
+                name,
+                Loading {
+                    version,
+                    task,
+                    unwanted: false,
+                },
+            );
         }
         Ok(())
     }
 
-    /// Stops the loads of versions neither `live` nor `staged` names any more.
+    /// Stops the loads of versions neither `live` nor `staged` names, at the second
+    /// sync in a row that finds it so.
     fn stop_unwanted_loads(
         &self,
         live: &BTreeMap<&String, &DeploymentRecord>,
@@ -545,11 +593,15 @@ impl Node {
                     .is_some_and(|r| Version::of(r) == *version)
             })
         };
-        self.loading_lock().retain(|name, (version, task)| {
-            if wanted(name, version) {
+        self.loading_lock().retain(|name, load| {
+            // Seen unwanted twice in a row: a promotion between this sync's reads of
+            // the live and the staged records leaves a wanted revision in neither once.
+            let again = std::mem::replace(&mut load.unwanted, !wanted(name, &load.version));
+            if !(again && load.unwanted) {
                 return true;
             }
-            task.abort();
+            let version = &load.version;
+            load.task.abort();
             tracing::info!(
                 workflow = name,
                 revision = version.revision,
@@ -559,7 +611,7 @@ impl Node {
         });
     }
 
-    fn loading_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Version, AbortHandle)>> {
+    fn loading_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Loading>> {
         // Each change is one insert or remove: a poisoned lock still holds a sound map.
         self.loading.lock().unwrap_or_else(|p| p.into_inner())
     }
