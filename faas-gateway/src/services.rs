@@ -995,7 +995,7 @@ pub async fn follow(registry: Arc<Registry>) {
     loop {
         ticker.tick().await;
         if let Err(err) = follow_once(&backend, &registry).await {
-            tracing::warn!("reading the shared state failed, retrying: {err}");
+            err.log_retry("reading the shared state");
         }
     }
 }

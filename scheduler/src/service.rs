@@ -64,7 +64,7 @@ impl Rounds {
         let round = self.scheduler.round(shared, &self.metrics).await;
         self.metrics.round(round.is_ok());
         if let Err(err) = round {
-            tracing::warn!("placement round failed, retrying: {err}");
+            err.log_retry("a placement round");
         }
         if self.collected.elapsed() >= COLLECT_EVERY.min(self.component_ttl) {
             self.collected = tokio::time::Instant::now();

@@ -168,6 +168,19 @@ pub enum SharedStateError {
     WorkersUnknown,
 }
 
+impl SharedStateError {
+    /// Logs that `what` failed and is retried: at `warn`, but for
+    /// [`SharedStateError::WorkersUnknown`], which a Kubernetes process meets at every
+    /// sync until the operator has recorded the worker pods (its first seconds), at
+    /// `debug`.
+    pub fn log_retry(&self, what: &str) {
+        match self {
+            Self::WorkersUnknown => tracing::debug!("{what} waits, retrying: {self}"),
+            _ => tracing::warn!("{what} failed, retrying: {self}"),
+        }
+    }
+}
+
 /// What [`SharedState::promote_deployment`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Promotion {

@@ -442,7 +442,7 @@ impl Node {
         loop {
             ticker.tick().await;
             if let Err(err) = self.sync_once().await {
-                tracing::warn!("following placements failed, retrying: {err}");
+                err.log_retry("following placements");
             }
         }
     }
