@@ -69,11 +69,7 @@ async fn malformed_registrations_and_reports_are_left_out_and_the_rest_is_read()
         .report_load("w-1", "shop", Some(&ready))
         .await
         .unwrap();
-    let mut connection = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = connection(&redis).await;
     for (key, field) in [
         ("faas:workers", "w-2"),
         ("faas:loaded:w-1", "blog"),
@@ -89,14 +85,14 @@ async fn malformed_registrations_and_reports_are_left_out_and_the_rest_is_read()
             .arg(key)
             .arg(field)
             .arg(value)
-            .query_async::<()>(&mut connection)
+            .query_async::<()>(&mut raw)
             .await
             .unwrap();
     }
     redis::cmd("SET")
         .arg("faas:alive:w-3")
         .arg(1)
-        .query_async::<()>(&mut connection)
+        .query_async::<()>(&mut raw)
         .await
         .unwrap();
     assert_eq!(live(&shared).await, entries(&[("w-1", "10.0.0.1:7000")]));
