@@ -210,9 +210,18 @@ impl Services {
 
     /// Restarts Redis with nothing in it but its users (as a Redis that keeps them in
     /// its configuration has them back): the workers' user is made again.
+    ///
+    /// A worker that reconnected before its user was made again was refused at `AUTH`;
+    /// those refusals are the restart's, so the `ACL LOG` is cleared once the user is
+    /// back (what [`Services`]' drop checks is what the rules refused after it).
     pub(crate) fn restart_redis_empty(&mut self) {
         self.redis.restart();
         worker_redis_url(&self.redis);
+        redis::cmd("ACL")
+            .arg("LOG")
+            .arg("RESET")
+            .query::<()>(&mut connect(&self.redis))
+            .expect("clearing Redis's ACL LOG");
     }
 
     /// Worker `id`'s process.
