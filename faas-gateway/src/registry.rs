@@ -1094,7 +1094,9 @@ impl Registry {
                         None => return Ok(None),
                     },
                 };
-                shared.remove(&tenant, name).await?;
+                if !shared.remove(&tenant, name).await? {
+                    return Ok(None);
+                }
                 (tenant, current.map(|current| current.revision))
             }
         };

@@ -23,7 +23,7 @@ use faas_invoke::{Component, ComponentPool, Components, FunctionSummary, RemoteW
 use faas_invoke::{LoadError, LoadErrorKind};
 use faas_scheduler::WorkerId;
 use faas_shared_state::{
-    DEPLOYMENTS, DeploymentRecord, LoadStatus, PlacementRecord, Promotion, SharedState,
+    DEPLOYMENTS, DeploymentRecord, LoadStatus, PlacementRecord, Promotion, Removal, SharedState,
     SharedStateError, WorkerInfo,
 };
 use faas_store::{TenantError, TenantStore, TenantWorkflows, TenantsCopy};
@@ -827,16 +827,19 @@ impl ServicesBackend {
 
     /// Removes workflow `name` of `tenant`: from the shared state, or (Kubernetes
     /// mode) by deleting its resource and waiting until the operator removed it.
-    pub(crate) async fn remove(&self, tenant: &str, name: &str) -> Result<(), DeployError> {
+    /// Returns false, having removed nothing, when the name is another tenant's in the
+    /// shared state: this gateway's copy of its owner may be a sync old.
+    pub(crate) async fn remove(&self, tenant: &str, name: &str) -> Result<bool, DeployError> {
         if let DeployTarget::Resources(resources) = &self.target {
             resources.delete(tenant, name).await?;
-            return Ok(());
+            return Ok(true);
         }
         let holder = new_holder();
         self.locked(name, &holder, async {
-            match self.shared.remove_deployment(name, &holder).await {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(lease_lost(name)),
+            match self.shared.remove_deployment(name, tenant, &holder).await {
+                Ok(Removal::Removed) => Ok(true),
+                Ok(Removal::OtherTenants) => Ok(false),
+                Ok(Removal::LeaseLost) => Err(lease_lost(name)),
                 Err(err) => Err(shared_state(err)),
             }
         })

@@ -25,6 +25,6 @@ mod worker_pods;
 
 pub use records::{DeploymentRecord, LoadStatus, PlacementRecord, WorkerInfo};
 pub use state::{
-    DEPLOYMENTS, Promotion, SharedState, SharedStateError, StoredComponent, WorkerSets,
+    DEPLOYMENTS, Promotion, Removal, SharedState, SharedStateError, StoredComponent, WorkerSets,
 };
 pub use worker_pods::{DEFAULT_WORKER_CAPACITY, WorkerPod};

@@ -110,6 +110,18 @@ const FENCED_REMOVE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then retur
 const DROP_ABANDONED: &str = "if redis.call('exists', KEYS[1]) == 0 then \
      return redis.call('hdel', KEYS[2], ARGV[1]) end return 0";
 
+/// Removes field ARGV[2] from every key after the first (the deployments, then the
+/// staged versions, then the rest), only while the lease KEYS[1] names holder ARGV[1]
+/// (else 0) and neither a live nor a staged record of that name is another tenant's
+/// than ARGV[3] (else -1): a gateway's copy of who owns a name may be a sync old, and
+/// the name may have gone to another tenant since.
+const OWNED_REMOVE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+     for i = 2, 3 do \
+       local record = redis.call('hget', KEYS[i], ARGV[2]) \
+       if record and cjson.decode(record).workflow.tenant ~= ARGV[3] then return -1 end \
+     end \
+     for i = 2, #KEYS do redis.call('hdel', KEYS[i], ARGV[2]) end return 1";
+
 /// Deletes a component (its bytes KEYS[2] and its tenants KEYS[3]) only if it was not
 /// stored again since its stamp was read.
 const COLLECT: &str = "if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then \
@@ -193,6 +205,17 @@ pub enum Promotion {
     /// Nothing: the token that made the deploy was revoked since, or its tenant removed
     /// (and perhaps created again, for someone else).
     TokenRevoked,
+}
+
+/// What [`SharedState::remove_deployment`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// The workflow is gone from the shared state (or was not there).
+    Removed,
+    /// Nothing: the caller no longer holds the workflow's lease.
+    LeaseLost,
+    /// Nothing: the name is another tenant's workflow now.
+    OtherTenants,
 }
 
 /// The registered workers, split by whether their heartbeat is current.
@@ -881,24 +904,34 @@ impl SharedState {
             .await
     }
 
-    /// Removes workflow `name`'s deployment, staged version, placement, activity and
-    /// demand while `holder` holds its lease; returns false when it does not.
+    /// Removes `tenant`'s workflow `name`: its deployment, staged version, placement,
+    /// activity and demand, while `holder` holds its lease and no version of that name
+    /// is another tenant's.
     ///
     /// # Errors
     /// [`SharedStateError::Redis`].
     pub async fn remove_deployment(
         &self,
         name: &str,
+        tenant: &str,
         holder: &str,
-    ) -> Result<bool, SharedStateError> {
-        self.fenced(
-            FENCED_REMOVE,
-            name,
-            holder,
-            &[DEPLOYMENTS, STAGED, PLACEMENTS, ACTIVITY, DEMAND],
-            None,
-        )
-        .await
+    ) -> Result<Removal, SharedStateError> {
+        let done: i64 = redis::cmd("EVAL")
+            .arg(OWNED_REMOVE)
+            .arg(6)
+            .arg(lock_key(name))
+            .arg(&[DEPLOYMENTS, STAGED, PLACEMENTS, ACTIVITY, DEMAND][..])
+            .arg(holder)
+            .arg(name)
+            .arg(tenant)
+            .query_async(&mut self.conn())
+            .await?;
+        self.records_changed().await;
+        Ok(match done {
+            1 => Removal::Removed,
+            -1 => Removal::OtherTenants,
+            _ => Removal::LeaseLost,
+        })
     }
 
     /// Runs `script` on workflow `name`'s field of `hashes`, fenced by its lease.

@@ -3,7 +3,7 @@
 //! a workflow removes its fields (and no one else's), and neither is written for a
 //! workflow that is not deployed.
 
-use faas_shared_state::{DeploymentRecord, SharedState};
+use faas_shared_state::{DeploymentRecord, Removal, SharedState};
 use faas_testing::RedisServer;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -104,7 +104,10 @@ async fn removing_a_workflow_removes_its_activity_and_demand_and_a_late_gateway_
 
     let lease = Duration::from_secs(30);
     assert!(shared.lock_workflow("shop", "a", lease).await.unwrap());
-    assert!(shared.remove_deployment("shop", "a").await.unwrap());
+    assert_eq!(
+        shared.remove_deployment("shop", "t", "a").await.unwrap(),
+        Removal::Removed
+    );
     assert_eq!(shared.activity().await.unwrap(), stamps(&[("blog", 1_000)]));
     let demand = shared.demand().await.unwrap();
     assert_eq!(demand.keys().collect::<Vec<_>>(), ["blog"]);

@@ -2,7 +2,7 @@
 //! fenced by the lease's holder, and a staged record outlives its lease only until the
 //! scheduler's next round.
 
-use faas_shared_state::{DEPLOYMENTS, DeploymentRecord, Promotion, SharedState};
+use faas_shared_state::{DEPLOYMENTS, DeploymentRecord, Promotion, Removal, SharedState};
 use faas_store::{TenantError, TenantStore, TenantWorkflows};
 use faas_testing::RedisServer;
 use std::collections::BTreeMap;
@@ -180,13 +180,32 @@ async fn only_the_leases_holder_stages_promotes_or_removes() {
     assert_eq!(cluster.deployments().await.unwrap()["shop"], record(1));
     assert!(cluster.staged_deployments().await.unwrap().is_empty());
 
-    assert!(!cluster.remove_deployment("shop", "b").await.unwrap());
+    assert_eq!(
+        cluster.remove_deployment("shop", "t", "b").await.unwrap(),
+        Removal::LeaseLost
+    );
+    // The lease orders writers; it does not say who owns the name. A gateway whose
+    // copy still showed `shop` as mallory's (a sync old) removes nothing of t's.
+    assert_eq!(
+        cluster
+            .remove_deployment("shop", "mallory", "a")
+            .await
+            .unwrap(),
+        Removal::OtherTenants
+    );
     assert!(cluster.deployments().await.unwrap().contains_key("shop"));
     cluster.unlock_workflow("shop", "a").await.unwrap();
-    assert!(
-        !cluster.remove_deployment("shop", "a").await.unwrap(),
+    assert_eq!(
+        cluster.remove_deployment("shop", "t", "a").await.unwrap(),
+        Removal::LeaseLost,
         "lease released"
     );
+    assert!(cluster.lock_workflow("shop", "c", lease).await.unwrap());
+    assert_eq!(
+        cluster.remove_deployment("shop", "t", "c").await.unwrap(),
+        Removal::Removed
+    );
+    assert!(cluster.deployments().await.unwrap().is_empty());
 }
 
 #[tokio::test]

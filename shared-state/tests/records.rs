@@ -3,7 +3,7 @@
 //! may hold up to a MiB of manifest each, so reading them whole each time multiplied
 //! what a tenant wrote once by five a second and by every process.
 
-use faas_shared_state::{DeploymentRecord, SharedState};
+use faas_shared_state::{DeploymentRecord, Removal, SharedState};
 use faas_testing::RedisServer;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -76,7 +76,10 @@ async fn records_are_read_again_only_once_they_changed_and_every_change_is_seen_
     let staged = record("shop", "three");
     assert!(writer.stage_deployment(&staged, "a").await.unwrap());
     assert_eq!(reader.staged_deployments().await.unwrap()["shop"], staged);
-    assert!(writer.remove_deployment("shop", "a").await.unwrap());
+    assert_eq!(
+        writer.remove_deployment("shop", "t", "a").await.unwrap(),
+        Removal::Removed
+    );
     assert!(reader.deployments().await.unwrap().is_empty());
     assert!(reader.staged_deployments().await.unwrap().is_empty());
 

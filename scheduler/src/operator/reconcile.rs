@@ -7,7 +7,7 @@ use super::metrics::WorkflowState;
 use super::{Context, components, floor, observe};
 use faas_kube::status::reason;
 use faas_kube::{FINALIZER, Workflow};
-use faas_shared_state::{DeploymentRecord, SharedStateError};
+use faas_shared_state::{DeploymentRecord, Removal, SharedStateError};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -542,10 +542,16 @@ pub(crate) async fn remove_record(
     {
         return Err(ReconcileError::Busy(name.to_owned()));
     }
-    let removed = context.shared.remove_deployment(name, &holder).await;
+    let removed = context
+        .shared
+        .remove_deployment(name, tenant, &holder)
+        .await;
     context.shared.unlock_workflow(name, &holder).await?;
-    if !removed? {
-        return Err(ReconcileError::Busy(name.to_owned()));
+    match removed? {
+        Removal::Removed => {}
+        // Another tenant's since the read above: not this resource's to remove.
+        Removal::OtherTenants => return Ok(()),
+        Removal::LeaseLost => return Err(ReconcileError::Busy(name.to_owned())),
     }
     tracing::info!(workflow = %name, tenant = %tenant, "removed");
     // Nothing will serve its held events now: they fail at the gateway.

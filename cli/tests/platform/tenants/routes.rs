@@ -4,8 +4,9 @@
 //! with, and the victim keeps being served.
 
 use super::scene::{Scene, VICTIM_WORKFLOW, assert_success, refused};
-use crate::services::Services;
-use crate::support::TOKEN;
+use crate::services::{Services, spawn_gateway};
+use crate::support::{TOKEN, client, wait_ready};
+use std::time::Duration;
 
 /// Mallory's takeovers of the victim's routes, each with the refusal it must get.
 const TAKEOVERS: [(&str, &str); 3] = [
@@ -180,5 +181,57 @@ fn a_workflow_with_more_routes_than_one_may_have_is_refused_and_one_at_the_limit
     assert_success(&scene.deploy(&scene.mallory, &at_limit), "128 routes");
     let last = format!("{}?name=m", routes[max - 1]);
     assert!(scene.get(&last).text().unwrap().contains("Hello, m"));
+    scene.assert_victim_served();
+}
+
+/// A gateway's copy of who owns each workflow name is up to a sync old, and a removal
+/// went by it: mallory, removing a name she had held, through a gateway that had not
+/// yet seen the name go to the victim, removed the victim's workflow (whose routes she
+/// could then take). The shared state now checks the owner in the removal's own step.
+#[test]
+fn services_mode_a_removal_through_a_gateway_behind_on_the_names_owner_removes_nothing() {
+    let services = Services::start(&["w1"]);
+    let scene = Scene::set_up(services.url.clone(), services);
+    let held = scene.manifest("wanted", Some("mallory"), &["/wanted/mallory"]);
+    assert_success(&scene.deploy(&scene.mallory, &held), "mallory's deploy");
+    // A gateway that takes its copy of the deployments at its start, and not again
+    // for ten minutes: it has `wanted` as mallory's.
+    let behind_dir = faas_testing::temp_dir();
+    let behind = spawn_gateway(&scene._host.redis, behind_dir.path(), "600000");
+    wait_ready(&behind.announced, Duration::from_secs(30));
+    let listed = || {
+        let list = client()
+            .get(format!("{}/admin/v1/workflows", behind.announced))
+            .bearer_auth(&scene.mallory)
+            .send()
+            .unwrap();
+        list.status() == 200 && list.text().unwrap().contains("\"wanted\"")
+    };
+    let started = std::time::Instant::now();
+    while !listed() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the second gateway never had mallory's `wanted`"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    assert_success(&scene.faas(&scene.mallory, &["rm", "wanted"]), "faas rm");
+    let wanted = scene.manifest("wanted", Some("victim"), &["/wanted/victim"]);
+    assert_success(&scene.deploy(&scene.victim, &wanted), "the victim's deploy");
+    let removal = client()
+        .delete(format!("{}/admin/v1/workflows/wanted", behind.announced))
+        .bearer_auth(&scene.mallory)
+        .send()
+        .unwrap();
+    assert_eq!(removal.status(), 404, "{:?}", removal.text());
+
+    let victims = scene.get("/wanted/victim?name=victim");
+    assert_eq!(
+        victims.status(),
+        200,
+        "the victim's `wanted` is still served"
+    );
+    assert!(victims.text().unwrap().contains("Hello, victim"));
     scene.assert_victim_served();
 }
