@@ -731,6 +731,12 @@ impl Worker {
             ),
         );
         store.call_hook(move |mut store, hook| {
+            if let wasmtime::CallHook::CallingHost = hook {
+                // Set before Wasmtime lifts the call's arguments, which it copies into
+                // host memory up to this much (see `hostcall_fuel`).
+                let fuel = hostcall_fuel(store.data().limiter.memory_bytes);
+                store.set_hostcall_fuel(fuel);
+            }
             let state = store.data_mut();
             if places_read_only {
                 // Read-only region pages must be writable while the host runs (it
@@ -747,9 +753,6 @@ impl Worker {
         // bounds the handles, and the hook above claims them in the guest memory
         // budget. Regions have a limit of their own.
         store.set_max_component_handles(self.config.max_handles_per_instance);
-        // A list argument can be at most the guest's whole memory, which the memory
-        // limit already bounds; region pages are passed as lists without being copied.
-        store.set_hostcall_fuel(max_memory.max(128 << 20));
         // At the end of its poll's slice (a tick, or a few while its tenant is alone:
         // `fair::slice_over`) the guest yields to the runtime, so that a busy guest
         // holds neither a thread nor its fair turn on the cores for longer; the
@@ -776,6 +779,21 @@ impl Worker {
         }
         Ok((store, output))
     }
+}
+
+/// The least [`hostcall_fuel`] gives a call: a whole batch of messages (16 MiB, which
+/// may all be the same few bytes of the guest's) with room to spare.
+const MIN_HOSTCALL_FUEL: usize = 32 << 20;
+
+/// How many bytes Wasmtime may copy into host memory for one host call's arguments
+/// (strings, lists, and the lists inside lists) from a guest whose linear memories
+/// hold `memory_bytes`: as much as they hold, at least [`MIN_HOSTCALL_FUEL`]. Not the
+/// guest's limit: lists in a list may all point at the same bytes, so 1 MiB of a guest
+/// allowed 4 GiB made the host allocate 4 GiB before any host function could look at
+/// the sizes. What the guest holds bounds every argument that is not such a trick,
+/// the pages `create-in` and `read-into` take (seen in place, but counted) among them.
+fn hostcall_fuel(memory_bytes: usize) -> usize {
+    memory_bytes.max(MIN_HOSTCALL_FUEL)
 }
 
 /// How long a compile [`Worker::compile_ahead`] ran waits to be counted by its load.

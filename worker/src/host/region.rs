@@ -8,6 +8,7 @@
 use super::platform::region::{Host, HostRegion};
 use crate::region::{Handoff, PageRange, Region, RegionError};
 use crate::state::{InstanceState, MemoryLimitExceeded};
+use std::borrow::Cow;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, WasmList};
 
@@ -79,8 +80,23 @@ impl HostRegion for InstanceState {
     }
 
     async fn bytes(&mut self, region: Resource<Region>) -> wasmtime::Result<Vec<u8>> {
-        let region = self.table.get(&region)?;
-        let bytes = region.bytes()?.into_owned();
+        // The host reads the value into a buffer of its own before Wasmtime asks the
+        // guest for room for it: a value the guest's memory could never hold (another
+        // step's, perhaps allowed far more) fails here, before that buffer exists, and
+        // the buffer counts in the guest memory budget while it is filled.
+        let len = self.table.get(&region)?.len();
+        let limit = self.limiter.max_memory_bytes;
+        if len > limit {
+            return Err(MemoryLimitExceeded {
+                limit,
+                desired: len,
+            }
+            .into());
+        }
+        let held = self.hold(len)?;
+        let bytes = self.table.get(&region)?.bytes().map(Cow::into_owned);
+        self.release_held(held);
+        let bytes = bytes?;
         self.event
             .metrics
             .region_placed(Handoff::Copied, bytes.len());

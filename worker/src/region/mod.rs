@@ -468,7 +468,12 @@ impl Region {
     /// value holds, so that it stays counted after the producer's store is gone: its
     /// copied bytes, or its memory file's pages (which stay when the worker tears a
     /// retired producer down early, [`Retired::release`]).
+    /// A value that holds a claim already (a step's input, returned as its output)
+    /// keeps it: the step's own claim stands for its own memory only.
     pub(crate) fn carry_claim(&mut self, claim: &mut GuestMemoryClaim) {
+        if self.claim.is_some() {
+            return;
+        }
         let held = match &self.body {
             Body::Bytes(bytes) => bytes.len(),
             Body::Sealed { len, .. } => pages::round_to_pages(*len),
@@ -777,5 +782,46 @@ impl Region {
             record(mapped);
         }
         Ok(Handoff::Copied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory_budget::GuestMemory;
+
+    /// A step may return its input as its output. The input holds its producer's claim
+    /// on the value; taking the returning step's own (here, next to nothing) in its
+    /// place left the value uncounted once the input was dropped, for as long as the
+    /// run kept it (a later step's retries), and drained the returning step's claim.
+    #[test]
+    fn a_value_returned_by_the_step_it_was_given_to_keeps_its_producers_claim() {
+        let budget = Arc::new(GuestMemory::new(faas_budget::BudgetLimits {
+            total: 1 << 30,
+            per_holder: 1 << 30,
+        }));
+        let tenant: Arc<str> = Arc::from("t");
+        let value = 8 << 20;
+        let mut producer = budget.claim(tenant.clone());
+        producer.grow_to(value).unwrap();
+        let mut input = Region::new("bytes", vec![7u8; value as usize]);
+        input.carry_claim(&mut producer);
+        drop(producer);
+        assert_eq!(budget.held(), value);
+
+        let mut returning = budget.claim(tenant);
+        returning.grow_to(64 << 10).unwrap();
+        let mut output = input.clone();
+        output.carry_claim(&mut returning);
+        drop(input);
+        assert_eq!(
+            returning.bytes(),
+            64 << 10,
+            "the step's own claim is its own"
+        );
+        drop(returning);
+        assert_eq!(budget.held(), value, "the value is still counted");
+        drop(output);
+        assert_eq!(budget.held(), 0);
     }
 }

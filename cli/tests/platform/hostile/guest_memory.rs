@@ -281,24 +281,32 @@ fn region_file_bytes(platform: &Platform) -> u64 {
         .sum()
 }
 
+/// A platform with the bystander and tenant `tenant`'s workflow of `function` at
+/// `route`, with a deadline far above what any of these attacks takes and `extra`
+/// function settings.
+fn beside_the_bystander(tenant: &str, function: &str, route: &str, extra: &str) -> Platform {
+    let dir = faas_testing::temp_dir();
+    let platform = Platform::start_with(&["--no-demo"]);
+    deploy_bystander(&platform, dir.path());
+    let extra = format!("timeout_ms = 60000\n{extra}");
+    platform.deploy(&write_manifest(
+        dir.path(),
+        tenant,
+        tenant,
+        function,
+        route,
+        &extra,
+    ));
+    platform
+}
+
 /// A guest's log line is cut to 4 KiB, and the platform keeps only those 4 KiB. It
 /// kept the whole allocation of the guest's text (`String::truncate`), which the log
 /// store then held with the line: one event logging 240 lines of 4 MiB held 960 MiB of
 /// the platform's memory, charged to the log budget as 1 MiB.
 #[test]
 fn a_long_log_line_holds_only_what_is_kept_of_it() {
-    let dir = faas_testing::temp_dir();
-    let platform = Platform::start_with(&["--no-demo"]);
-    deploy_bystander(&platform, dir.path());
-    let extra = "timeout_ms = 60000";
-    platform.deploy(&write_manifest(
-        dir.path(),
-        "loud",
-        "loud",
-        "misbehave",
-        "/misbehave/...",
-        extra,
-    ));
+    let platform = beside_the_bystander("loud", "misbehave", "/misbehave/...", "");
     // Once first, so that the allocator holds what one event uses for a moment.
     assert_eq!(
         platform.get("/misbehave/shout?kib=4096&lines=1").status(),
@@ -377,5 +385,28 @@ fn a_batch_of_messages_that_all_point_at_the_same_bytes_counts_in_its_tenants_sh
         (1..=2).contains(&held),
         "{held} calls held 48 MiB each at once"
     );
+    assert_bystander_served(&platform);
+}
+
+/// Wasmtime copies a host call's list arguments into host memory before any host
+/// function sees them, and lists in a list may all point at the same bytes: a guest
+/// allowed 512 MiB that holds 2 MiB made the host allocate 500 MiB per call (a batch of
+/// 500 messages, each the same 1 MiB) before `publish-all` refused the batch, counted
+/// by no budget. Now a call may copy no more than the guest's memory holds (32 MiB at
+/// least): past that the guest traps, and the platform does not grow by the batch.
+#[test]
+fn a_list_of_lists_that_all_point_at_the_same_bytes_is_copied_no_further_than_the_guests_memory() {
+    let extra = "memory_mb = 512";
+    let platform = beside_the_bystander("mallory", "messenger", "/mallory/messenger", extra);
+    let peak_before = platform.memory("VmHWM");
+    let watch = Watch::start(&platform);
+    let path = "/mallory/messenger?op=publish-all-aliased&name=news&count=500&kib=1024";
+    for (status, body) in get_at_once(&platform, path, 3) {
+        assert_eq!(status, 500, "{body}");
+        assert!(body.contains("fuel"), "{body}");
+    }
+    watch.finish();
+    let grew = platform.memory("VmHWM").saturating_sub(peak_before) >> 20;
+    assert!(grew < 300, "the platform's peak memory grew by {grew} MiB");
     assert_bystander_served(&platform);
 }

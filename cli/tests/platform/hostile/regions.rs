@@ -360,3 +360,37 @@ fn one_tenants_waiting_values_hold_at_most_its_share_of_region_files_and_another
         .count();
     assert!(refused >= 6, "{ended:#?}");
 }
+
+/// `bytes` copies a value into the host before Wasmtime asks the consumer for room for
+/// it: a consumer allowed 16 MiB that asked for a copy of a 512 MiB value made the host
+/// allocate and fill 512 MiB (per consumer at once, counted by no budget), only to fail
+/// when its memory could not take them. Now a value its memory could never hold fails
+/// the consumer before the host copies anything.
+#[test]
+fn a_copy_of_a_value_larger_than_its_consumers_memory_is_refused_before_the_host_makes_it() {
+    let dir = faas_testing::temp_dir();
+    let platform = start(&[]);
+    deploy_bystander(&platform, dir.path());
+    let mut replacements = probe_as("consume", "copy-in").to_vec();
+    replacements.push((
+        "config = { probe = \"copy-in\" }\nmemory_mb = 1100".to_owned(),
+        "config = { probe = \"copy-in\" }\nmemory_mb = 16".to_owned(),
+    ));
+    deploy_example(&platform, dir.path(), &pairs(&replacements));
+    // A copy its memory can hold is made.
+    let small = platform.post("/regions", "1000");
+    assert_eq!(small.status(), 200);
+    let report: serde_json::Value = small.json().unwrap();
+    assert!(report["copied"].as_u64().unwrap() > 1000, "{report}");
+    let peak_before = platform.memory("VmHWM");
+    let watch = Watch::start(&platform);
+    let message = consumer_failure(&platform, "/regions", 512 << 20);
+    assert!(message.contains("memory limit"), "{message}");
+    watch.finish();
+    let grew = platform.memory("VmHWM").saturating_sub(peak_before) >> 20;
+    assert!(
+        grew < 800,
+        "the platform's peak memory grew by {grew} MiB (the value is 512 MiB)"
+    );
+    assert_bystander_served(&platform);
+}

@@ -27,6 +27,8 @@
 //!   read-only value leaves a protected range, which splits the process's memory maps.
 //! - `copy-out`: returns a value of config `mb` MiB (1) copied with `from-bytes`, of
 //!   the step's output type `blob.km:Blob` (as the example's producer).
+//! - `copy-in`: asks the host for a copy of its input (`bytes`) and reports its length:
+//!   the copy must not be made when the input is larger than its memory may hold.
 //! - `seal-short`: fills a region of config `mb` MiB (1) of the step's output type
 //!   `blob.km:Blob`, and seals one byte of it (the memory file must not keep the rest).
 //! - `huge-error`: fails with a 32 MiB error text, which the platform must not keep.
@@ -158,6 +160,10 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
         "copy-out" => {
             let bytes = vec![7u8; config_number("mb").unwrap_or(1) << 20];
             return Ok(vec![Region::from_bytes("blob.km:Blob", &bytes)]);
+        }
+        "copy-in" => {
+            let input = inputs.first().ok_or("needs an input")?;
+            format!("{{\"copied\":{}}}", input.bytes().len())
         }
         "seal-short" => {
             let capacity = config_number("mb").unwrap_or(1) << 20;
