@@ -18,7 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -163,35 +163,71 @@ impl Metrics {
     }
 }
 
+/// How long before a tenant's scrape the render it is answered with may have begun.
+/// Prometheus scrapes every 15 s or more; without this, a tenant scraping in a loop had
+/// the gateway render every series of every tenant back to back, a core's worth.
+pub(crate) const TENANT_SCRAPE_AGE: Duration = Duration::from_secs(1);
+
 /// The exposition as last rendered. A tenant decides how many series there are (its
 /// workflows' steps and functions: hundreds of thousands of lines), and each render
 /// holds all of them and takes a core for as long as it writes them: so one render
 /// runs at a time, off the async threads, and the scrapes that waited for it take its
-/// text instead of each making its own. A text answers only scrapes that arrived
-/// before its render started, so each sees what happened before it asked.
+/// text instead of each making its own. A text answers the operator's scrapes that
+/// arrived before its render started, so each sees what happened before it asked, and
+/// tenants' scrapes up to [`TENANT_SCRAPE_AGE`] later. A tenant's part of a text
+/// ([`of_tenant`], a pass over all of it) is taken once per render, also off the async
+/// threads: many scrapes at once made as many passes on the threads that serve
+/// requests.
 #[derive(Default)]
 pub(crate) struct Exposition {
-    last: tokio::sync::Mutex<Option<(tokio::time::Instant, Arc<String>)>>,
+    last: tokio::sync::Mutex<Option<Rendered>>,
+}
+
+/// One render, and the tenants' parts of it taken so far.
+struct Rendered {
+    started: tokio::time::Instant,
+    text: Arc<String>,
+    tenants: HashMap<String, Arc<String>>,
 }
 
 impl Exposition {
-    /// The text `render` makes, or that of a render that started after this call did;
-    /// `None` if `render` panicked.
+    /// The text `render` makes, or that of a recent enough render (see the type), for
+    /// the operator (`tenant` is `None`) or that tenant's part of it; `None` if
+    /// `render` panicked.
     pub(crate) async fn text(
         &self,
         render: impl FnOnce() -> String + Send + 'static,
+        tenant: Option<&str>,
     ) -> Option<Arc<String>> {
         let arrived = tokio::time::Instant::now();
+        let oldest = match tenant {
+            None => arrived,
+            Some(_) => arrived.checked_sub(TENANT_SCRAPE_AGE).unwrap_or(arrived),
+        };
         let mut last = self.last.lock().await;
-        if let Some((started, text)) = last.as_ref()
-            && *started >= arrived
-        {
-            return Some(text.clone());
+        let rendered = match last.take() {
+            Some(rendered) if rendered.started >= oldest => rendered,
+            _ => {
+                let started = tokio::time::Instant::now();
+                Rendered {
+                    started,
+                    text: Arc::new(tokio::task::spawn_blocking(render).await.ok()?),
+                    tenants: HashMap::new(),
+                }
+            }
+        };
+        let rendered = last.insert(rendered);
+        let Some(tenant) = tenant else {
+            return Some(rendered.text.clone());
+        };
+        if let Some(part) = rendered.tenants.get(tenant) {
+            return Some(part.clone());
         }
-        let started = tokio::time::Instant::now();
-        let text = Arc::new(tokio::task::spawn_blocking(render).await.ok()?);
-        *last = Some((started, text.clone()));
-        Some(text)
+        let (text, owned) = (rendered.text.clone(), tenant.to_owned());
+        let part = tokio::task::spawn_blocking(move || of_tenant(&text, &owned));
+        let part = Arc::new(part.await.ok()?);
+        rendered.tenants.insert(tenant.to_owned(), part.clone());
+        Some(part)
     }
 }
 
@@ -473,11 +509,14 @@ mod tests {
             let (exposition, renders) = (exposition.clone(), renders.clone());
             tokio::spawn(async move {
                 exposition
-                    .text(move || {
-                        renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        std::thread::sleep(std::time::Duration::from_millis(100));
-                        "text".to_owned()
-                    })
+                    .text(
+                        move || {
+                            renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                            "text".to_owned()
+                        },
+                        None,
+                    )
                     .await
             })
         };
@@ -491,6 +530,46 @@ mod tests {
         // One that comes after the render started sees what happened since.
         scrape().await.unwrap().unwrap();
         assert_eq!(renders.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// A tenant scraping in a loop, many scrapes at once: one render and one pass for
+    /// its part until the render is [`TENANT_SCRAPE_AGE`] old, where each scrape made a
+    /// render of its own and a pass on the async threads.
+    #[tokio::test]
+    async fn a_tenants_scrapes_share_a_recent_render_and_its_part_of_it() {
+        let exposition = Arc::new(Exposition::default());
+        let renders = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let scrape = |tenant: Option<&'static str>| {
+            let (exposition, renders) = (exposition.clone(), renders.clone());
+            async move {
+                let render = move || {
+                    let n = renders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    format!("# EOF\nx{{tenant=\"a\"}} {n}\nx{{tenant=\"b\"}} {n}\n")
+                };
+                exposition.text(render, tenant).await.unwrap()
+            }
+        };
+        let rendered = || renders.load(std::sync::atomic::Ordering::SeqCst);
+        let first = scrape(Some("a")).await;
+        assert_eq!(first.as_str(), "# EOF\nx{tenant=\"a\"} 0\n");
+        for _ in 0..50 {
+            let again = scrape(Some("a")).await;
+            assert!(Arc::ptr_eq(&first, &again), "the part is taken once");
+        }
+        assert_eq!(
+            scrape(Some("b")).await.as_str(),
+            "# EOF\nx{tenant=\"b\"} 0\n"
+        );
+        assert_eq!(rendered(), 1);
+        // The operator sees what happened before it asked.
+        assert!(scrape(None).await.contains("x{tenant=\"b\"} 1"));
+        assert_eq!(rendered(), 2);
+        tokio::time::sleep(TENANT_SCRAPE_AGE + Duration::from_millis(1)).await;
+        assert_eq!(
+            scrape(Some("a")).await.as_str(),
+            "# EOF\nx{tenant=\"a\"} 2\n"
+        );
+        assert_eq!(rendered(), 3);
     }
 
     use super::*;

@@ -33,6 +33,10 @@ pub const COMPONENT_PART: &str = "component";
 /// tenant deploys (its components are kept apart: compiled, on disk).
 pub const MAX_MANIFEST_BYTES: usize = 1 << 20;
 
+/// The longest manifest file name a deploy may give (it names the manifest in errors
+/// and is kept with the deployment): far beyond any path.
+pub const MAX_FILE_NAME_BYTES: usize = 4096;
+
 /// The most bytes the head part may have: the manifest and the schemas at their limits,
 /// with room for JSON's escapes (a `"` is two bytes, a control character six), so that
 /// a text over its limit is refused naming that text rather than the part.
@@ -96,6 +100,9 @@ pub(crate) enum UploadError {
         /// Its size.
         size: usize,
     },
+    /// The manifest's file name is past [`MAX_FILE_NAME_BYTES`].
+    #[error("the manifest's file name is {0} bytes; it may have at most {MAX_FILE_NAME_BYTES}")]
+    FileNameTooLong(usize),
     /// The parts are not what a deploy upload is made of.
     #[error("the deploy upload {0}")]
     Malformed(String),
@@ -131,9 +138,10 @@ impl UploadError {
     pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::NotMultipart(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::TooLarge(_) | Self::HeadTooLarge | Self::TextTooLarge { .. } => {
-                StatusCode::PAYLOAD_TOO_LARGE
-            }
+            Self::TooLarge(_)
+            | Self::HeadTooLarge
+            | Self::TextTooLarge { .. }
+            | Self::FileNameTooLong(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Malformed(_) | Self::Read(_) => StatusCode::BAD_REQUEST,
             Self::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Budget(OverBudget::Share { .. }) => StatusCode::TOO_MANY_REQUESTS,
@@ -144,7 +152,10 @@ impl UploadError {
     /// The error's `kind`.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            Self::TooLarge(_) | Self::HeadTooLarge | Self::TextTooLarge { .. } => "body_too_large",
+            Self::TooLarge(_)
+            | Self::HeadTooLarge
+            | Self::TextTooLarge { .. }
+            | Self::FileNameTooLong(_) => "body_too_large",
             Self::Read(_) => "bad_body",
             Self::NotMultipart(_) | Self::Malformed(_) => "bad_upload",
             Self::Budget(_) => "deploy_budget",
@@ -321,13 +332,25 @@ fn wrong_size(function: &str, size: u64, than: &str) -> UploadError {
     ))
 }
 
-/// Refuses a manifest, or schemas, past [`MAX_MANIFEST_BYTES`].
+/// Refuses a manifest file name past [`MAX_FILE_NAME_BYTES`], and a manifest, or
+/// schemas with their names, past [`MAX_MANIFEST_BYTES`]: the head may be larger than
+/// both (its JSON escapes), and what it names is kept with the deployment.
 fn check_text_sizes(head: &DeployHead) -> Result<(), UploadError> {
-    let schemas: usize = head.schemas.values().map(String::len).sum();
+    if head.file_name.len() > MAX_FILE_NAME_BYTES {
+        return Err(UploadError::FileNameTooLong(head.file_name.len()));
+    }
+    let schemas: usize = head
+        .schemas
+        .iter()
+        .map(|(name, text)| name.len() + text.len())
+        .sum();
     let (what, size) = if head.manifest.len() > MAX_MANIFEST_BYTES {
         (format!("manifest {}", head.file_name), head.manifest.len())
     } else if schemas > MAX_MANIFEST_BYTES {
-        ("Karmem schemas (.km files, together)".to_owned(), schemas)
+        (
+            "Karmem schemas (.km files and their names, together)".to_owned(),
+            schemas,
+        )
     } else {
         return Ok(());
     };

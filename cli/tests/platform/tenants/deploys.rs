@@ -170,6 +170,14 @@ fn a_manifest_or_schemas_past_their_size_are_refused_and_nothing_is_kept() {
         .into();
     let response = upload.send(&scene.url, &scene.mallory);
     assert_too_large(response, "schemas");
+    // Their names too (kept with the deployment, and in its digest), and the
+    // manifest's file name: the head may have 8 MiB.
+    let name = "x".repeat(faas_gateway::admin::MAX_MANIFEST_BYTES + 1);
+    upload.head.schemas = [(name.clone(), String::new())].into();
+    assert_too_large(upload.send(&scene.url, &scene.mallory), "schemas");
+    upload.head.schemas.clear();
+    upload.head.file_name = name;
+    assert_too_large(upload.send(&scene.url, &scene.mallory), "file name");
     assert_eq!(scene.get("/padded").status(), 404, "nothing was deployed");
     // Within the limits, the same workflow deploys.
     assert_success(
