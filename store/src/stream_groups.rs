@@ -26,7 +26,11 @@
 //! [`TOMBSTONE_TTL`]: a trigger that names the group again within that time (a
 //! workflow removed and deployed again) goes on from there, as it did when groups were
 //! never destroyed; after it, the group is made anew and reads the stream from its
-//! start, as a new deploy's group does.
+//! start, as a new deploy's group does. A group that never delivered an entry leaves
+//! nothing (it would read from the start anyway), and the key is in its tenant's
+//! namespace, so it goes with the tenant: a tenant redeploying with new group names
+//! over and over left a key a group for a week, in Redis memory no quota counts, for
+//! ever after its removal.
 
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
@@ -38,9 +42,10 @@ use std::time::Duration;
 /// is kept (unix milliseconds, Redis's clock).
 pub const GROUPS_KEY: &str = "faas:stream-groups";
 
-/// What the key keeping a destroyed group's last delivered id is named, followed by
-/// its field in [`GROUPS_KEY`].
-const TOMBSTONE_PREFIX: &str = "faas:stream-group-gone:";
+/// What the key keeping a destroyed group's last delivered id was named by earlier
+/// versions, followed by its field in [`GROUPS_KEY`]: still read, for a week after an
+/// upgrade.
+const OLD_TOMBSTONE_PREFIX: &str = "faas:stream-group-gone:";
 
 /// How long a destroyed group's last delivered id is kept.
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -67,9 +72,16 @@ impl StreamGroup {
         format!("{} {}", self.group, self.stream)
     }
 
-    /// The key keeping where it stopped once destroyed.
+    /// The key keeping where it stopped once destroyed: `<stream key> gone <group>`,
+    /// in the stream's tenant's namespace, and no stream's key (names hold no
+    /// whitespace).
     fn tombstone(&self) -> String {
-        format!("{TOMBSTONE_PREFIX}{}", self.field())
+        format!("{} gone {}", self.stream, self.group)
+    }
+
+    /// The key earlier versions kept it in.
+    fn old_tombstone(&self) -> String {
+        format!("{OLD_TOMBSTONE_PREFIX}{}", self.field())
     }
 
     /// The group a field of [`GROUPS_KEY`] names, if it is one.
@@ -88,19 +100,20 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 ";
 
 /// Makes group `ARGV[1]` of stream `KEYS[1]` (and the stream) unless it exists,
-/// reading from where it stopped if it was destroyed lately (tombstone `KEYS[3]`), else
-/// from the start, and keeps its field `ARGV[2]` of `KEYS[2]` until `ARGV[3]` ms from
-/// now, in one step: a sweep that sees it past its time cannot run between the two.
+/// reading from where it stopped if it was destroyed lately (tombstone `KEYS[3]`, or
+/// an earlier version's `KEYS[4]`), else from the start, and keeps its field `ARGV[2]`
+/// of `KEYS[2]` until `ARGV[3]` ms from now, in one step: a sweep that sees it past its
+/// time cannot run between the two.
 static CREATE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r"
-local from = redis.call('GET', KEYS[3]) or '0'
+local from = redis.call('GET', KEYS[3]) or redis.call('GET', KEYS[4]) or '0'
 local made = redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], from, 'MKSTREAM')
 if type(made) == 'table' and made.err and string.sub(made.err, 1, 9) ~= 'BUSYGROUP' then
   return made
 end
-redis.call('DEL', KEYS[3])
+redis.call('DEL', KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[2], ARGV[2], now + tonumber(ARGV[3]))
 return 1
 "
@@ -109,7 +122,8 @@ return 1
 
 /// Destroys group `ARGV[1]` of stream `KEYS[1]` (field `ARGV[2]` of `KEYS[2]`) if it is
 /// past when it was kept until and each of its consumers has been idle at least
-/// `ARGV[3]` ms, keeping where it stopped in `KEYS[3]` for `ARGV[4]` seconds; then
+/// `ARGV[3]` ms, keeping where it stopped in `KEYS[3]` for `ARGV[4]` seconds if it
+/// delivered anything; then
 /// deletes the stream if it is left empty with no group. Forgets a field whose group
 /// is gone already. Returns 1 if it destroyed the group, 0 if it kept it, -1 if it
 /// only forgot the field.
@@ -135,7 +149,7 @@ for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
     if group[i] == 'name' then name = group[i + 1] end
     if group[i] == 'last-delivered-id' then last = group[i + 1] end
   end
-  if name == ARGV[1] and last then
+  if name == ARGV[1] and last and last ~= '0-0' then
     redis.call('SET', KEYS[3], last, 'EX', ARGV[4])
   end
 end
@@ -166,6 +180,7 @@ pub async fn create(
         .key(&group.stream)
         .key(GROUPS_KEY)
         .key(group.tombstone())
+        .key(group.old_tombstone())
         .arg(&group.group)
         .arg(group.field())
         .arg(kept_for)
@@ -382,6 +397,54 @@ mod tests {
             !tombstone,
             "the group's place is kept only while it is gone"
         );
+    }
+
+    /// A tenant redeploying with new group names, each destroyed once idle: a group
+    /// that delivered nothing keeps no place, one that did keeps it in its tenant's
+    /// namespace (removed with the tenant's streams), and a place an earlier version
+    /// kept is still gone on from.
+    #[tokio::test]
+    async fn a_destroyed_groups_place_is_kept_only_if_it_read_and_with_its_tenant() {
+        let redis = RedisServer::start();
+        let mut connection = connect(&redis).await;
+        let idle = Duration::from_millis(200);
+        let (unread, read_once) = (group("orders", "fresh-1"), group("orders", "fresh-2"));
+        for made in [&unread, &read_once] {
+            create(&mut connection, made, Some(idle)).await.unwrap();
+        }
+        let _: String = connection
+            .xadd(&read_once.stream, "*", &[("payload", "one")])
+            .await
+            .unwrap();
+        assert_eq!(read(&mut connection, &read_once).await, ["one"]);
+        tokio::time::sleep(idle + Duration::from_millis(100)).await;
+        let destroyed = sweep(&mut connection, &BTreeSet::new(), idle)
+            .await
+            .unwrap();
+        assert_eq!(destroyed.len(), 2);
+        let kept: Vec<String> = connection.keys("*gone*").await.unwrap();
+        assert_eq!(kept, ["t:shop:orders gone fresh-2"]);
+
+        // Where an earlier version kept a destroyed group's place.
+        let upgraded = group("orders", "before-upgrade");
+        let place: String = connection
+            .xadd(&upgraded.stream, "*", &[("payload", "two")])
+            .await
+            .unwrap();
+        let _: () = connection
+            .set(upgraded.old_tombstone(), &place)
+            .await
+            .unwrap();
+        let _: String = connection
+            .xadd(&upgraded.stream, "*", &[("payload", "three")])
+            .await
+            .unwrap();
+        create(&mut connection, &upgraded, Some(idle))
+            .await
+            .unwrap();
+        assert_eq!(read(&mut connection, &upgraded).await, ["three"]);
+        let left: bool = connection.exists(upgraded.old_tombstone()).await.unwrap();
+        assert!(!left);
     }
 
     #[tokio::test]

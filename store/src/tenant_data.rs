@@ -112,6 +112,11 @@ mod tests {
             .hset(Counted::Logs.usage_key(tenant), "bytes", 10)
             .await
             .unwrap();
+        // Where a destroyed consumer group of its stopped (`stream_groups`).
+        let _: () = connection
+            .set(format!("{stream} gone g"), "1-0")
+            .await
+            .unwrap();
         // A log stream and its list of entry sizes.
         let log = crate::logs::log_key(tenant, "wf");
         let _: String = connection.xadd(&log, "*", &[("line", "{}")]).await.unwrap();
@@ -138,7 +143,7 @@ mod tests {
             forgotten,
             Forgotten {
                 kv_entries: 2,
-                stream_keys: 1
+                stream_keys: 2
             }
         );
         let mut keys: Vec<String> = connection.clone().keys("*").await.unwrap();
@@ -153,7 +158,9 @@ mod tests {
                 key_value.get(tenant, "k").await.unwrap(),
                 Some(b"v".to_vec())
             );
-            assert!(keys.contains(&namespaced(tenant, "orders")), "{keys:?}");
+            let stream = namespaced(tenant, "orders");
+            assert!(keys.contains(&format!("{stream} gone g")), "{keys:?}");
+            assert!(keys.contains(&stream), "{keys:?}");
             assert!(
                 keys.contains(&Counted::Messages.usage_key(tenant)),
                 "{keys:?}"
