@@ -10,8 +10,8 @@ use crate::response::{self, Body};
 use crate::server::App;
 use bytes::Bytes;
 use faas_invoke::{
-    EventFailure, FailureKind, LogLevel, LogLine, LogSink as _, LogSource, OutputRegion, RunReply,
-    TriggerMessage,
+    EventFailure, FailureKind, LogLevel, LogLine, LogSink as _, LogSource, OutputRegion, ReplyRoom,
+    RunReply, TriggerMessage,
 };
 use faas_workflow::TriggerTarget;
 use http::{Request, Response, StatusCode, header};
@@ -299,7 +299,10 @@ impl Outcome {
             Outcome::Unreached(Unreached::Function(function, failure)) => {
                 failure_response(app, deployment, Some(&function), failure)
             }
-            Outcome::Unreached(Unreached::Run(run)) => run_response(app, client, deployment, run),
+            Outcome::Unreached(Unreached::Run(run)) => {
+                let claim = app.bodies.claim(Holder::Client(client));
+                run_response(app, deployment, run, claim)
+            }
         }
     }
 }
@@ -326,12 +329,15 @@ async fn attempt(
             }
         }
         TriggerTarget::Step(_) => {
-            let run = deployment.run(request.into_body(), None).await;
+            let mut claim = app.bodies.claim(Holder::Client(client));
+            let run = deployment
+                .run(request.into_body(), None, &mut ClaimRoom(&mut claim))
+                .await;
             match &run.result {
                 Err(failure) if run.record.is_none() && failure.is_unavailable() => {
                     Outcome::Unreached(Unreached::Run(run))
                 }
-                _ => Outcome::Served(run_response(app, client, deployment, run)),
+                _ => Outcome::Served(run_response(app, deployment, run, claim)),
             }
         }
     }
@@ -358,7 +364,7 @@ fn failure_response(
         let target = TriggerTarget::Function(function.to_owned());
         log_unserved(app, deployment, &target, failure.message.clone());
     }
-    let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = failure_status(failure.status);
     let details = FailureDetails { workflow, function };
     response::error_with(status, kind, failure.message, details)
 }
@@ -473,7 +479,13 @@ async fn run_message_in(
             };
         }
     }
-    let run = deployment.run(payload.into(), Some(message)).await;
+    // Its outputs are not kept (a worker process does not send them), but a reply is
+    // counted all the same while it is read.
+    let mut claim = app.bodies.claim(Holder::Tenant(tenant.to_owned()));
+    let run = deployment
+        .run(payload.into(), Some(message), &mut ClaimRoom(&mut claim))
+        .await;
+    drop(claim);
     let no_step_succeeded = run
         .record
         .as_ref()
@@ -491,15 +503,35 @@ async fn run_message_in(
         })
 }
 
-/// The answer to a run of the workflow's steps started by a request from `client`.
-/// Its output is held until sent, so it takes a claim in the client's share of the
-/// body budget for that long: a client that never reads its answers would otherwise
-/// have the gateway hold any number of outputs, each as large as a run may make.
+/// A claim in the body budget as the room a worker process's run reply is read into.
+struct ClaimRoom<'a>(&'a mut Claim);
+
+impl ReplyRoom for ClaimRoom<'_> {
+    fn grow_to(&mut self, bytes: u64) -> Result<(), EventFailure> {
+        self.0.grow_to(bytes).map_err(|over| {
+            EventFailure::new(
+                FailureKind::Overloaded,
+                over_budget_status(over).as_u16(),
+                format!(
+                    "the run's reply from its worker (over {bytes} bytes so far) does not \
+                     fit what may be held for it in the gateway: {}",
+                    over_budget_message(over)
+                ),
+            )
+        })
+    }
+}
+
+/// The answer to a run of the workflow's steps started by a request from a client.
+/// Its output is held until sent, so it takes a claim (`claim`, which a worker
+/// process's reply was counted in as it was read) in the client's share of the body
+/// budget for that long: a client that never reads its answers would otherwise have
+/// the gateway hold any number of outputs, each as large as a run may make.
 fn run_response(
     app: &App,
-    client: IpAddr,
     deployment: &Deployment,
     run: RunReply,
+    mut claim: Claim,
 ) -> Response<Body> {
     let workflow = deployment.workflow.name.as_str();
     // A run with no record never reached a worker's steps, so no worker said why.
@@ -525,7 +557,6 @@ fn run_response(
                 builder = builder.header("x-faas-schema-type", &region.schema_type);
             }
             let output = concat_outputs(outputs);
-            let mut claim = app.bodies.claim(Holder::Client(client));
             if let Err(over) = claim.grow_to(output.len() as u64) {
                 let message = format!(
                     "the run's output ({} bytes) does not fit what this client may hold \
@@ -541,16 +572,23 @@ fn run_response(
                 let status = over_budget_status(over);
                 return response::error_with(status, "body_budget", message, details);
             }
+            // The run id and the type come from the worker's reply: a worker process
+            // that sends what no header may hold gets a 502, not a panic.
             builder
                 .body(response::held(output, claim))
-                .expect("the headers are valid")
+                .unwrap_or_else(|err| {
+                    response::error(
+                        StatusCode::BAD_GATEWAY,
+                        FailureKind::BadReply.as_str(),
+                        format!("the worker's reply to the run was malformed: {err}"),
+                    )
+                })
         }
         Err(failure) => {
             let kind = failure.kind.as_str();
             let message = faas_invoke::log_excerpt(&failure.message);
             tracing::warn!(workflow, run_id, kind, detail = ?message, "run failed");
-            let status =
-                StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status = failure_status(failure.status);
             let details = RunFailureDetails {
                 workflow,
                 run_id: &run_id,
@@ -558,6 +596,15 @@ fn run_response(
             response::error_with(status, kind, failure.message, details)
         }
     }
+}
+
+/// The status to answer a failure reported as `status` with: a final status (a worker
+/// process's report may hold any number, and an informational one is no answer).
+fn failure_status(status: u16) -> StatusCode {
+    StatusCode::from_u16(status)
+        .ok()
+        .filter(|status| !status.is_informational())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// The run's output: every output region's bytes, in order (a single region's
@@ -743,6 +790,21 @@ fn over_budget_message(over: OverBudget) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A worker process's failure report names the status to answer with: an
+    /// informational one (an HTTP/2 protocol error with a body) or no status at all is
+    /// answered 500.
+    #[test]
+    fn a_reported_failure_is_answered_with_a_final_status() {
+        assert_eq!(failure_status(429), StatusCode::TOO_MANY_REQUESTS);
+        for odd in [100, 103, 0, 1000] {
+            assert_eq!(
+                failure_status(odd),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "{odd}"
+            );
+        }
+    }
+
     use super::*;
     use crate::body_budget::{BodyBudget, BodyBudgetLimits};
     use hyper::body::Frame;

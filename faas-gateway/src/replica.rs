@@ -5,7 +5,7 @@
 
 use crate::registry::Deployment;
 use bytes::Bytes;
-use faas_invoke::{EventFailure, HttpResponse, Invoke, RunReply, TriggerMessage};
+use faas_invoke::{EventFailure, HttpResponse, Invoke, ReplyRoom, RunReply, TriggerMessage};
 use faas_scheduler::WorkerId;
 use http::Request;
 use std::sync::Arc;
@@ -53,13 +53,19 @@ impl Deployment {
     }
 
     /// Runs the workflow's steps on a replica, passing the run on to the next replica
-    /// while a worker cannot be reached (so no step ran there).
-    pub(crate) async fn run(&self, payload: Bytes, message: Option<TriggerMessage>) -> RunReply {
+    /// while a worker cannot be reached (so no step ran there); its reply is counted
+    /// in `room` as it arrives.
+    pub(crate) async fn run(
+        &self,
+        payload: Bytes,
+        message: Option<TriggerMessage>,
+        room: &mut dyn ReplyRoom,
+    ) -> RunReply {
         let mut unreached = None;
         for replica in self.replicas_in_turn() {
             let run = replica
                 .target
-                .run(&self.workflow.name, payload.clone(), message.clone())
+                .run(&self.workflow.name, payload.clone(), message.clone(), room)
                 .await;
             match &run.result {
                 Err(failure) if run.record.is_none() && failure.is_unavailable() => {

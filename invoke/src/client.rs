@@ -3,11 +3,12 @@
 
 use crate::wire;
 use crate::{
-    BodyError, BoxFuture, EventFailure, FailureKind, HttpResponse, Invoke, RunReply, TriggerMessage,
+    BodyError, BoxFuture, EventFailure, FailureKind, HttpResponse, InMemory, Invoke, ReplyRoom,
+    RunReply, TriggerMessage,
 };
 use bytes::Bytes;
 use http::{HeaderValue, Request};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -215,9 +216,10 @@ impl RemoteWorker {
         workflow: &str,
         payload: Bytes,
         message: Option<&TriggerMessage>,
+        room: &mut dyn ReplyRoom,
     ) -> RunReply {
         let place = self.stream_place(None).await;
-        let body = match self.post("run", workflow, payload, message).await {
+        let body = match self.post("run", workflow, payload, message, room).await {
             Ok(body) => body,
             Err(failure) => return RunReply::not_run(failure),
         };
@@ -252,20 +254,24 @@ impl RemoteWorker {
         frame: Vec<u8>,
     ) -> Result<Bytes, EventFailure> {
         let place = self.stream_place(Some(&header_value(tenant)?)).await;
+        // A peer's reply, which the calling worker counts once it is read
+        // (`uncarry`).
         let reply = self
-            .post("branch", workflow, Bytes::from(frame), None)
+            .post("branch", workflow, Bytes::from(frame), None, &mut InMemory)
             .await;
         drop(place);
         reply
     }
 
-    /// POSTs `body` as a `call` of `workflow` and returns the reply's body.
+    /// POSTs `body` as a `call` of `workflow` and returns the reply's body, counted in
+    /// `room` as it arrives.
     async fn post(
         &self,
         call: &'static str,
         workflow: &str,
         body: Bytes,
         message: Option<&TriggerMessage>,
+        room: &mut dyn ReplyRoom,
     ) -> Result<Bytes, EventFailure> {
         let mut request = Request::post(format!("{}/", self.base))
             .version(http::Version::HTTP_2)
@@ -282,12 +288,23 @@ impl RemoteWorker {
         if response.headers().contains_key(wire::FAILURE) {
             return Err(failure_of(response).await);
         }
-        Ok(response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|err| self.lost(&err))?
-            .to_bytes())
+        let mut body = response.into_body();
+        let mut reply: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|err| self.lost(&err))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let needed = reply.len() + data.len();
+            if needed > reply.capacity() {
+                // What is allocated is what is counted, growth included.
+                let capacity = needed.max(2 * reply.capacity());
+                room.grow_to(capacity as u64)?;
+                reply.reserve_exact(capacity - reply.len());
+            }
+            reply.extend_from_slice(&data);
+        }
+        Ok(reply.into())
     }
 
     /// A place among the connection's streams for an event of `tenant`, or of the
@@ -383,9 +400,16 @@ fn header_value(value: &str) -> Result<HeaderValue, EventFailure> {
         .map_err(|_| EventFailure::unavailable(format!("`{value}` is not a valid header value")))
 }
 
+/// The most of a worker's failure report that is read: far more than any (the
+/// message in it is cut to a few KiB where it is made).
+const MAX_FAILURE_BYTES: usize = 64 << 10;
+
 async fn failure_of(response: http::Response<hyper::body::Incoming>) -> EventFailure {
     let status = response.status().as_u16();
-    match response.into_body().collect().await {
+    match Limited::new(response.into_body(), MAX_FAILURE_BYTES)
+        .collect()
+        .await
+    {
         Ok(body) => serde_json::from_slice(&body.to_bytes()).unwrap_or_else(|err| {
             EventFailure::new(
                 FailureKind::BadReply,
@@ -414,8 +438,11 @@ impl Invoke for RemoteWorker {
         workflow: &'a str,
         payload: Bytes,
         message: Option<TriggerMessage>,
+        room: &'a mut dyn ReplyRoom,
     ) -> BoxFuture<'a, RunReply> {
-        Box::pin(async move { RemoteWorker::run(self, workflow, payload, message.as_ref()).await })
+        Box::pin(
+            async move { RemoteWorker::run(self, workflow, payload, message.as_ref(), room).await },
+        )
     }
 }
 

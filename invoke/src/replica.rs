@@ -43,6 +43,29 @@ impl RunReply {
     }
 }
 
+/// Where a run's reply is counted while it is read: a worker process's reply is read
+/// whole before anything looks at it, and the tenant's steps decide its size, so the
+/// reader counts it as it arrives (the gateway, in the body budget of the client that
+/// will be sent the output) and stops at the first part that does not fit.
+pub trait ReplyRoom: Send {
+    /// Makes room for the reply's first `bytes`.
+    ///
+    /// # Errors
+    /// Why there is none: the reply is read no further, and the run fails with it.
+    fn grow_to(&mut self, bytes: u64) -> Result<(), EventFailure>;
+}
+
+/// Room without bounds, for a reply that is in this process's memory already (a run
+/// on a worker in this process, whose output its tenant's guest memory counts).
+#[derive(Debug, Default)]
+pub struct InMemory;
+
+impl ReplyRoom for InMemory {
+    fn grow_to(&mut self, _bytes: u64) -> Result<(), EventFailure> {
+        Ok(())
+    }
+}
+
 /// One whole copy of a workflow on one worker, which takes its events: a worker in
 /// this process (`faas-worker`) or a worker process reached over the internal API
 /// ([`crate::RemoteWorker`]).
@@ -62,12 +85,14 @@ pub trait Invoke: Send + Sync {
     ) -> BoxFuture<'a, Result<HttpResponse, EventFailure>>;
 
     /// Runs `workflow`'s steps from the entry step on `payload`, started by `message`
-    /// when a Redis trigger started it. A reply without a record means no step ran.
+    /// when a Redis trigger started it, its reply counted in `room` as it is read. A
+    /// reply without a record means no step ran.
     fn run<'a>(
         &'a self,
         workflow: &'a str,
         payload: Bytes,
         message: Option<TriggerMessage>,
+        room: &'a mut dyn ReplyRoom,
     ) -> BoxFuture<'a, RunReply>;
 
     /// The runtime whose threads this replica's steps run on, when its worker is in

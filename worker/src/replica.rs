@@ -48,6 +48,8 @@ impl Invoke for LocalReplica {
         _workflow: &'a str,
         payload: Bytes,
         message: Option<TriggerMessage>,
+        // Its output is in this process already, counted in its tenant's guest memory.
+        _room: &'a mut dyn faas_invoke::ReplyRoom,
     ) -> BoxFuture<'a, RunReply> {
         Box::pin(async move {
             let input = self.loaded.entry_input(&payload[..]);

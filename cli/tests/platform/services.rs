@@ -229,6 +229,12 @@ impl Services {
         &self.workers[id]
     }
 
+    /// The gateway process's `field` of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in
+    /// bytes.
+    pub(crate) fn gateway_memory(&self, field: &str) -> u64 {
+        self._gateway.memory(field)
+    }
+
     /// Kills the gateway with SIGKILL, whatever it was doing.
     pub(crate) fn kill_gateway(&mut self) {
         self._gateway.stop(libc::SIGKILL);

@@ -177,10 +177,15 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
         "run" => {
             let input = workflow.entry_input(&body[..]);
             let peers = node.peers(&workflow_name, revision);
-            let outcome = node
+            let for_message = message.is_some();
+            let mut outcome = node
                 .worker()
                 .run_with_peers(&workflow, input, message, peers)
                 .await;
+            if for_message {
+                // Nobody is answered with a message's run's output: it is not sent.
+                outcome.result = outcome.result.map(|_| Vec::new());
+            }
             Ok(Response::new(full(super::wire::encode_run(outcome))))
         }
         "branch" => {

@@ -196,6 +196,27 @@ fn post_unread(
     (stream, String::from_utf8_lossy(&status).into_owned())
 }
 
+/// Writes a one-step workflow `big` (tenant `hog`, route `/big`) whose output is a
+/// blob of as many bytes as it is asked for, of a step allowed `memory_mb`.
+fn big_outputs(dir: &std::path::Path, memory_mb: u32) -> std::path::PathBuf {
+    std::fs::copy(
+        crate::support::repo("functions/regions/blob.km"),
+        dir.join("blob.km"),
+    )
+    .unwrap();
+    let manifest = format!(
+        "name = \"big\"\ntenant = \"hog\"\n\n[functions.produce]\ncomponent = \"{}\"\n\
+         kind = \"step\"\nconfig = {{ role = \"produce\" }}\nmemory_mb = {memory_mb}\n\
+         timeout_ms = 60000\n\n\
+         [steps.produce]\nfunction = \"produce\"\ninput = \"text\"\noutput = \"blob.km:Blob\"\n\n\
+         [[triggers.http]]\nroute = \"/big\"\nstep = \"produce\"\n",
+        faas_testing::component_path("region-transfer").display()
+    );
+    let path = dir.join("big.toml");
+    std::fs::write(&path, manifest).unwrap();
+    path
+}
+
 /// A run's output is held until it is sent, and counted in its client's share of the
 /// body budget for that long. It was held uncounted: a client that asked a workflow
 /// for large outputs and never read them had the gateway every tenant shares hold any
@@ -205,22 +226,7 @@ fn run_outputs_a_client_leaves_unread_hold_at_most_its_share_of_the_body_budget(
     let dir = faas_testing::temp_dir();
     let platform = Platform::start_with(&["--no-demo", "--client-body-budget-mb", "64"]);
     super::deploy_bystander(&platform, dir.path());
-    // A one-step workflow whose output is a blob of as many bytes as it is asked for.
-    std::fs::copy(
-        crate::support::repo("functions/regions/blob.km"),
-        dir.path().join("blob.km"),
-    )
-    .unwrap();
-    let manifest = format!(
-        "name = \"big\"\ntenant = \"hog\"\n\n[functions.produce]\ncomponent = \"{}\"\n\
-         kind = \"step\"\nconfig = {{ role = \"produce\" }}\nmemory_mb = 128\n\n\
-         [steps.produce]\nfunction = \"produce\"\ninput = \"text\"\noutput = \"blob.km:Blob\"\n\n\
-         [[triggers.http]]\nroute = \"/big\"\nstep = \"produce\"\n",
-        faas_testing::component_path("region-transfer").display()
-    );
-    let path = dir.path().join("big.toml");
-    std::fs::write(&path, manifest).unwrap();
-    platform.deploy(&path);
+    platform.deploy(&big_outputs(dir.path(), 128));
     let before = platform.memory("VmRSS");
     // Six outputs of 24 MiB, never read: two fit the client's 64 MiB.
     let size = (24 << 20).to_string();
@@ -249,6 +255,30 @@ fn run_outputs_a_client_leaves_unread_hold_at_most_its_share_of_the_body_budget(
     std::thread::sleep(Duration::from_millis(500));
     let (_stream, status) = post_unread(&platform.url, [127, 0, 0, 9], "/big", &size);
     assert!(status.contains(" 200"), "{status}");
+}
+
+/// In services mode the gateway reads a worker's run reply whole before it looks at
+/// the output in it, and counted it only then: one run's 384 MiB output, refused at
+/// the client's 64 MiB, grew the gateway by 384 MiB first (and more in growing its
+/// buffer), so a few at once took the gateway every tenant shares past its memory.
+/// Now the reply counts as it arrives, and is read no further once it does not fit.
+#[test]
+fn services_mode_a_run_reply_past_its_clients_share_is_read_no_further() {
+    let services = Services::start_full(&["w1"], &[], &["--client-body-budget-mb", "64"]);
+    let dir = faas_testing::temp_dir();
+    deploy_at(&services.url, &big_outputs(dir.path(), 500));
+    let size = (16 << 20).to_string();
+    let (_stream, status) = post_unread(&services.url, [127, 0, 0, 9], "/big", &size);
+    assert!(status.contains(" 200"), "{status}");
+    let before = services.gateway_memory("VmHWM");
+    let size = (384 << 20).to_string();
+    let (_stream, status) = post_unread(&services.url, [127, 0, 0, 9], "/big", &size);
+    assert!(status.contains(" 429"), "{status}");
+    let grew = services.gateway_memory("VmHWM").saturating_sub(before) >> 20;
+    assert!(grew < 160, "the gateway's peak memory grew by {grew} MiB");
+    let size = (16 << 20).to_string();
+    let (_stream, status) = post_unread(&services.url, [127, 0, 0, 10], "/big", &size);
+    assert!(status.contains(" 200"), "the next run is served: {status}");
 }
 
 /// A gateway reaches a worker over one HTTP/2 connection of at most 1,024 streams
