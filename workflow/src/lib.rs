@@ -78,7 +78,7 @@ pub use opened_networks::{OpenedNetwork, OpenedNetworks, parse_network};
 pub use outbound::{
     AllowedOutboundHosts, OutboundAccess, OutboundHost, OutboundHostError, is_public_address,
 };
-pub use route::{Route, RouteError};
+pub use route::{MAX_ROUTE_LEN, Route, RouteError};
 pub use route_table::RouteTable;
 pub use schema_type::{MAX_SCHEMA_TYPE_LEN, SchemaType, SchemaTypeError};
 pub use validate::{

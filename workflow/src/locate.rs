@@ -32,12 +32,15 @@ pub(crate) fn render(path: &[Segment]) -> String {
                 if !out.is_empty() {
                     out.push('.');
                 }
+                // A key is the tenant's to name, at any length; the line and column
+                // locate it.
+                let key = faas_karmem_compiler::shorten(key);
                 let bare = !key.is_empty()
                     && key
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
                 if bare {
-                    out.push_str(key);
+                    out.push_str(&key);
                 } else {
                     let _ = write!(out, "{key:?}");
                 }

@@ -41,15 +41,28 @@ pub enum RouteError {
     /// `//` would only match un-normalised paths, which is almost certainly a typo.
     #[error("route `{0}` must not contain an empty segment (`//`)")]
     EmptySegment(String),
+    /// Longer than [`MAX_ROUTE_LEN`].
+    #[error("route `{0}` is {1} bytes long; a route may have at most {MAX_ROUTE_LEN}")]
+    TooLong(String, usize),
     /// `...` is only meaningful as the final segment.
     #[error("route `{0}` may only use `...` as its last segment, as in `/api/...`")]
     MisplacedWildcard(String),
 }
 
+/// The longest route a manifest may declare, in bytes: far beyond any real path. The
+/// route table and the check of a deploy's routes against every other tenant's work
+/// through a route segment by segment, comparing prefixes, so a route of a megabyte
+/// made each deploy beside it take seconds.
+pub const MAX_ROUTE_LEN: usize = 1024;
+
 impl Route {
-    /// Validates `route`: it must start with `/`, contain no whitespace, control
+    /// Validates `route`: it must be at most [`MAX_ROUTE_LEN`] bytes, start with `/`, contain no whitespace, control
     /// characters, `?`, `#` or `//`, and may end in `/...` to match a prefix.
     pub fn parse(route: &str) -> Result<Route, RouteError> {
+        if route.len() > MAX_ROUTE_LEN {
+            let start = faas_karmem_compiler::shorten(route).into_owned();
+            return Err(RouteError::TooLong(start, route.len()));
+        }
         if !route.starts_with('/') {
             return Err(RouteError::MissingLeadingSlash(route.to_owned()));
         }

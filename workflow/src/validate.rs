@@ -12,7 +12,7 @@ use toml::de::DeTable;
 
 use crate::error::{Diagnostic, ManifestError, Source};
 use crate::locate::{self, Segment};
-use crate::memory::{self, InterfaceRef};
+use crate::memory::{self, InterfaceRef, MAX_LISTED_NAMES};
 use crate::model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, RedisTrigger,
     RetryPolicy, RunSettings, Step, StreamTrigger, TenantScope, TriggerTarget, Workflow,
@@ -24,6 +24,7 @@ use crate::raw::{
 };
 use crate::route::Route;
 use crate::schema_type::SchemaType;
+use faas_karmem_compiler::shorten;
 
 /// The longest workflow, tenant or function name: one DNS label, since names end up in
 /// hostnames and resource names.
@@ -163,7 +164,12 @@ fn schema_error(source: Source<'_>, error: &toml::de::Error) -> Diagnostic {
 /// once everything else is right, see `check`.
 struct Checker<'a> {
     source: Source<'a>,
-    errors: Vec<(usize, Diagnostic)>,
+    /// The error found earliest in the file so far (the one reported), as its span's
+    /// start, field and message: made a [`Diagnostic`] once, at the end, since finding
+    /// a line and column takes a pass over the text before it.
+    first_error: Option<(usize, String, String)>,
+    /// Where each line after the first starts, for [`Checker::line_of`].
+    line_starts: Vec<usize>,
 }
 
 /// A step as checked so far; its types are `None` if they did not parse.
@@ -202,15 +208,38 @@ struct StepTrigger {
 
 impl<'a> Checker<'a> {
     fn new(source: Source<'a>) -> Self {
+        let line_starts = source
+            .text
+            .match_indices('\n')
+            .map(|(at, _)| at + 1)
+            .collect();
         Checker {
             source,
-            errors: Vec::new(),
+            first_error: None,
+            line_starts,
         }
     }
 
+    /// Records an error at `span`; the one earliest in the file is reported.
     fn error(&mut self, span: Range<usize>, field: impl Into<String>, message: impl Into<String>) {
-        let diagnostic = self.source.diagnostic(&span, field, message);
-        self.errors.push((span.start, diagnostic));
+        if self
+            .first_error
+            .as_ref()
+            .is_none_or(|(first, _, _)| span.start < *first)
+        {
+            self.first_error = Some((span.start, field.into(), message.into()));
+        }
+    }
+
+    /// Whether an error was found.
+    fn failed(&self) -> bool {
+        self.first_error.is_some()
+    }
+
+    /// The 1-based line of byte `offset`, without a pass over the text before it: a
+    /// manifest of tens of thousands of triggers asks for each one's.
+    fn line_of(&self, offset: usize) -> usize {
+        self.line_starts.partition_point(|&start| start <= offset) + 1
     }
 
     fn check(
@@ -254,7 +283,7 @@ impl<'a> Checker<'a> {
         // two distinct, existing steps with at most one edge in and out of each: a typo
         // in an edge would otherwise also show up as an unreachable step, earlier in the
         // file than the typo itself.
-        if self.errors.is_empty() {
+        if !self.failed() {
             self.graph(&steps, &edges, &step_triggers);
         }
 
@@ -263,7 +292,7 @@ impl<'a> Checker<'a> {
         // the typo itself would have been reported instead. A v1 manifest has no steps
         // and may declare `step` functions for later, so those are only checked when
         // there are steps.
-        if self.errors.is_empty() {
+        if !self.failed() {
             for (name, (span, function)) in &functions {
                 let unused_by = match function.kind {
                     FunctionKind::Http => http_triggers
@@ -284,8 +313,8 @@ impl<'a> Checker<'a> {
             }
         }
 
-        if let Some((_, first)) = self.errors.into_iter().min_by_key(|(offset, _)| *offset) {
-            return Err(first);
+        if let Some((offset, field, message)) = self.first_error.take() {
+            return Err(self.source.diagnostic(&(offset..offset), field, message));
         }
         // No errors: every type parsed.
         let interface_spans: HashMap<String, Range<usize>> = steps
@@ -921,7 +950,7 @@ impl<'a> Checker<'a> {
                         format!("duplicate route `{route}` (first defined on line {first})"),
                     );
                 } else {
-                    let line = self.source.line_column(route_span.start).0;
+                    let line = self.line_of(route_span.start);
                     seen.insert(route.clone(), line);
                 }
             }
@@ -995,7 +1024,7 @@ impl<'a> Checker<'a> {
                     ),
                 );
             } else {
-                let line = self.source.line_column(channel.span().start).0;
+                let line = self.line_of(channel.span().start);
                 seen.insert(channel.get_ref().clone(), line);
             }
             self.message_trigger_step("redis", i, steps, &raw.step, step_triggers);
@@ -1051,7 +1080,7 @@ impl<'a> Checker<'a> {
                     ),
                 );
             } else {
-                let line = self.source.line_column(raw.stream.span().start).0;
+                let line = self.line_of(raw.stream.span().start);
                 seen.insert(key, line);
             }
 
@@ -1189,15 +1218,27 @@ fn step_field(name: &str) -> String {
     ])
 }
 
-/// `unknown step `mrege` (defined: count, merge, split)`.
+/// `unknown step `mrege` (defined: count, merge, split)`: at most
+/// [`MAX_LISTED_NAMES`] names, each cut to a few dozen characters, as the names come
+/// from the tenant's manifest (which may name hundreds of things, of any length), and
+/// every reference to an unknown name makes a message.
 fn unknown<'n>(what: &str, name: &str, defined: impl Iterator<Item = &'n String>) -> String {
-    let defined: Vec<&str> = defined.map(String::as_str).collect();
-    let defined = if defined.is_empty() {
+    let mut defined = defined.peekable();
+    let listed = if defined.peek().is_none() {
         "none".to_owned()
     } else {
-        defined.join(", ")
+        let mut listed: Vec<String> = defined
+            .by_ref()
+            .take(MAX_LISTED_NAMES)
+            .map(|name| shorten(name).into_owned())
+            .collect();
+        let more = defined.count();
+        if more > 0 {
+            listed.push(format!("and {more} more"));
+        }
+        listed.join(", ")
     };
-    format!("unknown {what} `{name}` (defined: {defined})")
+    format!("unknown {what} `{}` (defined: {listed})", shorten(name))
 }
 
 fn out_of_range<V, T>(value: &V, range: &RangeInclusive<T>) -> String
@@ -1238,8 +1279,9 @@ fn invalid_redis_name(what: &str, name: &str) -> String {
 
 fn invalid_name(name: &str) -> String {
     format!(
-        "invalid name {name:?}: use 1 to {MAX_NAME_LEN} characters from a-z, 0-9 and `-`, \
-         starting with a letter"
+        "invalid name {:?}: use 1 to {MAX_NAME_LEN} characters from a-z, 0-9 and `-`, \
+         starting with a letter",
+        shorten(name)
     )
 }
 

@@ -78,3 +78,47 @@ fn every_expected_error_file_has_a_manifest() {
         }
     }
 }
+
+/// Names and routes come from a tenant's manifest, of any length, and each reference
+/// to an unknown name made a message listing every declared name: a function named
+/// with 100 KB and 2,000 triggers naming another took 245 MB to parse (a 330 KB
+/// manifest could take a gigabyte). A message now quotes a few names, cut short.
+#[test]
+fn an_error_quotes_no_more_of_the_manifest_than_a_few_short_names() {
+    let parse_err = |text: &str| {
+        faas_workflow::Workflow::parse("workflow.toml", text)
+            .unwrap_err()
+            .to_string()
+    };
+    let manifest = |functions: &[String], triggers: usize| {
+        let mut text = "name = \"p\"\ntenant = \"t\"\n".to_owned();
+        for name in functions {
+            text.push_str(&format!("[functions.{name}]\ncomponent = \"c.wasm\"\n"));
+        }
+        for route in 0..triggers {
+            text.push_str(&format!(
+                "[[triggers.http]]\nroute = \"/r{route}\"\nfunction = \"g\"\n"
+            ));
+        }
+        text
+    };
+    let error = parse_err(&manifest(&["a".repeat(100_000)], 2_000));
+    assert!(error.len() < 400, "{} bytes: {error:.300}", error.len());
+    assert!(error.starts_with("workflow.toml:3:12: "), "{error}");
+
+    let functions: Vec<String> = (0..41).map(|i| format!("f{i}")).collect();
+    let error = parse_err(&manifest(&functions, 2_000));
+    assert!(error.contains("unknown function `g`"), "{error}");
+    assert!(error.contains("and 25 more"), "{error}");
+    assert!(error.len() < 400, "{error}");
+
+    // A route is at most 1 KiB: the route checks compare routes by their prefixes.
+    let route = format!("/{}", "a/".repeat(600));
+    let text = format!(
+        "name = \"p\"\ntenant = \"t\"\n[functions.f]\ncomponent = \"c.wasm\"\n\
+         [[triggers.http]]\nroute = \"{route}\"\nfunction = \"f\"\n"
+    );
+    let error = parse_err(&text);
+    assert!(error.contains("1201 bytes long"), "{error}");
+    assert!(error.len() < 400, "{error}");
+}
