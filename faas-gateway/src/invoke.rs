@@ -479,13 +479,13 @@ async fn run_message_in(
             };
         }
     }
-    // Its outputs are not kept (a worker process does not send them), but a reply is
-    // counted all the same while it is read.
-    let mut claim = app.bodies.claim(Holder::Tenant(tenant.to_owned()));
+    // Its outputs are not kept, and a worker process does not send them: its reply is
+    // the run's record, which has a bound of its own. Not counted in the body budget,
+    // which clients may fill: a reply refused there would fail runs that ran.
+    let mut room = faas_invoke::AtMost(MAX_MESSAGE_RUN_REPLY_BYTES);
     let run = deployment
-        .run(payload.into(), Some(message), &mut ClaimRoom(&mut claim))
+        .run(payload.into(), Some(message), &mut room)
         .await;
-    drop(claim);
     let no_step_succeeded = run
         .record
         .as_ref()
@@ -502,6 +502,11 @@ async fn run_message_in(
             }
         })
 }
+
+/// The largest reply of a worker process to a message's run: its record (at most
+/// [`faas_invoke::MAX_STEP_RECORD_BYTES`] of steps) with room to spare. A worker of an
+/// earlier version sends the outputs too, which may not fit.
+const MAX_MESSAGE_RUN_REPLY_BYTES: u64 = 16 << 20;
 
 /// A claim in the body budget as the room a worker process's run reply is read into.
 struct ClaimRoom<'a>(&'a mut Claim);

@@ -8,7 +8,7 @@ use crate::{
 };
 use bytes::Bytes;
 use http::{HeaderValue, Request};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -290,6 +290,12 @@ impl RemoteWorker {
         }
         let mut body = response.into_body();
         let mut reply: Vec<u8> = Vec::new();
+        // A worker's reply has its length: counted before any of it is read, and
+        // allocated once (up to a point: the length is the worker's word).
+        if let Some(len) = hyper::body::Body::size_hint(&body).exact() {
+            room.grow_to(len)?;
+            reply.reserve_exact(usize::try_from(len.min(MAX_RESERVED)).unwrap_or(0));
+        }
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|err| self.lost(&err))?;
             let Ok(data) = frame.into_data() else {
@@ -400,6 +406,10 @@ fn header_value(value: &str) -> Result<HeaderValue, EventFailure> {
         .map_err(|_| EventFailure::unavailable(format!("`{value}` is not a valid header value")))
 }
 
+/// The most of a reply allocated before its bytes arrive, whatever length it
+/// announces.
+const MAX_RESERVED: u64 = 64 << 20;
+
 /// The most of a worker's failure report that is read: far more than any (the
 /// message in it is cut to a few KiB where it is made).
 const MAX_FAILURE_BYTES: usize = 64 << 10;
@@ -417,6 +427,12 @@ async fn failure_of(response: http::Response<hyper::body::Incoming>) -> EventFai
                 format!("the worker's failure report is malformed: {err}"),
             )
         }),
+        // It ran: a report past the limit is no reason to run it elsewhere.
+        Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => EventFailure::new(
+            FailureKind::BadReply,
+            502,
+            format!("the worker's failure report is longer than {MAX_FAILURE_BYTES} bytes"),
+        ),
         Err(err) => EventFailure::unavailable(format!("reading the worker's reply: {err}")),
     }
 }

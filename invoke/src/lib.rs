@@ -39,6 +39,6 @@ pub use logs::{LogLevel, LogLine, LogSink, LogSource, log_excerpt};
 pub use message::{BoxFuture, MAX_MESSAGE_BYTES, PublishError, Publisher, TriggerMessage};
 pub use record::{MAX_STEP_RECORD_BYTES, RunRecord, RunStatus, StepRecord};
 pub use replica::{
-    BodyError, HttpResponse, InMemory, Invoke, Loaded, LocalWorker, OutputRegion, ReplyRoom,
-    RunReply, WorkerQuotas,
+    AtMost, BodyError, HttpResponse, InMemory, Invoke, Loaded, LocalWorker, OutputRegion,
+    ReplyRoom, RunReply, WorkerQuotas,
 };

@@ -66,6 +66,29 @@ impl ReplyRoom for InMemory {
     }
 }
 
+/// Room for a reply of at most `.0` bytes, counted in no budget: for a reply whose
+/// size the reader bounds by what it asked for (a message's run, whose output is not
+/// sent, only its record). A larger one fails the run as a bad reply: it ran.
+#[derive(Debug, Clone, Copy)]
+pub struct AtMost(pub u64);
+
+impl ReplyRoom for AtMost {
+    fn grow_to(&mut self, bytes: u64) -> Result<(), EventFailure> {
+        if bytes <= self.0 {
+            return Ok(());
+        }
+        Err(EventFailure::new(
+            crate::FailureKind::BadReply,
+            502,
+            format!(
+                "the worker's reply to the run is larger than the {} bytes it may have \
+                 (the run ran)",
+                self.0
+            ),
+        ))
+    }
+}
+
 /// One whole copy of a workflow on one worker, which takes its events: a worker in
 /// this process (`faas-worker`) or a worker process reached over the internal API
 /// ([`crate::RemoteWorker`]).
@@ -161,4 +184,21 @@ pub trait LocalWorker: Send + Sync {
     /// Applies every tenant's quotas, the whole list as the tenant store has it: a
     /// tenant given quotas before and missing now gets the defaults.
     fn apply_tenant_quotas(&self, tenants: &[(String, WorkerQuotas)]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message's run ran whatever became of its reply: one past its bound fails it
+    /// as a bad reply, which is not "not started" (that would run it again).
+    #[test]
+    fn a_reply_past_its_bound_is_a_bad_reply_of_a_run_that_ran() {
+        let mut room = AtMost(1 << 20);
+        assert!(room.grow_to(1 << 20).is_ok());
+        let failure = room.grow_to((1 << 20) + 1).unwrap_err();
+        assert_eq!(failure.kind, crate::FailureKind::BadReply);
+        assert_eq!(failure.status, 502);
+        assert!(!failure.is_unavailable());
+    }
 }

@@ -43,8 +43,10 @@ use std::time::Duration;
 pub const GROUPS_KEY: &str = "faas:stream-groups";
 
 /// What the key keeping a destroyed group's last delivered id was named by earlier
-/// versions, followed by its field in [`GROUPS_KEY`]: still read, for a week after an
-/// upgrade.
+/// versions, followed by its field in [`GROUPS_KEY`]: still read, and written beside
+/// the new one, so that a gateway of an earlier version (in a rolling upgrade, or
+/// after a rollback) does not make a group it destroyed anew from the stream's start.
+/// Like the new key, only for groups that delivered entries. To go in a later release.
 const OLD_TOMBSTONE_PREFIX: &str = "faas:stream-group-gone:";
 
 /// How long a destroyed group's last delivered id is kept.
@@ -122,8 +124,9 @@ return 1
 
 /// Destroys group `ARGV[1]` of stream `KEYS[1]` (field `ARGV[2]` of `KEYS[2]`) if it is
 /// past when it was kept until and each of its consumers has been idle at least
-/// `ARGV[3]` ms, keeping where it stopped in `KEYS[3]` for `ARGV[4]` seconds if it
-/// delivered anything; then
+/// `ARGV[3]` ms, keeping where it stopped in `KEYS[3]` (and, for gateways of earlier
+/// versions during an upgrade or after a rollback, `KEYS[4]`) for `ARGV[4]` seconds if
+/// it delivered anything; then
 /// deletes the stream if it is left empty with no group. Forgets a field whose group
 /// is gone already. Returns 1 if it destroyed the group, 0 if it kept it, -1 if it
 /// only forgot the field.
@@ -151,6 +154,7 @@ for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   end
   if name == ARGV[1] and last and last ~= '0-0' then
     redis.call('SET', KEYS[3], last, 'EX', ARGV[4])
+    redis.call('SET', KEYS[4], last, 'EX', ARGV[4])
   end
 end
 redis.call('XGROUP', 'DESTROY', KEYS[1], ARGV[1])
@@ -225,6 +229,7 @@ pub async fn sweep(
             .key(&group.stream)
             .key(GROUPS_KEY)
             .key(group.tombstone())
+            .key(group.old_tombstone())
             .arg(&group.group)
             .arg(&field)
             .arg(millis(idle))
@@ -422,8 +427,16 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(destroyed.len(), 2);
-        let kept: Vec<String> = connection.keys("*gone*").await.unwrap();
-        assert_eq!(kept, ["t:shop:orders gone fresh-2"]);
+        let mut kept: Vec<String> = connection.keys("*gone*").await.unwrap();
+        kept.sort();
+        // And where an earlier version looks, for one during an upgrade.
+        assert_eq!(
+            kept,
+            [
+                "faas:stream-group-gone:fresh-2 t:shop:orders",
+                "t:shop:orders gone fresh-2"
+            ]
+        );
 
         // Where an earlier version kept a destroyed group's place.
         let upgraded = group("orders", "before-upgrade");

@@ -730,12 +730,20 @@ impl Worker {
                 regions,
             ),
         );
+        // What Wasmtime may copy from the guest outside host calls (an export's
+        // results: a step's error text, an HTTP function's response parts).
+        let results_fuel = max_memory.max(128 << 20);
+        store.set_hostcall_fuel(results_fuel);
         store.call_hook(move |mut store, hook| {
-            if let wasmtime::CallHook::CallingHost = hook {
+            match hook {
                 // Set before Wasmtime lifts the call's arguments, which it copies into
                 // host memory up to this much (see `hostcall_fuel`).
-                let fuel = hostcall_fuel(store.data().limiter.memory_bytes);
-                store.set_hostcall_fuel(fuel);
+                wasmtime::CallHook::CallingHost => {
+                    let fuel = hostcall_fuel(store.data().limiter.memory_bytes);
+                    store.set_hostcall_fuel(fuel);
+                }
+                wasmtime::CallHook::ReturningFromHost => store.set_hostcall_fuel(results_fuel),
+                _ => {}
             }
             let state = store.data_mut();
             if places_read_only {

@@ -56,13 +56,21 @@ pub enum RouteError {
 pub const MAX_ROUTE_LEN: usize = 1024;
 
 impl Route {
-    /// Validates `route`: it must be at most [`MAX_ROUTE_LEN`] bytes, start with `/`, contain no whitespace, control
-    /// characters, `?`, `#` or `//`, and may end in `/...` to match a prefix.
-    pub fn parse(route: &str) -> Result<Route, RouteError> {
+    /// [`Route::parse`] for a route a manifest declares, which is also at most
+    /// [`MAX_ROUTE_LEN`] bytes. Only new declarations are held to that: a route read
+    /// back from a deployment record or a saved workflow (written by a version without
+    /// the limit) still parses, or one such record would fail every read of them all.
+    pub fn parse_declared(route: &str) -> Result<Route, RouteError> {
         if route.len() > MAX_ROUTE_LEN {
             let start = faas_karmem_compiler::shorten(route).into_owned();
             return Err(RouteError::TooLong(start, route.len()));
         }
+        Route::parse(route)
+    }
+
+    /// Validates `route`: it must start with `/`, contain no whitespace, control
+    /// characters, `?`, `#` or `//`, and may end in `/...` to match a prefix.
+    pub fn parse(route: &str) -> Result<Route, RouteError> {
         if !route.starts_with('/') {
             return Err(RouteError::MissingLeadingSlash(route.to_owned()));
         }

@@ -935,7 +935,7 @@ impl<'a> Checker<'a> {
             let span = raw.span();
             let raw = raw.into_inner();
             let route_span = raw.route.span();
-            let route = match Route::parse(raw.route.get_ref()) {
+            let route = match Route::parse_declared(raw.route.get_ref()) {
                 Ok(route) => Some(route),
                 Err(e) => {
                     self.error(route_span.clone(), format!("{field}.route"), e.to_string());

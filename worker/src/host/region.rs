@@ -93,9 +93,10 @@ impl HostRegion for InstanceState {
             }
             .into());
         }
-        let held = self.hold(len)?;
+        let before = self.limiter.claim.bytes();
+        self.limiter.claim_more(len)?;
         let bytes = self.table.get(&region)?.bytes().map(Cow::into_owned);
-        self.release_held(held);
+        self.release_held(before);
         let bytes = bytes?;
         self.event
             .metrics
