@@ -157,10 +157,15 @@ impl StandInOperator {
             let (namespaces, stop) = (namespaces.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let watched = namespaces.lock().unwrap().clone();
-                    for namespace in &watched {
+                    // Held for the whole round: `unwatch` returns only once no round
+                    // that still lists the namespace is under way (one that had taken
+                    // a copy of the list let a Workflow go after it, on a slow
+                    // machine: CI-86).
+                    let watched = namespaces.lock().unwrap();
+                    for namespace in watched.iter() {
                         reconcile(plane, namespace);
                     }
+                    drop(watched);
                     std::thread::sleep(Duration::from_millis(100));
                 }
             })
@@ -178,7 +183,8 @@ impl StandInOperator {
     }
 
     /// Leaves the Workflows of `namespace` alone from now on, as an operator that
-    /// cannot remove them (another finalizer holds them) would.
+    /// cannot remove them (another finalizer holds them) would: once this returns, no
+    /// round touches them.
     fn unwatch(&self, namespace: &str) {
         self.namespaces
             .lock()
