@@ -258,6 +258,21 @@ pub(crate) struct MemoryLimiter {
 }
 
 impl MemoryLimiter {
+    /// Refuses `desired` bytes past the instance's memory limit: its memory's size,
+    /// what it copied into regions, or a value it asked the host for a copy of.
+    ///
+    /// # Errors
+    /// [`MemoryLimitExceeded`], which traps the guest.
+    pub(crate) fn within_limit(&self, desired: usize) -> Result<(), MemoryLimitExceeded> {
+        if desired > self.max_memory_bytes {
+            return Err(MemoryLimitExceeded {
+                limit: self.max_memory_bytes,
+                desired,
+            });
+        }
+        Ok(())
+    }
+
     /// A limiter of `max_memory_bytes` per memory that claims against `claim`.
     pub(crate) fn new(max_memory_bytes: usize, claim: GuestMemoryClaim) -> Self {
         Self {
@@ -291,13 +306,7 @@ impl ResourceLimiter for MemoryLimiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.max_memory_bytes {
-            return Err(MemoryLimitExceeded {
-                limit: self.max_memory_bytes,
-                desired,
-            }
-            .into());
-        }
+        self.within_limit(desired)?;
         // Called for each memory as it is created too (from 0), so this is the total.
         let grown = desired.saturating_sub(current);
         self.claim_more(grown)?;

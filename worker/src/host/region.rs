@@ -7,7 +7,7 @@
 
 use super::platform::region::{Host, HostRegion};
 use crate::region::{Handoff, PageRange, Region, RegionError};
-use crate::state::{InstanceState, MemoryLimitExceeded};
+use crate::state::InstanceState;
 use std::borrow::Cow;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, WasmList};
@@ -26,14 +26,7 @@ impl HostRegion for InstanceState {
         // Copied bytes live in host memory: count them against the instance's memory
         // limit, or a guest could hoard host memory through regions.
         let total = self.regions.copied_bytes.saturating_add(bytes.len());
-        let limit = self.limiter.max_memory_bytes;
-        if total > limit {
-            return Err(MemoryLimitExceeded {
-                limit,
-                desired: total,
-            }
-            .into());
-        }
+        self.limiter.within_limit(total)?;
         self.regions.count_created(&schema_type)?;
         self.limiter.claim_more(bytes.len())?;
         self.regions.copied_bytes = total;
@@ -85,14 +78,7 @@ impl HostRegion for InstanceState {
         // step's, perhaps allowed far more) fails here, before that buffer exists, and
         // the buffer counts in the guest memory budget while it is filled.
         let len = self.table.get(&region)?.len();
-        let limit = self.limiter.max_memory_bytes;
-        if len > limit {
-            return Err(MemoryLimitExceeded {
-                limit,
-                desired: len,
-            }
-            .into());
-        }
+        self.limiter.within_limit(len)?;
         let before = self.limiter.claim.bytes();
         self.limiter.claim_more(len)?;
         let bytes = self.table.get(&region)?.bytes().map(Cow::into_owned);
