@@ -13,7 +13,7 @@ use faas_gateway::config::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_DEPLOYS_PER_TENANT, DEFAULT_MAX_LOG_FOLLOWS_PER_TENANT,
     DEFAULT_MAX_LOG_READ_BYTES_PER_SEC, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_REQUESTS_PER_CLIENT,
-    DEFAULT_MAX_REQUESTS_PER_TENANT,
+    DEFAULT_MAX_REQUESTS_PER_TENANT, DEFAULT_SEND_TIMEOUT,
 };
 use faas_store::broker::RedisBroker;
 use faas_store::stream_quota::{DEFAULT_STREAM_MAX_BYTES, DEFAULT_STREAM_MAX_LEN, StreamQuota};
@@ -338,6 +338,11 @@ pub struct GatewayArgs {
     /// How long a connection may carry no request before it is closed, in milliseconds.
     #[arg(long, env = "FAAS_IDLE_TIMEOUT_MS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
     pub idle_timeout_ms: u64,
+    /// How long a response may wait for its client to take more of it, in
+    /// milliseconds; past it the connection is cut off (a client that reads nothing
+    /// would hold it, and the response, for good). 0 for no limit.
+    #[arg(long, env = "FAAS_SEND_TIMEOUT_MS", default_value_t = DEFAULT_SEND_TIMEOUT.as_millis() as u64)]
+    pub send_timeout_ms: u64,
     /// How many leading bits of an IPv6 address name one client for the limits per
     /// client (connections, requests, request bodies): 64 counts a /64, the subnet one
     /// host or home is given, as one client; 128 counts each address.
@@ -394,6 +399,8 @@ impl GatewayArgs {
             per_client: self.max_connections_per_client.max(1),
             total: self.max_connections.max(1),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms.max(1)),
+            send_timeout: (self.send_timeout_ms > 0)
+                .then(|| Duration::from_millis(self.send_timeout_ms)),
             ipv6_client_prefix: self.client_ipv6_prefix,
         };
         config.requests = RequestLimits {

@@ -23,10 +23,23 @@ pub struct ConnectionLimits {
     pub total: usize,
     /// How long a connection may carry no request before it is closed.
     pub idle_timeout: Duration,
+    /// How long a response may wait for its client to take more of it before the
+    /// connection is cut off (see [`crate::drive`]); `None` for no limit.
+    pub send_timeout: Option<Duration>,
     /// How many leading bits of an IPv6 address name its client:
     /// [`IPV6_CLIENT_SUBNET`] where anyone may connect, 128 where the clients are the
     /// platform's own processes (pods' addresses may share a /64).
     pub ipv6_client_prefix: u8,
+}
+
+impl ConnectionLimits {
+    /// The timeouts [`crate::drive`] holds a connection to.
+    pub fn timeouts(&self) -> crate::Timeouts {
+        crate::Timeouts {
+            idle: self.idle_timeout,
+            send: self.send_timeout,
+        }
+    }
 }
 
 /// The IPv6 prefix length a public server counts as one client: a /64, the subnet one
@@ -227,6 +240,7 @@ mod tests {
             per_client,
             total,
             idle_timeout: Duration::from_secs(1),
+            send_timeout: None,
             ipv6_client_prefix: IPV6_CLIENT_SUBNET,
         }
     }

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -12,10 +12,39 @@ use std::time::{Duration, Instant};
 /// before it is cut off (a client that ignores GOAWAY, or never spoke HTTP).
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// How long [`drive`] lets a connection wait on its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// How long it may carry no request before it is told to close.
+    pub idle: Duration,
+    /// How long a response on it may wait for the client to take more of it (the
+    /// server holding what it could not send, as the client reads nothing) before
+    /// the connection is cut off; `None` for no limit.
+    pub send: Option<Duration>,
+}
+
 /// The requests in flight on one connection, and when the last one ended.
 pub struct Activity {
     in_flight: AtomicUsize,
     last: Mutex<Instant>,
+    /// The responses whose bodies were handed to the server ([`Tracked`]), to find
+    /// one its client stopped reading.
+    sending: Mutex<Vec<Weak<Handed>>>,
+}
+
+/// When a response body last handed the server a frame that the server has not come
+/// back for more after: the server is waiting for its client to take what it holds.
+#[derive(Default)]
+struct Handed(Mutex<Option<Instant>>);
+
+impl Handed {
+    fn set(&self, at: Option<Instant>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = at;
+    }
+
+    fn get(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Activity {
@@ -24,6 +53,7 @@ impl Activity {
         Arc::new(Self {
             in_flight: AtomicUsize::new(0),
             last: Mutex::new(Instant::now()),
+            sending: Mutex::default(),
         })
     }
 
@@ -33,34 +63,75 @@ impl Activity {
             .then(|| *self.last.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// Since when the response that has waited longest for its client to take more of
+    /// it has waited; `None` when none waits.
+    pub fn stalled_since(&self) -> Option<Instant> {
+        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+        sending.retain(|handed| handed.strong_count() > 0);
+        sending
+            .iter()
+            .filter_map(|handed| handed.upgrade()?.get())
+            .min()
+    }
+
     /// Counts a request as in flight until the returned guard is dropped.
     pub fn busy(self: &Arc<Self>) -> Busy {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        Busy(self.clone())
+        let handed = Arc::new(Handed::default());
+        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+        // Bodies that ended leave dead entries: swept as often as they are added.
+        if sending.len() >= 16 && sending.len().is_power_of_two() {
+            sending.retain(|handed| handed.strong_count() > 0);
+        }
+        sending.push(Arc::downgrade(&handed));
+        Busy {
+            activity: self.clone(),
+            handed,
+        }
     }
 }
 
 /// A request in flight; when dropped, the connection may become idle.
-pub struct Busy(Arc<Activity>);
+pub struct Busy {
+    activity: Arc<Activity>,
+    handed: Arc<Handed>,
+}
 
 impl Busy {
-    /// `body`, keeping the request in flight until it is sent to its end or dropped.
+    /// `body`, keeping the request in flight until it is sent to its end or dropped,
+    /// and telling [`drive`] when its client stops taking it.
     pub fn track<B>(self, body: B) -> Tracked<B> {
-        Tracked::new(body, self)
+        self.track_with(body, ())
+    }
+
+    /// [`Busy::track`], holding `guard` too until the body is sent or dropped.
+    pub fn track_with<B, G>(self, body: B, guard: G) -> Tracked<B, (Busy, G)> {
+        // The head is handed over with it: a server that never asks for the body
+        // (an HTTP/2 client that grants it no window) holds it for that client too.
+        self.handed.set(Some(Instant::now()));
+        let handed = Some(self.handed.clone());
+        Tracked {
+            inner: body,
+            handed,
+            _guard: (self, guard),
+        }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        *self.0.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let activity = &self.activity;
+        *activity.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        activity.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-/// A response body that keeps its request counted as in flight: `guard` (a [`Busy`],
-/// or that and more) is dropped with the body.
-pub struct Tracked<B, G = Busy> {
+/// A response body that holds `guard` (a [`Busy`], or that and more) until it is
+/// dropped; made by [`Busy::track`], it also tells [`drive`] while the server holds a
+/// frame of it that the client does not take.
+pub struct Tracked<B, G = (Busy, ())> {
     inner: B,
+    handed: Option<Arc<Handed>>,
     _guard: G,
 }
 
@@ -69,6 +140,7 @@ impl<B, G> Tracked<B, G> {
     pub fn new(body: B, guard: G) -> Self {
         Self {
             inner: body,
+            handed: None,
             _guard: guard,
         }
     }
@@ -82,7 +154,20 @@ impl<B: http_body::Body + Unpin, G: Unpin> http_body::Body for Tracked<B, G> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let this = &mut *self;
+        let Some(handed) = &this.handed else {
+            return Pin::new(&mut this.inner).poll_frame(cx);
+        };
+        // The server came back for more: it sent what it held. A server only asks
+        // for the next frame once the client has taken enough of the last one.
+        handed.set(None);
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &polled
+            && !this.inner.is_end_stream()
+        {
+            handed.set(Some(Instant::now()));
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -144,14 +229,16 @@ where
     }
 }
 
-/// Serves `connection` until it ends. Once it has carried nothing for `idle_timeout`,
-/// or once `stop` completes (the server is stopping), it is told to close; if it still
-/// carries nothing [`CLOSE_GRACE`] later, it is dropped. Requests in flight finish
-/// first either way.
+/// Serves `connection` until it ends. Once it has carried nothing for
+/// `timeouts.idle`, or once `stop` completes (the server is stopping), it is told to
+/// close; if it still carries nothing [`CLOSE_GRACE`] later, it is dropped. Requests
+/// in flight finish first either way, but for a response whose client has taken none
+/// of it for `timeouts.send`: its connection is dropped then, since a client that reads
+/// nothing would hold it, and what the server holds for it, for good.
 pub async fn drive<C, E>(
     connection: C,
     activity: &Activity,
-    idle_timeout: Duration,
+    timeouts: Timeouts,
     stop: impl Future<Output = ()>,
 ) where
     C: GracefulConnection<Output = Result<(), E>>,
@@ -162,10 +249,24 @@ pub async fn drive<C, E>(
     let mut stopped = false;
     let mut closing_since: Option<Instant> = None;
     loop {
-        let wake = match closing_since {
+        let idle_timeout = timeouts.idle;
+        let mut wake = match closing_since {
             Some(since) => since + CLOSE_GRACE,
             None => activity.idle_since().unwrap_or_else(Instant::now) + idle_timeout,
         };
+        if let Some(send_timeout) = timeouts.send {
+            if activity
+                .stalled_since()
+                .is_some_and(|since| since.elapsed() >= send_timeout)
+            {
+                tracing::debug!("dropping a connection whose client stopped reading");
+                return;
+            }
+            // A response may stall at any time: looked at again a send timeout on,
+            // or when the one stalled longest would pass it.
+            let check = activity.stalled_since().unwrap_or_else(Instant::now) + send_timeout;
+            wake = wake.min(check);
+        }
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(err) = result {
@@ -182,6 +283,10 @@ pub async fn drive<C, E>(
             }
             () = tokio::time::sleep_until(wake.into()) => {
                 let idle = activity.idle_since();
+                if closing_since.is_some_and(|since| since.elapsed() < CLOSE_GRACE) {
+                    // Woken to look for a stalled response, not to close.
+                    continue;
+                }
                 if closing_since.is_some() {
                     if idle.is_some() {
                         tracing::debug!("dropping a connection that did not close");

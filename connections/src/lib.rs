@@ -7,7 +7,8 @@
 //!   descriptors, which every tenant shares;
 //! - [`drive`]: serves one connection until it ends, the server stops, or it carried no
 //!   request for the idle timeout; then it is told to close (HTTP/1 closes an idle
-//!   keep-alive connection, HTTP/2 sends GOAWAY) and cut off if it does not;
+//!   keep-alive connection, HTTP/2 sends GOAWAY) and cut off if it does not. One whose
+//!   client stops reading a response is cut off after the send timeout;
 //! - [`ClientRequests`]: at most so many requests in flight per client, and in all,
 //!   across connections (HTTP/2 carries many on one); one more is answered at once by
 //!   the server (429 or 503) rather than held.
@@ -20,5 +21,5 @@ mod idle;
 mod requests;
 
 pub use admission::{Admission, ConnectionLimits, IPV6_CLIENT_SUBNET, Refused, Slot, client_of};
-pub use idle::{Activity, Busy, GracefulConnection, Tracked, drive};
+pub use idle::{Activity, Busy, GracefulConnection, Timeouts, Tracked, drive};
 pub use requests::{ClientRequests, InFlight, RequestLimits, TooManyRequests};

@@ -119,6 +119,7 @@ mod tests {
             per_client: 8,
             total: 8,
             idle_timeout: Duration::from_secs(1),
+            send_timeout: None,
             ipv6_client_prefix: 128,
         });
         let limits = RequestLimits {

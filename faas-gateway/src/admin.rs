@@ -875,6 +875,9 @@ fn deploy_error(err: DeployError) -> Response<Body> {
             response::error(StatusCode::SERVICE_UNAVAILABLE, "store", message)
         }
         DeployError::Kubernetes(err) => kubernetes_error(err, message),
+        DeployError::Interrupted(_) => {
+            response::error(StatusCode::SERVICE_UNAVAILABLE, "interrupted", message)
+        }
     }
 }
 

@@ -113,6 +113,11 @@ pub const DEFAULT_MAX_REQUESTS_PER_TENANT: usize = DEFAULT_MAX_REQUESTS / 2;
 /// How long a connection may carry no request by default before it is closed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a response may wait by default for its client to take more of it before
+/// the connection is cut off: as long as nginx's `send_timeout`. A client on a slow
+/// link still takes some every few seconds.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl GatewayConfig {
     /// Defaults, with the admin API behind `token`.
     pub fn new(token: impl Into<String>) -> Self {
@@ -138,6 +143,7 @@ impl GatewayConfig {
                 per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
                 total: DEFAULT_MAX_CONNECTIONS,
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
+                send_timeout: Some(DEFAULT_SEND_TIMEOUT),
                 ipv6_client_prefix: IPV6_CLIENT_SUBNET,
             },
             requests: RequestLimits {

@@ -11,7 +11,7 @@ use crate::redis::RedisBroker;
 use crate::registry::Registry;
 use crate::response::{self, Body};
 use crate::{admin, invoke};
-use faas_connections::{Activity, Admission, TooManyRequests, Tracked, drive};
+use faas_connections::{Activity, Admission, TooManyRequests, drive};
 use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -277,21 +277,21 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Recei
                             (too_many_requests(&refusal), None)
                         }
                     };
-                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, (busy, in_flight))))
+                    Ok::<_, Infallible>(response.map(|body| busy.track_with(body, in_flight)))
                 }
             })
         };
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
-        let idle_timeout = app.config.connections.idle_timeout;
+        let timeouts = app.config.connections.timeouts();
         let mut stop = stopped.clone();
         connections.spawn(async move {
             let _slot = slot;
             let stop = async move {
                 let _ = stop.wait_for(|stopped| *stopped).await;
             };
-            drive(connection, &activity, idle_timeout, stop).await;
+            drive(connection, &activity, timeouts, stop).await;
         });
     }
     drop(listener);

@@ -19,6 +19,16 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// How long the gateway keeps an unused connection to a worker.
 const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How a connection of the internal API finds out that its peer is gone while events
+/// are in flight on it: an HTTP/2 ping after this long without a frame from the peer...
+pub const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// ...answered within this long, or the connection is closed and its events fail.
+/// Without it a worker whose machine died (or froze) with events in flight held them,
+/// and their clients, for good: nothing else bounds an event's wait, since a run may
+/// take an hour and a function's response may stream for longer.
+pub const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The most header bytes one head may carry on the internal API, as HTTP/2 counts them
 /// (each field's name and value, plus 32). HTTP/2's default, 16 KiB, is less than the
 /// 64 KiB of headers a client's request (the gateway's limit) or a guest's response
@@ -121,6 +131,18 @@ impl RemoteWorker {
     /// # Panics
     /// If `token` is not a valid header value (it is generated or checked at start).
     pub fn new(id: &str, addr: &str, token: &str) -> Self {
+        Self::with_keep_alive(id, addr, token, KEEP_ALIVE_INTERVAL, KEEP_ALIVE_TIMEOUT)
+    }
+
+    /// [`RemoteWorker::new`] pinging a silent worker after `interval`, and giving up
+    /// on it after `timeout` more.
+    fn with_keep_alive(
+        id: &str,
+        addr: &str,
+        token: &str,
+        interval: std::time::Duration,
+        timeout: std::time::Duration,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         Self {
@@ -133,6 +155,9 @@ impl RemoteWorker {
                 // Before the worker's own idle timeout (60 s by default) closes it.
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .http2_keep_alive_interval(interval)
+                .http2_keep_alive_timeout(timeout)
                 .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
                 .http2_initial_stream_window_size(STREAM_WINDOW_BYTES)
                 .http2_initial_connection_window_size(CONNECTION_WINDOW_BYTES)
@@ -514,6 +539,41 @@ mod tests {
             (FailureKind::WorkerLost, 502)
         );
         assert_eq!(failure.message, LOST);
+        assert_names_nothing_inside(&failure, addr);
+    }
+
+    /// A worker that goes silent with an event in flight (its machine died or froze:
+    /// the connection stays open, nothing answers) held the event, and its client,
+    /// for good. A ping unanswered in time now ends it as a lost worker.
+    #[tokio::test]
+    async fn a_worker_gone_silent_during_an_event_is_lost_not_waited_for() {
+        use std::time::Duration;
+        // Accepts connections and keeps them open, reading nothing and sending nothing.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let worker = RemoteWorker::with_keep_alive(
+            "w-secret",
+            &addr.to_string(),
+            "token",
+            Duration::from_millis(100),
+            Duration::from_millis(300),
+        );
+        let request = Request::get("/hello").body(Bytes::new()).unwrap();
+        let event = worker.call_function("hello", "hello", request);
+        let failure = tokio::time::timeout(Duration::from_secs(30), event)
+            .await
+            .expect("the event ends without an answer")
+            .expect_err("no worker answers there");
+        assert_eq!(
+            (failure.kind, failure.status),
+            (FailureKind::WorkerLost, 502)
+        );
         assert_names_nothing_inside(&failure, addr);
     }
 }

@@ -99,12 +99,34 @@ pub struct Carried {
 
 /// `[u32 head length][head JSON][inline bytes]`.
 pub fn frame(head: &impl Serialize, inline: &[u8]) -> Vec<u8> {
-    let head = serde_json::to_vec(head).expect("frame heads serialize");
-    let mut frame = Vec::with_capacity(4 + head.len() + inline.len());
-    frame.extend_from_slice(&(head.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&head);
+    let mut frame = FrameHead::new(head).start_frame(inline.len());
     frame.extend_from_slice(inline);
     frame
+}
+
+/// A frame's head, serialized: for a frame whose inline bytes are written into it
+/// where they are read (see [`frame`]), so they are copied once, and whose size is
+/// known before it is allocated.
+pub struct FrameHead(Vec<u8>);
+
+impl FrameHead {
+    /// `head` as a frame carries it.
+    pub fn new(head: &impl Serialize) -> Self {
+        Self(serde_json::to_vec(head).expect("frame heads serialize"))
+    }
+
+    /// The size of a frame of this head and `inline_len` inline bytes.
+    pub fn frame_len(&self, inline_len: usize) -> usize {
+        4 + self.0.len() + inline_len
+    }
+
+    /// A frame holding this head, with room for the `inline_len` bytes that follow.
+    pub fn start_frame(&self, inline_len: usize) -> Vec<u8> {
+        let mut frame = Vec::with_capacity(self.frame_len(inline_len));
+        frame.extend_from_slice(&(self.0.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&self.0);
+        frame
+    }
 }
 
 /// A frame's head and inline bytes.

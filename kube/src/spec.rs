@@ -234,7 +234,9 @@ pub struct TriggersSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpTriggerSpec {
-    /// The route (`/hello`, `/files/...`).
+    /// The route (`/hello`, `/files/...`). The API server refuses one past the
+    /// length a manifest may declare, before the operator reads it.
+    #[schemars(length(max = faas_workflow::MAX_ROUTE_LEN))]
     pub route: String,
     /// The HTTP function it calls (or `step`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,6 +251,7 @@ pub struct HttpTriggerSpec {
 #[serde(deny_unknown_fields)]
 pub struct RedisTriggerSpec {
     /// The channel (the tenant's own).
+    #[schemars(length(max = faas_workflow::MAX_REDIS_NAME_LEN))]
     pub channel: String,
     /// The entry step.
     pub step: String,
@@ -259,11 +262,13 @@ pub struct RedisTriggerSpec {
 #[serde(deny_unknown_fields)]
 pub struct StreamTriggerSpec {
     /// The stream (the tenant's own).
+    #[schemars(length(max = faas_workflow::MAX_REDIS_NAME_LEN))]
     pub stream: String,
     /// The entry step.
     pub step: String,
     /// The consumer group (the workflow's name by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = faas_workflow::MAX_REDIS_NAME_LEN))]
     pub group: Option<String>,
     /// Deliveries before a message goes to the dead-letter stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]

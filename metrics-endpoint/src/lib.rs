@@ -26,6 +26,8 @@ pub const LIMITS: ConnectionLimits = ConnectionLimits {
     per_client: 4,
     total: 32,
     idle_timeout: Duration::from_secs(60),
+    // A scraper that stops reading holds one of a few connections.
+    send_timeout: Some(Duration::from_secs(60)),
     // Scrapers are the operator's; each address counts.
     ipv6_client_prefix: 128,
 };
@@ -71,7 +73,7 @@ async fn serve_connection(stream: TcpStream, render: Render, ready: Ready) {
     drive(
         connection,
         &activity,
-        LIMITS.idle_timeout,
+        LIMITS.timeouts(),
         std::future::pending(),
     )
     .await;

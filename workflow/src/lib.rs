@@ -71,8 +71,8 @@ pub use error::{Diagnostic, ManifestError};
 pub use memory::{InterfaceRef, InterfaceRefError, MemoryLimit, StepMemories};
 pub use model::{
     Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, OnFailure,
-    RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TenantScope, TriggerTarget,
-    Workflow,
+    Provenance, RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TenantScope,
+    TriggerTarget, Workflow,
 };
 pub use opened_networks::{OpenedNetwork, OpenedNetworks, parse_network};
 pub use outbound::{

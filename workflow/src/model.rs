@@ -29,6 +29,19 @@ pub enum TenantScope<'a> {
     Unchecked(&'a str),
 }
 
+/// Where a manifest comes from, which decides whether limits the format gained later
+/// apply to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// A deploy, or a resource a tenant wrote: every limit applies.
+    New,
+    /// A deployment the platform accepted and saved earlier, read back to serve it
+    /// again: limits added since (the length of a route) do not apply, or an upgrade
+    /// would leave such a deployment out of service. Only for what the platform itself
+    /// saved after checking it.
+    Saved,
+}
+
 /// A parsed and validated `workflow.toml`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Workflow {
@@ -490,11 +503,35 @@ impl Workflow {
         schemas: Option<&BTreeMap<String, String>>,
         scope: TenantScope<'_>,
     ) -> Result<Workflow, ManifestError> {
+        Workflow::parse_as(file_name, text, schemas, scope, Provenance::New)
+    }
+
+    /// [`Workflow::parse_scoped`] for a deployment the platform saved after checking
+    /// it (see [`Provenance::Saved`]), read back to serve it again.
+    ///
+    /// # Errors
+    /// As for [`Workflow::parse_scoped`].
+    pub fn parse_saved(
+        file_name: &str,
+        text: &str,
+        schemas: Option<&BTreeMap<String, String>>,
+        scope: TenantScope<'_>,
+    ) -> Result<Workflow, ManifestError> {
+        Workflow::parse_as(file_name, text, schemas, scope, Provenance::Saved)
+    }
+
+    fn parse_as(
+        file_name: &str,
+        text: &str,
+        schemas: Option<&BTreeMap<String, String>>,
+        scope: TenantScope<'_>,
+        provenance: Provenance,
+    ) -> Result<Workflow, ManifestError> {
         let source = Source {
             file: file_name,
             text,
         };
-        crate::validate::parse(source, schemas, scope)
+        crate::validate::parse(source, schemas, scope, provenance)
     }
 
     /// Like [`Workflow::parse`], and resolves every step's [`Step::memories`] from the

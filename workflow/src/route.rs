@@ -59,7 +59,8 @@ impl Route {
     /// [`Route::parse`] for a route a manifest declares, which is also at most
     /// [`MAX_ROUTE_LEN`] bytes. Only new declarations are held to that: a route read
     /// back from a deployment record or a saved workflow (written by a version without
-    /// the limit) still parses, or one such record would fail every read of them all.
+    /// the limit, see [`crate::Provenance::Saved`]) still parses, or one such record
+    /// would fail every read of them all, or stay out of service after an upgrade.
     pub fn parse_declared(route: &str) -> Result<Route, RouteError> {
         if route.len() > MAX_ROUTE_LEN {
             let start = faas_karmem_compiler::shorten(route).into_owned();

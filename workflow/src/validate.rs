@@ -14,8 +14,9 @@ use crate::error::{Diagnostic, ManifestError, Source};
 use crate::locate::{self, Segment};
 use crate::memory::{self, InterfaceRef, MAX_LISTED_NAMES};
 use crate::model::{
-    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, RedisTrigger,
-    RetryPolicy, RunSettings, Step, StreamTrigger, TenantScope, TriggerTarget, Workflow,
+    Edge, EdgeMode, FanOut, Function, FunctionKind, HttpTrigger, JoinPolicy, Limits, Provenance,
+    RedisTrigger, RetryPolicy, RunSettings, Step, StreamTrigger, TenantScope, TriggerTarget,
+    Workflow,
 };
 use crate::outbound::{AllowedOutboundHosts, OutboundHost};
 use crate::raw::{
@@ -78,11 +79,13 @@ pub const MAX_REDIS_TRIGGERS: usize = 32;
 pub const MAX_STREAM_TRIGGERS: usize = 32;
 
 /// Parses and validates `source` for `scope`; with `schemas` (`.km` texts by file name
-/// as written), also resolves the steps' interface memories.
+/// as written), also resolves the steps' interface memories. `provenance` says whether
+/// limits added since the manifest may have been accepted apply.
 pub(crate) fn parse(
     source: Source<'_>,
     schemas: Option<&BTreeMap<String, String>>,
     scope: TenantScope<'_>,
+    provenance: Provenance,
 ) -> Result<Workflow, ManifestError> {
     // `parse_recoverable` rather than `parse`: the partial tree lets a syntax error name
     // the field it is in.
@@ -107,7 +110,7 @@ pub(crate) fn parse(
     let raw = RawWorkflow::deserialize(toml::de::Deserializer::from(tree))
         .map_err(|error| schema_error(source, &error))?;
     let tenant = tenant(source, raw.tenant.as_ref(), scope)?;
-    Ok(Checker::new(source).check(raw, tenant, schemas)?)
+    Ok(Checker::new(source, provenance).check(raw, tenant, schemas)?)
 }
 
 /// The tenant the manifest is deployed for under `scope`. A tenant named for another
@@ -170,6 +173,7 @@ struct Checker<'a> {
     first_error: Option<(usize, String, String)>,
     /// Where each line after the first starts, for [`Checker::line_of`].
     line_starts: Vec<usize>,
+    provenance: Provenance,
 }
 
 /// A step as checked so far; its types are `None` if they did not parse.
@@ -207,7 +211,7 @@ struct StepTrigger {
 }
 
 impl<'a> Checker<'a> {
-    fn new(source: Source<'a>) -> Self {
+    fn new(source: Source<'a>, provenance: Provenance) -> Self {
         let line_starts = source
             .text
             .match_indices('\n')
@@ -217,6 +221,7 @@ impl<'a> Checker<'a> {
             source,
             first_error: None,
             line_starts,
+            provenance,
         }
     }
 
@@ -935,7 +940,11 @@ impl<'a> Checker<'a> {
             let span = raw.span();
             let raw = raw.into_inner();
             let route_span = raw.route.span();
-            let route = match Route::parse_declared(raw.route.get_ref()) {
+            let parsed = match self.provenance {
+                Provenance::New => Route::parse_declared(raw.route.get_ref()),
+                Provenance::Saved => Route::parse(raw.route.get_ref()),
+            };
+            let route = match parsed {
                 Ok(route) => Some(route),
                 Err(e) => {
                     self.error(route_span.clone(), format!("{field}.route"), e.to_string());

@@ -926,7 +926,8 @@ fn a_tenants_namespace_holds_no_more_workflow_resources_than_its_quota() {
 }
 
 #[test]
-fn the_api_server_refuses_a_workflow_with_more_items_than_a_workflow_may_declare() {
+fn the_api_server_refuses_a_workflow_with_more_items_or_a_longer_route_than_a_workflow_may_declare()
+{
     // The operator's validator refuses such a spec too, but only after the resource is
     // stored and cached: the CRD's own bounds keep it out of etcd.
     let plane = ControlPlane::shared();
@@ -935,7 +936,7 @@ fn the_api_server_refuses_a_workflow_with_more_items_than_a_workflow_may_declare
     plane.kubectl_ok(["create", "namespace", &namespace]);
     let sha = "1".repeat(64);
     let dir = faas_testing::temp_dir();
-    let apply = |name: &str, functions: usize| {
+    let apply_with = |name: &str, functions: usize, route: &str| {
         let functions: String = (0..functions)
             .map(|i| format!("    f{i}:\n      component:\n        sha256: \"{sha}\"\n"))
             .collect();
@@ -944,12 +945,25 @@ fn the_api_server_refuses_a_workflow_with_more_items_than_a_workflow_may_declare
             &yaml,
             format!(
                 "apiVersion: faas.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  \
-                 namespace: {namespace}\nspec:\n  functions:\n{functions}"
+                 namespace: {namespace}\nspec:\n  functions:\n{functions}  triggers:\n    \
+                 http:\n      - route: \"{route}\"\n        function: f0\n"
             ),
         )
         .unwrap();
         plane.kubectl(["apply".as_ref(), "-f".as_ref(), yaml.as_os_str()])
     };
+    let apply = |name: &str, functions: usize| apply_with(name, functions, "/crowded");
+    // A route past the length a manifest may declare (one of a megabyte made every
+    // later deploy's route check take seconds) is refused as well.
+    let long = format!("/{}", "r".repeat(faas_workflow::MAX_ROUTE_LEN));
+    let output = apply_with("long", 1, &long);
+    assert!(!output.status.success());
+    let stderr = stderr_of(&output);
+    assert!(
+        stderr.contains("spec.triggers.http[0].route")
+            && stderr.contains(&faas_workflow::MAX_ROUTE_LEN.to_string()),
+        "{stderr}"
+    );
     let most = faas_workflow::MAX_FUNCTIONS;
     let output = apply("most", most);
     assert!(output.status.success(), "{}", stderr_of(&output));

@@ -180,3 +180,43 @@ fn a_saved_workflow_that_no_longer_loads_is_kept_out_of_service_not_a_crash() {
     );
     assert_eq!(count(&platform, "/broken/counter/x"), "1");
 }
+
+/// A route longer than today's limit, saved by a version that had none, is served
+/// again after the upgrade: the limit holds for new deploys only. It used to stay out
+/// of service, since restoring parsed the saved manifest as a new declaration.
+#[test]
+fn a_saved_route_longer_than_the_limit_added_since_is_still_served_after_a_restart() {
+    let data = faas_testing::temp_dir();
+    let manifests = faas_testing::temp_dir();
+    let mut platform = Platform::start_in(data.path(), &["--no-demo"]);
+    let manifest = write_manifest(manifests.path(), "older", "demo", "hello", "/short", "");
+    platform.deploy(&manifest);
+    let saved_revision = revision(&platform, "older").expect("deployed");
+    assert!(!platform.kill().success());
+
+    // What a version without the limit saved: the same deployment with a longer route.
+    let long_route = format!("/{}", "a".repeat(faas_workflow::MAX_ROUTE_LEN + 100));
+    let database = faas_store::Database::open(data.path()).expect("opening faas.db");
+    let changed = database
+        .lock()
+        .execute(
+            "UPDATE deployments SET manifest = replace(manifest, '\"/short\"', ?1)
+                 WHERE name = 'older'",
+            [format!("\"{long_route}\"")],
+        )
+        .expect("lengthening the saved route");
+    assert_eq!(changed, 1);
+    drop(database);
+
+    let platform = Platform::start_in(data.path(), &["--no-demo"]);
+    assert_eq!(revision(&platform, "older"), Some(saved_revision));
+    assert_eq!(platform.get(&long_route).status(), 200);
+    assert_eq!(platform.get("/short").status(), 404);
+    // A new deploy of the same route is still refused, naming the field.
+    let again = write_manifest(manifests.path(), "newer", "demo", "hello", &long_route, "");
+    let output = platform.faas(&["deploy", again.to_str().expect("UTF-8 path")]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("triggers.http[0].route"), "{stderr}");
+    assert_eq!(revision(&platform, "newer"), None);
+}

@@ -187,6 +187,16 @@ pub enum RegionLimitExceeded {
         /// `for this tenant` or `in all`.
         whose: &'static str,
     },
+    /// The values a step sends back (a run's result to the gateway, a branch's to the
+    /// worker that spread it) would take more guest memory than the worker, or the
+    /// tenant's share of it, has left: the copy of them that is sent is counted.
+    #[error("the values sent back would pass this worker's guest memory {whose} ({limit} MiB)")]
+    Reply {
+        /// The limit reached, in MiB.
+        limit: u64,
+        /// `for this tenant` or `in all`.
+        whose: &'static str,
+    },
     /// The worker, or the tenant's share of it (a quarter), has as many region
     /// memory files open as it may.
     #[error("the worker has {limit} region memory files open {whose}, its limit")]
@@ -576,6 +586,27 @@ impl Region {
                 Ok(Cow::Owned(out))
             }
         }
+    }
+
+    /// Appends the value's bytes to `out`: one copy, straight from the memory file
+    /// when it is held in one (where [`Region::bytes`] makes one more).
+    ///
+    /// # Errors
+    /// As for [`Region::bytes`]; `out` is as it was then.
+    pub(crate) fn append_to(&self, out: &mut Vec<u8>) -> Result<(), RegionError> {
+        match &self.body {
+            Body::Bytes(bytes) => out.extend_from_slice(bytes),
+            Body::Writing { .. } => return Err(RegionError::NotSealed),
+            Body::Sealed { file, len } => {
+                let start = out.len();
+                out.resize(start + len, 0);
+                if let Err(err) = file.read_at_start(&mut out[start..]) {
+                    out.truncate(start);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Keeps `producer` alive while this region (or a clone) may still be placed.

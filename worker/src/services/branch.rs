@@ -9,6 +9,7 @@
 //! would here, and its output regions come back the same way.
 
 use super::wire::{Received, carry, inline_bytes, uncarry};
+use crate::memory_budget::GuestMemoryClaim;
 use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner};
 use crate::run::{BranchCall, BranchPeer, BranchReply, RunError};
 use faas_invoke::wire::{Carried, InlineLen, MAX_FDS, frame, inline_len, split_frame};
@@ -158,14 +159,14 @@ async fn run_on_peer(
         )
     };
     // The inputs' bytes copied into the frame count in their tenant's guest memory
-    // until the reply is in: a static fan-out hands every branch the same value, which
-    // its claim counts once, and without this each branch spread to a peer copied it
-    // again, uncounted. Without room the branch runs here, where it needs no copy.
+    // until the frame is sent: a static fan-out hands every branch the same value,
+    // which its claim counts once, and without this each branch spread to a peer
+    // copied it again, uncounted. Without room the branch runs here, where it needs no
+    // copy.
     let fds = matches!(peer.link, PeerLink::Socket(_));
     let mut copies = peer.received.memory.claim(owner.tenant.clone());
     copies
-        // The bytes, and the frame they are written into.
-        .grow_to(2 * inline_bytes(&inputs, fds) as u64)
+        .grow_to(inline_bytes(&inputs, fds) as u64)
         .map_err(|over| {
             let (limit, whose) = RegionLimitExceeded::whose(&over);
             unavailable(&format!(
@@ -201,12 +202,15 @@ async fn run_on_peer(
                     // anything sizable, and the descriptors stay with the frame that
                     // names them.
                     (&stream).write_all(&token_frame(&token)?)?;
-                    let packed = carry(&inputs, true).map_err(std::io::Error::other)?;
+                    let mut packed = carry(&inputs, true);
                     let head = CallHead {
                         call,
-                        inputs: packed.carried,
+                        inputs: std::mem::take(&mut packed.carried),
                     };
-                    send_frame(&stream, &frame(&head, &packed.inline), &packed.fds)?;
+                    let frame = packed
+                        .frame(&head, &mut copies)
+                        .map_err(std::io::Error::other)?;
+                    send_frame(&stream, &frame, &packed.fds)?;
                     Ok(stream)
                 };
                 let mut stream = send().map_err(CallError::Sending)?;
@@ -234,14 +238,15 @@ async fn run_on_peer(
             })
         }
         PeerLink::Network(remote) => {
-            let packed = carry(&inputs, false).map_err(|err| unavailable(&err))?;
+            let mut packed = carry(&inputs, false);
             let (tenant, workflow) = (call.tenant.clone(), call.workflow.clone());
             let head = CallHead {
                 call,
-                inputs: packed.carried,
+                inputs: std::mem::take(&mut packed.carried),
             };
-            let body = frame(&head, &packed.inline);
-            drop(packed.inline);
+            let body = packed
+                .frame(&head, &mut copies)
+                .map_err(|err| unavailable(&err))?;
             let body = remote.branch(&tenant, &workflow, body).await?;
             drop(copies);
             let (reply, inline) = split_frame::<ReplyHead>(&body).map_err(|err| lost(&err))?;
@@ -306,28 +311,41 @@ pub(crate) fn reply_frame(
     steps: Vec<StepRecord>,
     result: Result<Vec<Region>, EventFailure>,
     fds: bool,
+    claim: &mut GuestMemoryClaim,
 ) -> (Vec<u8>, Vec<OwnedFd>) {
-    let packed = result.and_then(|regions| {
-        let packed = carry(&regions, fds)
-            .map_err(|err| EventFailure::from(&crate::run::RunError::Output(err.to_string())))?;
+    let mut head = ReplyHead {
+        steps,
+        outputs: Vec::new(),
+        error: None,
+    };
+    let output_failure = |err: &dyn std::fmt::Display| {
+        EventFailure::from(&crate::run::RunError::Output(err.to_string()))
+    };
+    let framed = result.and_then(|regions| {
+        let mut packed = carry(&regions, fds);
         let owned = packed
             .fds
             .iter()
             .map(|fd| fd.try_clone_to_owned())
             .collect::<std::io::Result<Vec<OwnedFd>>>()
-            .map_err(|err| EventFailure::from(&crate::run::RunError::Output(err.to_string())))?;
-        Ok((packed.carried, owned, packed.inline))
+            .map_err(|err| output_failure(&err))?;
+        head.outputs = std::mem::take(&mut packed.carried);
+        let frame = packed
+            .frame(&head, claim)
+            .map_err(|err| output_failure(&err))?;
+        Ok((frame, owned))
     });
-    let (outputs, error, descriptors, inline) = match packed {
-        Ok((carried, owned, inline)) => (carried, None, owned, inline),
-        Err(error) => (Vec::new(), Some(error), Vec::new(), Vec::new()),
-    };
+    framed.unwrap_or_else(|error| (failure_frame(head.steps, error), Vec::new()))
+}
+
+/// The reply frame of a branch that failed with `error` after `steps`.
+pub(crate) fn failure_frame(steps: Vec<StepRecord>, error: EventFailure) -> Vec<u8> {
     let head = ReplyHead {
         steps,
-        outputs,
-        error,
+        outputs: Vec::new(),
+        error: Some(error),
     };
-    (frame(&head, &inline), descriptors)
+    frame(&head, &[])
 }
 
 /// Sends `frame` with `fds` attached to its first byte.

@@ -15,6 +15,7 @@ use super::branch::{CallHead, Peer, PeerLink, call_inputs};
 use super::loads::{LoadQueue, MAX_LOADS, Pending, Ticket};
 use super::{metrics, serve, socket};
 use crate::function::LoadedWorkflow;
+use crate::memory_budget::GuestMemoryClaim;
 use crate::run::{BranchPeer, BranchReply, Peers, RunError, owner_of, run_branch};
 use crate::worker::Worker;
 use faas_invoke::{EventFailure, LoadErrorKind, RemoteWorkers};
@@ -303,6 +304,12 @@ impl Node {
 
     pub(super) fn worker(&self) -> &Arc<Worker> {
         &self.worker
+    }
+
+    /// An empty claim on `tenant`'s guest memory here, for the copy of a run's or
+    /// branch's outputs sent back: it counts as the guest memory it came from did.
+    pub(super) fn reply_claim(&self, tenant: &str) -> GuestMemoryClaim {
+        self.worker.guest_memory().claim(Arc::from(tenant))
     }
 
     /// How many workflows it holds a revision of, live or staged.

@@ -13,8 +13,9 @@
 
 use super::branch::{CallHead, reply_frame};
 use super::node::Node;
+use crate::memory_budget::GuestMemoryClaim;
 use bytes::Bytes;
-use faas_connections::{Activity, Admission, ConnectionLimits, drive};
+use faas_connections::{Activity, Admission, ConnectionLimits, Timeouts, drive};
 use faas_invoke::wire::{self, split_frame};
 use faas_invoke::{BodyError, EventFailure, FailureKind, HttpResponse};
 use faas_invoke::{TriggerMessage, client};
@@ -23,7 +24,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use tokio::net::{TcpListener, TcpStream};
@@ -36,6 +37,11 @@ pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
         // workers are meant to reach it.
         total: usize::MAX,
         idle_timeout: node.idle_timeout(),
+        // None: a gateway reads each event's answer as its own client does, and the
+        // connection carries every tenant's events. A stream its client stopped
+        // reading waits in that stream's window alone, until the gateway, which cuts
+        // that client off, resets it.
+        send_timeout: None,
         // Gateways' and workers' pods may share a /64: each address counts.
         ipv6_client_prefix: 128,
     });
@@ -52,7 +58,10 @@ pub(super) async fn serve(listener: TcpListener, node: Arc<Node>) {
 
 /// Serves one connection until the client closes it or it stays idle too long.
 async fn serve_connection(stream: TcpStream, node: Arc<Node>) {
-    let idle_timeout = node.idle_timeout();
+    let timeouts = Timeouts {
+        idle: node.idle_timeout(),
+        send: None,
+    };
     let activity = Activity::new();
     let service = {
         let activity = activity.clone();
@@ -66,14 +75,19 @@ async fn serve_connection(stream: TcpStream, node: Arc<Node>) {
             }
         })
     };
+    // Pinged like the gateway pings a worker: a gateway gone with events in flight
+    // ends them here too, and gives their instance slots back.
     let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(client::KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(client::KEEP_ALIVE_TIMEOUT)
         .max_header_list_size(client::MAX_HEADER_LIST_BYTES)
         .max_concurrent_streams(client::MAX_STREAMS)
         .initial_stream_window_size(client::STREAM_WINDOW_BYTES)
         .initial_connection_window_size(client::CONNECTION_WINDOW_BYTES)
         .serve_connection(TokioIo::new(stream), service);
     // The task is dropped when the worker stops: no stop signal of its own.
-    drive(connection, &activity, idle_timeout, std::future::pending()).await;
+    drive(connection, &activity, timeouts, std::future::pending()).await;
 }
 
 async fn handle(node: &Node, request: Request<Incoming>) -> HttpResponse {
@@ -186,13 +200,17 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
                 // Nobody is answered with a message's run's output: it is not sent.
                 outcome.result = outcome.result.map(|_| Vec::new());
             }
-            Ok(Response::new(full(super::wire::encode_run(outcome))))
+            let mut claim = node.reply_claim(workflow.tenant());
+            let reply = super::wire::encode_run(outcome, &mut claim);
+            Ok(Response::new(holding(full(reply), claim)))
         }
         "branch" => {
             let (head, inline) = split_frame::<CallHead>(&body)
                 .map_err(|err| refused(400, FailureKind::BadRequest, &err.to_string()))?;
+            let mut claim = node.reply_claim(&head.call.tenant);
             let (steps, result) = node.branch(head, Vec::new(), inline).await;
-            Ok(Response::new(full(reply_frame(steps, result, false).0)))
+            let (reply, _) = reply_frame(steps, result, false, &mut claim);
+            Ok(Response::new(holding(full(reply), claim)))
         }
         other => Err(refused(
             400,
@@ -226,6 +244,19 @@ fn failure_response(failure: &EventFailure) -> HttpResponse {
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(full(body))
         .expect("static response parts are valid")
+}
+
+/// `body`, keeping `claim` (on the guest memory its bytes count in) until it is sent
+/// or dropped.
+fn holding(
+    body: UnsyncBoxBody<Bytes, BodyError>,
+    claim: GuestMemoryClaim,
+) -> UnsyncBoxBody<Bytes, BodyError> {
+    body.map_frame(move |frame| {
+        let _held = &claim;
+        frame
+    })
+    .boxed_unsync()
 }
 
 fn full(bytes: impl Into<Bytes>) -> UnsyncBoxBody<Bytes, BodyError> {

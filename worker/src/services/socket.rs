@@ -9,7 +9,7 @@
 //! that never reached the branch (it runs the branch itself) from one that may have
 //! run (which fails).
 
-use super::branch::{CallHead, read_token, recv_frame, reply_frame, send_frame};
+use super::branch::{CallHead, failure_frame, read_token, recv_frame, reply_frame, send_frame};
 use super::node::Node;
 use faas_invoke::EventFailure;
 use std::os::fd::AsFd;
@@ -76,18 +76,20 @@ async fn handle(mut stream: tokio::net::UnixStream, node: &Node) -> std::io::Res
                 // Nothing ran: the caller may run the branch itself (best effort, as
                 // the stream may be what failed).
                 let refusal = EventFailure::unavailable(format!("the branch call: {err}"));
-                let (frame, _) = reply_frame(Vec::new(), Err(refusal), false);
-                let _ = send_frame(&stream, &frame, &[]);
+                let _ = send_frame(&stream, &failure_frame(Vec::new(), refusal), &[]);
                 Err(err)
             }
         }
     })
     .await??;
+    let mut claim = node.reply_claim(&head.call.tenant);
     let (steps, result) = node.branch(head, fds, &inline).await;
-    let (frame, descriptors) = reply_frame(steps, result, true);
+    let (frame, descriptors) = reply_frame(steps, result, true, &mut claim);
     tokio::task::spawn_blocking(move || {
         let borrowed: Vec<_> = descriptors.iter().map(AsFd::as_fd).collect();
-        send_frame(&stream, &frame, &borrowed)
+        let sent = send_frame(&stream, &frame, &borrowed);
+        drop((frame, claim));
+        sent
     })
     .await?
 }

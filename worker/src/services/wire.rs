@@ -3,54 +3,94 @@
 //! and rebuilt from one.
 
 use crate::limits::FileBudget;
-use crate::memory_budget::GuestMemory;
+use crate::memory_budget::{GuestMemory, GuestMemoryClaim};
 use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner, round_to_pages};
 use crate::run::{RunError, RunOutcome};
-use faas_invoke::EventFailure;
-use faas_invoke::wire::{Carried, MAX_FDS, RunHead, frame};
+use faas_invoke::wire::{Carried, FrameHead, MAX_FDS, RunHead, frame};
+use faas_invoke::{EventFailure, RunStatus};
+use serde::Serialize;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-/// A run's outcome as the reply body: a frame whose inline bytes are the outputs.
-pub(crate) fn encode_run(outcome: RunOutcome) -> Vec<u8> {
-    let packed = outcome.result.and_then(|regions| {
-        carry(&regions, false)
-            .map(|packed| (packed.carried, packed.inline))
+/// A run's outcome as the reply body: a frame whose inline bytes are the outputs,
+/// counted in `claim` (the run's tenant's guest memory here) for as long as the caller
+/// keeps it, until it is sent. Outputs it has no room for fail the run instead.
+pub(crate) fn encode_run(outcome: RunOutcome, claim: &mut GuestMemoryClaim) -> Vec<u8> {
+    let mut head = RunHead {
+        record: outcome.record,
+        outputs: Vec::new(),
+        error: None,
+    };
+    let outputs = outcome.result.and_then(|regions| {
+        let mut packed = carry(&regions, false);
+        head.outputs = std::mem::take(&mut packed.carried);
+        packed
+            .frame(&head, claim)
             .map_err(|err| RunError::Output(err.to_string()))
     });
-    let (outputs, inline, error) = match packed {
-        Ok((outputs, inline)) => (outputs, inline, None),
-        Err(err) => (Vec::new(), Vec::new(), Some(EventFailure::from(&err))),
-    };
-    let head = RunHead {
-        record: outcome.record,
-        outputs,
-        error,
-    };
-    frame(&head, &inline)
+    outputs.unwrap_or_else(|err| {
+        head.outputs = Vec::new();
+        head.record.status = RunStatus::Failed;
+        head.record.error = Some(err.to_string());
+        head.error = Some(EventFailure::from(&err));
+        frame(&head, &[])
+    })
 }
 
-/// Regions made ready for a frame.
+/// Regions made ready for a frame: their entries, and the memory files to pass;
+/// [`Packed::frame`] writes the bytes of the rest.
 pub(crate) struct Packed<'a> {
     /// One entry per region, in order.
     pub carried: Vec<Carried>,
     /// The memory files passed as descriptors.
     pub fds: Vec<BorrowedFd<'a>>,
-    /// The bytes of the regions passed inline, in order.
-    pub inline: Vec<u8>,
+    /// The regions passed inline, in order.
+    inline: Vec<&'a Region>,
+}
+
+impl Packed<'_> {
+    /// The frame of `head` and the inline regions' bytes, copied into it once, and
+    /// counted in `claim` before it is allocated (it holds them as long as the caller
+    /// keeps it: until the frame is sent).
+    ///
+    /// # Errors
+    /// [`RegionLimitExceeded::Reply`] when `claim` has no room for the frame;
+    /// [`RegionError::Map`] when a memory file cannot be read.
+    pub(crate) fn frame(
+        &self,
+        head: &impl Serialize,
+        claim: &mut GuestMemoryClaim,
+    ) -> Result<Vec<u8>, RegionError> {
+        let head = FrameHead::new(head);
+        let inline_len = self.inline.iter().map(|region| region.len()).sum();
+        claim
+            .grow_to(head.frame_len(inline_len) as u64)
+            .map_err(|over| {
+                let (limit, whose) = RegionLimitExceeded::whose(&over);
+                RegionLimitExceeded::Reply {
+                    limit: limit >> 20,
+                    whose,
+                }
+            })?;
+        let mut frame = head.start_frame(inline_len);
+        for region in &self.inline {
+            region.append_to(&mut frame)?;
+        }
+        Ok(frame)
+    }
 }
 
 /// Splits `regions` into their frame entries, the memory files to pass (when `fds`),
-/// and the inline bytes of the rest.
-pub(crate) fn carry(regions: &[Region], fds: bool) -> Result<Packed<'_>, RegionError> {
+/// and the rest, passed inline.
+pub(crate) fn carry(regions: &[Region], fds: bool) -> Packed<'_> {
     let mut carried = Vec::with_capacity(regions.len());
     let mut descriptors = Vec::new();
-    let mut inline = Vec::with_capacity(inline_bytes(regions, fds));
+    let mut inline = Vec::new();
     for (region, file) in files_of(regions, fds) {
         if let Some(file) = file {
             descriptors.push(file);
         } else {
-            inline.extend_from_slice(&region.bytes()?);
+            inline.push(region);
         }
         carried.push(Carried {
             schema_type: region.schema_type().to_owned(),
@@ -58,14 +98,14 @@ pub(crate) fn carry(regions: &[Region], fds: bool) -> Result<Packed<'_>, RegionE
             fd: file.is_some(),
         });
     }
-    Ok(Packed {
+    Packed {
         carried,
         fds: descriptors,
         inline,
-    })
+    }
 }
 
-/// How many bytes [`carry`] copies inline for `regions`.
+/// How many bytes [`carry`] passes inline for `regions`.
 pub(crate) fn inline_bytes(regions: &[Region], fds: bool) -> usize {
     files_of(regions, fds)
         .filter(|(_, file)| file.is_none())
@@ -224,6 +264,65 @@ mod tests {
         drop(regions);
         assert_eq!(received.files.held(), 0);
         assert_eq!(received.memory.held(), 0);
+    }
+
+    /// A run's result sent back to the gateway was copied twice more (out of its
+    /// memory files, into the frame), uncounted: as many runs as a tenant may have
+    /// returning values the size of its share took three times that. It is copied
+    /// once now, into the frame, which counts in the tenant's share until it is sent.
+    #[test]
+    fn a_run_result_is_sent_as_one_copy_that_counts_in_its_tenants_share() {
+        let owner = owner();
+        // A share of 64 KiB.
+        let received = budgets(8, 128 << 10);
+        let outcome = |inline_len: usize| {
+            let mapped = Region::from_memory_file(
+                "bytes".into(),
+                owner.clone(),
+                sealed_file(),
+                100,
+                &received.files,
+            )
+            .unwrap();
+            RunOutcome {
+                record: faas_invoke::RunRecord {
+                    run_id: "r".into(),
+                    workflow: "w".into(),
+                    started_at_ms: 0,
+                    duration_ms: 1.0,
+                    status: RunStatus::Succeeded,
+                    error: None,
+                    steps: Vec::new(),
+                    omitted_steps: 0,
+                },
+                result: Ok(vec![Region::new("bytes", vec![7; inline_len]), mapped]),
+            }
+        };
+        let mut claim = received.memory.claim(owner.tenant.clone());
+        let reply = bytes::Bytes::from(encode_run(outcome(32 << 10), &mut claim));
+        assert_eq!(claim.bytes(), reply.len() as u64);
+        assert_eq!(received.memory.held(), reply.len() as u64);
+        let (record, result) = faas_invoke::wire::decode_run(&reply).unwrap();
+        assert_eq!(record.status, RunStatus::Succeeded);
+        let outputs = result.unwrap();
+        assert_eq!(outputs[0].bytes.len(), 32 << 10);
+        // The memory file's bytes, read straight into the frame.
+        assert_eq!(outputs[1].bytes.len(), 100);
+        drop(claim);
+        assert_eq!(received.memory.held(), 0);
+
+        // More than the share: the run fails, saying why, and nothing stays claimed.
+        let mut claim = received.memory.claim(owner.tenant.clone());
+        let reply = bytes::Bytes::from(encode_run(outcome(96 << 10), &mut claim));
+        assert!(reply.len() < 4 << 10, "{}", reply.len());
+        assert_eq!(received.memory.held(), 0);
+        let (record, result) = faas_invoke::wire::decode_run(&reply).unwrap();
+        assert_eq!(record.status, RunStatus::Failed);
+        let failure = result.unwrap_err();
+        assert!(
+            failure.message.contains("guest memory for this tenant"),
+            "{failure:?}"
+        );
     }
 
     #[test]

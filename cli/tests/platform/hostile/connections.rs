@@ -92,6 +92,82 @@ fn connections_that_carry_nothing_are_closed_after_the_idle_timeout() {
     assert_bystander_served(&platform);
 }
 
+/// A client that asks for a large answer and reads none of it was never idle: its
+/// connection, the answer the gateway held for it and the guest writing it were held
+/// for good (over HTTP/2, a stream granted no window was not even started). Each is
+/// cut off once the answer waited for it a send timeout; the bystander is served
+/// throughout.
+#[test]
+fn a_client_that_stops_reading_its_answers_is_cut_off() {
+    let platform = Platform::start_with(&["--no-demo", "--send-timeout-ms", "500"]);
+    let dir = faas_testing::temp_dir();
+    deploy_bystander(&platform, dir.path());
+    let answers = crate::support::write_manifest(
+        dir.path(),
+        "answers",
+        "mallory",
+        "linger",
+        "/linger/...",
+        "",
+    );
+    platform.deploy(&answers);
+    let addr = gateway_addr(&platform);
+    // Far more than the sockets' buffers hold between the two ends.
+    const BODY_KIB: usize = 64 << 10;
+    let path = format!("/linger/answer?body-kib={BODY_KIB}");
+
+    // HTTP/1.1: asks, then reads nothing for a while.
+    let mut http1 = connect_from(ATTACKER, &addr);
+    let request = format!("GET {path} HTTP/1.1\r\nhost: gateway\r\n\r\n");
+    http1.write_all(request.as_bytes()).unwrap();
+    // HTTP/2: a stream granted no window.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let url = platform.url.clone();
+    let http2 = runtime.block_on(async {
+        let mut sender = super::responses::unreading_connection(&url, ATTACKER).await;
+        let request = hyper::Request::get(format!("{url}{path}"))
+            .body(String::new())
+            .unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(20), sender.send_request(request))
+            .await
+            .expect("the head arrives")
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        (sender, response)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_bystander_served(&platform);
+
+    // Read now, what was sent ends before the answer does: the connection was cut.
+    http1
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buffer = vec![0u8; 64 << 10];
+    let mut received = 0;
+    loop {
+        match http1.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => received += read,
+            Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(err) => panic!("the connection is still open after {received} bytes: {err}"),
+        }
+    }
+    assert!(
+        received < BODY_KIB << 10,
+        "{received} bytes: the whole answer"
+    );
+    let (sender, _response) = http2;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sender.is_closed() {
+        assert!(
+            Instant::now() < deadline,
+            "the HTTP/2 connection is still open"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_bystander_served(&platform);
+}
+
 /// A request body that never sends a byte and never ends.
 struct NeverEnds;
 

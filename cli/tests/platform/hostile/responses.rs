@@ -85,7 +85,7 @@ fn a_response_head_as_large_as_a_guest_may_write_crosses_the_workers_connection(
 
 /// Opens an HTTP/2 connection from `source` to the gateway at `url` that grants no
 /// flow-control window to its streams: a client that never reads what it asked for.
-async fn unreading_connection(
+pub(super) async fn unreading_connection(
     url: &str,
     source: [u8; 4],
 ) -> hyper::client::conn::http2::SendRequest<String> {
