@@ -128,6 +128,28 @@ const COLLECT: &str = "if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then \
      redis.call('del', KEYS[2], KEYS[3]) redis.call('hdel', KEYS[1], ARGV[1]) return 1 end \
      return 0";
 
+/// The largest piece of a component [`SharedState::put_component`] sends in one
+/// command: larger ones are sent in pieces of this size.
+const UPLOAD_PIECE: usize = 1 << 20;
+
+/// A counter of component uploads sent in pieces, and the prefix of the key each is
+/// written to (`faas:component-uploads:<n>`) before it is moved in place.
+const UPLOADS: &str = "faas:component-uploads";
+
+/// How long an upload's key lives, in milliseconds: far longer than an upload takes.
+const UPLOAD_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// Moves upload `KEYS[1]` to component key `KEYS[2]` unless the component is stored
+/// already (the same bytes: the key is their digest), then records tenant `ARGV[1]`
+/// in `KEYS[3]` and stamps digest `ARGV[2]` with `ARGV[3]` in `KEYS[4]`. Returns 1 if it
+/// stored the bytes.
+const MOVE_UPLOAD: &str = "local created = 0 \
+     if redis.call('exists', KEYS[2]) == 0 then \
+         redis.call('rename', KEYS[1], KEYS[2]) redis.call('persist', KEYS[2]) created = 1 \
+     else redis.call('del', KEYS[1]) end \
+     redis.call('sadd', KEYS[3], ARGV[1]) redis.call('hset', KEYS[4], ARGV[2], ARGV[3]) \
+     return created";
+
 /// Deletes a key only if it still holds the value given (a lock taken by someone else
 /// after ours expired stays).
 const RELEASE: &str =
@@ -428,14 +450,45 @@ impl SharedState {
         tenant: &str,
     ) -> Result<StoredComponent, SharedStateError> {
         let stamp = unix_millis();
-        let (created,): (bool,) = redis::pipe()
-            .atomic()
-            .set_nx(component_key(digest), bytes)
-            .sadd(component_tenants_key(digest), tenant)
-            .ignore()
-            .hset(COMPONENTS, digest, stamp)
-            .ignore()
-            .query_async(&mut self.components.clone())
+        let mut conn = self.components.clone();
+        if bytes.len() <= UPLOAD_PIECE {
+            let (created,): (bool,) = redis::pipe()
+                .atomic()
+                .set_nx(component_key(digest), bytes)
+                .sadd(component_tenants_key(digest), tenant)
+                .ignore()
+                .hset(COMPONENTS, digest, stamp)
+                .ignore()
+                .query_async(&mut conn)
+                .await?;
+            return Ok(StoredComponent { created, stamp });
+        }
+        // In pieces, to a key of this upload's own, moved in place at the end: in one
+        // command the whole value was copied three more times on its way out (the
+        // command's arguments, the pipeline, the connection's buffer), so storing a
+        // component of 200 MiB took 800 MiB of the operator's or a gateway's memory.
+        let id: u64 = conn.incr(UPLOADS, 1).await?;
+        let upload = format!("{UPLOADS}:{id}");
+        for (index, piece) in bytes.chunks(UPLOAD_PIECE).enumerate() {
+            let mut pipe = redis::pipe();
+            pipe.append(&upload, piece).ignore();
+            if index == 0 {
+                // A process that dies mid-upload leaves nothing behind for long.
+                pipe.pexpire(&upload, UPLOAD_TTL_MS).ignore();
+            }
+            let () = pipe.query_async(&mut conn).await?;
+        }
+        let created: bool = redis::cmd("EVAL")
+            .arg(MOVE_UPLOAD)
+            .arg(4)
+            .arg(&upload)
+            .arg(component_key(digest))
+            .arg(component_tenants_key(digest))
+            .arg(COMPONENTS)
+            .arg(tenant)
+            .arg(digest)
+            .arg(stamp)
+            .query_async(&mut conn)
             .await?;
         Ok(StoredComponent { created, stamp })
     }

@@ -25,6 +25,21 @@ pub fn operator_lock() -> std::sync::MutexGuard<'static, ()> {
 /// Serves `body` over HTTP/1.1 to every request on a free loopback port, for a Workflow
 /// whose component the operator fetches by URL; returns the URL.
 pub fn serve_file(body: Vec<u8>) -> String {
+    serve_each(move || body.clone())
+}
+
+/// Serves 64 bytes of fresh random data to every request, as a hostile tenant's
+/// component URL may, counting the requests in `served`; returns the URL.
+pub fn serve_random(served: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> String {
+    serve_each(move || {
+        served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        rand::random::<[u8; 64]>().to_vec()
+    })
+}
+
+/// Serves what `body` makes, once per request, over HTTP/1.1 on a free loopback port;
+/// returns the URL.
+fn serve_each(body: impl Fn() -> Vec<u8> + Send + 'static) -> String {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let url = format!(
@@ -36,6 +51,7 @@ pub fn serve_file(body: Vec<u8>) -> String {
             let Ok(mut stream) = stream else { continue };
             let mut request = [0u8; 4096];
             let _ = stream.read(&mut request);
+            let body = body();
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/wasm\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()

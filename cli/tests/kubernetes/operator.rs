@@ -772,6 +772,114 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
     );
 }
 
+/// A URL that answers other bytes every time gave every refusal another message (the
+/// digest it got): each status write woke the Workflow's reconcile at once, which
+/// fetched the URL again and wrote the status again, without pause, through the one
+/// API client every tenant's Workflows share. Writes that change messages only are
+/// spaced out now.
+#[test]
+fn a_url_answering_other_bytes_every_time_is_not_fetched_over_and_over() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cluster = Cluster::start(1, &LOOPBACK_OPENED);
+    let served = Arc::new(AtomicUsize::new(0));
+    let url = crate::serve_random(served.clone());
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "shifty",
+        "/shifty",
+        &"2".repeat(64),
+        Some(&url),
+        "",
+    ));
+    cluster.wait_degraded("shifty", "DigestMismatch");
+    let fetched = served.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_secs(8));
+    let refetched = served.load(Ordering::SeqCst) - fetched;
+    assert!(refetched <= 3, "fetched {refetched} more times in 8 s");
+    // Another Workflow is served meanwhile.
+    let (_, hello_sha) = hello();
+    let good = crate::serve_file(hello().0);
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "steady",
+        "/steady",
+        &hello_sha,
+        Some(&good),
+        "",
+    ));
+    cluster.wait_condition("steady", "Ready", "True", "Ready");
+}
+
+/// What a Workflow's reconcile fetched and stored is deleted at once when the Workflow
+/// is refused after all (another of its components failed), and so is what the
+/// version it replaces named: left for the collection (ten minutes), a tenant
+/// refused or redeployed over and over filled the Redis every tenant shares with
+/// components no quota counts.
+#[test]
+fn components_a_refused_or_replaced_version_fetched_are_deleted_at_once() {
+    let cluster = Cluster::start(1, &LOOPBACK_OPENED);
+    let shared = cluster.shared();
+    let (bytes, _) = hello();
+    let version = |n: u8| {
+        let padded = faas_testing::with_custom_section(&bytes, "version", &[n; 4096]);
+        let sha = hex::encode(Sha256::digest(&padded));
+        (sha, crate::serve_file(padded))
+    };
+    let stored = |sha: &str| cluster.runtime.block_on(shared.has_component(sha)).unwrap();
+    let missing = crate::serve_file(Vec::new());
+    // Function `a` fetches, then `b`'s URL answers nothing a component could be.
+    let two = |a: &(String, String)| {
+        format!(
+            "apiVersion: faas.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: pair\n  \
+             namespace: {}\nspec:\n  functions:\n    a:\n      component: {{ sha256: \"{}\", \
+             url: \"{}\" }}\n    b:\n      component: {{ sha256: \"{}\", url: \"{missing}\" }}\n  \
+             triggers:\n    http:\n      - route: /pair\n        function: a\n      - route: \
+             /pair-b\n        function: b\n",
+            cluster.tenant,
+            a.0,
+            a.1,
+            "3".repeat(64),
+        )
+    };
+    let first = version(1);
+    cluster.apply(&two(&first));
+    cluster.wait_degraded("pair", "DigestMismatch");
+    assert!(
+        !stored(&first.0),
+        "the refused Workflow's fetched component is kept"
+    );
+
+    // A version that deploys, then another that replaces it.
+    let second = version(2);
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "pair",
+        "/pair",
+        &second.0,
+        Some(&second.1),
+        "",
+    ));
+    cluster.wait_condition("pair", "Ready", "True", "Ready");
+    assert!(stored(&second.0));
+    let third = version(3);
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "pair",
+        "/pair",
+        &third.0,
+        Some(&third.1),
+        "",
+    ));
+    let deadline = Instant::now() + PATIENCE;
+    while stored(&second.0) || !stored(&third.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the replaced version's component is kept"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Components are stored once, by digest, whatever tenants name them: a Workflow
 /// naming another tenant's component by its digest alone ran that tenant's code in its
 /// own name (and its status told whether that code was deployed anywhere). Here

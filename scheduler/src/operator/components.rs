@@ -12,6 +12,8 @@ use sha2::{Digest, Sha256};
 
 /// Makes sure function `function`'s component `source` is in Redis, fetching it within
 /// `room` (what the tenant's code quota leaves; `None`: no quota), which it takes from.
+/// A component it stores, not stored before, is added to `created` (its digest and
+/// stamp), to be deleted if the deploy does not go through.
 ///
 /// # Errors
 /// `Ok(Err(refusal))` when it is missing, cannot be fetched, would pass the quota, or
@@ -22,6 +24,7 @@ pub(crate) async fn ensure(
     function: &str,
     source: &ComponentSource,
     room: &mut Option<CodeRoom>,
+    created: &mut Vec<(String, u64)>,
 ) -> Result<Result<(), Refusal>, SharedStateError> {
     // Only a component this tenant stored itself: another tenant's, named by its
     // digest, would run that tenant's code in this one's name. Refused as if it were
@@ -86,10 +89,13 @@ pub(crate) async fn ensure(
             format!("{field}.url: {url} is not a WebAssembly component: {reason}"),
         )));
     }
-    context
+    let stored = context
         .shared
         .put_component(&actual, &bytes, tenant)
         .await?;
+    if stored.created {
+        created.push((actual.clone(), stored.stamp));
+    }
     tracing::info!(function, url = %url, sha256 = %actual, bytes = bytes.len(), "fetched component");
     Ok(Ok(()))
 }

@@ -137,15 +137,18 @@ pub(crate) struct Context {
     /// One deploy at a time, since each checks names and routes against the others.
     pub(crate) deploy_lock: tokio::sync::Mutex<()>,
     /// The bytes of components being fetched, by tenant: at most
-    /// `max_component_bytes` in all, so that Workflows naming large URLs at once
-    /// cannot take the operator's memory (each is buffered whole, then copied into
-    /// the Redis command); a fetch past it fails and is retried.
+    /// `max_component_bytes` of one tenant's, twice that in all, so that Workflows
+    /// naming large URLs at once cannot take the operator's memory (each is buffered
+    /// whole, then sent to Redis in pieces); a fetch past it fails and is retried.
     pub(crate) fetching: Arc<faas_budget::Budget<String>>,
     /// Failed reconciles in a row, by `namespace/name`, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// Reconciles in a row that left a Workflow refused for a cause outside its spec
     /// (quota, name, route, tenant), by `namespace/name`, for its requeue backoff.
     refusals: Mutex<HashMap<String, u32>>,
+    /// When the operator last wrote each Workflow's status, by `namespace/name`, to
+    /// space out writes that change its messages only (see `reconcile::apply`).
+    status_writes: Mutex<HashMap<String, std::time::Instant>>,
     /// The highest revision seen in a deployment record. A deploy raises the revision
     /// counter past it first: after Redis lost its state, the counter (and every
     /// record) is gone, and revisions counted from 1 again would name, to the gateways
@@ -161,6 +164,12 @@ impl Context {
 
     pub(crate) fn refusals(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         self.refusals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn status_writes(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, std::time::Instant>> {
+        self.status_writes.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -190,8 +199,10 @@ pub async fn run(
     tracing::info!(identity = %config.identity, lease = %config.lease_name, "elected leader");
     metrics.set_leader(true);
     let events = events::Events::new(client.clone(), &config.identity);
+    // One tenant's fetches (a URL announcing its size and then sending nothing holds
+    // that much until the fetch timeout) leave as much again to the others.
     let fetching = Arc::new(faas_budget::Budget::new(faas_budget::BudgetLimits {
-        total: config.max_component_bytes,
+        total: config.max_component_bytes.saturating_mul(2),
         per_holder: config.max_component_bytes,
     }));
     let context = Arc::new(Context {
@@ -209,6 +220,7 @@ pub async fn run(
         fetching,
         failures: Mutex::new(HashMap::new()),
         refusals: Mutex::new(HashMap::new()),
+        status_writes: Mutex::new(HashMap::new()),
         revision_floor: std::sync::atomic::AtomicU64::new(0),
     });
     let stopped = tokio::select! {

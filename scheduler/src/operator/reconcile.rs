@@ -5,6 +5,7 @@
 
 use super::metrics::WorkflowState;
 use super::{Context, components, floor, observe};
+use faas_kube::status::WorkflowStatus;
 use faas_kube::status::reason;
 use faas_kube::{FINALIZER, Workflow};
 use faas_shared_state::{DeploymentRecord, Removal, SharedStateError};
@@ -30,6 +31,12 @@ const READY_REQUEUE: Duration = Duration::from_secs(30);
 /// How soon a Workflow whose component could not be fetched is fetched again: not at
 /// once, since each try may download up to `--max-component-bytes` again.
 const FETCH_RETRY: Duration = Duration::from_secs(10);
+/// The least time between two status writes of one Workflow that change its
+/// conditions' messages only. Each write wakes the Workflow's reconcile at once, which
+/// fetched a refused component's URL again: a URL answering differently every time
+/// (other bytes, so another digest in the message; another error status) kept the
+/// operator fetching it and writing the status without pause.
+const MESSAGE_SPACING: Duration = Duration::from_secs(10);
 /// The first retry after an error; it doubles with each failure in a row.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait between retries after errors.
@@ -54,6 +61,10 @@ pub(crate) enum ReconcileError {
     /// A gateway holds the workflow's lease in Redis.
     #[error("workflow `{0}` is being changed by another process; retrying")]
     Busy(String),
+    /// A component fetched for the deploy was deleted before its record was written
+    /// (another deploy replaced the last version naming it): fetched again on retry.
+    #[error("component sha256:{0} was deleted while the workflow deployed; retrying")]
+    ComponentGone(String),
 }
 
 /// A spec the operator will not deploy as it stands, with the condition reason and a
@@ -195,7 +206,15 @@ async fn apply(
     if status.replicas > 0 || load_failed {
         clear_demand(context, &workflow.name_any()).await?;
     }
+    let key = object_key(workflow);
     if workflow.status.as_ref() != Some(&status) {
+        let last = context.status_writes().get(&key).copied();
+        if let (Some(old), Some(last)) = (workflow.status.as_ref(), last)
+            && messages_only(old, &status)
+            && last.elapsed() < MESSAGE_SPACING
+        {
+            return Ok(Action::requeue(MESSAGE_SPACING - last.elapsed()));
+        }
         let patch = serde_json::json!({
             "apiVersion": Workflow::api_version(&()),
             "kind": Workflow::kind(&()),
@@ -204,6 +223,7 @@ async fn apply(
         let params = PatchParams::apply(FIELD_MANAGER).force();
         api.patch_status(&workflow.name_any(), &params, &Patch::Apply(&patch))
             .await?;
+        context.status_writes().insert(key.clone(), Instant::now());
         // Once written: a write that failed is retried, and says it then.
         context
             .events
@@ -228,7 +248,6 @@ async fn apply(
     // quotas, another tenant's name or route): each tenant may keep as many refused
     // Workflows as its namespace holds, so they back off, rather than have the
     // operator recheck them all every second. Removals and placements wake them all.
-    let key = object_key(workflow);
     let waiting = !settled && !fetch_failed && deployed.refusal.is_some();
     let requeue = if settled {
         READY_REQUEUE
@@ -244,6 +263,18 @@ async fn apply(
         context.refusals().remove(&key);
     }
     Ok(Action::requeue(requeue))
+}
+
+/// Whether `new` differs from `old` in its conditions' messages only.
+fn messages_only(old: &WorkflowStatus, new: &WorkflowStatus) -> bool {
+    let without_messages = |status: &WorkflowStatus| {
+        let mut status = status.clone();
+        for condition in &mut status.conditions {
+            condition.message.clear();
+        }
+        status
+    };
+    without_messages(old) == without_messages(new)
 }
 
 /// A demand for `name` is satisfied once one of its replicas serves (or its workers
@@ -264,6 +295,23 @@ async fn clear_demand(context: &Context, name: &str) -> Result<(), SharedStateEr
 /// against the deployments as they are by then (another deploy may have taken the name,
 /// a route or the last place in the quota meanwhile).
 async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, ReconcileError> {
+    let mut created = Vec::new();
+    let deployed = deploy_storing(workflow, context, &mut created).await;
+    if !matches!(deployed, Ok(Deployed { refusal: None, .. })) {
+        forget_components(context, &workflow.name_any(), &created).await;
+    }
+    deployed
+}
+
+/// [`deploy`], adding each component it stores that was not stored before to
+/// `created`; deletes the components of the version it replaces that nothing else
+/// names.
+async fn deploy_storing(
+    workflow: &Workflow,
+    context: &Context,
+    created: &mut Vec<(String, u64)>,
+) -> Result<Deployed, ReconcileError> {
+    let started = unix_millis();
     let (valid, mut room) = match check(workflow, context).await? {
         Checked::Settled(deployed) => return Ok(deployed),
         Checked::Changed { valid, room, .. } => (valid, room),
@@ -271,7 +319,7 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
     for (function, source) in &valid.components {
         let tenant = &valid.workflow.tenant;
         if let Err(refusal) =
-            components::ensure(context, tenant, function, source, &mut room).await?
+            components::ensure(context, tenant, function, source, &mut room, created).await?
         {
             let ours = ours(&context.shared.deployments().await?, workflow);
             return Ok(Deployed {
@@ -281,12 +329,28 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
         }
     }
     let _guard = context.deploy_lock.lock().await;
-    let (valid, digest) = match check(workflow, context).await? {
+    let (valid, digest, previous) = match check(workflow, context).await? {
         Checked::Settled(deployed) => return Ok(deployed),
-        Checked::Changed { valid, digest, .. } => (valid, digest),
+        Checked::Changed {
+            valid,
+            digest,
+            previous,
+            ..
+        } => (valid, digest, previous),
     };
     let name = workflow.name_any();
     let tenant = workflow.namespace().unwrap_or_default();
+    // Fetched outside the lock: a deploy that replaced the last version naming one
+    // may have deleted it since (see `forget_components`), under this lock.
+    for source in valid.components.values() {
+        if !context
+            .shared
+            .has_component_of(&tenant, &source.sha256)
+            .await?
+        {
+            return Err(ReconcileError::ComponentGone(source.sha256.clone()));
+        }
+    }
     let lowest = context.revision_floor.load(Ordering::Relaxed);
     context.shared.raise_revision(lowest).await?;
     let revision = context.shared.next_revision().await?;
@@ -317,6 +381,15 @@ async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, Reco
     context.shared.signal_demand(&name).await?;
     context.place_now.notify_one();
     tracing::info!(workflow = %name, tenant = %tenant, revision = record.revision, "deployed");
+    // The version it replaced may have named components nothing names now; not those
+    // stored again since this reconcile began (another deploy may be about to name
+    // them).
+    let replaced: Vec<(String, u64)> = previous
+        .iter()
+        .flat_map(|record| record.components.values())
+        .map(|sha| (sha.clone(), started.saturating_sub(1)))
+        .collect();
+    forget_components(context, &name, &replaced).await;
     Ok(Deployed {
         record: Some(record),
         refusal: None,
@@ -331,6 +404,8 @@ enum Checked {
     Changed {
         valid: faas_kube::ValidWorkflow,
         digest: String,
+        /// The deployment record it replaces, if any.
+        previous: Option<Box<DeploymentRecord>>,
         /// What the tenant's code quota leaves for the components not stored yet
         /// (`None`: no quota).
         room: Option<CodeRoom>,
@@ -487,8 +562,34 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
     Ok(Checked::Changed {
         valid,
         digest,
+        previous: ours.map(Box::new),
         room,
     })
+}
+
+/// Deletes at once the components of `candidates` (digest, latest stamp) that no
+/// deployment names, as a gateway does after its deploys. Left to the collection after
+/// `--component-ttl-s`, they let a tenant whose Workflows fetch components and are
+/// then refused or replaced, over and over, fill the Redis every tenant shares with
+/// bytes no quota counts. A failure is logged; the collection deletes them later.
+async fn forget_components(context: &Context, workflow: &str, candidates: &[(String, u64)]) {
+    match context.shared.forget_components(candidates).await {
+        Ok(deleted) if !deleted.is_empty() => {
+            tracing::debug!(workflow, ?deleted, "deleted components no deployment names");
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!(
+            workflow,
+            "deleting components no deployment names (the collection will): {err}"
+        ),
+    }
+}
+
+/// Now, in milliseconds since the Unix epoch: how component stamps are written.
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
 }
 
 /// SHA-256 over what a deployment is made of: tenant, name and spec, components by
@@ -513,6 +614,7 @@ fn digest(workflow: &Workflow) -> String {
 async fn cleanup(workflow: &Workflow, context: &Context) -> Result<Action, ReconcileError> {
     context.metrics.workflow_state(&object_key(workflow), None);
     context.refusals().remove(&object_key(workflow));
+    context.status_writes().remove(&object_key(workflow));
     let tenant = workflow.namespace().unwrap_or_default();
     remove_record(context, &workflow.name_any(), &tenant, None).await?;
     Ok(Action::await_change())
