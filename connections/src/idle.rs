@@ -106,8 +106,8 @@ impl Busy {
 
     /// [`Busy::track`], holding `guard` too until the body is sent or dropped.
     pub fn track_with<B, G>(self, body: B, guard: G) -> Tracked<B, (Busy, G)> {
-        // The head is handed over with it: a server that never asks for the body
-        // (an HTTP/2 client that grants it no window) holds it for that client too.
+        // The head is handed over with it: until the server asks for the body, it
+        // waits for the client as it would for the rest of it.
         self.handed.set(Some(Instant::now()));
         let handed = Some(self.handed.clone());
         Tracked {
@@ -162,9 +162,9 @@ impl<B: http_body::Body + Unpin, G: Unpin> http_body::Body for Tracked<B, G> {
         // for the next frame once the client has taken enough of the last one.
         handed.set(None);
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(_))) = &polled
-            && !this.inner.is_end_stream()
-        {
+        // The last frame too: an HTTP/2 server asks for a frame before it has window
+        // to send it, and holds the body (and its request's places) until it has.
+        if let Poll::Ready(Some(Ok(_))) = &polled {
             handed.set(Some(Instant::now()));
         }
         polled

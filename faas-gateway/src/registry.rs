@@ -1668,8 +1668,6 @@ fn route_entries(deployment: &Arc<Deployment>) -> impl Iterator<Item = (Route, R
     })
 }
 
-/// SHA-256 over the manifest, every component and every schema, so an identical
-/// upload is recognised whatever order the components came in.
 /// Parses `request`'s manifest for `caller` and hashes its components, on a blocking
 /// thread: a manifest of a megabyte takes a tenth of a second to check and components
 /// of hundreds of megabytes longer to hash, all that time holding one of the gateway's
@@ -1708,6 +1706,8 @@ async fn read_off_the_runtime(
     })
 }
 
+/// SHA-256 over the manifest, every component and every schema, so an identical
+/// upload is recognised whatever order the components came in.
 fn digest(manifest: &str, components: &Components, schemas: &BTreeMap<String, String>) -> String {
     let mut hasher = Sha256::new();
     hasher.update(manifest.as_bytes());

@@ -288,8 +288,7 @@ impl ServicesBackend {
         let observed = match applied {
             Ok(observed) => observed,
             Err(err) => {
-                self.forget_components(&workflow.name, &stored.created)
-                    .await;
+                self.forget_components(workflow, &stored.created).await;
                 return Err(err);
             }
         };
@@ -336,7 +335,7 @@ impl ServicesBackend {
             // What it stored itself goes at once (not after --component-ttl-s), or a
             // tenant failing deploy after deploy could fill the Redis every tenant
             // shares with bytes no quota counts.
-            Err(_) => self.forget_components(name, &stored.created).await,
+            Err(_) => self.forget_components(workflow, &stored.created).await,
             // So do its previous version's, but those another deploy stored since
             // it started.
             Ok(_) => {
@@ -346,7 +345,7 @@ impl ServicesBackend {
                     .flat_map(|record| record.components.values())
                     .map(|sha| (sha.clone(), started.saturating_sub(1)))
                     .collect();
-                self.forget_components(name, &previous).await;
+                self.forget_components(workflow, &previous).await;
             }
         }
         let (revision, replicas, functions) = placed?;
@@ -471,8 +470,9 @@ impl ServicesBackend {
 
     /// [`SharedState::forget_components`] for a deploy of `workflow`; a failure is
     /// logged (the scheduler's collection deletes them later).
-    async fn forget_components(&self, workflow: &str, candidates: &[(String, u64)]) {
-        match self.shared.forget_components(candidates).await {
+    async fn forget_components(&self, workflow: &Workflow, candidates: &[(String, u64)]) {
+        let (tenant, workflow) = (&workflow.tenant, &workflow.name);
+        match self.shared.forget_components(tenant, candidates).await {
             Ok(deleted) if !deleted.is_empty() => {
                 tracing::debug!(workflow, ?deleted, "deleted components no deployment names");
             }

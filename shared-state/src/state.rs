@@ -142,8 +142,11 @@ const UPLOAD_TTL_MS: i64 = 10 * 60 * 1000;
 /// Moves upload `KEYS[1]` to component key `KEYS[2]` unless the component is stored
 /// already (the same bytes: the key is their digest), then records tenant `ARGV[1]`
 /// in `KEYS[3]` and stamps digest `ARGV[2]` with `ARGV[3]` in `KEYS[4]`. Returns 1 if it
-/// stored the bytes.
-const MOVE_UPLOAD: &str = "local created = 0 \
+/// stored the bytes, 0 if they were there, -1 (storing nothing) if the upload is not
+/// `ARGV[4]` bytes long.
+const MOVE_UPLOAD: &str = "if redis.call('strlen', KEYS[1]) ~= tonumber(ARGV[4]) then \
+         redis.call('del', KEYS[1]) return -1 end \
+     local created = 0 \
      if redis.call('exists', KEYS[2]) == 0 then \
          redis.call('rename', KEYS[1], KEYS[2]) redis.call('persist', KEYS[2]) created = 1 \
      else redis.call('del', KEYS[1]) end \
@@ -200,6 +203,10 @@ pub enum SharedStateError {
     /// there are is not known, and nothing should be placed or dropped on that account.
     #[error("the worker pods are not recorded (yet): waiting for the operator")]
     WorkersUnknown,
+    /// A component sent in pieces did not arrive whole (its upload key expired or
+    /// was evicted meanwhile); nothing was stored, and storing it again may work.
+    #[error("component {0} did not arrive whole in Redis; nothing was stored")]
+    UploadLost(String),
 }
 
 impl SharedStateError {
@@ -449,9 +456,9 @@ impl SharedState {
         bytes: &[u8],
         tenant: &str,
     ) -> Result<StoredComponent, SharedStateError> {
-        let stamp = unix_millis();
         let mut conn = self.components.clone();
         if bytes.len() <= UPLOAD_PIECE {
+            let stamp = unix_millis();
             let (created,): (bool,) = redis::pipe()
                 .atomic()
                 .set_nx(component_key(digest), bytes)
@@ -469,16 +476,20 @@ impl SharedState {
         // component of 200 MiB took 800 MiB of the operator's or a gateway's memory.
         let id: u64 = conn.incr(UPLOADS, 1).await?;
         let upload = format!("{UPLOADS}:{id}");
-        for (index, piece) in bytes.chunks(UPLOAD_PIECE).enumerate() {
-            let mut pipe = redis::pipe();
-            pipe.append(&upload, piece).ignore();
-            if index == 0 {
-                // A process that dies mid-upload leaves nothing behind for long.
-                pipe.pexpire(&upload, UPLOAD_TTL_MS).ignore();
-            }
-            let () = pipe.query_async(&mut conn).await?;
+        for piece in bytes.chunks(UPLOAD_PIECE) {
+            // A process that dies mid-upload leaves nothing behind for long.
+            let () = redis::pipe()
+                .append(&upload, piece)
+                .ignore()
+                .pexpire(&upload, UPLOAD_TTL_MS)
+                .ignore()
+                .query_async(&mut conn)
+                .await?;
         }
-        let created: bool = redis::cmd("EVAL")
+        // Stamped once it is all there: a deploy that began during a long upload
+        // must count it as stored after it began (see `forget_components`).
+        let stamp = unix_millis();
+        let moved: i64 = redis::cmd("EVAL")
             .arg(MOVE_UPLOAD)
             .arg(4)
             .arg(&upload)
@@ -488,9 +499,16 @@ impl SharedState {
             .arg(tenant)
             .arg(digest)
             .arg(stamp)
+            .arg(bytes.len())
             .query_async(&mut conn)
             .await?;
-        Ok(StoredComponent { created, stamp })
+        if moved < 0 {
+            return Err(SharedStateError::UploadLost(digest.to_owned()));
+        }
+        Ok(StoredComponent {
+            created: moved == 1,
+            stamp,
+        })
     }
 
     /// Whether the component whose SHA-256 is `digest` is stored and `tenant` stored
@@ -582,12 +600,17 @@ impl SharedState {
     /// stamp given; returns the digests deleted. For what a deploy leaves behind: the
     /// components it stored itself when it failed (their own stamps), the ones its
     /// previous version named once it replaced it (stored before it started). A
-    /// component another deploy stored since is kept, as it may be about to name it.
+    /// component another deploy stored since is kept, as it may be about to name it,
+    /// and so is one another tenant than `tenant` stored too: only the collection,
+    /// after `--component-ttl-s`, deletes it, so that one tenant's deploys never take
+    /// another's component from under a deploy of its own that names it but is not
+    /// recorded yet.
     ///
     /// # Errors
     /// [`SharedStateError`] if Redis fails or a record is malformed.
     pub async fn forget_components(
         &self,
+        tenant: &str,
         candidates: &[(String, u64)],
     ) -> Result<Vec<String>, SharedStateError> {
         if candidates.is_empty() {
@@ -598,6 +621,10 @@ impl SharedState {
         let mut deleted = Vec::new();
         for (digest, latest) in candidates {
             if named.contains(digest) {
+                continue;
+            }
+            let stored_by: Vec<String> = conn.smembers(component_tenants_key(digest)).await?;
+            if stored_by.iter().any(|other| other != tenant) {
                 continue;
             }
             let stamp: Option<u64> = conn.hget(COMPONENTS, digest).await?;

@@ -271,23 +271,29 @@ async fn a_failed_deploys_own_components_go_at_once_and_others_stay() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     cluster.put_component("raced", b"r", "t").await.unwrap();
 
+    // Stored by another tenant too: its own deploy may be about to name it.
+    let both = cluster.put_component("both", b"b", "t").await.unwrap();
+    cluster.put_component("both", b"b", "u").await.unwrap();
+
     let candidates = [
         ("mine".to_owned(), mine.stamp),
         ("sha-1".to_owned(), named.stamp),
         ("raced".to_owned(), raced.stamp),
+        ("both".to_owned(), both.stamp + 1_000),
     ];
     assert_eq!(
-        cluster.forget_components(&candidates).await.unwrap(),
+        cluster.forget_components("t", &candidates).await.unwrap(),
         ["mine"]
     );
-    for kept in ["theirs", "sha-1", "raced"] {
+    for kept in ["theirs", "sha-1", "raced", "both"] {
         assert!(cluster.has_component(kept).await.unwrap(), "{kept}");
     }
     assert!(!cluster.has_component("mine").await.unwrap());
-    // Its stamp went with it: the scheduler's collection finds nothing of it.
+    // Its stamp went with it: the scheduler's collection finds nothing of it (and
+    // collects the others no record names, whoever stored them).
     assert_eq!(
         cluster.collect_components(Duration::ZERO).await.unwrap(),
-        ["raced", "theirs"]
+        ["both", "raced", "theirs"]
     );
 }
 
@@ -328,7 +334,7 @@ async fn a_component_is_the_tenants_that_stored_it_and_they_go_with_it() {
         .stamp;
     assert_eq!(
         cluster
-            .forget_components(&[("gone".to_owned(), stamp)])
+            .forget_components("acme", &[("gone".to_owned(), stamp)])
             .await
             .unwrap(),
         ["gone"]

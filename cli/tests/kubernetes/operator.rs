@@ -795,7 +795,7 @@ fn a_url_answering_other_bytes_every_time_is_not_fetched_over_and_over() {
     let fetched = served.load(Ordering::SeqCst);
     std::thread::sleep(Duration::from_secs(8));
     let refetched = served.load(Ordering::SeqCst) - fetched;
-    assert!(refetched <= 3, "fetched {refetched} more times in 8 s");
+    assert!(refetched <= 10, "fetched {refetched} more times in 8 s");
     // Another Workflow is served meanwhile.
     let (_, hello_sha) = hello();
     let good = crate::serve_file(hello().0);
@@ -1240,7 +1240,7 @@ fn after_redis_and_the_operator_restart_empty_redeploys_get_revisions_past_the_o
 
 #[test]
 fn a_workflow_deleted_without_its_finalizer_loses_its_record_and_others_keep_theirs() {
-    let cluster = Cluster::start(1, &[]);
+    let cluster = Cluster::start(1, &METRICS);
     let sha = cluster.put_hello();
     for name in ["stripped", "kept"] {
         cluster.apply_hello(&sha, name, "");
@@ -1265,6 +1265,11 @@ fn a_workflow_deleted_without_its_finalizer_loses_its_record_and_others_keep_the
     assert!(records(&cluster).contains_key("kept"));
     let kept = cluster.wait_condition("kept", "Ready", "True", "Ready");
     assert_eq!(kept["status"]["replicas"], 1);
+    // Nor does the operator count it among its Workflows any more (it did for good).
+    let ready = r#"faas_operator_workflows{state="ready"}"#;
+    cluster.wait_for("the gauge to count the one Workflow left", |c| {
+        c.operator.as_ref().unwrap().metric(ready) == Some(1.0)
+    });
 }
 
 #[test]

@@ -175,6 +175,13 @@ impl OperatorMetrics {
         self.count_states(&states);
     }
 
+    /// Keeps the state of the Workflows (`namespace/name`) `keep` keeps, only.
+    pub(crate) fn retain_workflows(&self, keep: impl Fn(&String) -> bool) {
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        states.retain(|key, _| keep(key));
+        self.count_states(&states);
+    }
+
     fn count_states(&self, states: &HashMap<String, WorkflowState>) {
         for state in WorkflowState::ALL {
             let count = states.values().filter(|s| **s == state).count();

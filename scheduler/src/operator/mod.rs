@@ -171,6 +171,21 @@ impl Context {
     ) -> std::sync::MutexGuard<'_, HashMap<String, std::time::Instant>> {
         self.status_writes.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Forgets what it keeps by Workflow (`namespace/name`) for each one `declared`
+    /// says is gone: one deleted without its cleanup (a tenant may strip the
+    /// finalizer) left its entries, which piled up without bound, and the
+    /// `faas_operator_workflows` gauge counted it for good.
+    pub(crate) fn forget_undeclared(&self, declared: impl Fn(&str, &str) -> bool) {
+        let keep = |key: &String| {
+            key.split_once('/')
+                .is_some_and(|(namespace, name)| declared(namespace, name))
+        };
+        self.failures().retain(|key, _| keep(key));
+        self.refusals().retain(|key, _| keep(key));
+        self.status_writes().retain(|key, _| keep(key));
+        self.metrics.retain_workflows(keep);
+    }
 }
 
 /// Runs the operator until `shutdown` completes (then gives up the Lease), it fails or

@@ -3,7 +3,8 @@
 //! Workflow (its tenant) can strip the finalizer, and the resource is then gone without
 //! the operator's cleanup. Its record would stay live: served, holding its name, routes
 //! and quota place, and outliving its tenant's removal (which counts resources). Every
-//! [`SWEEP_ROUNDS`] intervals the operator removes such records.
+//! [`SWEEP_ROUNDS`] intervals the operator removes such records, and forgets what it
+//! kept for such Workflows (their state in its metrics, their retry counts).
 
 use super::Context;
 use super::reconcile::{self, ReconcileError};
@@ -35,9 +36,6 @@ async fn sweep_once(context: &Context) -> Result<(), ReconcileError> {
     // (or gone and made again, and then its new record is left alone: only the
     // revision read is removed).
     let records = context.shared.deployments().await?;
-    if records.is_empty() {
-        return Ok(());
-    }
     let api: Api<Workflow> = Api::all(context.client.clone());
     let declared: BTreeSet<(String, String)> = api
         .list_metadata(&ListParams::default())
@@ -46,6 +44,9 @@ async fn sweep_once(context: &Context) -> Result<(), ReconcileError> {
         .into_iter()
         .map(|meta| (meta.namespace().unwrap_or_default(), meta.name_any()))
         .collect();
+    context.forget_undeclared(|namespace, name| {
+        declared.contains(&(namespace.to_owned(), name.to_owned()))
+    });
     for (name, record) in records {
         let tenant = &record.workflow.tenant;
         if declared.contains(&(tenant.clone(), name.clone())) {

@@ -297,8 +297,12 @@ async fn clear_demand(context: &Context, name: &str) -> Result<(), SharedStateEr
 async fn deploy(workflow: &Workflow, context: &Context) -> Result<Deployed, ReconcileError> {
     let mut created = Vec::new();
     let deployed = deploy_storing(workflow, context, &mut created).await;
-    if !matches!(deployed, Ok(Deployed { refusal: None, .. })) {
-        forget_components(context, &workflow.name_any(), &created).await;
+    if !created.is_empty() && !matches!(deployed, Ok(Deployed { refusal: None, .. })) {
+        // Under the lock: another Workflow's deploy checks that the components it
+        // names are there under it, then writes its record.
+        let _guard = context.deploy_lock.lock().await;
+        let tenant = workflow.namespace().unwrap_or_default();
+        forget_components(context, &tenant, &workflow.name_any(), &created).await;
     }
     deployed
 }
@@ -389,7 +393,7 @@ async fn deploy_storing(
         .flat_map(|record| record.components.values())
         .map(|sha| (sha.clone(), started.saturating_sub(1)))
         .collect();
-    forget_components(context, &name, &replaced).await;
+    forget_components(context, &tenant, &name, &replaced).await;
     Ok(Deployed {
         record: Some(record),
         refusal: None,
@@ -572,8 +576,13 @@ async fn check(workflow: &Workflow, context: &Context) -> Result<Checked, Reconc
 /// `--component-ttl-s`, they let a tenant whose Workflows fetch components and are
 /// then refused or replaced, over and over, fill the Redis every tenant shares with
 /// bytes no quota counts. A failure is logged; the collection deletes them later.
-async fn forget_components(context: &Context, workflow: &str, candidates: &[(String, u64)]) {
-    match context.shared.forget_components(candidates).await {
+async fn forget_components(
+    context: &Context,
+    tenant: &str,
+    workflow: &str,
+    candidates: &[(String, u64)],
+) {
+    match context.shared.forget_components(tenant, candidates).await {
         Ok(deleted) if !deleted.is_empty() => {
             tracing::debug!(workflow, ?deleted, "deleted components no deployment names");
         }

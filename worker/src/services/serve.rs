@@ -15,7 +15,7 @@ use super::branch::{CallHead, reply_frame};
 use super::node::Node;
 use crate::memory_budget::GuestMemoryClaim;
 use bytes::Bytes;
-use faas_connections::{Activity, Admission, ConnectionLimits, Timeouts, drive};
+use faas_connections::{Activity, Admission, ConnectionLimits, Timeouts, Tracked, drive};
 use faas_invoke::wire::{self, split_frame};
 use faas_invoke::{BodyError, EventFailure, FailureKind, HttpResponse};
 use faas_invoke::{TriggerMessage, client};
@@ -246,21 +246,42 @@ fn failure_response(failure: &EventFailure) -> HttpResponse {
         .expect("static response parts are valid")
 }
 
-/// `body`, keeping `claim` (on the guest memory its bytes count in) until it is sent
-/// or dropped.
+/// `body`, keeping `claim` (on the guest memory its bytes count in) until the
+/// connection has taken it all or it is dropped. `Tracked` keeps the body's length,
+/// which the gateway reads the reply by.
 fn holding(
     body: UnsyncBoxBody<Bytes, BodyError>,
     claim: GuestMemoryClaim,
 ) -> UnsyncBoxBody<Bytes, BodyError> {
-    body.map_frame(move |frame| {
-        let _held = &claim;
-        frame
-    })
-    .boxed_unsync()
+    Tracked::new(body, claim).boxed_unsync()
 }
 
 fn full(bytes: impl Into<Bytes>) -> UnsyncBoxBody<Bytes, BodyError> {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed_unsync()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory_budget::GuestMemory;
+
+    /// A reply holding its claim keeps its length, which the gateway claims and
+    /// allocates the reply by before reading it; without it, the reply was read by
+    /// doubling a buffer, holding up to twice its size.
+    #[test]
+    fn a_reply_holding_its_claim_keeps_its_length_and_gives_the_claim_back() {
+        let memory = Arc::new(GuestMemory::new(faas_budget::BudgetLimits {
+            total: 1 << 20,
+            per_holder: 1 << 20,
+        }));
+        let mut claim = memory.claim(Arc::from("t"));
+        claim.grow_to(1000).unwrap();
+        let body = holding(full(vec![7; 1000]), claim);
+        assert_eq!(hyper::body::Body::size_hint(&body).exact(), Some(1000));
+        assert_eq!(memory.held(), 1000);
+        drop(body);
+        assert_eq!(memory.held(), 0);
+    }
 }

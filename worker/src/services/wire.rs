@@ -51,7 +51,7 @@ pub(crate) struct Packed<'a> {
 impl Packed<'_> {
     /// The frame of `head` and the inline regions' bytes, copied into it once, and
     /// counted in `claim` before it is allocated (it holds them as long as the caller
-    /// keeps it: until the frame is sent).
+    /// keeps it: until the connection has taken the frame).
     ///
     /// # Errors
     /// [`RegionLimitExceeded::Reply`] when `claim` has no room for the frame;
@@ -74,7 +74,11 @@ impl Packed<'_> {
             })?;
         let mut frame = head.start_frame(inline_len);
         for region in &self.inline {
-            region.append_to(&mut frame)?;
+            if let Err(err) = region.append_to(&mut frame) {
+                // The frame goes: what it claimed with it.
+                drop(claim.split_off(head.frame_len(inline_len) as u64));
+                return Err(err);
+            }
         }
         Ok(frame)
     }
