@@ -132,9 +132,14 @@ impl Scheduler {
                 "removed staged versions whose deploy was abandoned"
             );
         }
+        // The staged versions first: a promotion moves a version from staged to live
+        // in one step, so read in this order every version is in one of the two. Read
+        // live first, a first version promoted between the reads was in neither, and
+        // the round removed its placement (its worker unloaded it) until the next.
+        let staged = shared.staged_deployments().await?;
         let mut deployments = shared.deployments().await?;
         // A staged version is placed with its own replica count (same name, same tenant).
-        deployments.extend(shared.staged_deployments().await?);
+        deployments.extend(staged);
         let current = shared.placements().await?;
         if !self.seeded {
             self.seed(&deployments, &current);

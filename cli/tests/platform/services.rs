@@ -811,9 +811,14 @@ fn a_worker_reports_its_gauges_and_holds_no_instance_when_idle() {
     assert_eq!(gauge("faas_workflows_loaded"), 0);
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
     assert_eq!(gauge("faas_workflows_loaded"), 1);
-    // The scheduler counts what it placed, where.
+    // The scheduler counts what it placed, where, as each round ends. CI-89 read 0
+    // here: a round that read the live versions before the deploy's promotion and
+    // the staged ones after it saw neither (fixed in `service.rs`); waited for, in
+    // case a round is under way.
     let scheduler = |series: &str| services.scheduler.metric(series);
-    assert_eq!(scheduler("faas_scheduler_workflows_placed"), Some(1.0));
+    services.wait_for("the scheduler to count the placement", |_| {
+        scheduler("faas_scheduler_workflows_placed") == Some(1.0)
+    });
     assert_eq!(scheduler("faas_scheduler_workers_live"), Some(1.0));
     assert_eq!(scheduler("faas_scheduler_workflows_unplaced"), Some(0.0));
     assert!(scheduler(r#"faas_scheduler_placement_rounds_total{result="ok"}"#).unwrap() >= 1.0);
