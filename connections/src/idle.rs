@@ -28,8 +28,9 @@ pub struct Activity {
     in_flight: AtomicUsize,
     last: Mutex<Instant>,
     /// The responses whose bodies were handed to the server ([`Tracked`]), to find
-    /// one its client stopped reading.
-    sending: Mutex<Vec<Weak<Handed>>>,
+    /// one its client stopped reading; `None` on a connection with no send timeout,
+    /// which need not pay for it on every request and frame.
+    sending: Option<Mutex<Vec<Weak<Handed>>>>,
 }
 
 /// When a response body last handed the server a frame that the server has not come
@@ -48,12 +49,14 @@ impl Handed {
 }
 
 impl Activity {
-    /// A connection that has carried nothing yet.
-    pub fn new() -> Arc<Self> {
+    /// A connection that has carried nothing yet, held to `timeouts`: with a send
+    /// timeout, its responses tell [`Activity::stalled_since`] when their client stops
+    /// taking them.
+    pub fn for_timeouts(timeouts: Timeouts) -> Arc<Self> {
         Arc::new(Self {
             in_flight: AtomicUsize::new(0),
             last: Mutex::new(Instant::now()),
-            sending: Mutex::default(),
+            sending: timeouts.send.map(|_| Mutex::default()),
         })
     }
 
@@ -64,9 +67,13 @@ impl Activity {
     }
 
     /// Since when the response that has waited longest for its client to take more of
-    /// it has waited; `None` when none waits.
+    /// it has waited; `None` when none waits (or sends are not watched).
     pub fn stalled_since(&self) -> Option<Instant> {
-        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sending = self
+            .sending
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         sending.retain(|handed| handed.strong_count() > 0);
         sending
             .iter()
@@ -77,13 +84,16 @@ impl Activity {
     /// Counts a request as in flight until the returned guard is dropped.
     pub fn busy(self: &Arc<Self>) -> Busy {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let handed = Arc::new(Handed::default());
-        let mut sending = self.sending.lock().unwrap_or_else(|p| p.into_inner());
-        // Bodies that ended leave dead entries: swept as often as they are added.
-        if sending.len() >= 16 && sending.len().is_power_of_two() {
-            sending.retain(|handed| handed.strong_count() > 0);
-        }
-        sending.push(Arc::downgrade(&handed));
+        let handed = self.sending.as_ref().map(|sending| {
+            let handed = Arc::new(Handed::default());
+            let mut sending = sending.lock().unwrap_or_else(|p| p.into_inner());
+            // Bodies that ended leave dead entries: swept as often as they are added.
+            if sending.len() >= 16 && sending.len().is_power_of_two() {
+                sending.retain(|handed| handed.strong_count() > 0);
+            }
+            sending.push(Arc::downgrade(&handed));
+            handed
+        });
         Busy {
             activity: self.clone(),
             handed,
@@ -94,7 +104,7 @@ impl Activity {
 /// A request in flight; when dropped, the connection may become idle.
 pub struct Busy {
     activity: Arc<Activity>,
-    handed: Arc<Handed>,
+    handed: Option<Arc<Handed>>,
 }
 
 impl Busy {
@@ -108,8 +118,10 @@ impl Busy {
     pub fn track_with<B, G>(self, body: B, guard: G) -> Tracked<B, (Busy, G)> {
         // The head is handed over with it: until the server asks for the body, it
         // waits for the client as it would for the rest of it.
-        self.handed.set(Some(Instant::now()));
-        let handed = Some(self.handed.clone());
+        if let Some(handed) = &self.handed {
+            handed.set(Some(Instant::now()));
+        }
+        let handed = self.handed.clone();
         Tracked {
             inner: body,
             handed,
@@ -255,17 +267,14 @@ pub async fn drive<C, E>(
             None => activity.idle_since().unwrap_or_else(Instant::now) + idle_timeout,
         };
         if let Some(send_timeout) = timeouts.send {
-            if activity
-                .stalled_since()
-                .is_some_and(|since| since.elapsed() >= send_timeout)
-            {
+            let stalled = activity.stalled_since();
+            if stalled.is_some_and(|since| since.elapsed() >= send_timeout) {
                 tracing::debug!("dropping a connection whose client stopped reading");
                 return;
             }
             // A response may stall at any time: looked at again a send timeout on,
             // or when the one stalled longest would pass it.
-            let check = activity.stalled_since().unwrap_or_else(Instant::now) + send_timeout;
-            wake = wake.min(check);
+            wake = wake.min(stalled.unwrap_or_else(Instant::now) + send_timeout);
         }
         tokio::select! {
             result = connection.as_mut() => {

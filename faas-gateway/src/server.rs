@@ -260,7 +260,8 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Recei
         let _ = stream.set_nodelay(true);
         let client = slot.client();
         let requests = slot.requests(app.config.requests);
-        let activity = Activity::new();
+        let timeouts = app.config.connections.timeouts();
+        let activity = Activity::for_timeouts(timeouts);
         let service = {
             let (app, activity) = (app.clone(), activity.clone());
             service_fn(move |request| {
@@ -284,7 +285,6 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, stopped: watch::Recei
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
-        let timeouts = app.config.connections.timeouts();
         let mut stop = stopped.clone();
         connections.spawn(async move {
             let _slot = slot;

@@ -59,7 +59,7 @@ pub async fn serve_with_readiness(listener: TcpListener, render: Render, ready: 
 }
 
 async fn serve_connection(stream: TcpStream, render: Render, ready: Ready) {
-    let activity = Activity::new();
+    let activity = Activity::for_timeouts(LIMITS.timeouts());
     let service = {
         let activity = activity.clone();
         service_fn(move |request: Request<Incoming>| {

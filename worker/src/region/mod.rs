@@ -579,10 +579,9 @@ impl Region {
     pub fn bytes(&self) -> Result<Cow<'_, [u8]>, RegionError> {
         match &self.body {
             Body::Bytes(bytes) => Ok(Cow::Borrowed(bytes)),
-            Body::Writing { .. } => Err(RegionError::NotSealed),
-            Body::Sealed { file, len } => {
-                let mut out = vec![0; *len];
-                file.read_at_start(&mut out)?;
+            Body::Writing { .. } | Body::Sealed { .. } => {
+                let mut out = Vec::with_capacity(self.len());
+                self.append_to(&mut out)?;
                 Ok(Cow::Owned(out))
             }
         }

@@ -62,7 +62,7 @@ async fn serve_connection(stream: TcpStream, node: Arc<Node>) {
         idle: node.idle_timeout(),
         send: None,
     };
-    let activity = Activity::new();
+    let activity = Activity::for_timeouts(timeouts);
     let service = {
         let activity = activity.clone();
         service_fn(move |request| {

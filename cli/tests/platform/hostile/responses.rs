@@ -102,6 +102,20 @@ pub(super) async fn unreading_connection(
     sender
 }
 
+/// GETs `url` on `sender` and returns the response once its head is in (status 200).
+pub(super) async fn get_head(
+    sender: &mut hyper::client::conn::http2::SendRequest<String>,
+    url: &str,
+) -> hyper::Response<hyper::body::Incoming> {
+    let request = hyper::Request::get(url).body(String::new()).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(20), sender.send_request(request))
+        .await
+        .expect("the head arrives")
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response
+}
+
 /// Services mode: what a client leaves unread (a large answer) and what a guest leaves
 /// unread (a large request body) wait in the HTTP/2 connection between the gateway and
 /// a worker, each up to its stream's flow-control window. With hyper's defaults (2 MiB
@@ -119,17 +133,8 @@ fn what_is_left_unread_holds_no_other_tenants_bodies_on_the_workers_connection()
         let mut sender = unreading_connection(&url, [127, 0, 0, 2]).await;
         let mut held = Vec::new();
         for _ in 0..4 {
-            let request = hyper::Request::get(format!("{url}/linger/answer?body-kib=3072"))
-                .body(String::new())
-                .unwrap();
             sender.ready().await.unwrap();
-            let response =
-                tokio::time::timeout(Duration::from_secs(20), sender.send_request(request))
-                    .await
-                    .expect("the head arrives")
-                    .unwrap();
-            assert_eq!(response.status(), 200);
-            held.push(response);
+            held.push(get_head(&mut sender, &format!("{url}/linger/answer?body-kib=3072")).await);
         }
         held
     });
