@@ -930,6 +930,9 @@ fn kubernetes_error(err: KubeError, message: String) -> Response<Body> {
         KubeError::Timeout { .. } | KubeError::QuotaNotCounted { .. } => {
             response::error(StatusCode::GATEWAY_TIMEOUT, "operator_timeout", message)
         }
+        KubeError::NotListed { .. } => {
+            response::error(StatusCode::SERVICE_UNAVAILABLE, "kubernetes", message)
+        }
         KubeError::Api(_) => {
             tracing::error!("{message}");
             response::error(StatusCode::SERVICE_UNAVAILABLE, "kubernetes", message)

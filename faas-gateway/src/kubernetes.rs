@@ -9,11 +9,13 @@
 //! follows as in services mode. The deploy does not wait for workers: they may be
 //! scaled to zero, and the activator holds events until one has loaded the workflow.
 
+use crate::declared::DeclaredWorkflows;
 use faas_kube::status::DEGRADED;
 use faas_kube::{Workflow as Resource, WorkflowSpec, WorkflowStatus};
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The field manager of the gateway's server-side applies.
@@ -90,6 +92,17 @@ pub enum KubeError {
         /// How long the gateway waited.
         timeout: Duration,
     },
+    /// The gateway has not listed the cluster's Workflows (to check a deploy's name
+    /// and routes against them) since it started.
+    #[error(
+        "the gateway could not list the cluster's Workflow resources within {}s (its log \
+         says why); try again",
+        timeout.as_secs()
+    )]
+    NotListed {
+        /// How long the deploy waited.
+        timeout: Duration,
+    },
     /// The manifest could not be written as a Workflow spec.
     #[error("the manifest does not fit a Workflow resource: {0}")]
     Spec(#[from] faas_kube::convert::ManifestToSpecError),
@@ -124,6 +137,8 @@ pub(crate) struct Observed {
 pub struct WorkflowResources {
     client: kube::Client,
     timeout: Duration,
+    /// What every Workflow claims, followed by a watch.
+    declared: Arc<DeclaredWorkflows>,
 }
 
 impl std::fmt::Debug for WorkflowResources {
@@ -136,9 +151,14 @@ impl std::fmt::Debug for WorkflowResources {
 
 impl WorkflowResources {
     /// Resources reached through `client`; a deploy or removal waits at most `timeout`
-    /// for the operator.
+    /// for the operator. Starts watching the cluster's Workflows, so it must be called
+    /// inside a Tokio runtime.
     pub fn new(client: kube::Client, timeout: Duration) -> Self {
-        Self { client, timeout }
+        Self {
+            declared: Arc::new(DeclaredWorkflows::follow(client.clone())),
+            client,
+            timeout,
+        }
     }
 
     /// Resources of the cluster this process runs in (its pod's service account), or
@@ -277,6 +297,22 @@ impl WorkflowResources {
     /// [`KubeError::Api`].
     pub(crate) async fn exists(&self, namespace: &str, name: &str) -> Result<bool, KubeError> {
         Ok(self.api(namespace).get_metadata_opt(name).await?.is_some())
+    }
+
+    /// What each Workflow in the cluster that the operator has not refused claims: its
+    /// name, tenant and HTTP routes (nothing else of its spec), as the watch last saw
+    /// them.
+    ///
+    /// # Errors
+    /// [`KubeError::NotListed`] if the watch has not listed them all once within the
+    /// deploy timeout.
+    pub(crate) async fn claims(&self) -> Result<Vec<Arc<faas_workflow::Workflow>>, KubeError> {
+        self.declared
+            .claims(self.timeout)
+            .await
+            .ok_or(KubeError::NotListed {
+                timeout: self.timeout,
+            })
     }
 
     /// The Workflow resources in `namespace`, or in every namespace when `None`.

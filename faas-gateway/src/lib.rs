@@ -26,6 +26,7 @@ pub mod admin;
 mod auth;
 pub mod body_budget;
 pub mod config;
+mod declared;
 mod deploy_admission;
 mod invoke;
 pub mod kubernetes;

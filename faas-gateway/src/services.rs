@@ -229,39 +229,22 @@ impl ServicesBackend {
         credential: Option<(&TenantCredential, &TenantStore)>,
     ) -> Result<Placed, DeployError> {
         check_components(workflow, &request.components)?;
-        let mut known: Vec<Workflow> = self
-            .shared
-            .deployments()
-            .await
-            .map_err(shared_state)?
-            .into_values()
-            .map(|record| record.workflow)
+        let deployed = self.shared.deployments().await.map_err(shared_state)?;
+        let declared = resources.claims().await?;
+        let known: Vec<&Workflow> = deployed
+            .values()
+            .map(|record| &record.workflow)
+            .chain(declared.iter().map(|claim| &**claim))
             .collect();
-        known.extend(
-            resources
-                .list(None)
-                .await?
-                .iter()
-                // One the operator refused claims nothing: a tenant could otherwise
-                // apply, in its own namespace, Workflows naming another tenant's
-                // workflow or routes, and block that tenant's own deploys.
-                .filter(|resource| {
-                    !resource
-                        .status
-                        .as_ref()
-                        .is_some_and(|status| status.is(faas_kube::status::DEGRADED))
-                })
-                .filter_map(|resource| faas_kube::validate(resource).ok())
-                .map(|valid| valid.workflow),
-        );
         check_owner(
             workflow,
             known
                 .iter()
+                .copied()
                 .find(|other| other.name == workflow.name && other.tenant != workflow.tenant),
             caller,
         )?;
-        check_routes_once(workflow, &known)?;
+        check_routes_once(workflow, known.iter().copied())?;
         let stored = self
             .put_components(&request.components, &workflow.tenant)
             .await

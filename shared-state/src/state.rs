@@ -114,13 +114,16 @@ const DROP_ABANDONED: &str = "if redis.call('exists', KEYS[1]) == 0 then \
 /// staged versions, then the rest), only while the lease KEYS[1] names holder ARGV[1]
 /// (else 0) and neither a live nor a staged record of that name is another tenant's
 /// than ARGV[3] (else -1): a gateway's copy of who owns a name may be a sync old, and
-/// the name may have gone to another tenant since.
-const OWNED_REMOVE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end \
+/// the name may have gone to another tenant since. Returns `{1, live, staged}` with the
+/// records it removed (`''` for none), so that their components can be forgotten.
+const OWNED_REMOVE: &str = "if redis.call('get', KEYS[1]) ~= ARGV[1] then return {0, '', ''} end \
+     local records = {1} \
      for i = 2, 3 do \
        local record = redis.call('hget', KEYS[i], ARGV[2]) \
-       if record and cjson.decode(record).workflow.tenant ~= ARGV[3] then return -1 end \
+       if record and cjson.decode(record).workflow.tenant ~= ARGV[3] then return {-1, '', ''} end \
+       records[i] = record or '' \
      end \
-     for i = 2, #KEYS do redis.call('hdel', KEYS[i], ARGV[2]) end return 1";
+     for i = 2, #KEYS do redis.call('hdel', KEYS[i], ARGV[2]) end return records";
 
 /// Deletes a component (its bytes KEYS[2] and its tenants KEYS[3]) only if it was not
 /// stored again since its stamp was read.
@@ -597,7 +600,8 @@ impl SharedState {
 
     /// Deletes at once each component of `candidates` (digest, latest stamp) that no
     /// deployment names, live or staged, and that was last stored at or before its
-    /// stamp given; returns the digests deleted. For what a deploy leaves behind: the
+    /// stamp given; returns the digests deleted. For what a deploy or a removal leaves
+    /// behind: the
     /// components it stored itself when it failed (their own stamps), the ones its
     /// previous version named once it replaced it (stored before it started). A
     /// component another deploy stored since is kept, as it may be about to name it,
@@ -986,17 +990,24 @@ impl SharedState {
 
     /// Removes `tenant`'s workflow `name`: its deployment, staged version, placement,
     /// activity and demand, while `holder` holds its lease and no version of that name
-    /// is another tenant's.
+    /// is another tenant's. Then deletes at once the components the removed versions
+    /// named that nothing else needs ([`Self::forget_components`]), as a deploy does
+    /// for the version it replaces: left to the collection, a tenant deploying and
+    /// removing workflows of fresh components in a loop filled the Redis every tenant
+    /// shares with bytes no quota counted, for `--component-ttl-s`.
     ///
     /// # Errors
-    /// [`SharedStateError::Redis`].
+    /// [`SharedStateError::Redis`] if the removal failed; nothing was removed then.
     pub async fn remove_deployment(
         &self,
         name: &str,
         tenant: &str,
         holder: &str,
     ) -> Result<Removal, SharedStateError> {
-        let done: i64 = redis::cmd("EVAL")
+        // A component stored again after this (by a deploy that may be about to name
+        // it) is kept.
+        let started = unix_millis();
+        let (done, live, staged): (i64, String, String) = redis::cmd("EVAL")
             .arg(OWNED_REMOVE)
             .arg(6)
             .arg(lock_key(name))
@@ -1007,11 +1018,38 @@ impl SharedState {
             .query_async(&mut self.conn())
             .await?;
         self.records_changed().await;
-        Ok(match done {
-            1 => Removal::Removed,
-            -1 => Removal::OtherTenants,
-            _ => Removal::LeaseLost,
-        })
+        match done {
+            1 => {}
+            -1 => return Ok(Removal::OtherTenants),
+            _ => return Ok(Removal::LeaseLost),
+        }
+        let mut candidates = Vec::new();
+        for (hash, json) in [(DEPLOYMENTS, live), (STAGED, staged)] {
+            if json.is_empty() {
+                continue;
+            }
+            // Removed all the same: the collection deletes its components later.
+            let record: DeploymentRecord = match from_json(&format!("{hash}/{name}"), &json) {
+                Ok(record) => record,
+                Err(err) => {
+                    tracing::warn!(workflow = name, "a removed record: {err}");
+                    continue;
+                }
+            };
+            candidates.extend(
+                record
+                    .components
+                    .into_values()
+                    .map(|digest| (digest, started.saturating_sub(1))),
+            );
+        }
+        if let Err(err) = self.forget_components(tenant, &candidates).await {
+            tracing::warn!(
+                workflow = name,
+                "deleting the components of a removed workflow (the collection will): {err}"
+            );
+        }
+        Ok(Removal::Removed)
     }
 
     /// Runs `script` on workflow `name`'s field of `hashes`, fenced by its lease.

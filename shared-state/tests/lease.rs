@@ -297,6 +297,54 @@ async fn a_failed_deploys_own_components_go_at_once_and_others_stay() {
     );
 }
 
+/// Removing a workflow deletes at once the components its live and staged versions
+/// named, but those another deployment names or another tenant stored too: left to the
+/// collection, a tenant deploying and removing workflows of fresh components in a loop
+/// filled the Redis every tenant shares with bytes no quota counted.
+#[tokio::test]
+async fn a_removed_workflows_components_go_at_once_but_those_needed_elsewhere() {
+    let redis = RedisServer::start();
+    let cluster = cluster(&redis).await;
+    for (digest, tenant) in [
+        ("sha-1", "t"),
+        ("sha-2", "t"),
+        ("sha-3", "t"),
+        ("both", "t"),
+        ("both", "u"),
+    ] {
+        cluster.put_component(digest, b"c", tenant).await.unwrap();
+    }
+    let mut live = record(1);
+    live.components.insert("g".to_owned(), "sha-3".to_owned());
+    live.components.insert("h".to_owned(), "both".to_owned());
+    cluster.put_deployment(&live).await.unwrap();
+    let mut cart = record(3);
+    cart.workflow.name = "cart".to_owned();
+    cluster.put_deployment(&cart).await.unwrap();
+    assert!(
+        cluster
+            .lock_workflow("shop", "a", Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(cluster.stage_deployment(&record(2), "a").await.unwrap());
+
+    assert_eq!(
+        cluster.remove_deployment("shop", "t", "a").await.unwrap(),
+        Removal::Removed
+    );
+    assert!(!cluster.has_component("sha-1").await.unwrap(), "live");
+    assert!(!cluster.has_component("sha-2").await.unwrap(), "staged");
+    assert!(
+        cluster.has_component("sha-3").await.unwrap(),
+        "named by cart"
+    );
+    assert!(
+        cluster.has_component("both").await.unwrap(),
+        "stored by u too"
+    );
+}
+
 /// A component is stored once whatever tenants name it, and a tenant may name by
 /// digest alone only one it stored: another tenant's, named so, would run that
 /// tenant's code in its name. Its tenants go with it when it is collected, and the

@@ -44,7 +44,7 @@ metadata:
 rules:
   - apiGroups: ["faas.dev"]
     resources: ["workflows"]
-    verbs: ["get", "list", "create", "patch", "delete"]
+    verbs: ["get", "list", "watch", "create", "patch", "delete"]
   - apiGroups: [""]
     resources: ["namespaces"]
     verbs: ["create"]
@@ -405,6 +405,32 @@ impl KubeGateway {
             .flatten()
             .filter_map(|item| item["metadata"]["name"].as_str().map(str::to_owned))
             .collect()
+    }
+
+    /// `kubectl <verb> -f` of a Workflow `name` in `namespace` with `description`, one
+    /// function (a component no one stored) and `route`: one a tenant wrote itself.
+    fn kubectl_workflow(
+        &self,
+        verb: &str,
+        namespace: &str,
+        name: &str,
+        description: &str,
+        route: &str,
+    ) {
+        let sha = "1".repeat(64);
+        let yaml = self.dir.path().join(format!("{namespace}-{name}.yaml"));
+        std::fs::write(
+            &yaml,
+            format!(
+                "apiVersion: faas.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  \
+                 namespace: {namespace}\nspec:\n  description: {description}\n  functions:\n    \
+                 hello:\n      component:\n        sha256: \"{sha}\"\n  triggers:\n    http:\n      \
+                 - route: {route}\n        function: hello\n"
+            ),
+        )
+        .unwrap();
+        self.plane
+            .kubectl_ok([verb.as_ref(), "-f".as_ref(), yaml.as_os_str()]);
     }
 
     /// POSTs a deploy body straight to the admin API with `token`.
@@ -772,25 +798,11 @@ fn a_workflow_refused_in_another_namespace_claims_no_name_or_route() {
     let shop = unique("shop");
     let manifest = gateway.hello_manifest(&shop, &victim, &[]);
     gateway.faas_ok(&["deploy", manifest.to_str().unwrap()]);
-    let sha = "1".repeat(64);
     for (name, route) in [
         (shop.clone(), "/elsewhere".to_owned()),
         (unique("zzz"), format!("/{shop}")),
     ] {
-        let yaml = gateway.dir.path().join(format!("{name}-squat.yaml"));
-        std::fs::write(
-            &yaml,
-            format!(
-                "apiVersion: faas.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\n  \
-                 namespace: {squatter}\nspec:\n  description: {DEGRADE}\n  functions:\n    \
-                 hello:\n      component:\n        sha256: \"{sha}\"\n  triggers:\n    http:\n      \
-                 - route: {route}\n        function: hello\n"
-            ),
-        )
-        .unwrap();
-        gateway
-            .plane
-            .kubectl_ok(["apply".as_ref(), "-f".as_ref(), yaml.as_os_str()]);
+        gateway.kubectl_workflow("apply", &squatter, &name, DEGRADE, &route);
         // Refused by the (stand-in) operator.
         let deadline = Instant::now() + Duration::from_secs(30);
         while !gateway
@@ -811,6 +823,73 @@ fn a_workflow_refused_in_another_namespace_claims_no_name_or_route() {
     let output = gateway.faas_as(TOKEN, &["deploy", changed.to_str().unwrap()]);
     assert!(output.status.success(), "{}", stderr_of(&output));
     assert_eq!(generation(&gateway.workflow(&victim, &shop).unwrap()), 2);
+}
+
+#[test]
+fn a_tenants_many_large_workflows_are_not_read_again_for_every_deploy() {
+    // The gateway listed and validated every Workflow of the cluster for each deploy
+    // (to check its name and routes against them): a tenant holding many large
+    // Workflows made every tenant's deploys cost as much, and loaded the API server
+    // with each. It now follows them with a watch.
+    let gateway = KubeGateway::start();
+    let hoarder = gateway.create_tenant("hoarder");
+    let victim = gateway.create_tenant("victim");
+    let description = "x".repeat(512 << 10);
+    let hoard: Vec<String> = (0..6).map(|_| unique("hoard")).collect();
+    for name in &hoard {
+        // `create`: `apply` would keep a second copy in an annotation.
+        gateway.kubectl_workflow("create", &hoarder, name, &description, &format!("/{name}"));
+    }
+    let listed_before = cluster_wide_workflow_lists(gateway.plane);
+    let shop = unique("shop");
+    for version in 0..4 {
+        let manifest = gateway.hello_manifest(
+            &shop,
+            &victim,
+            &[("Says hello.", &format!("Says hello, version {version}."))],
+        );
+        gateway.faas_ok(&["deploy", manifest.to_str().unwrap()]);
+    }
+    let listed = cluster_wide_workflow_lists(gateway.plane) - listed_before;
+    // A watch the API server ended may be listed again; a list per deploy was 4.
+    assert!(
+        listed <= 1,
+        "{listed} lists of every Workflow for 4 deploys"
+    );
+    // What the hoarder's Workflows claim still counts.
+    let thief = unique("thief");
+    let manifest = gateway.hello_manifest(
+        &thief,
+        &victim,
+        &[(
+            &format!("route = \"/{thief}\""),
+            &format!("route = \"/{}\"", hoard[0]),
+        )],
+    );
+    let output = gateway.faas_as(TOKEN, &["deploy", manifest.to_str().unwrap()]);
+    assert!(!output.status.success(), "{}", stdout_of(&output));
+    assert!(
+        stderr_of(&output).contains("already served by another tenant"),
+        "{}",
+        stderr_of(&output)
+    );
+    assert_eq!(gateway.workflows(&victim), vec![shop]);
+}
+
+/// How many times the API server has listed Workflows across all namespaces, by its
+/// own count (`apiserver_request_total`).
+fn cluster_wide_workflow_lists(plane: &ControlPlane) -> u64 {
+    let metrics = plane.kubectl_ok(["get", "--raw", "/metrics"]);
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("apiserver_request_total{")
+                && line.contains("resource=\"workflows\"")
+                && line.contains("scope=\"cluster\"")
+                && line.contains("verb=\"LIST\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// The ResourceQuota the gateway keeps in `namespace`: its hard count of Workflows, if

@@ -812,11 +812,11 @@ fn a_url_answering_other_bytes_every_time_is_not_fetched_over_and_over() {
 
 /// What a Workflow's reconcile fetched and stored is deleted at once when the Workflow
 /// is refused after all (another of its components failed), and so is what the
-/// version it replaces named: left for the collection (ten minutes), a tenant
-/// refused or redeployed over and over filled the Redis every tenant shares with
-/// components no quota counts.
+/// version it replaces named, and what a deleted Workflow named: left for the
+/// collection (ten minutes), a tenant refused, redeployed or deleted over and over
+/// filled the Redis every tenant shares with components no quota counts.
 #[test]
-fn components_a_refused_or_replaced_version_fetched_are_deleted_at_once() {
+fn components_a_refused_replaced_or_deleted_version_fetched_are_deleted_at_once() {
     let cluster = Cluster::start(1, &LOOPBACK_OPENED);
     let shared = cluster.shared();
     let (bytes, _) = hello();
@@ -875,6 +875,15 @@ fn components_a_refused_or_replaced_version_fetched_are_deleted_at_once() {
         assert!(
             Instant::now() < deadline,
             "the replaced version's component is kept"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster.delete("pair");
+    let deadline = Instant::now() + PATIENCE;
+    while stored(&third.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the deleted Workflow's component is kept"
         );
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -8,6 +8,7 @@
 
 use super::scene::{Scene, assert_success};
 use crate::support::{TOKEN, Upload, client, metrics_at, sample_value};
+use reqwest::Method;
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -255,11 +256,12 @@ fn an_upload_that_lies_about_itself_is_refused_and_nothing_is_kept() {
 }
 
 #[test]
-fn services_mode_failed_and_replaced_deploys_leave_no_component_bytes_in_redis() {
+fn services_mode_failed_replaced_and_removed_deploys_leave_no_component_bytes_in_redis() {
     // A deploy stores its components in the Redis every tenant shares before workers
-    // load them; a failed one's, and a replaced version's, were kept for
-    // --component-ttl-s (10 minutes), counted by no quota: a tenant failing deploy
-    // after deploy of 256 MiB could fill Redis, and break every tenant's state.
+    // load them; a failed one's, a replaced version's and a removed workflow's were
+    // kept for --component-ttl-s (10 minutes), counted by no quota: a tenant failing
+    // (or deploying and removing) deploy after deploy of 256 MiB could fill Redis, and
+    // break every tenant's state.
     let services = crate::services::Services::start(&["w1"]);
     let redis_url = services.redis.url();
     let scene = Scene::set_up(services.url.clone(), services);
@@ -297,6 +299,10 @@ fn services_mode_failed_and_replaced_deploys_leave_no_component_bytes_in_redis()
         assert_eq!(stored().len(), 2, "{version}: {:?}", stored());
     }
     assert!(victims.iter().all(|key| stored().contains(key)));
+    // Removed, the last version's component goes too.
+    let removed = scene.api(Method::DELETE, "workflows/swap", &scene.mallory);
+    assert_eq!(removed.status(), 200, "{:?}", removed.text());
+    assert_eq!(stored(), victims);
     scene.assert_victim_served();
 }
 
