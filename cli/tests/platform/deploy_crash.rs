@@ -99,6 +99,13 @@ fn a_gateway_killed_mid_deploy_leaves_the_previous_revision_serving_and_unlocks_
     services.wait_for("the staged-only component collected", |_| {
         !redis.exists::<_, bool>(&staged_component).unwrap()
     });
+    let deleted = services
+        .scheduler
+        .metric("faas_scheduler_components_deleted_total");
+    assert!(
+        deleted.is_some_and(|deleted| deleted >= 1.0),
+        "the scheduler's collection did not count it: {deleted:?}"
+    );
     assert!(
         redis.exists::<_, bool>(&first_component).unwrap(),
         "revision 1's component is kept"
