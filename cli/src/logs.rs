@@ -140,14 +140,38 @@ fn text_line(line: &LogLine) -> String {
         _ => line.function.clone(),
     };
     let level = format!("{:?}", line.level).to_uppercase();
-    let from = match line.source {
-        LogSource::Platform => "[platform] ",
-        LogSource::Output | LogSource::Log => "",
+    let text = shown(&line.text);
+    let (from, text) = match line.source {
+        LogSource::Platform => ("[platform] ", text),
+        // A guest's line cannot pass for one of the platform's.
+        LogSource::Output | LogSource::Log if text.starts_with("[platform]") => {
+            ("", format!("\\{text}"))
+        }
+        LogSource::Output | LogSource::Log => ("", text),
     };
     format!(
-        "{hours:02}:{minutes:02}:{seconds:02}.{millis:03}Z {} {who} {level} {from}{}",
-        line.workflow, line.text
+        "{hours:02}:{minutes:02}:{seconds:02}.{millis:03}Z {} {who} {level} {from}{text}",
+        line.workflow
     )
+}
+
+/// `text` with what a terminal would act on rather than show escaped (`\u{1b}`): the
+/// control characters but tab (a line break would start a line that looks like
+/// another, escape sequences move the cursor, retitle the window or write the
+/// clipboard of whoever reads the logs, the operator included) and the
+/// bidirectional controls that reorder what follows them.
+fn shown(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        let acted_on = (c.is_control() && c != '\t')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if acted_on {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
 }
 
 #[cfg(test)]
@@ -178,6 +202,33 @@ mod tests {
         assert_eq!(
             text_line(&line),
             "01:02:03.004Z wc merge run=r1 WARN [platform] attempt 1 of 3 failed, retrying: x"
+        );
+    }
+
+    #[test]
+    fn a_guests_text_moves_no_cursor_and_passes_for_no_platform_line() {
+        let mut line = LogLine {
+            time_ms: 0,
+            tenant: "t".into(),
+            workflow: "wc".into(),
+            function: "split".into(),
+            step: None,
+            run: None,
+            level: LogLevel::Error,
+            source: LogSource::Output,
+            text: "ok\n00:00:00.000Z wc split ERROR [platform] forged\u{1b}]52;c;eA==\u{7}\r\u{202e}\tend"
+                .into(),
+        };
+        let shown = text_line(&line);
+        assert_eq!(
+            shown,
+            "00:00:00.000Z wc split ERROR ok\\u{a}00:00:00.000Z wc split ERROR [platform] \
+             forged\\u{1b}]52;c;eA==\\u{7}\\u{d}\\u{202e}\tend"
+        );
+        line.text = "[platform] attempt 1 of 3 failed".into();
+        assert_eq!(
+            text_line(&line),
+            "00:00:00.000Z wc split ERROR \\[platform] attempt 1 of 3 failed"
         );
     }
 

@@ -203,11 +203,20 @@ impl RemoteWorker {
             .path_and_query()
             .map_or("/", |path| path.as_str())
             .to_owned();
+        let authority = parts
+            .uri
+            .authority()
+            .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
+            .or_else(|| parts.headers.get(http::header::HOST).cloned());
         parts.uri = format!("{}{path}", self.base)
             .parse()
             .map_err(|err| EventFailure::unavailable(format!("forwarding {path}: {err}")))?;
         parts.version = http::Version::HTTP_2;
         let headers = &mut parts.headers;
+        match authority {
+            Some(authority) => headers.insert(wire::AUTHORITY, authority),
+            None => headers.remove(wire::AUTHORITY),
+        };
         headers.insert(wire::CALL, HeaderValue::from_static("http"));
         headers.insert(wire::FUNCTION, header_value(function)?);
         // Only the gateway speaks for a trigger message.

@@ -27,6 +27,10 @@ pub const REVISION: &str = "x-faas-revision";
 /// with that tenant's workflow of the name, never with another tenant's that took the
 /// name since the gateway last looked (it answers `unavailable`).
 pub const TENANT: &str = "x-faas-tenant";
+/// The authority a client asked an HTTP function for (its `:authority`, or `Host`):
+/// the request's URI names the worker once the gateway addresses it there, and a
+/// function is told the client's authority, never the worker's address.
+pub const AUTHORITY: &str = "x-faas-authority";
 /// The trigger message of a run, as JSON.
 pub const MESSAGE: &str = "x-faas-message";
 /// Marks a response that is a platform failure (its body an [`EventFailure`]), not

@@ -28,6 +28,31 @@ pub(crate) fn cut_guest_text(text: String) -> String {
     [&text[..end], &mark].concat()
 }
 
+/// `value`'s `Debug` text, cut to [`GUEST_TEXT_BYTES`] as [`cut_guest_text`] cuts a
+/// guest's text. Formatting stops there: a value a guest made (an error code holding a
+/// string of 100 MiB of control characters, which `Debug` escapes to six bytes each)
+/// never costs the host more than that to describe.
+pub(crate) fn guest_debug_text(value: &dyn std::fmt::Debug) -> String {
+    /// Keeps what fits, then ends the formatting with an error.
+    struct Bounded(String);
+    impl std::fmt::Write for Bounded {
+        fn write_str(&mut self, text: &str) -> std::fmt::Result {
+            let room = GUEST_TEXT_BYTES - self.0.len();
+            if text.len() <= room {
+                self.0.push_str(text);
+                return Ok(());
+            }
+            self.0.push_str(&text[..text.floor_char_boundary(room)]);
+            Err(std::fmt::Error)
+        }
+    }
+    let mut bounded = Bounded(String::new());
+    if std::fmt::write(&mut bounded, format_args!("{value:?}")).is_err() {
+        bounded.0.push_str("... (the rest cut)");
+    }
+    bounded.0
+}
+
 /// Where a guest failed: starting, or running.
 pub(crate) enum Failure {
     Instantiate(wasmtime::Error),
@@ -133,5 +158,16 @@ mod tests {
         );
         assert!(cut.ends_with(&format!("({} more bytes cut)", GUEST_TEXT_BYTES)));
         assert_eq!(cut_guest_text("short".into()), "short");
+    }
+
+    #[test]
+    fn a_values_debug_text_stops_at_the_bound_and_says_so() {
+        // Each control character is escaped to six bytes (`\u{1}`).
+        let hostile = Some("\u{1}".repeat(1 << 20));
+        let text = guest_debug_text(&hostile);
+        assert!(text.len() <= GUEST_TEXT_BYTES + 20, "{}", text.len());
+        assert!(text.starts_with("Some(\"\\u{1}"), "{text:.40}");
+        assert!(text.ends_with("... (the rest cut)"), "{text:.40}");
+        assert_eq!(guest_debug_text(&Some("short")), "Some(\"short\")");
     }
 }

@@ -1,7 +1,7 @@
 //! Serving one HTTP request with a fresh instance of an HTTP function.
 
 use crate::error::InvokeError;
-use crate::failure::{Failure, classify};
+use crate::failure::{Failure, classify, guest_debug_text};
 use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction, LoadedWorkflow};
 use crate::state::LineOwner;
@@ -161,7 +161,11 @@ impl Worker {
                         .boxed_unsync()
                     }))
                 }
-                Ok(Err(code)) => Err(bad_response(loaded, &format!("error code {code:?}"))),
+                // The code may hold a string of the guest's, as long as its memory.
+                Ok(Err(code)) => Err(bad_response(
+                    loaded,
+                    &format!("error code {}", guest_debug_text(&code)),
+                )),
                 // The guest dropped its response-outparam: it failed or returned early.
                 Err(_) => Err(match task.await {
                     Ok(Some(Ok(()))) => {

@@ -1050,6 +1050,10 @@ fn a_namespace_that_is_no_tenant_and_a_tenant_over_its_quotas_are_refused() {
         "the refused version was not deployed"
     );
 
+    // `two`, refused above, goes first: the operator would deploy it again once its
+    // quota allows, and take the room meant for `big`.
+    cluster.delete("two");
+    cluster.wait_for("`two` deleted", |cluster| cluster.workflow("two").is_none());
     // Room for a second workflow, but 1 MiB of components in all. Sixteen functions
     // of `hello` (some 72 KiB) count it once, as Redis stores it; with a 1 MiB
     // component of its own the workflow is past it.

@@ -2,7 +2,9 @@
 //! streams deliver at least once with acknowledgement, reclaim and dead-lettering,
 //! and the platform rides out a Redis restart.
 
-use crate::support::Platform;
+use crate::logs::wait_for_line;
+use crate::services::subscribers;
+use crate::support::{Platform, TOKEN, client, write_manifest};
 use faas_testing::RedisServer;
 use redis::Commands;
 use std::path::PathBuf;
@@ -130,6 +132,85 @@ fn a_pubsub_message_starts_a_run_with_its_payload() {
     let runs = platform.faas(&["runs", "pubsub", "--output", "json"]);
     let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
     assert_eq!(runs["runs"][0]["status"], "succeeded");
+}
+
+/// Messages waiting for one of their channel's runs when the gateway's lease on the
+/// channel ends are not run (another gateway may follow the channel by then, and a
+/// message runs at most once), but the tenant's logs say how many: every message
+/// published is run or counted, none goes unsaid.
+#[test]
+fn messages_still_waiting_when_the_channel_lease_ends_are_counted_in_the_logs() {
+    const PUBLISHED: usize = 400;
+    let redis = RedisServer::start();
+    // One instance slot, which a slow request holds: the channel's runs wait for it,
+    // and the messages past the runs a channel may have in flight wait for those.
+    let url = redis.url();
+    let platform = Platform::start_with(&["--no-demo", "--redis", &url, "--max-instances", "1"]);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.redis]]\nchannel = \"news\"\nstep = \"relay\"\n";
+    let relay = relay_manifest_for(dir.path(), TENANT, "pubsub", "timeout_ms = 60000", triggers);
+    platform.deploy(&relay);
+    let extra = "timeout_ms = 10000";
+    platform.deploy(&write_manifest(
+        dir.path(),
+        "hog",
+        "hog",
+        "misbehave",
+        "/misbehave/...",
+        extra,
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while subscribers(&redis, &ns("news")) == 0 {
+        assert!(Instant::now() < deadline, "nobody subscribed to `news`");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let slow = {
+        let url = platform.at("/misbehave/slow?ms=4000");
+        std::thread::spawn(move || client().get(url).send().unwrap().status().as_u16())
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut connection = connect(&redis);
+    for index in 0..PUBLISHED {
+        let receivers: i64 = connection
+            .publish(ns("news"), format!("m-{index}"))
+            .unwrap();
+        assert_eq!(receivers, 1);
+    }
+    // Another gateway takes the lease over: this one's next renewal, within a second,
+    // finds it taken. The runs it started go on.
+    std::thread::sleep(Duration::from_millis(200));
+    let lease = format!("faas:lease:channel:pubsub:{}", ns("news"));
+    let () = connection.set(&lease, "another-gateway").unwrap();
+
+    let lines = wait_for_line(&platform.url, TOKEN, &["pubsub"], "were dropped");
+    let line = lines
+        .iter()
+        .filter_map(|line| line["text"].as_str())
+        .find(|text| text.contains("were dropped"))
+        .unwrap();
+    assert!(
+        line.contains("messages on channel `news` were dropped") && line.contains("lease"),
+        "{line}"
+    );
+    let dropped: usize = line
+        .split(" messages on channel")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line}"));
+    assert_eq!(slow.join().unwrap(), 200);
+    let out = payloads(
+        &redis,
+        &ns("pubsub:out"),
+        PUBLISHED - dropped,
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        distinct_messages(&out).len() + dropped,
+        PUBLISHED,
+        "{dropped} said dropped, {} run",
+        out.len()
+    );
 }
 
 #[test]

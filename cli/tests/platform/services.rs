@@ -357,26 +357,44 @@ fn a_deploy_a_worker_cannot_load_is_refused_and_the_live_version_keeps_serving()
 /// Sends a request to a URL again and again, one at a time, from its own thread.
 struct Hammer {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// How many requests were answered (or failed) so far.
+    done: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     thread: std::thread::JoinHandle<Vec<u16>>,
 }
 
 impl Hammer {
     fn start(url: &str) -> Self {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let thread = {
-            let (url, stop) = (url.to_owned(), stop.clone());
+            let (url, stop, done) = (url.to_owned(), stop.clone(), done.clone());
             std::thread::spawn(move || {
                 let client = client();
                 let mut statuses = Vec::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let status = client.get(&url).send().map_or(0, |r| r.status().as_u16());
                     statuses.push(status);
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 statuses
             })
         };
-        Self { stop, thread }
+        Self { stop, done, thread }
+    }
+
+    /// Waits until `more` requests past those done so far are done, however slow the
+    /// machine is.
+    fn wait_for_more(&self, more: usize) {
+        let wanted = self.done.load(std::sync::atomic::Ordering::Relaxed) + more;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.done.load(std::sync::atomic::Ordering::Relaxed) < wanted {
+            assert!(
+                Instant::now() < deadline,
+                "{more} more requests took a minute"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Every response's status (0: none), in order.
@@ -742,11 +760,11 @@ fn a_worker_stopped_with_sigterm_hands_its_workflows_over_without_failing_a_requ
     deploy_at(&services.url, &repo("functions/hello/workflow.toml"));
     let first = services.holder_of("hello");
     let hammer = Hammer::start(&format!("{}/hello?name=drain", services.url));
-    std::thread::sleep(Duration::from_millis(300));
+    hammer.wait_for_more(20);
     let mut worker = services.workers.remove(&first).unwrap();
     let exit = worker.stop(libc::SIGTERM);
     assert!(exit.success(), "the worker exited with {exit}");
-    std::thread::sleep(Duration::from_millis(300));
+    hammer.wait_for_more(30);
     let statuses = hammer.stop();
     assert!(statuses.len() > 50, "{} requests", statuses.len());
     assert!(statuses.iter().all(|status| *status == 200), "{statuses:?}");

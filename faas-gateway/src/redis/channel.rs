@@ -25,7 +25,9 @@
 //! its run hold its bytes against its tenant's share of the body budget
 //! (`body_budget.rs`). A message that does not fit is dropped, and the tenant's logs
 //! say how many were (at most a line a second), so a tenant's guests publishing faster
-//! than its runs take their messages cannot fill the gateway's memory.
+//! than its runs take their messages cannot fill the gateway's memory. So are the
+//! messages still waiting for a run when the lease ends: running them then could run
+//! them twice.
 
 use super::RedisBroker;
 use super::lease::{Lease, RENEW_EVERY};
@@ -117,8 +119,9 @@ pub(super) async fn consume(
 }
 
 /// Subscribes and starts a run per message while the lease, held until `until`, is
-/// renewed; returns when it is lost (or the subscription ends). Messages dropped are
-/// counted in `dropped`, and reported every second.
+/// renewed; returns when it is lost (or the subscription ends). Messages dropped (for
+/// want of budget, or still waiting for a run when it returns) are counted in
+/// `dropped`, and reported every second.
 async fn serve(
     app: &Arc<App>,
     broker: &RedisBroker,
@@ -138,51 +141,58 @@ async fn serve(
     let mut messages = pubsub.on_message();
     let mut waiting: VecDeque<(Vec<u8>, Claim)> = VecDeque::new();
     let mut renew = tokio::time::interval_at(Instant::now() + RENEW_EVERY, RENEW_EVERY);
-    loop {
-        tokio::select! {
-            _ = renew.tick() => {
-                dropped.report(app, trigger);
-                match lease.take_or_renew().await? {
-                    Some(renewed) => until = renewed,
-                    None => {
-                        tracing::info!(channel = trigger.key, "another gateway took the lease over");
+    let served: redis::RedisResult<()> = async {
+        loop {
+            tokio::select! {
+                _ = renew.tick() => {
+                    dropped.report(app, trigger);
+                    match lease.take_or_renew().await? {
+                        Some(renewed) => until = renewed,
+                        None => {
+                            tracing::info!(channel = trigger.key, "another gateway took the lease over");
+                            return Ok(());
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(until) => {
+                    tracing::warn!(channel = trigger.key, "the lease ran out before it was renewed");
+                    return Ok(());
+                }
+                permit = in_flight.clone().acquire_owned(), if !waiting.is_empty() => {
+                    // Waiting for a permit may have outlasted the lease: then another
+                    // gateway may be running the channel's messages already.
+                    if Instant::now() >= until {
                         return Ok(());
                     }
+                    let (payload, claim) = waiting.pop_front().expect("a message waits");
+                    start_run(app, trigger, payload, claim, permit.expect("never closed"));
                 }
-            }
-            () = tokio::time::sleep_until(until) => {
-                tracing::warn!(channel = trigger.key, "the lease ran out before it was renewed");
-                return Ok(());
-            }
-            permit = in_flight.clone().acquire_owned(), if !waiting.is_empty() => {
-                // Waiting for a permit may have outlasted the lease: then another
-                // gateway may be running the channel's messages already.
-                if Instant::now() >= until {
-                    return Ok(());
-                }
-                let (payload, claim) = waiting.pop_front().expect("a message waits");
-                start_run(app, trigger, payload, claim, permit.expect("never closed"));
-            }
-            message = messages.next() => {
-                let Some(message) = message else {
-                    tracing::warn!(channel = trigger.key, "subscription ended");
-                    return Ok(());
-                };
-                let payload: Vec<u8> = message.get_payload()?;
-                let mut claim = app.messages.claim(Holder::Tenant(trigger.tenant.clone()));
-                if let Err(over) = claim.grow_to(payload.len() as u64 + MESSAGE_OVERHEAD) {
-                    dropped.note(over);
-                    continue;
-                }
-                match in_flight.clone().try_acquire_owned() {
-                    Ok(permit) if waiting.is_empty() && Instant::now() < until => {
-                        start_run(app, trigger, payload, claim, permit);
+                message = messages.next() => {
+                    let Some(message) = message else {
+                        tracing::warn!(channel = trigger.key, "subscription ended");
+                        return Ok(());
+                    };
+                    let payload: Vec<u8> = message.get_payload()?;
+                    let mut claim = app.messages.claim(Holder::Tenant(trigger.tenant.clone()));
+                    if let Err(over) = claim.grow_to(payload.len() as u64 + MESSAGE_OVERHEAD) {
+                        dropped.note(over);
+                        continue;
                     }
-                    _ => waiting.push_back((payload, claim)),
+                    match in_flight.clone().try_acquire_owned() {
+                        Ok(permit) if waiting.is_empty() && Instant::now() < until => {
+                            start_run(app, trigger, payload, claim, permit);
+                        }
+                        _ => waiting.push_back((payload, claim)),
+                    }
                 }
             }
         }
     }
+    .await;
+    // However it ended, the lease may be another gateway's by now, and that one may be
+    // running the channel's messages: those still waiting here are not run, but said.
+    dropped.lease_ended(waiting.len());
+    served
 }
 
 /// Starts the run of a message's `payload`, holding `permit` and the message's `claim`
@@ -222,12 +232,14 @@ fn start_run(
     });
 }
 
-/// The messages of a channel dropped for want of budget since the tenant's logs last
-/// said so, and why the last one was.
+/// The messages of a channel dropped since the tenant's logs last said so: for want
+/// of budget (and why the last one was), and because the lease ended while they waited
+/// for a run.
 #[derive(Default)]
 struct Dropped {
     count: u64,
     why: Option<OverBudget>,
+    lease_ended: u64,
 }
 
 impl Dropped {
@@ -236,8 +248,27 @@ impl Dropped {
         self.why = Some(over);
     }
 
+    /// Counts `count` messages that waited for a run when the lease ended.
+    fn lease_ended(&mut self, count: usize) {
+        self.lease_ended += count as u64;
+    }
+
     /// Tells the tenant, in its workflow's logs, how many were dropped and why.
     fn report(&mut self, app: &App, trigger: &Trigger) {
+        let owner = (trigger.tenant.as_str(), trigger.workflow.as_str());
+        let lease_ended = std::mem::take(&mut self.lease_ended);
+        if lease_ended > 0 {
+            let why = "this gateway's lease on the channel ended before their runs \
+                       started, and a message runs at most once (another gateway may follow \
+                       the channel now)";
+            tracing::warn!(
+                workflow = trigger.workflow,
+                channel = trigger.key,
+                count = lease_ended,
+                "pub/sub messages dropped: {why}"
+            );
+            log_dropped_messages(app, owner, &trigger.channel, lease_ended, why);
+        }
         let Some(why) = self.why.take() else {
             return;
         };
@@ -260,7 +291,6 @@ impl Dropped {
             count,
             "pub/sub messages dropped: {why}"
         );
-        let owner = (trigger.tenant.as_str(), trigger.workflow.as_str());
         log_dropped_messages(app, owner, &trigger.channel, count, &why);
     }
 }

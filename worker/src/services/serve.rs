@@ -178,6 +178,17 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
             ] {
                 parts.headers.remove(name);
             }
+            // The URI names this worker; the function sees what the client asked for,
+            // as in embedded mode.
+            parts.uri = parts
+                .uri
+                .path_and_query()
+                .cloned()
+                .map_or_else(|| http::Uri::from_static("/"), http::Uri::from);
+            match parts.headers.remove(wire::AUTHORITY) {
+                Some(authority) => parts.headers.insert(http::header::HOST, authority),
+                None => parts.headers.remove(http::header::HOST),
+            };
             let request = Request::from_parts(parts, Full::new(body));
             let mut response = node
                 .worker()

@@ -325,16 +325,17 @@ fn embedded_two_tenants_compiles_under_way_hold_up_no_other_tenants_deploy() {
 /// A workflow's compiles have `--compile-timeout-secs` in all, and their waits for a
 /// compile place do not count. Only the wait of the compile that waited was taken off
 /// its time: the later components had what that wait left. The victim's workflow of
-/// three components waits 13 s of its 16 while mallory's and eve's compiles hold both
+/// three components waits 40 s of its 45 while mallory's and eve's compiles hold both
 /// places (stopped, then killed); its next compile then ran out of time, and the deploy
-/// failed.
+/// failed. (The 5 s left are less than its three compiles take on a fast machine, the
+/// 45 s more than they take on a slow one.)
 #[test]
 fn a_workflow_whose_first_compile_waited_for_a_place_keeps_its_whole_time_for_the_rest() {
-    const HELD: Duration = Duration::from_secs(13);
-    let platform = Platform::start_with(&["--no-demo", "--compile-timeout-secs", "16"]);
+    const HELD: Duration = Duration::from_secs(40);
+    let platform = Platform::start_with(&["--no-demo", "--compile-timeout-secs", "45"]);
     let dir = faas_testing::temp_dir();
     let compiling = stop_two_tenants_compiles(&platform.url, dir.path(), platform.pid());
-    // About 2.5 s of compiling each on the test build.
+    // About 2.5 s of compiling each on the test build here, 8 s on a slow machine.
     let mut manifest = "name = \"trio\"\ntenant = \"victim\"\n\n".to_owned();
     for (index, seed) in (0..3).zip(fresh_seed()..) {
         let path = dir.path().join(format!("trio-{index}.wasm"));

@@ -388,6 +388,38 @@ fn a_batch_of_messages_that_all_point_at_the_same_bytes_counts_in_its_tenants_sh
     assert_bystander_served(&platform);
 }
 
+/// A guest may answer with an error code instead of a response, and the code may hold
+/// a string as long as the guest's memory. Its description (`Debug`, six bytes for
+/// each control character) was copied whole through the worker's failure, its log line
+/// and the error body: for each event, some twenty times the string in host memory,
+/// counted by no budget, and an error body of a hundred megabytes. Now the description
+/// stops at 4 KiB: the event fails with 500 `bad_response`, the platform does not grow
+/// by the strings, and the bystander is served.
+#[test]
+fn an_error_code_holding_a_huge_string_costs_the_host_a_few_kib_to_describe() {
+    let platform = beside_the_bystander("mallory", "linger", "/linger/...", "");
+    let peak_before = platform.memory("VmHWM");
+    let watch = Watch::start(&platform);
+    for (status, body) in get_at_once(&platform, "/linger/error?mib=16", 4) {
+        assert_eq!(status, 500, "{body:.300}");
+        assert!(
+            body.contains("bad_response") && body.contains("InternalError"),
+            "{body:.300}"
+        );
+        assert!(
+            body.len() < 16 << 10,
+            "an error body of {} bytes",
+            body.len()
+        );
+    }
+    watch.finish();
+    // The strings themselves: 16 MiB in each guest's memory and its copy lifted into
+    // the host, 128 MiB for the four.
+    let grew = platform.memory("VmHWM").saturating_sub(peak_before) >> 20;
+    assert!(grew < 400, "the platform's peak memory grew by {grew} MiB");
+    assert_bystander_served(&platform);
+}
+
 /// Wasmtime copies a host call's list arguments into host memory before any host
 /// function sees them, and lists in a list may all point at the same bytes: a guest
 /// allowed 512 MiB that holds 2 MiB made the host allocate 500 MiB per call (a batch of

@@ -83,6 +83,42 @@ fn a_response_head_as_large_as_a_guest_may_write_crosses_the_workers_connection(
     }
 }
 
+/// A function is told the authority its client asked for, over HTTP/1.1 (`Host`) and
+/// HTTP/2 (`:authority`), in services mode as in embedded mode. In services mode the
+/// gateway addresses the request to a worker, and the function was told that worker's
+/// address, which the platform keeps from tenants.
+#[test]
+fn a_function_sees_its_clients_authority_never_the_workers_address() {
+    let dir = faas_testing::temp_dir();
+    let services = Services::start(&["w1"]);
+    deploy_both(&services.url, dir.path());
+    let platform = Platform::start_with(&["--no-demo"]);
+    deploy_both(&platform.url, dir.path());
+    let h2 = reqwest::blocking::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    for url in [&services.url, &platform.url] {
+        let asked = |client: &reqwest::blocking::Client, host: Option<&str>| {
+            let mut request = client.get(format!("{url}/linger/authority"));
+            if let Some(host) = host {
+                request = request.header("host", host);
+            }
+            let response = request.send().unwrap();
+            assert_eq!(response.status(), 200, "{url}");
+            response.text().unwrap().trim().to_owned()
+        };
+        let http1 = crate::support::client();
+        assert_eq!(
+            asked(&http1, Some("shop.example:8080")),
+            "shop.example:8080"
+        );
+        let gateway = url.strip_prefix("http://").unwrap();
+        assert_eq!(asked(&http1, None), gateway, "over HTTP/1.1");
+        assert_eq!(asked(&h2, None), gateway, "over HTTP/2");
+    }
+}
+
 /// Opens an HTTP/2 connection from `source` to the gateway at `url` that grants no
 /// flow-control window to its streams: a client that never reads what it asked for.
 pub(super) async fn unreading_connection(

@@ -7,11 +7,15 @@
 //! - `/linger/answer?status=N&header-kib=K&body-kib=B`: answers at once, with status N
 //!   (200 by default), K headers of 1 KiB each (none by default) and a body of B KiB
 //!   of `b` (by default `answered`). It never reads the request's body.
+//! - `/linger/error?mib=N`: answers with an error code, not a response: an internal
+//!   error whose text is N MiB (1 by default) of a control character, which a `Debug`
+//!   rendering escapes to six bytes each.
+//! - `/linger/authority`: answers the authority the request names (`none` if none).
 //! - anything else: answers `still here` at once.
 
 use wasip2::exports::http::incoming_handler::Guest;
 use wasip2::http::types::{
-    Fields, IncomingRequest, OutgoingBody, OutgoingResponse, ResponseOutparam,
+    ErrorCode, Fields, IncomingRequest, OutgoingBody, OutgoingResponse, ResponseOutparam,
 };
 
 struct Linger;
@@ -21,6 +25,16 @@ impl Guest for Linger {
         let path = request.path_with_query().unwrap_or_default();
         if let Some(query) = path.strip_prefix("/linger/answer") {
             answer(query, out);
+            return;
+        }
+        if let Some(query) = path.strip_prefix("/linger/error") {
+            let text = "\u{1}".repeat(param(query, "mib").unwrap_or(1) << 20);
+            ResponseOutparam::set(out, Err(ErrorCode::InternalError(Some(text))));
+            return;
+        }
+        if path.starts_with("/linger/authority") {
+            let authority = request.authority().unwrap_or_else(|| "none".to_owned());
+            text(out, &format!("{authority}\n"));
             return;
         }
         let response = OutgoingResponse::new(Fields::new());
@@ -49,6 +63,19 @@ impl Guest for Linger {
         drop(stream);
         let _ = OutgoingBody::finish(body, None);
     }
+}
+
+/// Answers 200 with `body`.
+fn text(out: ResponseOutparam, body: &str) {
+    let response = OutgoingResponse::new(Fields::new());
+    let outgoing = response
+        .body()
+        .expect("a new response's body is taken once");
+    ResponseOutparam::set(out, Ok(response));
+    let stream = outgoing.write().expect("a new body's stream is taken once");
+    let _ = stream.blocking_write_and_flush(body.as_bytes());
+    drop(stream);
+    let _ = OutgoingBody::finish(outgoing, None);
 }
 
 /// The number `name=` gives in `query`, if any.
