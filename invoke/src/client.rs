@@ -213,10 +213,10 @@ impl RemoteWorker {
             .map_err(|err| EventFailure::unavailable(format!("forwarding {path}: {err}")))?;
         parts.version = http::Version::HTTP_2;
         let headers = &mut parts.headers;
-        match authority {
-            Some(authority) => headers.insert(wire::AUTHORITY, authority),
-            None => headers.remove(wire::AUTHORITY),
-        };
+        // Empty for a client that named none (HTTP/1.0 without `Host`): the worker's
+        // address is still not the function's to see.
+        let authority = authority.unwrap_or_else(|| HeaderValue::from_static(""));
+        headers.insert(wire::AUTHORITY, authority);
         headers.insert(wire::CALL, HeaderValue::from_static("http"));
         headers.insert(wire::FUNCTION, header_value(function)?);
         // Only the gateway speaks for a trigger message.

@@ -29,7 +29,9 @@ pub const REVISION: &str = "x-faas-revision";
 pub const TENANT: &str = "x-faas-tenant";
 /// The authority a client asked an HTTP function for (its `:authority`, or `Host`):
 /// the request's URI names the worker once the gateway addresses it there, and a
-/// function is told the client's authority, never the worker's address.
+/// function is told the client's authority, never the worker's address. Empty when
+/// the client named none; absent from a caller that is no gateway of this version, whose
+/// request the worker serves as it came.
 pub const AUTHORITY: &str = "x-faas-authority";
 /// The trigger message of a run, as JSON.
 pub const MESSAGE: &str = "x-faas-message";

@@ -179,16 +179,16 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
                 parts.headers.remove(name);
             }
             // The URI names this worker; the function sees what the client asked for,
-            // as in embedded mode.
-            parts.uri = parts
-                .uri
-                .path_and_query()
-                .cloned()
-                .map_or_else(|| http::Uri::from_static("/"), http::Uri::from);
-            match parts.headers.remove(wire::AUTHORITY) {
-                Some(authority) => parts.headers.insert(http::header::HOST, authority),
-                None => parts.headers.remove(http::header::HOST),
-            };
+            // as in embedded mode. A caller that says nothing of it (a gateway of an
+            // earlier version, during an upgrade) keeps its request as it sent it.
+            if let Some(authority) = parts.headers.remove(wire::AUTHORITY) {
+                parts.uri = parts
+                    .uri
+                    .path_and_query()
+                    .cloned()
+                    .map_or_else(|| http::Uri::from_static("/"), http::Uri::from);
+                parts.headers.insert(http::header::HOST, authority);
+            }
             let request = Request::from_parts(parts, Full::new(body));
             let mut response = node
                 .worker()
