@@ -6,7 +6,7 @@ use crate::activator::{Activator, Look, Refusal};
 use crate::body_budget::{Claim, Holder, OverBudget};
 use crate::registry::Deployment;
 use crate::replica::copy_request;
-use crate::response::{self, Body};
+use crate::response::{self, Body, watched};
 use crate::server::App;
 use bytes::Bytes;
 use faas_invoke::{
@@ -278,6 +278,10 @@ fn entry_target(deployment: &Deployment) -> TriggerTarget {
     )
 }
 
+/// The cause (`faas_function_failures_total`) of a function whose response body ended
+/// with an error after a head that went out as a success.
+const BODY_CUT: &str = "body_cut";
+
 /// How one attempt to hand an event to a deployment's replicas ended.
 enum Outcome {
     /// A replica took it: its response (or the function's or run's failure).
@@ -319,7 +323,14 @@ async fn attempt(
     match target {
         TriggerTarget::Function(function) => {
             match deployment.call_function(function, request).await {
-                Ok(response) => Outcome::Served(response),
+                Ok(response) => {
+                    // Its head went out as a success: only its body can tell otherwise.
+                    let metrics = app.metrics.of(deployment);
+                    let function = function.clone();
+                    Outcome::Served(response.map(|body| {
+                        watched(body, move || metrics.observe_failure(&function, BODY_CUT))
+                    }))
+                }
                 Err(failure) if failure.is_unavailable() => {
                     Outcome::Unreached(Unreached::Function(function.clone(), failure))
                 }

@@ -381,7 +381,8 @@ impl WorkflowSeries for WorkflowMetrics {
         ),
         metric(
             "function_failures",
-            "Invocations a function failed, by cause (trap, timeout, memory_limit, ...)",
+            "Invocations a function failed, by cause (trap, timeout, memory_limit, ...; \
+             body_cut: its response body ended with an error after its head)",
             MetricType::Counter,
         ),
         metric("runs", "Workflow runs by outcome", MetricType::Counter),

@@ -146,3 +146,46 @@ pub(crate) fn text(status: StatusCode, body: &'static str) -> Response<Body> {
         .body(full(body))
         .expect("static response parts are valid")
 }
+
+/// A function's streamed `body` that calls `on_error` once if it ends with an error:
+/// its instance went before finishing it (its deadline, a trap after the head), or
+/// its worker did, after a head that went out as a success.
+pub(crate) fn watched(body: Body, on_error: impl FnOnce() + Send + Unpin + 'static) -> Body {
+    Watched {
+        body,
+        on_error: Some(on_error),
+    }
+    .boxed_unsync()
+}
+
+/// The body [`watched`] makes.
+struct Watched<F> {
+    body: Body,
+    on_error: Option<F>,
+}
+
+impl<F: FnOnce() + Unpin> hyper::body::Body for Watched<F> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Err(_))) = &polled
+            && let Some(on_error) = self.on_error.take()
+        {
+            on_error();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}

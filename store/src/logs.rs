@@ -49,8 +49,22 @@ pub const MAX_READ_LINES: usize = 10_000;
 /// lines are (up to 4 KiB, so 10,000 of them would be 40 MB).
 pub const MAX_READ_BYTES: usize = 2 << 20;
 
-/// How many entries one page of a read asks Redis for.
+/// Most entries one page of a read asks Redis for.
 const READ_PAGE: usize = 500;
+
+/// Most bytes one stored line takes: its JSON, where a text of control characters
+/// escapes to six bytes each, with its names and times.
+const MAX_ENTRY_BYTES: usize = 6 * faas_invoke::logs::MAX_LOG_LINE_BYTES + 1024;
+
+/// How many entries the next page of a read asks Redis for, once it read `lines`
+/// lines of `bytes` in all: no more than would fit in twice [`MAX_READ_BYTES`] were
+/// each as large as a line can be, so that the gateway never holds a page of
+/// [`READ_PAGE`] of the largest lines (12 MiB) only to cut it to [`MAX_READ_BYTES`].
+fn page_len(lines: usize, bytes: usize) -> usize {
+    let room = (2 * MAX_READ_BYTES).saturating_sub(bytes) / MAX_ENTRY_BYTES;
+    room.clamp(1, READ_PAGE)
+        .min(MAX_READ_LINES.saturating_sub(lines))
+}
 
 /// The Redis key of `tenant`'s `workflow`'s log stream. Tenant names are DNS labels
 /// (no `:`), so no two tenants' keys meet.
@@ -297,20 +311,22 @@ impl RedisLogReader {
         let mut bytes = 0;
         let mut before = "+".to_owned();
         'pages: while entries.len() < MAX_READ_LINES {
+            let asked = page_len(entries.len(), bytes);
             let page: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
                 .arg(&key)
                 .arg(&before)
                 .arg("-")
                 .arg("COUNT")
-                .arg(READ_PAGE.min(MAX_READ_LINES - entries.len()))
+                .arg(asked)
                 .query_async(&mut connection)
                 .await?;
-            let full = page.len() == READ_PAGE;
+            let full = page.len() == asked;
             for entry in page {
-                bytes += entry_bytes(&entry.1);
-                if bytes > MAX_READ_BYTES {
+                let size = entry_bytes(&entry.1);
+                if bytes + size > MAX_READ_BYTES {
                     break 'pages;
                 }
+                bytes += size;
                 entries.push(entry);
             }
             match entries.last() {

@@ -290,3 +290,52 @@ async fn a_tenants_own_log_quota_holds_in_place_of_the_default() {
     let plain = held(&server, "plain").await;
     assert!(plain <= DEFAULT, "plain's logs hold {plain} bytes");
 }
+
+/// Bytes the redis-server at `server` has sent its clients so far.
+async fn sent_by(server: &RedisServer) -> usize {
+    let mut connection = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_net_output_bytes:"))
+        .expect("INFO stats gives total_net_output_bytes")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_read_of_the_largest_lines_takes_little_more_from_redis_than_it_answers() {
+    let (server, writer, reader) = within_bytes(0).await;
+    // 4 KiB of control characters: about 24 KiB each as stored JSON, so 1,000 of them
+    // (24 MiB) hold ten times what one read answers.
+    let hostile = "\u{1}".repeat(4 << 10);
+    for index in 0..1_000 {
+        writer.push(line("w", &hostile));
+        if index % 100 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    write_last(&writer, &reader, "t", "w").await;
+
+    let before = sent_by(&server).await;
+    let batch = reader.recent("t", "w").await.unwrap();
+    let sent = sent_by(&server).await - before;
+    let answered = batch.bytes;
+    assert!(answered <= faas_store::logs::MAX_READ_BYTES, "{answered}");
+    assert!(batch.lines.len() > 50, "{} lines", batch.lines.len());
+    assert_eq!(batch.lines.last().unwrap().text, "last");
+    // A page of 500 such lines would be 12 MiB, read whole to be cut to 2 MiB; pages
+    // are bounded by twice the answer's bound (and Redis adds its framing).
+    assert!(
+        sent < 5 * faas_store::logs::MAX_READ_BYTES / 2,
+        "Redis sent {sent} bytes for an answer of {answered}"
+    );
+}

@@ -5,8 +5,9 @@
 //! event in flight on it; headers past HTTP/2's default 16 KiB list reset the stream,
 //! though a guest may write 64 KiB of them, as embedded mode serves.
 
+use crate::logs::wait_for_line;
 use crate::services::Services;
-use crate::support::{Platform, deploy_at, write_manifest};
+use crate::support::{Platform, TOKEN, deploy_at, metrics_at, sample_value, write_manifest};
 use std::time::Duration;
 
 /// Deploys the attacker (`linger`, tenant `mallory`) and the bystander (`misbehave`,
@@ -87,6 +88,79 @@ fn a_response_head_as_large_as_a_guest_may_write_crosses_the_workers_connection(
 /// HTTP/2 (`:authority`), in services mode as in embedded mode. In services mode the
 /// gateway addresses the request to a worker, and the function was told that worker's
 /// address, which the platform keeps from tenants.
+#[test]
+fn a_guest_that_traps_after_its_head_cuts_its_own_body_and_no_one_elses() {
+    let dir = faas_testing::temp_dir();
+    let services = Services::start(&["w1"]);
+    deploy_both(&services.url, dir.path());
+    let platform = Platform::start_with(&["--no-demo"]);
+    deploy_both(&platform.url, dir.path());
+    for url in [&platform.url, &services.url] {
+        // In flight on the gateway's connection to w1 (services mode) meanwhile.
+        let slow_url = format!("{url}/misbehave/slow?ms=2000");
+        let slow = std::thread::spawn(move || {
+            let response = crate::support::client()
+                .get(slow_url)
+                .timeout(Duration::from_secs(30))
+                .send()
+                .unwrap();
+            (response.status(), response.text().unwrap_or_default())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+
+        // The head and a first chunk went out before the trap: the body must not look
+        // complete (Wasmtime ends the body of a dropped instance as if it were).
+        let mut response = crate::support::client()
+            .get(format!("{url}/linger/trap"))
+            .send()
+            .unwrap();
+        let mut body = Vec::new();
+        let read = std::io::Read::read_to_end(&mut response, &mut body);
+        assert_eq!(
+            response.status(),
+            200,
+            "{url}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert!(read.is_err(), "{url}: a trapped body looked complete");
+        assert_eq!(body, b"first chunk\n", "{url}");
+
+        // Its response went out as a success: the logs say why it failed, once, and
+        // the failure is counted.
+        let trapped = "function `main` trapped";
+        let lines = wait_for_line(url, TOKEN, &["answers"], trapped);
+        let failures: Vec<_> = lines
+            .iter()
+            .filter(|line| line["text"].as_str().unwrap().contains(trapped))
+            .collect();
+        assert_eq!(failures.len(), 1, "{url}: {lines:?}");
+        assert_eq!(
+            (&failures[0]["source"], &failures[0]["level"]),
+            (&"platform".into(), &"error".into()),
+            "{url}"
+        );
+        let cut = r#"faas_function_failures_total{tenant="mallory",workflow="answers",function="main",cause="body_cut"}"#;
+        assert_eq!(sample_value(&metrics_at(url), cut), 1.0, "{url}");
+
+        let (status, text) = slow.join().unwrap();
+        assert_eq!(
+            status, 200,
+            "{url}: the bystander's request in flight: {text}"
+        );
+        assert!(text.contains("slept 2000 ms"), "{text}");
+        // The next event of the attacker is served by a fresh instance.
+        assert_eq!(
+            crate::support::client()
+                .get(format!("{url}/linger/answer"))
+                .send()
+                .unwrap()
+                .text()
+                .unwrap(),
+            "answered\n"
+        );
+    }
+}
+
 #[test]
 fn a_function_sees_its_clients_authority_never_the_workers_address() {
     let dir = faas_testing::temp_dir();

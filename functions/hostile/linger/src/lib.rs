@@ -4,6 +4,8 @@
 //! - `/linger/sleep?ms=N`: sends the head and a first chunk, then sleeps N ms in the
 //!   host (a `wasi:io` poll, where no epoch tick can interrupt it), then finishes.
 //! - `/linger/spin`: sends the head and a first chunk, then spins forever.
+//! - `/linger/trap`: sends the head and a first chunk, then traps (the body is never
+//!   finished).
 //! - `/linger/answer?status=N&header-kib=K&body-kib=B`: answers at once, with status N
 //!   (200 by default), K headers of 1 KiB each (none by default) and a body of B KiB
 //!   of `b` (by default `answered`). It never reads the request's body.
@@ -52,6 +54,8 @@ impl Guest for Linger {
                 .and_then(|ms| ms.parse().ok())
                 .unwrap_or(60_000);
             wasip2::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+        } else if path.starts_with("/linger/trap") {
+            std::process::abort();
         } else if path.starts_with("/linger/spin") {
             let mut n: u64 = 0;
             loop {
