@@ -12,6 +12,14 @@ use std::time::{Duration, Instant};
 /// before it is cut off (a client that ignores GOAWAY, or never spoke HTTP).
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// How long a response body's error waits before [`Tracked`] hands it to the server
+/// (of a body made by [`Busy::track`]): an error in the same write as the response
+/// head takes the head with it (HTTP/1.1 drops the connection before writing it,
+/// HTTP/2 clears a reset stream's queued frames), so what was sent before it is
+/// flushed to the client first. Only failing bodies wait, so it can be generous
+/// with a connection task that two busy cores let run late.
+pub const ERROR_FLUSH_GRACE: Duration = Duration::from_millis(50);
+
 /// How long [`drive`] lets a connection wait on its client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
@@ -110,12 +118,13 @@ pub struct Busy {
 impl Busy {
     /// `body`, keeping the request in flight until it is sent to its end or dropped,
     /// and telling [`drive`] when its client stops taking it.
-    pub fn track<B>(self, body: B) -> Tracked<B> {
+    /// An error of the body reaches the server [`ERROR_FLUSH_GRACE`] after it came.
+    pub fn track<B: http_body::Body>(self, body: B) -> Tracked<B> {
         self.track_with(body, ())
     }
 
     /// [`Busy::track`], holding `guard` too until the body is sent or dropped.
-    pub fn track_with<B, G>(self, body: B, guard: G) -> Tracked<B, (Busy, G)> {
+    pub fn track_with<B: http_body::Body, G>(self, body: B, guard: G) -> Tracked<B, (Busy, G)> {
         // The head is handed over with it: until the server asks for the body, it
         // waits for the client as it would for the rest of it.
         if let Some(handed) = &self.handed {
@@ -125,6 +134,8 @@ impl Busy {
         Tracked {
             inner: body,
             handed,
+            flush_first: true,
+            failing: None,
             _guard: (self, guard),
         }
     }
@@ -141,24 +152,44 @@ impl Drop for Busy {
 /// A response body that holds `guard` (a [`Busy`], or that and more) until it is
 /// dropped; made by [`Busy::track`], it also tells [`drive`] while the server holds a
 /// frame of it that the client does not take.
-pub struct Tracked<B, G = (Busy, ())> {
+pub struct Tracked<B: http_body::Body, G = (Busy, ())> {
     inner: B,
     handed: Option<Arc<Handed>>,
+    /// Whether an error waits out [`ERROR_FLUSH_GRACE`]: a body [`Busy`] hands to a
+    /// server does.
+    flush_first: bool,
+    /// The body's error while it waits, taken when handed on.
+    failing: Option<HeldError<B::Error>>,
     _guard: G,
 }
 
-impl<B, G> Tracked<B, G> {
+/// A body's error and the grace it waits out, taken when handed on.
+type HeldError<E> = (Pin<Box<tokio::time::Sleep>>, Option<E>);
+
+/// What polling a body `B` gives.
+type Polled<B> = Poll<
+    Option<Result<http_body::Frame<<B as http_body::Body>::Data>, <B as http_body::Body>::Error>>,
+>;
+
+impl<B: http_body::Body, G> Tracked<B, G> {
     /// `body`, holding `guard` until it is sent to its end or dropped.
     pub fn new(body: B, guard: G) -> Self {
         Self {
             inner: body,
             handed: None,
+            flush_first: false,
+            failing: None,
             _guard: guard,
         }
     }
 }
 
-impl<B: http_body::Body + Unpin, G: Unpin> http_body::Body for Tracked<B, G> {
+impl<B, G> http_body::Body for Tracked<B, G>
+where
+    B: http_body::Body + Unpin,
+    B::Error: Unpin,
+    G: Unpin,
+{
     type Data = B::Data;
     type Error = B::Error;
 
@@ -167,27 +198,49 @@ impl<B: http_body::Body + Unpin, G: Unpin> http_body::Body for Tracked<B, G> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        let Some(handed) = &this.handed else {
-            return Pin::new(&mut this.inner).poll_frame(cx);
+        if let Some((grace, error)) = &mut this.failing {
+            std::task::ready!(grace.as_mut().poll(cx));
+            // Once: a body polled again after its error ends.
+            return Poll::Ready(error.take().map(Err));
+        }
+        match this.poll_inner(cx) {
+            Poll::Ready(Some(Err(error))) if this.flush_first => {
+                let grace = Box::pin(tokio::time::sleep(ERROR_FLUSH_GRACE));
+                this.failing = Some((grace, Some(error)));
+                self.poll_frame(cx)
+            }
+            polled => polled,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.failing {
+            Some((_, error)) => error.is_none(),
+            None => self.inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B: http_body::Body + Unpin, G> Tracked<B, G> {
+    /// The inner body's next frame, noting for [`drive`] what the server holds.
+    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Polled<B> {
+        let Some(handed) = &self.handed else {
+            return Pin::new(&mut self.inner).poll_frame(cx);
         };
         // The server came back for more: it sent what it held. A server only asks
         // for the next frame once the client has taken enough of the last one.
         handed.set(None);
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
         // The last frame too: an HTTP/2 server asks for a frame before it has window
         // to send it, and holds the body (and its request's places) until it has.
         if let Poll::Ready(Some(Ok(_))) = &polled {
             handed.set(Some(Instant::now()));
         }
         polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
     }
 }
 

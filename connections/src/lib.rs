@@ -21,5 +21,5 @@ mod idle;
 mod requests;
 
 pub use admission::{Admission, ConnectionLimits, IPV6_CLIENT_SUBNET, Refused, Slot, client_of};
-pub use idle::{Activity, Busy, GracefulConnection, Timeouts, Tracked, drive};
+pub use idle::{Activity, Busy, ERROR_FLUSH_GRACE, GracefulConnection, Timeouts, Tracked, drive};
 pub use requests::{ClientRequests, InFlight, RequestLimits, TooManyRequests};

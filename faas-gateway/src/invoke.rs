@@ -316,7 +316,7 @@ impl Outcome {
 async fn attempt(
     app: &App,
     client: IpAddr,
-    deployment: &Deployment,
+    deployment: &Arc<Deployment>,
     target: &TriggerTarget,
     request: Request<Bytes>,
 ) -> Outcome {
@@ -325,10 +325,13 @@ async fn attempt(
             match deployment.call_function(function, request).await {
                 Ok(response) => {
                     // Its head went out as a success: only its body can tell otherwise.
-                    let metrics = app.metrics.of(deployment);
+                    // Its series are looked up only then, off the path of every event.
+                    let (metrics, deployment) = (app.metrics.clone(), deployment.clone());
                     let function = function.clone();
                     Outcome::Served(response.map(|body| {
-                        watched(body, move || metrics.observe_failure(&function, BODY_CUT))
+                        watched(body, move || {
+                            metrics.of(&deployment).observe_failure(&function, BODY_CUT);
+                        })
                     }))
                 }
                 Err(failure) if failure.is_unavailable() => {

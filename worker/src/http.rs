@@ -11,16 +11,15 @@ use faas_invoke::{BodyError, FailureKind, HttpResponse, LogLevel, LogSink, LogSo
 use http_body::Body;
 use http_body::Frame;
 use http_body_util::BodyExt;
-use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
-use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::p2::body::{HostOutgoingBody, HyperOutgoingBody};
 
 impl Worker {
     /// Runs `function` of `workflow` on `request` in a fresh instance.
@@ -100,6 +99,7 @@ impl Worker {
         let cut_line = self.logs().map(line);
         let failure_line = self.logs().map(line);
         let timeout = loaded.limits.timeout;
+        let deadline_function = loaded.name.clone();
         let loaded_function = loaded.clone();
         let guest_output = output.clone();
         let guest = async move {
@@ -113,11 +113,29 @@ impl Worker {
             };
             // Told before the store (and with it the body's sender) goes, so that a
             // body already under way sees the failure when it sees its end.
-            ran.map_err(|failure| {
-                let err = classify(&loaded_function, failure, &guest_output);
-                on_failure.guest_failed(err.to_string(), failure_line);
-                err
-            })
+            let unfinished = unfinished_body(&mut store);
+            let name = &loaded_function.name;
+            match ran {
+                Err(failure) => {
+                    let err = classify(&loaded_function, failure, &guest_output);
+                    let why = Why {
+                        line: err.to_string(),
+                        body: body_failed_message(name),
+                    };
+                    on_failure.fail(why, unfinished, failure_line);
+                    Err(err)
+                }
+                Ok(()) if unfinished => {
+                    let text = body_left_message(name);
+                    let why = Why {
+                        line: text.clone(),
+                        body: text,
+                    };
+                    on_failure.fail(why, true, failure_line);
+                    Ok(())
+                }
+                Ok(()) => Ok(()),
+            }
         };
         let first_poll = FirstPoll::Here;
         let task = self.spawn_guest(
@@ -127,16 +145,15 @@ impl Worker {
             guest,
             move || {
                 // Flagged before the store (and with it the body's sender) goes, so the
-                // body sees the flag when it sees its end.
-                at_deadline.cut.store(true, Ordering::Release);
-                // Before the head, the event fails as a whole (and that is logged);
-                // after it, the tenant's client sees a cut body, and its logs say why.
-                if at_deadline.head_sent()
-                    && let Some(line) = cut_line
-                {
-                    let text = body_cut_message(&line.function, timeout);
-                    line.push(text);
-                }
+                // body sees the flag when it sees its end. Before the head, the event
+                // fails as a whole (and that is logged); after it, the tenant's client
+                // sees a cut body, and its logs say why.
+                let text = body_cut_message(&deadline_function, timeout);
+                let why = Why {
+                    line: text.clone(),
+                    body: text,
+                };
+                at_deadline.fail(why, true, cut_line);
             },
             // No region is mapped into an HTTP function: its inputs are a request.
             |_| false,
@@ -161,7 +178,7 @@ impl Worker {
                     if let Some(failed) = streaming.send_head() {
                         self.log_failure(owner(workflow, function), LogLevel::Error, failed);
                     }
-                    Ok(response.map(|body| CutShort::new(body, streaming, loaded).boxed_unsync()))
+                    Ok(response.map(|body| CutShort { body, streaming }.boxed_unsync()))
                 }
                 // The code may hold a string of the guest's, as long as its memory.
                 Ok(Err(code)) => Err(bad_response(
@@ -199,50 +216,83 @@ impl Worker {
 /// What an event's deadline, its guest and its response body share.
 #[derive(Default)]
 struct Streaming {
-    /// [`HEAD_SENT`] and [`FAILED`], as they happen: of the head's hand-off and the
-    /// guest's failure, whichever comes second logs the failure (with no head, the
-    /// event's error is the result, and [`Worker::handle_http`] logs it).
+    /// [`HEAD_SENT`], [`FAILED`] and [`CUT`], as they happen: of the head's hand-off
+    /// and the event's failure, whichever comes second logs the failure (with no head,
+    /// the event's error is the result, and [`Worker::handle_http`] logs it).
     state: AtomicU8,
-    /// Why the guest failed, set before [`FAILED`].
-    failure: OnceLock<String>,
-    /// The deadline dropped the instance.
-    cut: AtomicBool,
+    /// Why the event failed, set before [`FAILED`]: its first failure only.
+    why: OnceLock<Why>,
+}
+
+/// Why an event failed after it started streaming its response.
+struct Why {
+    /// What its tenant's logs say.
+    line: String,
+    /// What its client reads as its body's error, if it cut the body.
+    body: String,
 }
 
 /// [`Streaming::state`]: the guest set the response head, so the event's result is
 /// its body.
 const HEAD_SENT: u8 = 1;
-/// [`Streaming::state`]: the guest failed (trapped, ran out of fuel or memory).
+/// [`Streaming::state`]: the guest failed (trapped, ran out of fuel or memory), or the
+/// deadline dropped its instance.
 const FAILED: u8 = 2;
+/// [`Streaming::state`]: the instance went with the response body unfinished, which
+/// must end with an error, not the clean end Wasmtime gives it; cleared once told.
+const CUT: u8 = 4;
 
 impl Streaming {
-    fn head_sent(&self) -> bool {
-        self.state.load(Ordering::Acquire) & HEAD_SENT != 0
-    }
-
-    /// Marks the head handed on; returns why the guest failed if it already had, for
+    /// Marks the head handed on; returns why the event failed if it already had, for
     /// the caller to log.
     fn send_head(&self) -> Option<String> {
         let before = self.state.fetch_or(HEAD_SENT, Ordering::AcqRel);
         (before & FAILED != 0)
-            .then(|| self.failure.get().cloned())
+            .then(|| self.why.get().map(|why| why.line.clone()))
             .flatten()
     }
 
-    /// Marks the guest failed, and logs `why` on `line` if the head was already out.
-    fn guest_failed(&self, why: String, line: Option<EventLine>) {
-        let why = self.failure.get_or_init(|| why);
-        let before = self.state.fetch_or(FAILED, Ordering::AcqRel);
+    /// Marks the event failed for `why`, its body `cut` short or not, and logs the
+    /// failure on `line` if the head was already out. Only the first failure counts:
+    /// a guest stopped at its deadline fails once.
+    fn fail(&self, why: Why, cut: bool, line: Option<EventLine>) {
+        if self.why.set(why).is_err() {
+            return;
+        }
+        let flags = if cut { FAILED | CUT } else { FAILED };
+        let before = self.state.fetch_or(flags, Ordering::AcqRel);
         if before & HEAD_SENT != 0
             && let Some(line) = line
+            && let Some(why) = self.why.get()
         {
-            line.push(why.clone());
+            line.push(why.line.clone());
         }
     }
 
-    fn failed(&self) -> bool {
-        self.state.load(Ordering::Acquire) & FAILED != 0
+    /// What the body's client reads as its error, if its instance cut it short; once:
+    /// a body polled again after its error ends.
+    fn take_cut(&self) -> Option<String> {
+        let before = self.state.fetch_and(!CUT, Ordering::AcqRel);
+        (before & CUT != 0)
+            .then(|| self.why.get().map(|why| why.body.clone()))
+            .flatten()
     }
+
+    fn cut(&self) -> bool {
+        self.state.load(Ordering::Acquire) & CUT != 0
+    }
+}
+
+/// Whether the guest in `store` left an outgoing body unfinished (its response's, or
+/// an outbound request's): `finish` takes a body out of the resource table, and
+/// Wasmtime ends a body whose instance goes as if it were complete.
+fn unfinished_body(store: &mut wasmtime::Store<crate::state::InstanceState>) -> bool {
+    store
+        .data_mut()
+        .http()
+        .table
+        .iter_mut()
+        .any(|entry| entry.is::<HostOutgoingBody>())
 }
 
 /// Why a response body ended early, as its client and its tenant's logs say it.
@@ -257,6 +307,15 @@ fn body_cut_message(function: &str, timeout: Duration) -> String {
 /// body's error; the tenant's logs say why it failed.
 fn body_failed_message(function: &str) -> String {
     format!("function `{function}` failed after its response head (see `faas logs`)")
+}
+
+/// Why a body ended early whose guest returned without finishing it (or another
+/// outgoing body), as its client and its tenant's logs say it.
+fn body_left_message(function: &str) -> String {
+    format!(
+        "function `{function}` returned without finishing its response body (or an outbound \
+         request's)"
+    )
 }
 
 /// Where a line about an event goes once its response is out (`faas logs`): nothing
@@ -281,36 +340,16 @@ impl EventLine {
     }
 }
 
-/// How long a cut body waits, after its end, before it ends with its error: an error
-/// in the same write as the response head would take the head with it (HTTP/1.1 drops
-/// the connection before writing it, HTTP/2 clears a reset stream's queued frames), so
-/// what the guest sent before failing is flushed to the client first.
-const FLUSH_GRACE: Duration = Duration::from_millis(10);
-
 pin_project_lite::pin_project! {
     /// A guest's response body that ends with an error, not a clean end, when its
-    /// instance went before finishing it (the deadline cut it, or the guest failed):
-    /// Wasmtime ends a body whose instance was dropped as if it were complete.
+    /// instance went before finishing it (the deadline cut it, or the guest failed or
+    /// returned first): Wasmtime ends a body whose instance was dropped as if it were
+    /// complete. The server holds the error back a moment, so that what came before
+    /// it reaches the client (`faas_connections::ERROR_FLUSH_GRACE`).
     struct CutShort {
         #[pin]
         body: HyperOutgoingBody,
         streaming: Arc<Streaming>,
-        function: Arc<str>,
-        timeout: Duration,
-        // The error it ends with once the grace is over ([`FLUSH_GRACE`]).
-        ending: Option<(Pin<Box<tokio::time::Sleep>>, String)>,
-    }
-}
-
-impl CutShort {
-    fn new(body: HyperOutgoingBody, streaming: Arc<Streaming>, function: &LoadedFunction) -> Self {
-        Self {
-            body,
-            streaming,
-            function: function.name.clone(),
-            timeout: function.limits.timeout,
-            ending: None,
-        }
     }
 }
 
@@ -322,34 +361,16 @@ impl Body for CutShort {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        let mut this = self.project();
-        loop {
-            if let Some((grace, _)) = this.ending {
-                std::task::ready!(grace.as_mut().poll(cx));
-                let why = this.ending.take().map(|(_, why)| why).unwrap_or_default();
-                return Poll::Ready(Some(Err(why.into())));
-            }
-            let why = match std::task::ready!(this.body.as_mut().poll_frame(cx)) {
-                Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
-                Some(Err(err)) => return Poll::Ready(Some(Err(Box::new(err)))),
-                None if this.streaming.cut.swap(false, Ordering::AcqRel) => {
-                    body_cut_message(this.function, *this.timeout)
-                }
-                // Once: a body polled again after its error ends.
-                None if this.streaming.state.fetch_and(!FAILED, Ordering::AcqRel) & FAILED != 0 => {
-                    body_failed_message(this.function)
-                }
-                None => return Poll::Ready(None),
-            };
-            *this.ending = Some((Box::pin(tokio::time::sleep(FLUSH_GRACE)), why));
+        let this = self.project();
+        match std::task::ready!(this.body.poll_frame(cx)) {
+            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+            Some(Err(err)) => Poll::Ready(Some(Err(Box::new(err)))),
+            None => Poll::Ready(this.streaming.take_cut().map(|why| Err(why.into()))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-            && self.ending.is_none()
-            && !self.streaming.cut.load(Ordering::Acquire)
-            && !self.streaming.failed()
+        self.body.is_end_stream() && !self.streaming.cut()
     }
 }
 

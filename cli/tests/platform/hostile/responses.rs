@@ -84,17 +84,19 @@ fn a_response_head_as_large_as_a_guest_may_write_crosses_the_workers_connection(
     }
 }
 
-/// A function is told the authority its client asked for, over HTTP/1.1 (`Host`) and
-/// HTTP/2 (`:authority`), in services mode as in embedded mode. In services mode the
-/// gateway addresses the request to a worker, and the function was told that worker's
-/// address, which the platform keeps from tenants.
+/// A guest's response body that its instance left unfinished (it trapped, or returned
+/// first) ends with an error, never a clean end that passes for a whole body; one it
+/// finished before trapping is whole. In embedded and services mode, with another
+/// tenant's request in flight on the same worker connection meanwhile.
 #[test]
-fn a_guest_that_traps_after_its_head_cuts_its_own_body_and_no_one_elses() {
+fn a_guest_that_fails_after_its_head_cuts_its_own_body_and_no_one_elses() {
     let dir = faas_testing::temp_dir();
     let services = Services::start(&["w1"]);
     deploy_both(&services.url, dir.path());
     let platform = Platform::start_with(&["--no-demo"]);
     deploy_both(&platform.url, dir.path());
+    let cut = r#"faas_function_failures_total{tenant="mallory",workflow="answers",function="main",cause="body_cut"}"#;
+    let trapped = "function `main` trapped";
     for url in [&platform.url, &services.url] {
         // In flight on the gateway's connection to w1 (services mode) meanwhile.
         let slow_url = format!("{url}/misbehave/slow?ms=2000");
@@ -110,37 +112,37 @@ fn a_guest_that_traps_after_its_head_cuts_its_own_body_and_no_one_elses() {
 
         // The head and a first chunk went out before the trap: the body must not look
         // complete (Wasmtime ends the body of a dropped instance as if it were).
-        let mut response = crate::support::client()
-            .get(format!("{url}/linger/trap"))
-            .send()
-            .unwrap();
-        let mut body = Vec::new();
-        let read = std::io::Read::read_to_end(&mut response, &mut body);
         assert_eq!(
-            response.status(),
-            200,
-            "{url}: {}",
-            String::from_utf8_lossy(&body)
+            read_to_end(url, "/linger/trap"),
+            Err(b"first chunk\n".to_vec())
         );
-        assert!(read.is_err(), "{url}: a trapped body looked complete");
-        assert_eq!(body, b"first chunk\n", "{url}");
-
         // Its response went out as a success: the logs say why it failed, once, and
         // the failure is counted.
-        let trapped = "function `main` trapped";
-        let lines = wait_for_line(url, TOKEN, &["answers"], trapped);
-        let failures: Vec<_> = lines
-            .iter()
-            .filter(|line| line["text"].as_str().unwrap().contains(trapped))
-            .collect();
-        assert_eq!(failures.len(), 1, "{url}: {lines:?}");
+        let failures = lines_containing(url, trapped, 1);
+        assert_eq!(failures.len(), 1, "{url}: {failures:?}");
         assert_eq!(
             (&failures[0]["source"], &failures[0]["level"]),
             (&"platform".into(), &"error".into()),
             "{url}"
         );
-        let cut = r#"faas_function_failures_total{tenant="mallory",workflow="answers",function="main",cause="body_cut"}"#;
         assert_eq!(sample_value(&metrics_at(url), cut), 1.0, "{url}");
+
+        // Returning with the body unfinished cuts it too, and says so.
+        assert_eq!(
+            read_to_end(url, "/linger/leave"),
+            Err(b"first chunk\n".to_vec())
+        );
+        let left = lines_containing(url, "returned without finishing its response body", 1);
+        assert_eq!(left.len(), 1, "{url}: {left:?}");
+        assert_eq!(sample_value(&metrics_at(url), cut), 2.0, "{url}");
+
+        // A body finished before the trap is whole; the trap is still logged.
+        assert_eq!(
+            read_to_end(url, "/linger/finish-then-trap"),
+            Ok(b"first chunk\n".to_vec())
+        );
+        assert_eq!(lines_containing(url, trapped, 2).len(), 2, "{url}");
+        assert_eq!(sample_value(&metrics_at(url), cut), 2.0, "{url}");
 
         let (status, text) = slow.join().unwrap();
         assert_eq!(
@@ -161,6 +163,45 @@ fn a_guest_that_traps_after_its_head_cuts_its_own_body_and_no_one_elses() {
     }
 }
 
+/// GETs `path` from the gateway at `url`, which must answer 200: the whole body, or
+/// as much of it as came before it ended with an error.
+fn read_to_end(url: &str, path: &str) -> Result<Vec<u8>, Vec<u8>> {
+    let mut response = crate::support::client()
+        .get(format!("{url}{path}"))
+        .send()
+        .unwrap();
+    let mut body = Vec::new();
+    let read = std::io::Read::read_to_end(&mut response, &mut body);
+    let status = response.status();
+    assert_eq!(
+        status,
+        200,
+        "{url}{path}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    read.map(|_| body.clone()).map_err(|_| body)
+}
+
+/// The lines of workflow `answers` that contain `needle`, once there are `count` of
+/// them (or after 10 s, however many there are).
+fn lines_containing(url: &str, needle: &str, count: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let found: Vec<_> = wait_for_line(url, TOKEN, &["answers"], needle)
+            .into_iter()
+            .filter(|line| line["text"].as_str().unwrap().contains(needle))
+            .collect();
+        if found.len() >= count || std::time::Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A function is told the authority its client asked for, over HTTP/1.1 (`Host`) and
+/// HTTP/2 (`:authority`), in services mode as in embedded mode. In services mode the
+/// gateway addresses the request to a worker, and the function was told that worker's
+/// address, which the platform keeps from tenants.
 #[test]
 fn a_function_sees_its_clients_authority_never_the_workers_address() {
     let dir = faas_testing::temp_dir();

@@ -6,6 +6,10 @@
 //! - `/linger/spin`: sends the head and a first chunk, then spins forever.
 //! - `/linger/trap`: sends the head and a first chunk, then traps (the body is never
 //!   finished).
+//! - `/linger/finish-then-trap`: sends the head and a first chunk, finishes the body,
+//!   then traps: its client got a whole body.
+//! - `/linger/leave`: sends the head and a first chunk, then returns without finishing
+//!   or dropping the body (it forgets the handle).
 //! - `/linger/answer?status=N&header-kib=K&body-kib=B`: answers at once, with status N
 //!   (200 by default), K headers of 1 KiB each (none by default) and a body of B KiB
 //!   of `b` (by default `answered`). It never reads the request's body.
@@ -46,6 +50,16 @@ impl Guest for Linger {
         ResponseOutparam::set(out, Ok(response));
         let stream = body.write().expect("a new body's stream is taken once");
         if stream.blocking_write_and_flush(b"first chunk\n").is_err() {
+            return;
+        }
+        if path.starts_with("/linger/finish-then-trap") {
+            drop(stream);
+            let _ = OutgoingBody::finish(body, None);
+            std::process::abort();
+        }
+        if path.starts_with("/linger/leave") {
+            drop(stream);
+            std::mem::forget(body);
             return;
         }
         if let Some(query) = path.strip_prefix("/linger/sleep") {
