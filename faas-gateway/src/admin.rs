@@ -366,6 +366,7 @@ async fn logs(
         Err(message) => return response::error(StatusCode::BAD_REQUEST, "bad_request", message),
     };
     let mut held = None;
+    let mut admitted = None;
     if credential.is_some() {
         let mut claim = app.follows.claim(tenant.to_owned());
         if claim.grow_to(1).is_err() {
@@ -381,21 +382,31 @@ async fn logs(
             );
         }
         held = Some(claim);
-        if let Some(wait) = app.log_reads.as_ref().and_then(|rate| rate.wait(tenant)) {
-            let mut refused = response::refused(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_log_reads",
-                format!(
-                    "tenant `{tenant}` read more log lines than it may per second (the \
-                     gateway's --max-log-read-mib-per-sec-per-tenant); read again in {} ms",
-                    wait.as_millis()
-                ),
-            );
-            refused.headers_mut().insert(
-                header::RETRY_AFTER,
-                header::HeaderValue::from(wait.as_secs() + 1),
-            );
-            return refused;
+        let most = faas_store::logs::MAX_READ_BYTES;
+        match app
+            .log_reads
+            .as_ref()
+            .map(|rate| (rate, rate.admit(tenant, most)))
+        {
+            None => {}
+            Some((rate, Ok(read))) => admitted = Some((rate.clone(), read)),
+            Some((_, Err(wait))) => {
+                let mut refused = response::refused(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_log_reads",
+                    format!(
+                        "tenant `{tenant}` read more log lines than it may per second (the \
+                         gateway's --max-log-read-mib-per-sec-per-tenant); read again in {} \
+                         ms",
+                        wait.as_millis()
+                    ),
+                );
+                refused.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    header::HeaderValue::from(wait.as_secs() + 1),
+                );
+                return refused;
+            }
         }
     }
     let Some(store) = &app.logs else {
@@ -405,9 +416,8 @@ async fn logs(
             "this gateway keeps no function logs",
         );
     };
-    // A tenant's read (it holds a claim on the follows); the operator's is not charged.
-    let rate = app.log_reads.clone().filter(|_| held.is_some());
-    let stream = match store.read(tenant, name, query, follow, rate).await {
+    // A tenant's read (admitted above); the operator's is not charged.
+    let stream = match store.read(tenant, name, query, follow, admitted).await {
         Ok(crate::logs::ReadOutcome::Lines(read)) => {
             return response::json_holding(StatusCode::OK, &read, held);
         }

@@ -6,7 +6,7 @@
 //! how many it missed when it falls behind, so no reader makes the gateway buffer
 //! without bound either.
 
-use crate::log_read_rate::LogReadRate;
+use crate::log_read_rate::{Admitted, LogReadRate};
 use faas_invoke::{LogLine, LogSink};
 use faas_store::Tenant;
 use serde::{Deserialize, Serialize};
@@ -69,6 +69,17 @@ pub struct LogsResponse {
     /// How many lines of this workflow were dropped (over the budget) since it was
     /// deployed on this gateway.
     pub dropped: u64,
+}
+
+/// What [`MemoryLogs::read_and_follow`] read.
+pub struct MemoryRead {
+    /// The lines that match, and the dropped count.
+    pub answer: LogsResponse,
+    /// The bytes of text of every line it looked at, matching or not: what the read
+    /// cost.
+    pub scanned: usize,
+    /// The lines pushed after the read, when following.
+    pub follow: Option<broadcast::Receiver<Arc<LogLine>>>,
 }
 
 /// One workflow's lines.
@@ -211,7 +222,7 @@ impl MemoryLogs {
     /// The lines of `tenant`'s `workflow` that match `query`, oldest first, and the
     /// dropped count.
     pub fn read(&self, tenant: &str, workflow: &str, query: &LogQuery) -> LogsResponse {
-        self.read_and_follow(tenant, workflow, query, false).0
+        self.read_and_follow(tenant, workflow, query, false).answer
     }
 
     /// As [`Self::read`] and, when `follow`, a receiver of the lines pushed after the
@@ -222,7 +233,7 @@ impl MemoryLogs {
         workflow: &str,
         query: &LogQuery,
         follow: bool,
-    ) -> (LogsResponse, Option<broadcast::Receiver<Arc<LogLine>>>) {
+    ) -> MemoryRead {
         let mut state = self.lock();
         let receiver = follow.then(|| {
             let State {
@@ -256,7 +267,11 @@ impl MemoryLogs {
             .filter(|line| query.matches(line))
             .map(|line| LogLine::clone(line))
             .collect();
-        (LogsResponse { lines, dropped }, receiver)
+        MemoryRead {
+            answer: LogsResponse { lines, dropped },
+            scanned: held.iter().map(|line| line.text.len()).sum(),
+            follow: receiver,
+        }
     }
 
     /// How many bytes `tenant`'s buffers hold, all together.
@@ -606,8 +621,8 @@ mod tests {
     #[tokio::test]
     async fn a_follower_sees_new_lines_and_is_told_what_it_missed() {
         let logs = MemoryLogs::new(LogBudgets::default());
-        let (_, receiver) = logs.read_and_follow("t", "a", &LogQuery::default(), true);
-        let mut receiver = receiver.unwrap();
+        let read = logs.read_and_follow("t", "a", &LogQuery::default(), true);
+        let mut receiver = read.follow.unwrap();
         logs.push(line("a", "f", None, "new"));
         assert_eq!(receiver.recv().await.unwrap().text, "new");
         for _ in 0..FOLLOW_LAG_LINES + 10 {
@@ -671,8 +686,8 @@ impl LogStore {
     /// The lines of `tenant`'s `workflow` matching `query` and, when `follow`, a
     /// stream of NDJSON chunks: those lines and then new ones as they come. With
     /// `rate`, what the store reads for it (before the query's filters), the first read
-    /// and each of a follow's, is charged to the tenant, and a follow reads nothing
-    /// more while the tenant's allowance is spent ([`LogReadRate`]).
+    /// (admitted by the caller) and each of a follow's, is charged to the tenant, and a
+    /// follow reads nothing more while the tenant's allowance is spent ([`LogReadRate`]).
     ///
     /// # Errors
     /// When Redis fails.
@@ -682,11 +697,12 @@ impl LogStore {
         workflow: &str,
         query: LogQuery,
         follow: bool,
-        rate: Option<Arc<LogReadRate>>,
+        rate: Option<(Arc<LogReadRate>, Admitted)>,
     ) -> Result<ReadOutcome, faas_store::logs::LogStoreError> {
+        let (rate, admitted) = rate.unzip();
         let charge = |bytes: usize| {
-            if let Some(rate) = &rate {
-                rate.charge(tenant, bytes);
+            if let (Some(rate), Some(admitted)) = (&rate, admitted) {
+                admitted.settle(rate, tenant, bytes);
             }
         };
         let query = LogQuery {
@@ -695,20 +711,24 @@ impl LogStore {
         };
         match self {
             Self::Memory(logs) => {
-                let (read, receiver) = logs.read_and_follow(tenant, workflow, &query, follow);
-                // What it returns: the lines in memory are its tenant's to begin with
-                // (and a follow is sent the new ones, which its tenant wrote).
-                charge(read.lines.iter().map(|line| line.text.len()).sum());
-                Ok(match receiver {
+                let read = logs.read_and_follow(tenant, workflow, &query, follow);
+                // What it looked at, as in Redis, not only what matched: a filter that
+                // matches nothing still walked its workflow's lines. A follow is sent
+                // the new ones, which its tenant wrote, uncharged.
+                charge(read.scanned);
+                let answer = read.answer;
+                Ok(match read.follow {
                     Some(receiver) => {
-                        ReadOutcome::Follow(Box::pin(follow_stream(read.lines, receiver, query)))
+                        ReadOutcome::Follow(Box::pin(follow_stream(answer.lines, receiver, query)))
                     }
-                    None => ReadOutcome::Lines(read),
+                    None => ReadOutcome::Lines(answer),
                 })
             }
             Self::Redis(RedisLogs { reader, .. }) => {
-                let batch = reader.recent(tenant, workflow).await?;
-                charge(batch.bytes);
+                // A failed read is charged nothing.
+                let batch = reader.recent(tenant, workflow).await;
+                charge(batch.as_ref().map_or(0, |batch| batch.bytes));
+                let batch = batch?;
                 let lines: Vec<LogLine> = batch
                     .lines
                     .into_iter()
@@ -726,20 +746,27 @@ impl LogStore {
                     let deadline = tokio::time::Instant::now() + FOLLOW_HEARTBEAT;
                     loop {
                         tokio::time::sleep(REDIS_FOLLOW_POLL).await;
-                        let spent = rate
-                            .as_ref()
-                            .is_some_and(|rate| rate.wait(tenant).is_some());
-                        // A failed read is retried at the next poll, and none is made
-                        // while the tenant's allowance is spent; the heartbeat still
-                        // goes out.
-                        if !spent
-                            && let Ok(batch) = reader
-                                .after(tenant, workflow, &last_id, REDIS_FOLLOW_LINES)
-                                .await
-                        {
-                            if let Some(rate) = &rate {
-                                rate.charge(tenant, batch.bytes);
-                            }
+                        let most = REDIS_FOLLOW_LINES * faas_store::logs::MAX_ENTRY_BYTES;
+                        let admitted = rate.as_ref().map(|rate| rate.admit(tenant, most));
+                        // A failed read is retried at the next poll (and charged
+                        // nothing), and none is made while the tenant's allowance is
+                        // spent; the heartbeat still goes out.
+                        let read = match admitted {
+                            Some(Err(_)) => None,
+                            _ => Some(
+                                reader
+                                    .after(tenant, workflow, &last_id, REDIS_FOLLOW_LINES)
+                                    .await,
+                            ),
+                        };
+                        if let (Some(rate), Some(Ok(admitted))) = (&rate, admitted) {
+                            let bytes = match &read {
+                                Some(Ok(batch)) => batch.bytes,
+                                _ => 0,
+                            };
+                            admitted.settle(rate, tenant, bytes);
+                        }
+                        if let Some(Ok(batch)) = read {
                             last_id = batch.last_id;
                             let lines: Vec<LogLine> = batch
                                 .lines

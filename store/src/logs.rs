@@ -54,7 +54,7 @@ const READ_PAGE: usize = 500;
 
 /// Most bytes one stored line takes: its JSON, where a text of control characters
 /// escapes to six bytes each, with its names and times.
-const MAX_ENTRY_BYTES: usize = 6 * faas_invoke::logs::MAX_LOG_LINE_BYTES + 1024;
+pub const MAX_ENTRY_BYTES: usize = 6 * faas_invoke::logs::MAX_LOG_LINE_BYTES + 1024;
 
 /// How many entries the next page of a read asks Redis for, once it read `lines`
 /// lines of `bytes` in all: no more than would fit in twice [`MAX_READ_BYTES`] were

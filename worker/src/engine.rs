@@ -87,7 +87,8 @@ pub(crate) fn build_engine(
         // permit when its data is dropped, which Wasmtime does before it hands the
         // instance's pool slot back (so that regions are unmapped before any reuse);
         // an event that takes the permit at once can then find the pool still full for
-        // a moment. Twice the slots costs only address space.
+        // a moment. Twice the slots costs only address space; past that, an
+        // instantiation waits a moment for a slot ([`PoolWait`]).
         let slots = config.max_instances.saturating_mul(2);
         pool.total_component_instances(slots)
             // Every slot may hold a component with the most core instances one may
@@ -363,5 +364,32 @@ mod tests {
             "kept ticking once idle again: {settled} then {}",
             clock.ticks()
         );
+    }
+}
+
+/// Waits out a pool found full at instantiation, for at most [`POOL_WAIT`]: the slot
+/// semaphore let the event in, so a slot is on its way back from a store whose data
+/// is gone but whose instance Wasmtime is still resetting (a thread preempted there on
+/// busy cores can hold it while other events come and go).
+#[derive(Debug, Default)]
+pub(crate) struct PoolWait {
+    waited: Duration,
+}
+
+/// The longest [`PoolWait`] waits for a pool slot before the event fails as overloaded.
+const POOL_WAIT: Duration = Duration::from_millis(200);
+
+impl PoolWait {
+    /// Whether to instantiate again after `made` (once a moment has passed): it failed
+    /// only because the pool was full, and the wait is not over.
+    pub(crate) async fn again<T>(&mut self, made: &wasmtime::Result<T>) -> bool {
+        let full = matches!(made, Err(err) if err.is::<wasmtime::PoolConcurrencyLimitError>());
+        if !full || self.waited >= POOL_WAIT {
+            return false;
+        }
+        let pause = Duration::from_millis(2);
+        tokio::time::sleep(pause).await;
+        self.waited += pause;
+        true
     }
 }

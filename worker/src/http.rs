@@ -1,5 +1,6 @@
 //! Serving one HTTP request with a fresh instance of an HTTP function.
 
+use crate::engine::PoolWait;
 use crate::error::InvokeError;
 use crate::failure::{Failure, classify, guest_debug_text};
 use crate::fair::FirstPoll;
@@ -103,7 +104,14 @@ impl Worker {
         let loaded_function = loaded.clone();
         let guest_output = output.clone();
         let guest = async move {
-            let ran = match pre.instantiate_async(&mut store).await {
+            let mut pool = PoolWait::default();
+            let made = loop {
+                let made = pre.instantiate_async(&mut store).await;
+                if !pool.again(&made).await {
+                    break made;
+                }
+            };
+            let ran = match made {
                 Ok(proxy) => proxy
                     .wasi_http_incoming_handler()
                     .call_handle(&mut store, request, out)

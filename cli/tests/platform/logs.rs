@@ -647,7 +647,8 @@ fn services_mode_a_log_read_returns_at_most_two_mib_of_the_newest_lines() {
 /// most of the time of the Redis every tenant shares. Past its rate of log bytes read
 /// (here 2 MiB a second, with a burst of two seconds' worth) a tenant's reads are
 /// refused with 429 until its allowance refills, while another tenant reads its own
-/// lines and is served, and the operator reads without limit.
+/// lines and is served, and the operator reads without limit. Reads made at once pass
+/// the check together no more.
 #[test]
 fn services_mode_a_tenant_reading_its_logs_in_a_loop_is_held_to_its_rate() {
     let services = crate::services::Services::start_full(
@@ -701,6 +702,35 @@ fn services_mode_a_tenant_reading_its_logs_in_a_loop_is_held_to_its_rate() {
     // Once its allowance refilled, mallory reads again.
     std::thread::sleep(Duration::from_secs(retry_after));
     assert_eq!(read(&scene.mallory, "chatter").status(), 200);
+
+    // Reads made at once are charged as they are let in, not once done: with its
+    // whole burst back (4 MiB), sixteen full reads at once get two or three in.
+    std::thread::sleep(Duration::from_secs(4));
+    let start = std::sync::Barrier::new(16);
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..16)
+            .map(|_| {
+                scope.spawn(|| {
+                    start.wait();
+                    read(&scene.mallory, "chatter").status().as_u16()
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|reader| reader.join().unwrap())
+            .collect()
+    });
+    let served = statuses.iter().filter(|status| **status == 200).count();
+    assert!(
+        (1..=3).contains(&served),
+        "{served} of 16 reads at once served: {statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|status| [200, 429].contains(status)),
+        "{statuses:?}"
+    );
+    scene.assert_victim_served();
 }
 
 #[test]

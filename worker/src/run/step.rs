@@ -2,6 +2,7 @@
 //! regions taken back and checked, retried per the step's policy.
 
 use super::{RunError, StepFailure};
+use crate::engine::PoolWait;
 use crate::failure::{Failure, classify, cut_guest_text};
 use crate::fair::FirstPoll;
 use crate::function::{Entry, LoadedFunction};
@@ -196,10 +197,13 @@ async fn attempt_once(
     let expected = expected_output.to_owned();
     let guest = async move {
         let called = async {
-            let instance = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(Failure::Instantiate)?;
+            let mut pool = PoolWait::default();
+            let instance = loop {
+                let made = pre.instantiate_async(&mut store).await;
+                if !pool.again(&made).await {
+                    break made.map_err(Failure::Instantiate)?;
+                }
+            };
             instance
                 .faas_platform_handler()
                 .call_handle(&mut store, &context, &handles)
