@@ -4,7 +4,8 @@
 
 use crate::logs::wait_for_line;
 use crate::services::subscribers;
-use crate::support::{Platform, TOKEN, client, write_manifest};
+use crate::support::{Platform, TOKEN, client, faas_at, sample_value, write_manifest};
+use crate::tenants::scene::assert_success;
 use faas_testing::RedisServer;
 use redis::Commands;
 use std::path::PathBuf;
@@ -321,6 +322,61 @@ fn a_message_that_keeps_failing_ends_in_the_dead_letter_stream() {
     }
     let dead_letters = r#"faas_dead_letters_total{tenant="t",workflow="tasks",stream="tasks"}"#;
     assert_eq!(platform.metric(dead_letters), 1.0);
+}
+
+/// A message that failed its last delivery when the dead-letter stream had no room for
+/// it (larger than its tenant's whole stream quota, from a producer outside the
+/// platform) stays pending, not lost, and is not run again at every reclaim: it ran at
+/// every one for as long as the quota stayed full. Once there is room it is moved
+/// there without running again, while the tenant's other entries are served.
+#[test]
+fn a_message_the_dead_letter_stream_has_no_room_for_waits_without_running_again() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let platform =
+        Platform::start_with(&["--no-demo", "--redis", &url, "--stream-max-bytes", "20000"]);
+    let dir = faas_testing::temp_dir();
+    let triggers = "[[triggers.stream]]\nstream = \"big\"\nstep = \"relay\"\nmax_deliveries = 1\nreclaim_idle_ms = 100\n";
+    platform.deploy(&relay_manifest(dir.path(), "big", triggers));
+    let poison = format!("poison-{}", "x".repeat(30_000));
+    let id = xadd(&redis, &ns("big"), &poison);
+    let failed = r#"faas_runs_total{tenant="t",workflow="big",status="failed"}"#;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sample_value(&platform.metrics(), failed) < 1.0 {
+        assert!(Instant::now() < deadline, "the message never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Twenty reclaim intervals: it stays pending, and ran once.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(pending(&redis, &ns("big"), "big"), 1);
+    assert_eq!(sample_value(&platform.metrics(), failed), 1.0);
+    xadd(&redis, &ns("big"), "fine");
+    assert_eq!(
+        payloads(&redis, &ns("big:out"), 1, Duration::from_secs(10)).len(),
+        1
+    );
+
+    // Room made (the tenant's quota raised): it is dead-lettered, not run again.
+    assert_success(
+        &faas_at(
+            &platform.url,
+            &["tenant", "set", TENANT, "--stream-max-bytes", "1000000"],
+        ),
+        "raising the stream quota",
+    );
+    payloads(&redis, &ns("big:dead"), 1, Duration::from_secs(30));
+    let dead: redis::streams::StreamRangeReply =
+        connect(&redis).xrange_all(ns("big:dead")).unwrap();
+    let entry = &dead.ids[0];
+    assert_eq!(entry.get::<String>("source_id").unwrap(), id);
+    assert_eq!(entry.get::<String>("payload").unwrap(), poison);
+    assert_eq!(entry.get::<String>("deliveries").unwrap(), "1");
+    assert_eq!(sample_value(&platform.metrics(), failed), 1.0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pending(&redis, &ns("big"), "big") > 0 {
+        assert!(Instant::now() < deadline, "it was never acknowledged");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

@@ -3,6 +3,10 @@
 //! died) are claimed again once idle for `reclaim_idle_ms`; an entry delivered
 //! `max_deliveries` times without success goes to the dead-letter stream with the
 //! error, and is acknowledged there. So no entry is lost, and none loops forever.
+//! When the dead-letter stream has no room for it (its tenant's stream quota), it
+//! stays pending, and once claimed again it is only offered to the dead-letter stream
+//! again, not run: a run that fails every time would otherwise run at every reclaim
+//! for as long as the quota stays full.
 //!
 //! The stream, the dead-letter stream and the group live in the workflow's tenant's
 //! namespace (`t:<tenant>:<stream>`); the default group is the workflow's name, so two
@@ -384,6 +388,20 @@ async fn process(
     };
     let payload: Option<Vec<u8>> = entry.get("payload");
     let result = match payload.clone() {
+        // Past its last delivery: it ran that many times without success, and was left
+        // pending (the dead-letter stream had no room, or the gateway stopped).
+        Some(_) if delivery_count > trigger.max_deliveries => Err(MessageFailure {
+            failure: EventFailure::new(
+                FailureKind::StepFailed,
+                500,
+                format!(
+                    "delivered {} times without success (not run again; the dead-letter \
+                     stream had no room for it then)",
+                    trigger.max_deliveries
+                ),
+            ),
+            not_started: false,
+        }),
         None => Err(MessageFailure {
             failure: EventFailure::new(
                 FailureKind::BadMessage,
@@ -454,7 +472,8 @@ async fn process(
         "dead-lettering to `{}`",
         consumer.dead_letter
     );
-    let deliveries = delivery_count.to_string();
+    // Runs, not claims: an entry claimed again only to be offered here ran no more.
+    let deliveries = delivery_count.min(trigger.max_deliveries).to_string();
     let payload = payload.unwrap_or_default();
     let fields: [(&str, &[u8]); 5] = [
         ("payload", &payload),
