@@ -888,6 +888,9 @@ fn deploy_error(err: DeployError) -> Response<Body> {
         DeployError::Interrupted(_) => {
             response::error(StatusCode::SERVICE_UNAVAILABLE, "interrupted", message)
         }
+        DeployError::CheckFailed(_) => {
+            response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+        }
     }
 }
 
@@ -947,5 +950,18 @@ fn kubernetes_error(err: KubeError, message: String) -> Response<Body> {
             tracing::error!("{message}");
             response::error(StatusCode::SERVICE_UNAVAILABLE, "kubernetes", message)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deploy_check_that_failed_unexpectedly_is_the_gateways_error_not_a_busy_one() {
+        let failed = deploy_error(DeployError::CheckFailed("task panicked".into()));
+        assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let stopping = deploy_error(DeployError::Interrupted("task cancelled".into()));
+        assert_eq!(stopping.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

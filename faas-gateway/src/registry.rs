@@ -236,10 +236,12 @@ pub enum DeployError {
     /// refused it (Kubernetes mode).
     #[error(transparent)]
     Kubernetes(#[from] KubeError),
-    /// The deploy stopped before it was checked: the gateway is shutting down, or
-    /// checking it failed unexpectedly (logged).
+    /// The deploy stopped before it was checked: the gateway is shutting down.
     #[error("the deploy was interrupted before it was checked ({0}); nothing was deployed")]
     Interrupted(String),
+    /// Checking the deploy failed unexpectedly (a bug of the gateway's, logged).
+    #[error("checking the deploy failed unexpectedly ({0}); nothing was deployed")]
+    CheckFailed(String),
 }
 
 /// Where a deploy's workflow now runs: what the backend returns to the registry.
@@ -1701,8 +1703,10 @@ async fn read_off_the_runtime(
     tokio::task::spawn_blocking(read).await.map_err(|err| {
         if err.is_panic() {
             tracing::error!("checking a deploy panicked: {err}");
+            DeployError::CheckFailed(err.to_string())
+        } else {
+            DeployError::Interrupted(err.to_string())
         }
-        DeployError::Interrupted(err.to_string())
     })
 }
 
