@@ -403,11 +403,12 @@ fn settle(
 pub(crate) struct MessageFailure {
     /// What went wrong.
     pub failure: EventFailure,
-    /// Whether the run never really started: no worker took it, or its last failure was
-    /// a step refused an instance (`overloaded`) before any step succeeded. Such a run
-    /// says nothing about the message, so a stream trigger does not count it as a
-    /// delivery.
-    pub not_started: bool,
+    /// Whether the run said nothing about the message, so that a stream trigger does
+    /// not count it as a delivery: no worker took it, or its last failure was a step
+    /// refused an instance (`overloaded`) before any step succeeded, or at any step
+    /// for want of the worker's slots, which other tenants' load may hold
+    /// ([`EventFailure::shared_capacity`]; the steps that ran run again).
+    pub uncounted: bool,
 }
 
 /// Where to drive the run of a message for `workflow` from: the threads its steps run
@@ -466,7 +467,7 @@ async fn run_message_in(
     let Some(mut deployment) = deployed() else {
         return Err(MessageFailure {
             failure: EventFailure::unavailable(format!("workflow `{workflow}` is not deployed")),
-            not_started: true,
+            uncounted: true,
         });
     };
     if let Some(activator) = &app.activator {
@@ -487,7 +488,7 @@ async fn run_message_in(
                 Err(refusal) => {
                     return Err(MessageFailure {
                         failure: refusal.failure(workflow),
-                        not_started: true,
+                        uncounted: true,
                     });
                 }
             };
@@ -508,12 +509,10 @@ async fn run_message_in(
         .1
         .map(|_| ())
         .map_err(|failure| {
-            let not_started = failure.is_unavailable()
-                || (failure.kind == FailureKind::Overloaded && no_step_succeeded);
-            MessageFailure {
-                failure,
-                not_started,
-            }
+            let uncounted = failure.is_unavailable()
+                || (failure.kind == FailureKind::Overloaded
+                    && (no_step_succeeded || failure.shared_capacity));
+            MessageFailure { failure, uncounted }
         })
 }
 

@@ -107,6 +107,11 @@ pub struct EventFailure {
     /// The function at fault, when one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<String>,
+    /// An instance was refused for want of capacity that every tenant shares (the
+    /// worker's instance slots), not its tenant's own quota: other tenants' load, which
+    /// says nothing of the event (a stream trigger does not count the delivery).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_capacity: bool,
 }
 
 impl EventFailure {
@@ -117,6 +122,7 @@ impl EventFailure {
             status,
             message: message.into(),
             function: None,
+            shared_capacity: false,
         }
     }
 

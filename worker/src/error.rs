@@ -83,13 +83,16 @@ pub enum InvokeError {
         /// The fuel it had.
         fuel: u64,
     },
-    /// Every instance slot is in use.
+    /// Every instance slot is in use: the tenant's own, or the worker's.
     #[error("function `{function}` could not start: {message}")]
     Overloaded {
         /// The function that could not start.
         function: String,
-        /// Wasmtime's explanation.
+        /// Which slots, and for how long.
         message: String,
+        /// The slots were the worker's, which every tenant shares, not the tenant's
+        /// own quota of them.
+        shared: bool,
     },
     /// A swap area was turned on after the worker started resetting instance slots by
     /// scanning for the pages an event wrote, which would miss swapped-out pages: no
@@ -164,10 +167,19 @@ impl InvokeError {
     }
 }
 
+impl InvokeError {
+    /// Whether no instance could start for want of the worker's slots, which every
+    /// tenant shares ([`EventFailure::shared_capacity`]).
+    pub fn for_shared_capacity(&self) -> bool {
+        matches!(self, Self::Overloaded { shared: true, .. })
+    }
+}
+
 impl From<&InvokeError> for EventFailure {
     fn from(err: &InvokeError) -> Self {
         Self {
             function: Some(err.function().to_owned()),
+            shared_capacity: err.for_shared_capacity(),
             ..Self::new(err.cause(), err.status(), err.to_string())
         }
     }

@@ -83,6 +83,7 @@ pub(crate) fn classify(
                 return InvokeError::Overloaded {
                     function: name,
                     message: format!("{err:#}"),
+                    shared: true,
                 };
             }
             err

@@ -639,9 +639,10 @@ impl Worker {
         entry: &Entry,
         regions: Option<RegionScope>,
     ) -> Result<(Store<InstanceState>, MemoryOutputPipe), InvokeError> {
-        let overloaded = |message: String| InvokeError::Overloaded {
+        let overloaded = |message: String, shared: bool| InvokeError::Overloaded {
             function: function.name.to_string(),
             message,
+            shared,
         };
         let wait = function.limits.timeout;
         let (tenant_slots, tenant_limit) = self.tenant_slots(&workflow.tenant);
@@ -654,13 +655,16 @@ impl Worker {
             }
         }
         .map_err(|_| {
-            overloaded(format!(
-                "tenant `{tenant}` kept all of its {tenant_limit} instance slots busy for \
+            overloaded(
+                format!(
+                    "tenant `{tenant}` kept all of its {tenant_limit} instance slots busy for \
                  {}ms (the max-instances quota, per worker; an operator raises it with \
                  `faas tenant set {tenant} --max-instances N`)",
-                wait.as_millis(),
-                tenant = workflow.tenant,
-            ))
+                    wait.as_millis(),
+                    tenant = workflow.tenant,
+                ),
+                false,
+            )
         })?
         .expect("tenant slot semaphores are never closed");
         let slot = match self.instance_slots.clone().try_acquire_owned() {
@@ -672,11 +676,14 @@ impl Worker {
             }
         }
         .map_err(|_| {
-            overloaded(format!(
-                "all {} instance slots stayed busy for {}ms",
-                self.config.max_instances,
-                wait.as_millis()
-            ))
+            overloaded(
+                format!(
+                    "all {} instance slots stayed busy for {}ms",
+                    self.config.max_instances,
+                    wait.as_millis()
+                ),
+                true,
+            )
         })?
         .expect("the slot semaphore is never closed");
         // Checked once the slots are held, as late as can be: an event may have waited

@@ -224,7 +224,7 @@ fn start_run(
             );
             // A run that started was reported by its worker; this one
             // never reached one, and the message is gone.
-            if err.not_started && err.failure.is_unavailable() {
+            if err.uncounted && err.failure.is_unavailable() {
                 log_dropped_message(&app, (&tenant, &workflow), &channel, &err.failure);
             }
         }

@@ -15,14 +15,17 @@
 //! Each consumer reads on its own connection, whose response timeout outlasts the
 //! blocking read, so neither waits behind the other's commands or guests' messages.
 //!
-//! **A run that never started is not a delivery.** Redis counts a delivery each time
-//! an entry is read or claimed. When no worker took the run (no replica), or the entry
-//! step was refused an instance (`overloaded`, e.g. while another tenant holds the
-//! worker's slots) before any step succeeded, the entry's count is put back
-//! (`XCLAIM ... RETRYCOUNT <count - 1>`) and its idle time set so that it is claimed
-//! again after [`NOT_STARTED_RETRY`] rather than `reclaim_idle_ms`. So only runs that
-//! ran count towards `max_deliveries`, and a noisy neighbour cannot push another
-//! tenant's entries to the dead-letter stream: they wait, pending, for capacity.
+//! **A run that found no capacity is not a delivery.** Redis counts a delivery each
+//! time an entry is read or claimed. When no worker took the run (no replica), or the
+//! entry step was refused an instance (`overloaded`) before any step succeeded, or any
+//! step was refused one for want of the worker's slots, which every tenant shares (so
+//! a later step of a workflow whose first ran too: those run again), the entry's
+//! count is put back (`XCLAIM ... RETRYCOUNT <count - 1>`) and its idle time set so
+//! that it is claimed again after [`NOT_STARTED_RETRY`] rather than `reclaim_idle_ms`.
+//! So only runs that ran count towards `max_deliveries`, and a noisy neighbour cannot
+//! push another tenant's entries to the dead-letter stream: they wait, pending, for
+//! capacity. A later step refused for its own tenant's quota counts: that load is the
+//! tenant's own.
 //!
 //! **What a batch holds is the tenant's.** A guest can append entries of up to
 //! [`faas_invoke::MAX_MESSAGE_BYTES`], and a batch (up to 1,024 entries) is read and
@@ -291,7 +294,7 @@ async fn round(
             Ok(Err(err)) => {
                 first_error.get_or_insert(err);
             }
-            Ok(Ok(Settled::NotStarted)) => unavailable = true,
+            Ok(Ok(Settled::Uncounted)) => unavailable = true,
             _ => {}
         }
     }
@@ -347,8 +350,9 @@ enum Settled {
     Done,
     /// Left pending: the run failed; it is tried again once reclaimed.
     Pending,
-    /// Left pending, its delivery not counted: the run never started.
-    NotStarted,
+    /// Left pending, its delivery not counted: the run found no capacity (no worker,
+    /// or no instance slot; [`MessageFailure::uncounted`]).
+    Uncounted,
 }
 
 /// How an entry came to this consumer, which says whether its delivery count must be
@@ -400,7 +404,7 @@ async fn process(
                     trigger.max_deliveries
                 ),
             ),
-            not_started: false,
+            uncounted: false,
         }),
         None => Err(MessageFailure {
             failure: EventFailure::new(
@@ -408,7 +412,7 @@ async fn process(
                 400,
                 "the entry has no `payload` field",
             ),
-            not_started: false,
+            uncounted: false,
         }),
         Some(payload) => {
             let message = TriggerMessage {
@@ -438,17 +442,17 @@ async fn process(
         }
         Err(MessageFailure {
             failure,
-            not_started: true,
+            uncounted: true,
         }) => {
             tracing::info!(
                 workflow,
                 stream = consumer.stream,
                 id = entry.id,
                 detail = ?faas_invoke::log_excerpt(&failure.message),
-                "the run never started; the entry stays pending, uncounted"
+                "the run found no capacity; the entry stays pending, uncounted"
             );
             uncount(&mut connection, broker, consumer, &entry.id, delivery_count).await?;
-            return Ok(Settled::NotStarted);
+            return Ok(Settled::Uncounted);
         }
         Err(MessageFailure { failure, .. }) => failure,
     };

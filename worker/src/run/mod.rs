@@ -134,7 +134,12 @@ impl RunError {
 
 impl From<&RunError> for EventFailure {
     fn from(err: &RunError) -> Self {
-        Self::new(err.kind(), err.status(), err.to_string())
+        Self {
+            shared_capacity: err
+                .not_started()
+                .is_some_and(InvokeError::for_shared_capacity),
+            ..Self::new(err.kind(), err.status(), err.to_string())
+        }
     }
 }
 
@@ -228,15 +233,23 @@ mod tests {
             cause: StepFailure::Invoke(Arc::new(err)),
         };
         let function = || "f".to_owned();
-        let overloaded = failed(InvokeError::Overloaded {
-            function: function(),
-            message: "busy".into(),
-        });
-        assert!(overloaded.is_overloaded());
-        assert_eq!(
-            (overloaded.kind(), overloaded.status()),
-            (FailureKind::Overloaded, 503)
-        );
+        let overloaded = |shared| {
+            failed(InvokeError::Overloaded {
+                function: function(),
+                message: "busy".into(),
+                shared,
+            })
+        };
+        for shared in [false, true] {
+            let overloaded = overloaded(shared);
+            assert!(overloaded.is_overloaded());
+            assert_eq!(
+                (overloaded.kind(), overloaded.status()),
+                (FailureKind::Overloaded, 503)
+            );
+            // Only the worker's slots, which every tenant shares, say so.
+            assert_eq!(EventFailure::from(&overloaded).shared_capacity, shared);
+        }
         let swapping = failed(InvokeError::SwapTurnedOn {
             function: function(),
         });

@@ -248,30 +248,7 @@ fn another_tenants_load_does_not_dead_letter_stream_entries_that_never_ran() {
         "[[triggers.stream]]\nstream = \"jobs\"\nstep = \"relay\"\nmax_deliveries = 1\nreclaim_idle_ms = 100\n",
     );
     platform.deploy(&victim);
-    let hog = write_manifest(
-        dir.path(),
-        "hog",
-        "mallory",
-        "misbehave",
-        "/misbehave/...",
-        "timeout_ms = 5000",
-    );
-    platform.deploy(&hog);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let hogs: Vec<_> = (0..3)
-        .map(|_| {
-            let (url, stop) = (platform.at("/misbehave/slow?ms=1500"), stop.clone());
-            std::thread::spawn(move || {
-                let client = crate::support::client();
-                let deadline = Instant::now() + Duration::from_secs(60);
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline
-                {
-                    let _ = client.get(&url).send();
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    let hogs = Hogs::start(&platform, dir.path(), 3, 1500);
     let id = xadd(&redis, &key("victim", "jobs"), "job-1");
     // Keep the slot busy until victim's run was refused at least once.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -286,10 +263,7 @@ fn another_tenants_load_does_not_dead_letter_stream_entries_that_never_ran() {
         assert!(Instant::now() < deadline, "victim's run was never refused");
         std::thread::sleep(Duration::from_millis(100));
     };
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for hog in hogs {
-        hog.join().unwrap();
-    }
+    hogs.stop();
     let out = payloads(
         &redis,
         &key("victim", "victim-jobs:out"),
@@ -314,6 +288,118 @@ fn another_tenants_load_does_not_dead_letter_stream_entries_that_never_ran() {
             .is_some_and(|error| error.contains("instance slots")),
         "{refusal}"
     );
+}
+
+/// Mallory's slow requests (`hog`, deployed here), `threads` at a time back to back,
+/// each holding an instance slot for `ms`, until stopped (or for 90 s).
+struct Hogs {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hogs {
+    fn start(platform: &Platform, dir: &Path, threads: usize, ms: u64) -> Self {
+        let hog = write_manifest(
+            dir,
+            "hog",
+            "mallory",
+            "misbehave",
+            "/misbehave/...",
+            "timeout_ms = 5000",
+        );
+        platform.deploy(&hog);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..threads)
+            .map(|_| {
+                let (url, stop) = (
+                    platform.at(&format!("/misbehave/slow?ms={ms}")),
+                    stop.clone(),
+                );
+                std::thread::spawn(move || {
+                    let client = crate::support::client();
+                    let deadline = Instant::now() + Duration::from_secs(90);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                        && Instant::now() < deadline
+                    {
+                        let _ = client.get(&url).send();
+                    }
+                })
+            })
+            .collect();
+        // Their first requests hold the slot before the test goes on.
+        std::thread::sleep(Duration::from_millis(300));
+        Self { stop, threads }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads {
+            thread.join().unwrap();
+        }
+    }
+}
+
+/// A later step refused an instance while another tenant holds the worker's slots says
+/// nothing of the entry either: the run's delivery is not counted (its first step runs
+/// again), where it was, and with `max_deliveries = 1` the entry went to the
+/// dead-letter stream because of mallory's load.
+#[test]
+fn another_tenants_load_does_not_dead_letter_entries_whose_later_step_found_no_slot() {
+    let redis = RedisServer::start();
+    let platform = platform(&redis, &["--max-instances", "1"]);
+    let dir = faas_testing::temp_dir();
+    let relay = faas_testing::component_path("relay");
+    let manifest = dir.path().join("victim-chain.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "name = \"victim-chain\"\ntenant = \"victim\"\n\n\
+             [functions.relay]\ncomponent = \"{relay}\"\nkind = \"step\"\n\
+             config = {{ out = \"chain:out\" }}\ntimeout_ms = 300\n\n\
+             [functions.again]\ncomponent = \"{relay}\"\nkind = \"step\"\n\
+             config = {{ out = \"chain:out2\" }}\ntimeout_ms = 300\n\n\
+             [steps.relay]\nfunction = \"relay\"\ninput = \"bytes\"\noutput = \"text\"\n\n\
+             [steps.again]\nfunction = \"again\"\ninput = \"text\"\noutput = \"text\"\n\n\
+             [[edges]]\nfrom = \"relay\"\nto = \"again\"\ntype = \"text\"\n\n\
+             [[triggers.stream]]\nstream = \"jobs\"\nstep = \"relay\"\nmax_deliveries = 1\n\
+             reclaim_idle_ms = 100\n",
+            relay = relay.display()
+        ),
+    )
+    .unwrap();
+    platform.deploy(&manifest);
+    // One request at a time, back to back: the slot comes free now and then, long
+    // enough for victim's first step, and is taken again before its second.
+    let hogs = Hogs::start(&platform, dir.path(), 1, 600);
+    let id = xadd(&redis, &key("victim", "jobs"), "job-1");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let refused_later = runs(&platform.url, "victim-chain").iter().any(|run| {
+            run["error"].as_str().is_some_and(|error| {
+                error.contains("step `again`") && error.contains("instance slots")
+            })
+        });
+        if refused_later {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "victim's second step was never refused: {:?}",
+            runs(&platform.url, "victim-chain")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    hogs.stop();
+    // Both steps ran once capacity was back, on what is still its first delivery.
+    let out = payloads(
+        &redis,
+        &key("victim", "chain:out2"),
+        1,
+        Duration::from_secs(30),
+    );
+    assert_eq!(out, vec![format!("jobs|{id}|1|jobs|{id}|1|job-1")]);
+    let dead: usize = connect(&redis).xlen(key("victim", "jobs:dead")).unwrap();
+    assert_eq!(dead, 0, "mallory's load dead-lettered victim's entry");
 }
 
 /// A batch published in one call lands on the guest's own tenant's channel, in order;
