@@ -123,6 +123,10 @@ impl RunError {
         }
         match self {
             Self::NoSteps(_) => FailureKind::NoSteps,
+            // Refused an instance on the other worker: said the same way as here.
+            Self::RemoteBranch { failure, .. } if failure.kind == FailureKind::Overloaded => {
+                FailureKind::Overloaded
+            }
             Self::StepFailed { .. } | Self::RemoteBranch { .. } => FailureKind::StepFailed,
             Self::JoinTimeout { .. } => FailureKind::JoinTimeout,
             Self::Timeout(_) => FailureKind::RunTimeout,
@@ -134,10 +138,14 @@ impl RunError {
 
 impl From<&RunError> for EventFailure {
     fn from(err: &RunError) -> Self {
-        Self {
-            shared_capacity: err
+        let shared_capacity = match err {
+            RunError::RemoteBranch { failure, .. } => failure.shared_capacity,
+            _ => err
                 .not_started()
                 .is_some_and(InvokeError::for_shared_capacity),
+        };
+        Self {
+            shared_capacity,
             ..Self::new(err.kind(), err.status(), err.to_string())
         }
     }
@@ -248,7 +256,20 @@ mod tests {
                 (FailureKind::Overloaded, 503)
             );
             // Only the worker's slots, which every tenant shares, say so.
-            assert_eq!(EventFailure::from(&overloaded).shared_capacity, shared);
+            let failure = EventFailure::from(&overloaded);
+            assert_eq!(failure.shared_capacity, shared);
+            // A branch refused so on another worker fails its run the same way.
+            let remote = RunError::RemoteBranch {
+                branch: 1,
+                worker: "w2".into(),
+                failure,
+            };
+            let failure = EventFailure::from(&remote);
+            assert_eq!(
+                (failure.kind, failure.status),
+                (FailureKind::Overloaded, 503)
+            );
+            assert_eq!(failure.shared_capacity, shared);
         }
         let swapping = failed(InvokeError::SwapTurnedOn {
             function: function(),
