@@ -493,8 +493,7 @@ impl GuestPool {
     /// the tenant may (see below), then on the normal guest threads, and on the
     /// background ones while it computes (has run for [`DEMOTE_AFTER`]) and another
     /// tenant is active; back on the normal threads once no other tenant is. Past
-    /// `gone_at` the future is dropped (with its store), `on_deadline` having run just
-    /// before, and the task gives `None`.
+    /// `gone_at` the future is dropped (with its store), and the task gives `None`.
     ///
     /// The first poll on the calling thread is what makes a short event cheap: a hello
     /// instantiates, answers and ends in it, with no hand-off to a guest thread and
@@ -518,7 +517,6 @@ impl GuestPool {
         first_poll: FirstPoll,
         guest: F,
         gone_at: tokio::time::Instant,
-        on_deadline: impl FnOnce() + Send + 'static,
     ) -> GuestTask<F::Output>
     where
         F: Future + Send + 'static,
@@ -534,7 +532,7 @@ impl GuestPool {
                 return GuestTask::Finished(Some(output));
             }
         }
-        GuestTask::Spawned(self.spawn_polled(guest, gone_at, on_deadline))
+        GuestTask::Spawned(self.spawn_polled(guest, gone_at))
     }
 
     /// The runtime of the normal guest threads, for tasks that serve guests there
@@ -552,7 +550,6 @@ impl GuestPool {
         &self,
         mut guest: Pin<Box<Fair<F>>>,
         gone_at: tokio::time::Instant,
-        on_deadline: impl FnOnce() + Send + 'static,
     ) -> tokio::task::JoinHandle<Option<F::Output>>
     where
         F: Future + Send + 'static,
@@ -590,7 +587,6 @@ impl GuestPool {
                     Err(_) => return None,
                 }
             }
-            on_deadline();
             drop(guest);
             None
         })
@@ -1072,14 +1068,12 @@ mod tests {
             FirstPoll::OnGuestThreads,
             spinner(1, DEMOTE_AFTER / 20),
             far(),
-            || (),
         );
         let long = pool.spawn(
             tenant,
             FirstPoll::OnGuestThreads,
             spinner(4, DEMOTE_AFTER),
             far(),
-            || (),
         );
         let (short, long) = block_on(async { (short.await.unwrap(), long.await.unwrap()) });
         drop(b);
@@ -1101,13 +1095,7 @@ mod tests {
     #[test]
     fn a_tenant_alone_computes_on_the_normal_threads() {
         let pool = GuestPool::new(1, || ()).unwrap();
-        let long = pool.spawn(
-            "a".into(),
-            FirstPoll::Here,
-            spinner(8, DEMOTE_AFTER),
-            far(),
-            || (),
-        );
+        let long = pool.spawn("a".into(), FirstPoll::Here, spinner(8, DEMOTE_AFTER), far());
         let (threads, policy) = block_on(long).unwrap().expect("finished");
         assert_eq!(threads, [caller(), "faas-guest".to_owned()]);
         assert_eq!(policy, libc::SCHED_OTHER);
@@ -1126,7 +1114,6 @@ mod tests {
             FirstPoll::Here,
             async { std::thread::current().id() },
             far(),
-            || (),
         );
         assert!(task.abort_handle().is_none(), "finished in the first poll");
         assert_eq!(block_on(task).unwrap(), Some(std::thread::current().id()));
@@ -1144,7 +1131,6 @@ mod tests {
             FirstPoll::Here,
             async { std::thread::current().id() },
             far(),
-            || (),
         );
         assert!(task.abort_handle().is_none(), "finished in the first poll");
         assert_eq!(block_on(task).unwrap(), Some(std::thread::current().id()));
@@ -1163,7 +1149,6 @@ mod tests {
             first_poll,
             async { std::thread::current().id() },
             far(),
-            || (),
         );
         assert!(task.abort_handle().is_some(), "spawned, not polled here");
         assert_ne!(block_on(task).unwrap(), Some(std::thread::current().id()));
@@ -1178,7 +1163,6 @@ mod tests {
             FirstPoll::Here,
             async { std::thread::current().id() },
             far(),
-            || (),
         );
         drop(b);
         assert!(task.abort_handle().is_none(), "finished in the first poll");
@@ -1193,18 +1177,18 @@ mod tests {
         let (_, w) = waker();
         // Turns a holds on the guest threads do not count against it.
         assert!(pool.shares.enter(&a, u64::MAX, &w, false).is_some());
-        let quick = pool.spawn(a.clone(), FirstPoll::Here, async {}, far(), || ());
+        let quick = pool.spawn(a.clone(), FirstPoll::Here, async {}, far());
         assert!(quick.abort_handle().is_none(), "polled here");
         // A first poll of a's runs on the other receiving thread: its share, one of two.
         assert_eq!(pool.shares.enter_here(&a), Some(HereAmong::Others));
-        let task = pool.spawn(a.clone(), FirstPoll::Here, async {}, far(), || ());
+        let task = pool.spawn(a.clone(), FirstPoll::Here, async {}, far());
         assert!(task.abort_handle().is_some(), "spawned, not polled here");
         pool.shares.leave_here(&a, std::time::Duration::ZERO);
         pool.shares.leave(&a, std::time::Duration::from_micros(50));
         pool.shares.leave(&a, std::time::Duration::from_micros(50));
         assert_eq!(block_on(task).unwrap(), Some(()));
         // With that poll over, a's next first poll runs here again.
-        let next = pool.spawn(a, FirstPoll::Here, async {}, far(), || ());
+        let next = pool.spawn(a, FirstPoll::Here, async {}, far());
         drop(b);
         assert!(next.abort_handle().is_none(), "polled here");
     }
@@ -1215,9 +1199,9 @@ mod tests {
         let b = keep_active(&pool, "b");
         // As a poll the kernel preempted for a while: long, but little CPU time.
         let descheduled = async { std::thread::sleep(QUICK_HERE * 4) };
-        let first = pool.spawn("a".into(), FirstPoll::Here, descheduled, far(), || ());
+        let first = pool.spawn("a".into(), FirstPoll::Here, descheduled, far());
         assert!(first.abort_handle().is_none(), "finished in the first poll");
-        let next = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
+        let next = pool.spawn("a".into(), FirstPoll::Here, async {}, far());
         drop(b);
         assert!(next.abort_handle().is_none(), "still polled here");
     }
@@ -1232,7 +1216,6 @@ mod tests {
             FirstPoll::Here,
             spinner(1, QUICK_HERE * 2),
             far(),
-            || (),
         );
         let (threads, _) = block_on(slow).unwrap().expect("finished");
         assert_eq!(threads, [caller()], "its first poll was here");
@@ -1241,14 +1224,13 @@ mod tests {
             FirstPoll::Here,
             spinner(1, std::time::Duration::ZERO),
             far(),
-            || (),
         );
         assert!(short.abort_handle().is_some(), "spawned, not polled here");
         let (threads, _) = block_on(short).unwrap().expect("finished");
         // Alone again, it gets its first polls here again.
         drop(b);
         std::thread::sleep(ACTIVE_WINDOW);
-        let alone = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
+        let alone = pool.spawn("a".into(), FirstPoll::Here, async {}, far());
         assert_eq!(threads, ["faas-guest"]);
         assert!(alone.abort_handle().is_none(), "alone, it was polled here");
     }
@@ -1262,7 +1244,6 @@ mod tests {
             FirstPoll::Here,
             spinner(1, QUICK_HERE * 2),
             far(),
-            || (),
         );
         let (threads, _) = block_on(alone).unwrap().expect("finished");
         assert_eq!(threads, [caller()], "its first poll was here");
@@ -1272,12 +1253,11 @@ mod tests {
             FirstPoll::Here,
             spinner(1, QUICK_HERE * 2),
             far(),
-            || (),
         );
         let (threads, _) = block_on(measured).unwrap().expect("finished");
         assert_eq!(threads, [caller()], "still polled here");
         // That poll, with b active, was measured: a's next guest starts elsewhere.
-        let next = pool.spawn("a".into(), FirstPoll::Here, async {}, far(), || ());
+        let next = pool.spawn("a".into(), FirstPoll::Here, async {}, far());
         drop(b);
         assert!(next.abort_handle().is_some(), "spawned, not polled here");
         assert_eq!(block_on(next).unwrap(), Some(()));
@@ -1293,7 +1273,7 @@ mod tests {
     fn a_lone_tenants_guest_on_a_guest_thread_runs_a_longer_slice() {
         let pool = GuestPool::new(1, || ()).unwrap();
         let first_poll = FirstPoll::OnGuestThreads;
-        let task = pool.spawn("a".into(), first_poll, ticks_in_slice(), far(), || ());
+        let task = pool.spawn("a".into(), first_poll, ticks_in_slice(), far());
         assert_eq!(block_on(task).unwrap(), Some(Some(SLICE_ALONE)));
     }
 
@@ -1301,7 +1281,7 @@ mod tests {
     fn a_first_poll_on_the_receiving_thread_lasts_one_tick() {
         let pool = GuestPool::new(1, || ()).unwrap();
         let first_poll = FirstPoll::Here;
-        let task = pool.spawn("a".into(), first_poll, ticks_in_slice(), far(), || ());
+        let task = pool.spawn("a".into(), first_poll, ticks_in_slice(), far());
         assert!(task.abort_handle().is_none(), "finished in the first poll");
         assert_eq!(block_on(task).unwrap(), Some(Some(1)));
         assert!(slice_over(), "the slice ended with the poll");
@@ -1312,7 +1292,7 @@ mod tests {
         let pool = GuestPool::new(1, || ()).unwrap();
         let b = keep_active(&pool, "b");
         let first_poll = FirstPoll::OnGuestThreads;
-        let task = pool.spawn("a".into(), first_poll, ticks_in_slice(), far(), || ());
+        let task = pool.spawn("a".into(), first_poll, ticks_in_slice(), far());
         let ticks = block_on(task).unwrap();
         drop(b);
         assert_eq!(ticks, Some(Some(1)));
@@ -1327,7 +1307,7 @@ mod tests {
             shares.preempt_all();
             (first_tick_ended, slice_over())
         };
-        let task = pool.spawn("a".into(), FirstPoll::OnGuestThreads, guest, far(), || ());
+        let task = pool.spawn("a".into(), FirstPoll::OnGuestThreads, guest, far());
         assert_eq!(block_on(task).unwrap(), Some((false, true)));
     }
 
@@ -1358,27 +1338,39 @@ mod tests {
             }
             threads
         };
-        let threads =
-            block_on(pool.spawn("a".into(), FirstPoll::OnGuestThreads, guest, far(), || ()))
-                .unwrap()
-                .expect("finished");
+        let threads = block_on(pool.spawn("a".into(), FirstPoll::OnGuestThreads, guest, far()))
+            .unwrap()
+            .expect("finished");
         drop(b);
         assert_eq!(threads, ["faas-guest", "faas-guest-bg", "faas-guest"]);
     }
 
     #[test]
     fn the_deadline_holds_on_the_background_threads() {
+        /// Sets its flag when dropped.
+        struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
         let pool = GuestPool::new(1, || ()).unwrap();
         let gone_at = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = cut.clone();
+        let dropped = Dropped(cut.clone());
         let endless = spinner(u32::MAX, DEMOTE_AFTER);
         let b = keep_active(&pool, "b");
-        let task = pool.spawn("a".into(), FirstPoll::Here, endless, gone_at, move || {
-            flag.store(true, Ordering::Release);
-        });
+        let task = pool.spawn(
+            "a".into(),
+            FirstPoll::Here,
+            async move {
+                let _dropped = dropped;
+                endless.await
+            },
+            gone_at,
+        );
         assert_eq!(block_on(task).unwrap(), None);
         drop(b);
-        assert!(cut.load(Ordering::Acquire), "on_deadline ran");
+        assert!(cut.load(Ordering::Acquire), "the guest was dropped");
     }
 }

@@ -89,7 +89,6 @@ impl Worker {
         let pre = pre.clone();
         // The deadline covers the whole event, the body's streaming included.
         let streaming = Arc::new(Streaming::default());
-        let at_deadline = streaming.clone();
         let on_failure = streaming.clone();
         let line = |source: &Arc<dyn LogSink>| EventLine {
             logs: source.clone(),
@@ -97,16 +96,23 @@ impl Worker {
             workflow: workflow.name.clone(),
             function: loaded.name.clone(),
         };
-        let cut_line = self.logs().map(line);
+        let mut instance = EventStore {
+            store,
+            streaming: streaming.clone(),
+            stopped: Some(Stopped {
+                function: loaded.name.clone(),
+                timeout: loaded.limits.timeout,
+                line: self.logs().map(line),
+            }),
+        };
         let failure_line = self.logs().map(line);
-        let timeout = loaded.limits.timeout;
-        let deadline_function = loaded.name.clone();
         let loaded_function = loaded.clone();
         let guest_output = output.clone();
         let guest = async move {
+            let store = &mut instance.store;
             let mut pool = PoolWait::default();
             let made = loop {
-                let made = pre.instantiate_async(&mut store).await;
+                let made = pre.instantiate_async(&mut *store).await;
                 if !pool.again(&made).await {
                     break made;
                 }
@@ -114,14 +120,14 @@ impl Worker {
             let ran = match made {
                 Ok(proxy) => proxy
                     .wasi_http_incoming_handler()
-                    .call_handle(&mut store, request, out)
+                    .call_handle(&mut *store, request, out)
                     .await
                     .map_err(Failure::Run),
                 Err(err) => Err(Failure::Instantiate(err)),
             };
             // Told before the store (and with it the body's sender) goes, so that a
             // body already under way sees the failure when it sees its end.
-            let unfinished = unfinished_body(&mut store);
+            let unfinished = instance.returned();
             let name = &loaded_function.name;
             match ran {
                 Err(failure) => {
@@ -151,18 +157,6 @@ impl Worker {
             loaded,
             first_poll,
             guest,
-            move || {
-                // Flagged before the store (and with it the body's sender) goes, so the
-                // body sees the flag when it sees its end. Before the head, the event
-                // fails as a whole (and that is logged); after it, the tenant's client
-                // sees a cut body, and its logs say why.
-                let text = body_cut_message(&deadline_function, timeout);
-                let why = Why {
-                    line: text.clone(),
-                    body: text,
-                };
-                at_deadline.fail(why, true, cut_line);
-            },
             // No region is mapped into an HTTP function: its inputs are a request.
             |_| false,
         );
@@ -291,6 +285,58 @@ impl Streaming {
     }
 }
 
+/// The store of an HTTP event's instance, which tells the event's [`Streaming`] how its
+/// response body stood if the instance is dropped before its guest returned (its
+/// deadline passed, or the worker is stopping). Told from `drop`, while the store (and
+/// with it the body's sender) is still there, so the body sees the flag when it sees
+/// its end; and judged by the store's resource table, so that a body the guest had
+/// finished before it lingered in the host stays whole, however slowly its client
+/// reads its end.
+struct EventStore {
+    store: wasmtime::Store<crate::state::InstanceState>,
+    streaming: Arc<Streaming>,
+    /// What to say if the instance is dropped first; taken once its guest returned.
+    stopped: Option<Stopped>,
+}
+
+/// What an [`EventStore`] dropped before its guest returned says.
+struct Stopped {
+    function: Arc<str>,
+    timeout: Duration,
+    line: Option<EventLine>,
+}
+
+impl EventStore {
+    /// Marks the guest returned (or failed): the caller tells the event's outcome
+    /// from here. Returns whether it left an outgoing body unfinished.
+    fn returned(&mut self) -> bool {
+        self.stopped = None;
+        unfinished_body(&mut self.store)
+    }
+}
+
+impl Drop for EventStore {
+    fn drop(&mut self) {
+        let Some(stopped) = self.stopped.take() else {
+            return;
+        };
+        // Before the head, the event fails as a whole (and that is logged); after it,
+        // the tenant's client sees a cut body if it was unfinished, and its logs say
+        // why either way.
+        let cut = unfinished_body(&mut self.store);
+        let text = if cut {
+            body_cut_message(&stopped.function, stopped.timeout)
+        } else {
+            stopped_after_body_message(&stopped.function, stopped.timeout)
+        };
+        let why = Why {
+            line: text.clone(),
+            body: text,
+        };
+        self.streaming.fail(why, cut, stopped.line);
+    }
+}
+
 /// Whether the guest in `store` left an outgoing body unfinished (its response's, or
 /// an outbound request's): `finish` takes a body out of the resource table, and
 /// Wasmtime ends a body whose instance goes as if it were complete.
@@ -307,6 +353,16 @@ fn unfinished_body(store: &mut wasmtime::Store<crate::state::InstanceState>) -> 
 fn body_cut_message(function: &str, timeout: Duration) -> String {
     format!(
         "function `{function}` did not finish its response body within {}ms",
+        timeout.as_millis()
+    )
+}
+
+/// Why an event whose guest finished its response body but not its own run within
+/// its deadline failed, as its tenant's logs say it (its client got a whole body).
+fn stopped_after_body_message(function: &str, timeout: Duration) -> String {
+    format!(
+        "function `{function}` was stopped at its deadline ({}ms), after it had finished \
+         its response body",
         timeout.as_millis()
     )
 }
@@ -396,5 +452,63 @@ fn bad_response(function: &LoadedFunction, message: &str) -> InvokeError {
     InvokeError::BadResponse {
         function: function.name.to_string(),
         message: message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::worker::tests::{KeptLines, get, load_http};
+    use crate::{Worker, WorkerConfig};
+    use http_body_util::BodyExt;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A guest that finished its response body, then lingered in the host past its
+    /// deadline, is stopped there, and its body stays whole however late its client
+    /// reads the end; its tenant's logs say it was stopped. One that lingered with its
+    /// body unfinished has it cut.
+    #[tokio::test]
+    async fn a_body_finished_before_the_deadline_stays_whole_however_late_its_end_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = Arc::new(KeptLines::default());
+        let worker = Worker::new(WorkerConfig::new(dir.path()))
+            .unwrap()
+            .with_logs(lines.clone());
+        let workflow = load_http(&worker, "linger", "timeout_ms = 300").await;
+        let past_the_deadline = Duration::from_millis(300) + crate::worker::HOST_WAIT_GRACE * 4;
+
+        let finished = "/linger/answer?sleep-ms=60000";
+        let unfinished = "/linger/sleep?ms=60000";
+        for (path, whole, body) in [
+            (finished, true, "answered\n"),
+            (unfinished, false, "first chunk\n"),
+        ] {
+            let mut response = get(&worker, &workflow, path).await.unwrap().into_body();
+            // Its first chunk now, and the rest only once the deadline has passed.
+            let first = response.frame().await.unwrap().unwrap();
+            assert_eq!(first.into_data().unwrap(), body.as_bytes(), "{path}");
+            tokio::time::sleep(past_the_deadline).await;
+            let end = response.collect().await;
+            assert_eq!(end.is_ok(), whole, "{path}");
+            if let Ok(rest) = end {
+                assert!(rest.to_bytes().is_empty(), "{path}");
+            }
+        }
+
+        let said: Vec<String> = lines
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|line| line.text.clone())
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "function `linger` was stopped at its deadline (300ms), after it had finished \
+                 its response body",
+                "function `linger` did not finish its response body within 300ms",
+            ],
+        );
     }
 }

@@ -240,7 +240,7 @@ impl Worker {
     /// event's deadline covers all of it: past the function's timeout (plus
     /// [`HOST_WAIT_GRACE`]) the future is dropped with its store, even if it waits on
     /// the host where no epoch tick can interrupt it, and the task gives
-    /// `None`. `on_deadline` runs just before that drop.
+    /// `None`.
     ///
     /// While the function's placement is measured (`placement.rs`), the page faults
     /// the guest takes are counted, unless `mapped_regions` says of its output that
@@ -252,7 +252,6 @@ impl Worker {
         function: &LoadedFunction,
         first_poll: FirstPoll,
         guest: F,
-        on_deadline: impl FnOnce() + Send + 'static,
         mapped_regions: fn(&F::Output) -> bool,
     ) -> GuestTask<F::Output>
     where
@@ -265,8 +264,7 @@ impl Worker {
         let guest =
             crate::placement::count_faults(function.placement.clone(), guest, mapped_regions);
         let gone_at = tokio::time::Instant::now() + function.limits.timeout + HOST_WAIT_GRACE;
-        self.guests
-            .spawn(tenant, first_poll, guest, gone_at, on_deadline)
+        self.guests.spawn(tenant, first_poll, guest, gone_at)
     }
 
     /// Moves `function` to the engine that resets slots whole, in the background: its
@@ -824,7 +822,7 @@ fn flavor_of(limits: &Limits) -> Flavor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::{TenantSlots, Worker};
     use crate::swap::SwapWatch;
     use crate::{InvokeError, WorkerConfig};
@@ -858,12 +856,46 @@ mod tests {
 
     /// The lines a worker writes for tenants, kept.
     #[derive(Default)]
-    struct KeptLines(std::sync::Mutex<Vec<faas_invoke::LogLine>>);
+    pub(crate) struct KeptLines(pub(crate) std::sync::Mutex<Vec<faas_invoke::LogLine>>);
 
     impl faas_invoke::LogSink for KeptLines {
         fn push(&self, line: faas_invoke::LogLine) {
             self.0.lock().unwrap().push(line);
         }
+    }
+
+    /// Loads workflow `w` of tenant `t`, whose function is the component built from
+    /// `package`, named after it, with `limits` in its table, and serves it on
+    /// `/<package>/...`.
+    pub(crate) async fn load_http(
+        worker: &Worker,
+        package: &str,
+        limits: &str,
+    ) -> crate::LoadedWorkflow {
+        let text = format!(
+            "name = \"w\"\ntenant = \"t\"\n[functions.{package}]\ncomponent = \"{}\"\n\
+             {limits}\n[[triggers.http]]\nroute = \"/{package}/...\"\nfunction = \"{package}\"\n",
+            faas_testing::component_path(package).display()
+        );
+        let manifest = faas_workflow::Workflow::parse("workflow.toml", &text).unwrap();
+        let components = BTreeMap::from([(
+            package.to_owned(),
+            faas_invoke::Component::new(faas_testing::component(package)),
+        )]);
+        worker.load_workflow(&manifest, components).await.unwrap()
+    }
+
+    /// A GET of `path` from the only function of `workflow` (see [`load_http`]).
+    pub(crate) async fn get(
+        worker: &Worker,
+        workflow: &crate::LoadedWorkflow,
+        path: &str,
+    ) -> Result<faas_invoke::HttpResponse, InvokeError> {
+        let function = workflow.functions().next().unwrap().name.clone();
+        let request = hyper::Request::get(format!("http://localhost{path}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        worker.handle_http(workflow, &function, request).await
     }
 
     /// Once a swap area is turned on, a worker whose slots are scanned for written pages
@@ -882,24 +914,9 @@ mod tests {
                 .with_swap_watch(swap.clone())
                 .with_logs(lines.clone()),
         );
-        let text = format!(
-            "name = \"hello\"\ntenant = \"t\"\n[functions.hello]\ncomponent = \"{}\"\n\
-             [[triggers.http]]\nroute = \"/hello\"\nfunction = \"hello\"\n",
-            faas_testing::component_path("hello").display()
-        );
-        let manifest = faas_workflow::Workflow::parse("workflow.toml", &text).unwrap();
-        let components = BTreeMap::from([(
-            "hello".to_owned(),
-            faas_invoke::Component::new(faas_testing::component("hello")),
-        )]);
-        let workflow = worker.load_workflow(&manifest, components).await.unwrap();
-        let get = || {
-            let request = hyper::Request::get("http://localhost/hello")
-                .body(http_body_util::Empty::<bytes::Bytes>::new())
-                .unwrap();
-            worker.handle_http(&workflow, "hello", request)
-        };
-        assert_eq!(get().await.unwrap().status(), 200);
+        let workflow = load_http(&worker, "hello", "").await;
+        let hello = || get(&worker, &workflow, "/hello/");
+        assert_eq!(hello().await.unwrap().status(), 200);
         let told = tokio::spawn({
             let worker = worker.clone();
             async move { worker.until_swap_turned_on().await }
@@ -908,7 +925,7 @@ mod tests {
         assert!(!told.is_finished(), "told before swap was turned on");
 
         swap.turn_on("swap was turned on (/swapfile)");
-        let refused = get().await.unwrap_err();
+        let refused = hello().await.unwrap_err();
         assert!(
             matches!(refused, InvokeError::SwapTurnedOn { .. }),
             "{refused}"

@@ -236,7 +236,6 @@ async fn attempt_once(
         function,
         FirstPoll::OnGuestThreads,
         guest,
-        || (),
         |(_, _, mapped)| *mapped,
     );
     let timed_out = || {

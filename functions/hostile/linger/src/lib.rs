@@ -10,9 +10,10 @@
 //!   then traps: its client got a whole body.
 //! - `/linger/leave`: sends the head and a first chunk, then returns without finishing
 //!   or dropping the body (it forgets the handle).
-//! - `/linger/answer?status=N&header-kib=K&body-kib=B`: answers at once, with status N
-//!   (200 by default), K headers of 1 KiB each (none by default) and a body of B KiB
-//!   of `b` (by default `answered`). It never reads the request's body.
+//! - `/linger/answer?status=N&header-kib=K&body-kib=B&sleep-ms=S`: answers at once,
+//!   with status N (200 by default), K headers of 1 KiB each (none by default) and a
+//!   body of B KiB of `b` (by default `answered`), then sleeps S ms in the host (none
+//!   by default) after finishing the body. It never reads the request's body.
 //! - `/linger/error?mib=N`: answers with an error code, not a response: an internal
 //!   error whose text is N MiB (1 by default) of a control character, which a `Debug`
 //!   rendering escapes to six bytes each.
@@ -67,7 +68,7 @@ impl Guest for Linger {
                 .strip_prefix("?ms=")
                 .and_then(|ms| ms.parse().ok())
                 .unwrap_or(60_000);
-            wasip2::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+            sleep(ms);
         } else if path.starts_with("/linger/trap") {
             std::process::abort();
         } else if path.starts_with("/linger/spin") {
@@ -139,6 +140,14 @@ fn answer(query: &str, out: ResponseOutparam) {
     }
     drop(stream);
     let _ = OutgoingBody::finish(body, None);
+    if let Some(ms) = param(query, "sleep-ms") {
+        sleep(ms as u64);
+    }
+}
+
+/// Sleeps `ms` in the host: a `wasi:io` poll, where no epoch tick can interrupt it.
+fn sleep(ms: u64) {
+    wasip2::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
 }
 
 wasip2::http::proxy::export!(Linger);
