@@ -369,9 +369,11 @@ fn another_tenants_load_does_not_dead_letter_entries_whose_later_step_found_no_s
     .unwrap();
     platform.deploy(&manifest);
     // One request at a time, back to back: the slot comes free now and then, long
-    // enough for victim's first step, and is taken again before its second.
+    // enough for victim's first step, and is often taken again before its second.
+    // Often, not always (the second may come first), so an entry is added every half
+    // second until a run was refused its second step.
     let hogs = Hogs::start(&platform, dir.path(), 1, 600);
-    let id = xadd(&redis, &key("victim", "jobs"), "job-1");
+    let mut ids = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let refused_later = runs(&platform.url, "victim-chain").iter().any(|run| {
@@ -387,17 +389,26 @@ fn another_tenants_load_does_not_dead_letter_entries_whose_later_step_found_no_s
             "victim's second step was never refused: {:?}",
             runs(&platform.url, "victim-chain")
         );
-        std::thread::sleep(Duration::from_millis(100));
+        let job = format!("job-{}", ids.len());
+        ids.push((xadd(&redis, &key("victim", "jobs"), &job), job));
+        std::thread::sleep(Duration::from_millis(500));
     }
     hogs.stop();
-    // Both steps ran once capacity was back, on what is still its first delivery.
-    let out = payloads(
+    // Both steps of every entry ran once capacity was back, on what is still its first
+    // delivery.
+    let mut out = payloads(
         &redis,
         &key("victim", "chain:out2"),
-        1,
+        ids.len(),
         Duration::from_secs(30),
     );
-    assert_eq!(out, vec![format!("jobs|{id}|1|jobs|{id}|1|job-1")]);
+    out.sort();
+    let mut expected: Vec<String> = ids
+        .iter()
+        .map(|(id, job)| format!("jobs|{id}|1|jobs|{id}|1|{job}"))
+        .collect();
+    expected.sort();
+    assert_eq!(out, expected);
     let dead: usize = connect(&redis).xlen(key("victim", "jobs:dead")).unwrap();
     assert_eq!(dead, 0, "mallory's load dead-lettered victim's entry");
 }
