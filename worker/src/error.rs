@@ -165,9 +165,7 @@ impl InvokeError {
             | Self::BadResponse { function, .. } => function,
         }
     }
-}
 
-impl InvokeError {
     /// Whether no instance could start for want of the worker's slots, which every
     /// tenant shares ([`EventFailure::shared_capacity`]).
     pub fn for_shared_capacity(&self) -> bool {

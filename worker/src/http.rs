@@ -140,12 +140,7 @@ impl Worker {
                     Err(err)
                 }
                 Ok(()) if unfinished => {
-                    let text = body_left_message(name);
-                    let why = Why {
-                        line: text.clone(),
-                        body: text,
-                    };
-                    on_failure.fail(why, true, failure_line);
+                    on_failure.fail(Why::both(body_left_message(name)), true, failure_line);
                     Ok(())
                 }
                 Ok(()) => Ok(()),
@@ -232,6 +227,16 @@ struct Why {
     line: String,
     /// What its client reads as its body's error, if it cut the body.
     body: String,
+}
+
+impl Why {
+    /// `text`, for the logs and the client alike.
+    fn both(text: String) -> Self {
+        Self {
+            line: text.clone(),
+            body: text,
+        }
+    }
 }
 
 /// [`Streaming::state`]: the guest set the response head, so the event's result is
@@ -329,11 +334,7 @@ impl Drop for EventStore {
         } else {
             stopped_after_body_message(&stopped.function, stopped.timeout)
         };
-        let why = Why {
-            line: text.clone(),
-            body: text,
-        };
-        self.streaming.fail(why, cut, stopped.line);
+        self.streaming.fail(Why::both(text), cut, stopped.line);
     }
 }
 
