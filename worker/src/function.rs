@@ -159,13 +159,15 @@ impl LoadedWorkflow {
         summaries
     }
 
-    /// `payload` as an input region of the entry step (an event's body or message).
-    pub fn entry_input(&self, payload: impl Into<Arc<[u8]>>) -> Region {
+    /// `payload` as an input region of the entry step (an event's body or message),
+    /// kept where it arrived if it is large ([`Region::received`]).
+    pub fn entry_input(&self, payload: bytes::Bytes) -> Region {
         let input_type = self
             .manifest
             .entry_step()
             .map(|entry| self.manifest.steps[entry].input.to_string())
             .unwrap_or_default();
-        Region::new(input_type, payload)
+        let len = payload.len();
+        Region::received(input_type, payload, len)
     }
 }

@@ -52,7 +52,7 @@ impl Invoke for LocalReplica {
         _room: &'a mut dyn faas_invoke::ReplyRoom,
     ) -> BoxFuture<'a, RunReply> {
         Box::pin(async move {
-            let input = self.loaded.entry_input(&payload[..]);
+            let input = self.loaded.entry_input(payload);
             let outcome = match message {
                 Some(message) => {
                     self.worker

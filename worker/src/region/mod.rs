@@ -19,6 +19,7 @@ pub(crate) use pages::{MappedPages, PageRange, round_to_pages};
 
 use crate::limits::FileBudget;
 use crate::memory_budget::GuestMemoryClaim;
+use bytes::Bytes;
 use payload::PayloadFile;
 use rustix::mm::ProtFlags;
 use std::borrow::Cow;
@@ -276,6 +277,10 @@ impl Drop for Retired {
 }
 
 /// Drops `instance` on a blocking thread when inside the runtime, here otherwise.
+/// The smallest value [`Region::received`] keeps in the buffer it arrived in: a smaller
+/// one costs little to copy, and may have arrived in a read buffer many times its size.
+const KEPT_IN_PLACE_FROM: usize = 64 << 10;
+
 fn drop_off_thread(instance: Option<Box<dyn Send>>) {
     if instance.is_none() {
         return;
@@ -288,8 +293,9 @@ fn drop_off_thread(instance: Option<Box<dyn Send>>) {
 
 #[derive(Debug, Clone)]
 enum Body {
-    /// A small value, copied into host memory.
-    Bytes(Arc<[u8]>),
+    /// A value held in host memory: a small one copied there, or one received whole
+    /// from another process, kept in the buffer it arrived in.
+    Bytes(Bytes),
     /// Being written by its producer through `pages`, which are the file mapped shared.
     Writing {
         file: Arc<PayloadFile>,
@@ -464,7 +470,7 @@ impl RegionScope {
 
 impl Region {
     /// A region of `schema_type` holding `bytes` (a run's input, or a small value).
-    pub fn new(schema_type: impl Into<String>, bytes: impl Into<Arc<[u8]>>) -> Self {
+    pub fn new(schema_type: impl Into<String>, bytes: impl Into<Bytes>) -> Self {
         Self {
             schema_type: schema_type.into(),
             owner: None,
@@ -472,6 +478,25 @@ impl Region {
             producer: None,
             claim: None,
         }
+    }
+
+    /// A region of `schema_type` holding `value`, which arrived in a buffer of
+    /// `buffer_len` bytes (a run's request body, a frame from another worker): kept in
+    /// that buffer when it is large and most of it, so that a large value received is
+    /// not copied once more; copied out otherwise, so that it never keeps alive many
+    /// more bytes than it holds (and its tenant is counted for).
+    pub(crate) fn received(
+        schema_type: impl Into<String>,
+        value: Bytes,
+        buffer_len: usize,
+    ) -> Self {
+        let kept = value.len() >= KEPT_IN_PLACE_FROM && value.len() * 2 >= buffer_len;
+        let value = if kept {
+            value
+        } else {
+            Bytes::copy_from_slice(&value)
+        };
+        Self::new(schema_type, value)
     }
 
     /// Takes the part of `claim` (its producer's claim on guest memory) that the
@@ -819,6 +844,37 @@ impl Region {
 mod tests {
     use super::*;
     use crate::memory_budget::GuestMemory;
+
+    /// Whether `region`'s bytes are `within`'s, not a copy of them.
+    fn shares(region: &Region, within: &[u8]) -> bool {
+        let bytes = region.bytes().unwrap();
+        within.as_ptr_range().contains(&bytes.as_ptr())
+    }
+
+    /// A large value received whole (a frame's only value, a run's body) is not copied
+    /// once more; a small one, or one that is a small part of its buffer, is copied
+    /// out, so that it does not keep the rest alive uncounted.
+    #[test]
+    fn a_received_value_stays_in_its_buffer_only_when_it_is_large_and_most_of_it() {
+        let buffer = Bytes::from((0..1u32 << 20).map(|i| i as u8).collect::<Vec<u8>>());
+        let len = buffer.len();
+        let whole = Region::received("t", buffer.clone(), len);
+        assert!(shares(&whole, &buffer));
+        assert_eq!(whole.bytes().unwrap().as_ref(), &buffer[..]);
+
+        let most = Region::received("t", buffer.slice(1000..), len);
+        assert!(shares(&most, &buffer));
+        assert_eq!(most.bytes().unwrap().as_ref(), &buffer[1000..]);
+
+        let small_part = Region::received("t", buffer.slice(..len / 4), len);
+        assert!(!shares(&small_part, &buffer));
+        assert_eq!(small_part.bytes().unwrap().as_ref(), &buffer[..len / 4]);
+
+        let small = Bytes::from(vec![7u8; KEPT_IN_PLACE_FROM - 1]);
+        let copied = Region::received("t", small.clone(), small.len());
+        assert!(!shares(&copied, &small));
+        assert_eq!(copied.bytes().unwrap().as_ref(), &small[..]);
+    }
 
     /// A step may return its input as its output. The input holds its producer's claim
     /// on the value; taking the returning step's own (here, next to nothing) in its

@@ -12,6 +12,7 @@ use super::wire::{Received, carry, inline_bytes, uncarry};
 use crate::memory_budget::GuestMemoryClaim;
 use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner};
 use crate::run::{BranchCall, BranchPeer, BranchReply, RunError};
+use bytes::Bytes;
 use faas_invoke::wire::{Carried, InlineLen, MAX_FDS, frame, inline_len, split_frame};
 use faas_invoke::{BoxFuture, EventFailure, FailureKind, RemoteWorker, StepRecord};
 use rustix::net::{
@@ -228,7 +229,7 @@ async fn run_on_peer(
                 let (reply, inline, fds): (ReplyHead, _, _) =
                     recv_frame(&mut stream, deadline).map_err(CallError::Waiting)?;
                 drop(place);
-                Ok(decode_reply(reply, fds, &inline, &owner, &received))
+                Ok(decode_reply(reply, fds, inline, &owner, &received))
             })
             .await
             .map_err(|err| unavailable(&err))?
@@ -253,7 +254,7 @@ async fn run_on_peer(
             Ok(decode_reply(
                 reply,
                 Vec::new(),
-                inline,
+                body.slice_ref(inline),
                 &owner,
                 &peer.received,
             ))
@@ -276,7 +277,7 @@ enum CallError {
 fn decode_reply(
     reply: ReplyHead,
     fds: Vec<OwnedFd>,
-    inline: &[u8],
+    inline: Bytes,
     owner: &RegionOwner,
     received: &Received,
 ) -> BranchReply {
@@ -292,7 +293,7 @@ fn decode_reply(
 pub(crate) fn call_inputs(
     head: &mut CallHead,
     fds: Vec<OwnedFd>,
-    inline: &[u8],
+    inline: Bytes,
     owner: &RegionOwner,
     received: &Received,
 ) -> Result<Vec<Region>, RegionError> {
@@ -413,7 +414,7 @@ pub(crate) async fn read_token(
 pub(crate) fn recv_frame<H: DeserializeOwned + InlineLen>(
     stream: &mut UnixStream,
     deadline: Option<Instant>,
-) -> std::io::Result<(H, Vec<u8>, Vec<OwnedFd>)> {
+) -> std::io::Result<(H, Bytes, Vec<OwnedFd>)> {
     let too_big = |what: &str, len: usize, max: usize| {
         std::io::Error::other(format!("a frame {what} of {len} bytes (at most {max})"))
     };
@@ -452,8 +453,10 @@ pub(crate) fn recv_frame<H: DeserializeOwned + InlineLen>(
         return Err(too_big("body", inline_len, MAX_INLINE_BYTES));
     }
     read_more(stream, &mut first, 4 + head_len + inline_len, deadline)?;
-    let inline = first.split_off(4 + head_len);
-    Ok((head, inline, fds))
+    // Moved down in place rather than copied out: a large value then stays in this
+    // buffer (`Region::received`), with nothing else kept alive beside it.
+    first.drain(..4 + head_len);
+    Ok((head, Bytes::from(first), fds))
 }
 
 /// Makes the next blocking read wait no later than `deadline`.

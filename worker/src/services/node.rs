@@ -352,7 +352,7 @@ impl Node {
         &self,
         mut head: CallHead,
         fds: Vec<OwnedFd>,
-        inline: &[u8],
+        inline: bytes::Bytes,
     ) -> BranchReply {
         // The caller's own workflow, at the caller's revision: a name another tenant
         // took since (the caller's run outlives its removal, up to its deadline), or

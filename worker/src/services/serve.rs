@@ -200,7 +200,7 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
             Ok(response)
         }
         "run" => {
-            let input = workflow.entry_input(&body[..]);
+            let input = workflow.entry_input(body);
             let peers = node.peers(&workflow_name, revision);
             let for_message = message.is_some();
             let mut outcome = node
@@ -219,7 +219,7 @@ async fn dispatch(node: &Node, request: Request<Incoming>) -> Result<HttpRespons
             let (head, inline) = split_frame::<CallHead>(&body)
                 .map_err(|err| refused(400, FailureKind::BadRequest, &err.to_string()))?;
             let mut claim = node.reply_claim(&head.call.tenant);
-            let (steps, result) = node.branch(head, Vec::new(), inline).await;
+            let (steps, result) = node.branch(head, Vec::new(), body.slice_ref(inline)).await;
             let (reply, _) = reply_frame(steps, result, false, &mut claim);
             Ok(Response::new(holding(full(reply), claim)))
         }

@@ -83,7 +83,7 @@ async fn handle(mut stream: tokio::net::UnixStream, node: &Node) -> std::io::Res
     })
     .await??;
     let mut claim = node.reply_claim(&head.call.tenant);
-    let (steps, result) = node.branch(head, fds, &inline).await;
+    let (steps, result) = node.branch(head, fds, inline).await;
     let (frame, descriptors) = reply_frame(steps, result, true, &mut claim);
     tokio::task::spawn_blocking(move || {
         let borrowed: Vec<_> = descriptors.iter().map(AsFd::as_fd).collect();

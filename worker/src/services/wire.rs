@@ -6,6 +6,7 @@ use crate::limits::FileBudget;
 use crate::memory_budget::{GuestMemory, GuestMemoryClaim};
 use crate::region::{Region, RegionError, RegionLimitExceeded, RegionOwner, round_to_pages};
 use crate::run::{RunError, RunOutcome};
+use bytes::Bytes;
 use faas_invoke::wire::{Carried, FrameHead, MAX_FDS, RunHead, frame};
 use faas_invoke::{EventFailure, RunStatus};
 use serde::Serialize;
@@ -144,15 +145,17 @@ pub(crate) struct Received {
 }
 
 /// Rebuilds the regions of a frame, owned by `owner`'s run, counted against
-/// `budgets` for `owner`'s tenant.
+/// `budgets` for `owner`'s tenant. A large value passed inline stays in the frame's
+/// buffer ([`Region::received`]).
 pub(crate) fn uncarry(
     carried: Vec<Carried>,
     fds: Vec<OwnedFd>,
-    mut inline: &[u8],
+    inline: Bytes,
     owner: &RegionOwner,
     budgets: &Received,
 ) -> Result<Vec<Region>, RegionError> {
     let mut fds = fds.into_iter();
+    let mut rest = inline.clone();
     let malformed = |what: &str| RegionError::Map(std::io::Error::other(what.to_owned()));
     carried
         .into_iter()
@@ -174,12 +177,11 @@ pub(crate) fn uncarry(
                     .ok_or_else(|| malformed("a memory file is missing"))?;
                 Region::from_memory_file(entry.schema_type, owner.clone(), fd, len, &budgets.files)?
             } else {
-                if inline.len() < len {
+                if rest.len() < len {
                     return Err(malformed("the inline bytes are truncated"));
                 }
-                let (bytes, rest) = inline.split_at(len);
-                inline = rest;
-                Region::new(entry.schema_type, bytes).owned_by(owner.clone())
+                let value = rest.split_to(len);
+                Region::received(entry.schema_type, value, inline.len()).owned_by(owner.clone())
             };
             Ok(region.holding(claim))
         })
@@ -240,7 +242,7 @@ mod tests {
         let refused = uncarry(
             carried,
             vec![sealed_file(), sealed_file()],
-            &[],
+            Bytes::new(),
             &owner,
             &received,
         );
@@ -257,7 +259,7 @@ mod tests {
         let regions = uncarry(
             carried,
             vec![sealed_file(), sealed_file()],
-            &[],
+            Bytes::new(),
             &owner,
             &received,
         )
@@ -345,7 +347,7 @@ mod tests {
             uncarry(
                 carried,
                 Vec::new(),
-                &vec![7; count * (3 << 10)],
+                Bytes::from(vec![7; count * (3 << 10)]),
                 &owner,
                 &received,
             )
