@@ -108,8 +108,9 @@ pub struct EventFailure {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<String>,
     /// An instance was refused for want of capacity that every tenant shares (the
-    /// worker's instance slots), not its tenant's own quota: other tenants' load, which
-    /// says nothing of the event (a stream trigger does not count the delivery).
+    /// worker's instance slots, or its tenant's own while some of them waited for the
+    /// worker's), not its tenant's own work: other tenants' load, which says nothing of
+    /// the event (a stream trigger does not count the delivery).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared_capacity: bool,
 }

@@ -90,8 +90,8 @@ pub enum InvokeError {
         function: String,
         /// Which slots, and for how long.
         message: String,
-        /// The slots were the worker's, which every tenant shares, not the tenant's
-        /// own quota of them.
+        /// The slots were the worker's, which every tenant shares, or the tenant's own
+        /// quota of them while some were held by its events waiting for the worker's.
         shared: bool,
     },
     /// A swap area was turned on after the worker started resetting instance slots by

@@ -86,6 +86,8 @@ struct TenantSlots {
     /// Permits still to take out of the semaphore after the limit was lowered while
     /// they were held: taken as they come back, before the next event's acquire.
     owed: usize,
+    /// Its events that hold one of its slots and wait for one of the worker's.
+    behind_shared: Arc<BehindShared>,
 }
 
 impl TenantSlots {
@@ -94,6 +96,7 @@ impl TenantSlots {
             semaphore: Arc::new(Semaphore::new(limit)),
             limit,
             owed: 0,
+            behind_shared: Arc::default(),
         }
     }
 
@@ -117,6 +120,50 @@ impl TenantSlots {
         if self.owed > 0 {
             self.owed -= self.semaphore.forget_permits(self.owed);
         }
+    }
+}
+
+/// A tenant's events that hold one of its instance slots while they wait for one of the
+/// worker's. While they wait, its slots are held up by the worker's shared capacity
+/// (other tenants' load), not by its own work: an event refused one of them then is
+/// refused for want of shared capacity, which a stream entry is not charged a delivery
+/// for, as when it is refused one of the worker's slots itself.
+#[derive(Default)]
+struct BehindShared {
+    /// How many wait now.
+    waiting: std::sync::atomic::AtomicUsize,
+    /// How many waits have ended, so that one that ended during another event's wait
+    /// counts too.
+    ended: std::sync::atomic::AtomicU64,
+}
+
+impl BehindShared {
+    /// Counts a wait for one of the worker's slots until the returned guard is dropped.
+    fn wait(self: &Arc<Self>) -> BehindSharedWait {
+        self.waiting
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        BehindSharedWait(self.clone())
+    }
+
+    /// Where the waits stand, to compare with [`Self::since`] later.
+    fn mark(&self) -> u64 {
+        self.ended.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether any of the tenant's events waited for the worker's slots since `mark`.
+    fn since(&self, mark: u64) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::Relaxed) > 0 || self.mark() != mark
+    }
+}
+
+/// One event's wait counted in [`BehindShared`].
+struct BehindSharedWait(Arc<BehindShared>);
+
+impl Drop for BehindSharedWait {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0.ended.fetch_add(1, Relaxed);
+        self.0.waiting.fetch_sub(1, Relaxed);
     }
 }
 
@@ -350,13 +397,17 @@ impl Worker {
     }
 
     /// `tenant`'s share of the instance slots, and how many there are.
-    fn tenant_slots(&self, tenant: &Arc<str>) -> (Arc<Semaphore>, usize) {
+    fn tenant_slots(&self, tenant: &Arc<str>) -> (Arc<Semaphore>, usize, Arc<BehindShared>) {
         let mut slots = self.tenant_slots.lock().unwrap_or_else(|p| p.into_inner());
         let slots = slots
             .entry(tenant.clone())
             .or_insert_with(|| TenantSlots::new(self.default_tenant_slots()));
         slots.collect_owed();
-        (slots.semaphore.clone(), slots.limit)
+        (
+            slots.semaphore.clone(),
+            slots.limit,
+            slots.behind_shared.clone(),
+        )
     }
 
     /// How many instance slots a tenant without a quota of its own has.
@@ -643,7 +694,8 @@ impl Worker {
             shared,
         };
         let wait = function.limits.timeout;
-        let (tenant_slots, tenant_limit) = self.tenant_slots(&workflow.tenant);
+        let (tenant_slots, tenant_limit, behind_shared) = self.tenant_slots(&workflow.tenant);
+        let mark = behind_shared.mark();
         let tenant_slot = match tenant_slots.clone().try_acquire_owned() {
             Ok(slot) => Ok(Ok(slot)),
             Err(_) => {
@@ -653,15 +705,21 @@ impl Worker {
             }
         }
         .map_err(|_| {
+            let shared = behind_shared.since(mark);
             overloaded(
                 format!(
                     "tenant `{tenant}` kept all of its {tenant_limit} instance slots busy for \
-                 {}ms (the max-instances quota, per worker; an operator raises it with \
+                 {}ms{} (the max-instances quota, per worker; an operator raises it with \
                  `faas tenant set {tenant} --max-instances N`)",
                     wait.as_millis(),
+                    if shared {
+                        ", some of them waiting for the worker's own slots"
+                    } else {
+                        ""
+                    },
                     tenant = workflow.tenant,
                 ),
-                false,
+                shared,
             )
         })?
         .expect("tenant slot semaphores are never closed");
@@ -670,6 +728,7 @@ impl Worker {
             Err(_) => {
                 // Retired producers wait only for speed; an event must not wait on them.
                 self.release_retired();
+                let _counted = behind_shared.wait();
                 tokio::time::timeout(wait, self.instance_slots.clone().acquire_owned()).await
             }
         }
@@ -872,9 +931,20 @@ pub(crate) mod tests {
         package: &str,
         limits: &str,
     ) -> crate::LoadedWorkflow {
+        load_http_as(worker, ("t", "w"), package, limits).await
+    }
+
+    /// [`load_http`] as `tenant`'s workflow `name`.
+    async fn load_http_as(
+        worker: &Worker,
+        (tenant, name): (&str, &str),
+        package: &str,
+        limits: &str,
+    ) -> crate::LoadedWorkflow {
         let text = format!(
-            "name = \"w\"\ntenant = \"t\"\n[functions.{package}]\ncomponent = \"{}\"\n\
-             {limits}\n[[triggers.http]]\nroute = \"/{package}/...\"\nfunction = \"{package}\"\n",
+            "name = \"{name}\"\ntenant = \"{tenant}\"\n[functions.{package}]\n\
+             component = \"{}\"\n{limits}\n[[triggers.http]]\nroute = \"/{package}/...\"\n\
+             function = \"{package}\"\n",
             faas_testing::component_path(package).display()
         );
         let manifest = faas_workflow::Workflow::parse("workflow.toml", &text).unwrap();
@@ -896,6 +966,63 @@ pub(crate) mod tests {
             .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
         worker.handle_http(workflow, &function, request).await
+    }
+
+    /// A tenant's event refused one of its own instance slots while they are held by its
+    /// events waiting for one of the worker's (another tenant's load) is refused for want
+    /// of shared capacity, which a stream entry is not charged a delivery for: it was
+    /// charged, and another tenant's load dead-lettered a tenant's entries whose later
+    /// step found its slots so held up. Refused them while its own events run, it is
+    /// its own load.
+    #[tokio::test]
+    async fn a_tenants_slots_held_up_behind_the_workers_are_shared_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = WorkerConfig::new(dir.path());
+        config.max_instances = 1;
+        config.max_instances_per_tenant = 1;
+        let worker = Arc::new(Worker::new(config).unwrap());
+        let long = "timeout_ms = 5000";
+        let hog = load_http_as(&worker, ("mallory", "hog"), "misbehave", long).await;
+        let victim = load_http_as(&worker, ("victim", "v"), "misbehave", "timeout_ms = 300");
+        let victim = victim.await;
+        let victim_long = load_http_as(&worker, ("victim", "v2"), "misbehave", long).await;
+        let (hog, victim_long) = (Arc::new(hog), Arc::new(victim_long));
+        let call = |workflow: &Arc<crate::LoadedWorkflow>, path: &'static str| {
+            let (worker, workflow) = (worker.clone(), workflow.clone());
+            tokio::spawn(async move { get(&worker, &workflow, path).await })
+        };
+        let pause = || tokio::time::sleep(std::time::Duration::from_millis(100));
+
+        // mallory holds the worker's only slot; victim's first event takes victim's
+        // only slot and waits for the worker's; its second waits for victim's.
+        let hogging = call(&hog, "/misbehave/slow?ms=1500");
+        pause().await;
+        let waiting = call(&victim_long, "/misbehave/slow?ms=1");
+        pause().await;
+        let refused = get(&worker, &victim, "/misbehave/slow?ms=1")
+            .await
+            .unwrap_err();
+        assert!(refused.for_shared_capacity(), "{refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains("waiting for the worker's own slots"),
+            "{refused}"
+        );
+        assert_eq!(hogging.await.unwrap().unwrap().status(), 200);
+        assert_eq!(waiting.await.unwrap().unwrap().status(), 200);
+
+        // Now victim's own event holds its slot, running, while the worker's is free.
+        let running = call(&victim_long, "/misbehave/slow?ms=1000");
+        pause().await;
+        let own = get(&worker, &victim, "/misbehave/slow?ms=1")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(own, InvokeError::Overloaded { .. }) && !own.for_shared_capacity(),
+            "{own}"
+        );
+        assert_eq!(running.await.unwrap().unwrap().status(), 200);
     }
 
     /// Once a swap area is turned on, a worker whose slots are scanned for written pages
