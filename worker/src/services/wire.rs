@@ -155,7 +155,8 @@ pub(crate) fn uncarry(
     budgets: &Received,
 ) -> Result<Vec<Region>, RegionError> {
     let mut fds = fds.into_iter();
-    let mut rest = inline.clone();
+    let frame_len = inline.len();
+    let mut rest = inline;
     let malformed = |what: &str| RegionError::Map(std::io::Error::other(what.to_owned()));
     carried
         .into_iter()
@@ -181,7 +182,7 @@ pub(crate) fn uncarry(
                     return Err(malformed("the inline bytes are truncated"));
                 }
                 let value = rest.split_to(len);
-                Region::received(entry.schema_type, value, inline.len()).owned_by(owner.clone())
+                Region::received(entry.schema_type, value, frame_len).owned_by(owner.clone())
             };
             Ok(region.holding(claim))
         })
