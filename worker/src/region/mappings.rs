@@ -11,7 +11,7 @@
 //! elsewhere), and the engine maps images only where the kernel answers this question:
 //! Linux 6.11 and later, with one `PROCMAP_QUERY` ioctl on `/proc/self/maps`.
 
-use linux_raw_sys::general::procmap_query;
+use linux_raw_sys::general::{procmap_query, procmap_query_flags};
 use rustix::ioctl::{Updater, ioctl, opcode};
 use std::fs::File;
 use std::sync::OnceLock;
@@ -27,7 +27,7 @@ fn maps() -> Option<&'static File> {
         // This function's code is in a file mapping (the executable): a kernel that
         // knows the ioctl says so.
         let code = answered as fn() -> bool as usize;
-        matches!(mapping_at(&maps, code), Ok(Some((_, true)))).then_some(maps)
+        matches!(mapping_at(&maps, code), Ok(Some(mapping)) if mapping.file_backed).then_some(maps)
     })
     .as_ref()
 }
@@ -38,9 +38,17 @@ pub(crate) fn answered() -> bool {
     maps().is_some()
 }
 
-/// The end of the mapping that covers `addr`, and whether a file backs it; `None`
-/// where nothing is mapped.
-fn mapping_at(maps: &File, addr: usize) -> std::io::Result<Option<(usize, bool)>> {
+/// One mapping of the process, as the kernel describes it.
+struct Mapping {
+    end: usize,
+    /// Whether a file backs it (a memory file included); anonymous memory has no inode.
+    file_backed: bool,
+    /// Whether it may be read and written.
+    read_write: bool,
+}
+
+/// The mapping that covers `addr`; `None` where nothing is mapped.
+fn mapping_at(maps: &File, addr: usize) -> std::io::Result<Option<Mapping>> {
     // SAFETY: `procmap_query` is plain integers, for which all zeros is a valid value.
     let mut query: procmap_query = unsafe { std::mem::zeroed() };
     query.size = std::mem::size_of::<procmap_query>() as u64;
@@ -48,34 +56,67 @@ fn mapping_at(maps: &File, addr: usize) -> std::io::Result<Option<(usize, bool)>
     // SAFETY: the opcode is the kernel's for this struct, which the kernel reads and
     // writes in place; no name or build id buffer is asked for.
     match unsafe { ioctl(maps, Updater::<{ PROCMAP_QUERY }, _>::new(&mut query)) } {
-        // Anonymous memory has no inode; a file, a memory file included, has one.
-        Ok(()) => Ok(Some((query.vma_end as usize, query.inode != 0))),
+        Ok(()) => {
+            let read_write = procmap_query_flags::PROCMAP_QUERY_VMA_READABLE as u64
+                | procmap_query_flags::PROCMAP_QUERY_VMA_WRITABLE as u64;
+            Ok(Some(Mapping {
+                end: query.vma_end as usize,
+                file_backed: query.inode != 0,
+                read_write: query.vma_flags & read_write == read_write,
+            }))
+        }
         Err(rustix::io::Errno::NOENT) => Ok(None),
         Err(errno) => Err(errno.into()),
     }
 }
 
-/// Whether any page of `addr..addr + len` belongs to a file mapping. Where the kernel
-/// cannot say, no memory image is mapped either ([`answered`]), so none does.
-///
-/// One query per mapping the range spans: guest pages are one or a few mappings.
-///
-/// # Errors
-/// If the kernel fails a query it answered before.
-pub(crate) fn file_backed(addr: usize, len: usize) -> std::io::Result<bool> {
+/// Whether `found` holds for any of the mappings that cover `addr..addr + len`, in
+/// order, or for `None` at the first page of it that nothing maps (which ends the
+/// walk); `None` where the kernel cannot say. One query per mapping the range spans:
+/// guest pages are one or a few mappings.
+fn any_mapping(
+    addr: usize,
+    len: usize,
+    found: impl Fn(Option<&Mapping>) -> bool,
+) -> std::io::Result<Option<bool>> {
     let Some(maps) = maps() else {
-        return Ok(false);
+        return Ok(None);
     };
     let end = addr.saturating_add(len);
     let mut at = addr;
     while at < end {
-        match mapping_at(maps, at)? {
-            Some((_, true)) => return Ok(true),
-            Some((mapping_end, false)) => at = mapping_end,
-            None => return Ok(false),
+        let mapping = mapping_at(maps, at)?;
+        if found(mapping.as_ref()) {
+            return Ok(Some(true));
+        }
+        match mapping {
+            Some(mapping) => at = mapping.end,
+            None => break,
         }
     }
-    Ok(false)
+    Ok(Some(false))
+}
+
+/// Whether any page of `addr..addr + len` belongs to a file mapping. Where the kernel
+/// cannot say, no memory image is mapped either ([`answered`]), so none does.
+///
+/// # Errors
+/// If the kernel fails a query it answered before.
+pub(crate) fn file_backed(addr: usize, len: usize) -> std::io::Result<bool> {
+    let found = any_mapping(addr, len, |mapping| mapping.is_some_and(|m| m.file_backed))?;
+    Ok(found.unwrap_or(false))
+}
+
+/// Whether every page of `addr..addr + len` is mapped readable and writable: between
+/// two read-only ranges of one guest memory, pages the guest may write, which may be
+/// protected with them for a moment and made writable again. `false` where the
+/// kernel cannot say.
+///
+/// # Errors
+/// If the kernel fails a query it answered before.
+pub(crate) fn read_write(addr: usize, len: usize) -> std::io::Result<bool> {
+    let other = any_mapping(addr, len, |mapping| !mapping.is_some_and(|m| m.read_write))?;
+    Ok(other == Some(false))
 }
 
 #[cfg(test)]

@@ -53,6 +53,11 @@ impl PageRange {
         self.len
     }
 
+    /// The address just past its last page.
+    fn end(self) -> usize {
+        self.addr + self.len
+    }
+
     /// Whether it shares a page with `other`.
     pub(crate) fn overlaps(self, other: Self) -> bool {
         self.addr < other.addr + other.len && other.addr < self.addr + self.len
@@ -163,13 +168,22 @@ impl PageRange {
 /// ranges are writable whenever the host runs on the guest's behalf: [`Self::on_call`]
 /// lifts the protection when the guest calls the host and puts it back when the
 /// outermost host call returns. The guest itself never runs while they are writable.
+///
+/// Putting protection back costs the process a TLB shootdown per `mprotect` (an
+/// interrupt on every other core running its threads, other tenants' included), so
+/// read-only ranges with only writable guest pages between them are protected as one
+/// span, whose writable gaps are then lifted again (which needs no shootdown): one
+/// per host call, however many values the guest placed, or scattered.
 #[derive(Debug)]
 pub(crate) struct MappedPages {
     /// This store's part of the worker's budget of ranges: one unit per range
     /// recorded, claimed by [`Self::make_room`] before the range is recorded.
     claim: MappingClaim,
     ranges: Vec<PageRange>,
-    read_only: Vec<PageRange>,
+    /// Read-only ranges by address, each with whether the pages between it and the
+    /// one before are all readable and writable (so that the two are protected in one
+    /// span, [`Self::on_call`]).
+    read_only: Vec<(PageRange, bool)>,
     /// Read-only ranges over the component's memory image, where a value was copied:
     /// made writable again, not replaced, before the memory is reused (Wasmtime then
     /// resets their contents to the image's).
@@ -219,14 +233,52 @@ impl MappedPages {
     /// runs. Takes effect when the host call under way returns.
     pub(crate) fn record_read_only(&mut self, range: PageRange) {
         self.ranges.push(range);
-        self.read_only.push(range);
+        self.add_read_only(range);
     }
 
     /// Like [`Self::record_read_only`], for a range over the component's memory image:
     /// its protection is lifted, and its pages kept, at the end.
     pub(crate) fn record_read_only_in_image(&mut self, range: PageRange) {
         self.in_image.push(range);
-        self.read_only.push(range);
+        self.add_read_only(range);
+    }
+
+    /// Adds `range` to the read-only ranges in address order, joined to its neighbours
+    /// where only writable pages lie between them. Ranges of different memories (or
+    /// with anything else between them: guard pages, another slot) stay apart.
+    fn add_read_only(&mut self, range: PageRange) {
+        let at = self
+            .read_only
+            .partition_point(|(other, _)| other.addr < range.addr);
+        let joined = at > 0 && writable_between(self.read_only[at - 1].0, range);
+        self.read_only.insert(at, (range, joined));
+        if let Some((next, next_joined)) = self.read_only.get_mut(at + 1) {
+            *next_joined = writable_between(range, *next);
+        }
+    }
+
+    /// The spans [`Self::on_call`] protects, each from the first page of a run of
+    /// joined read-only ranges to the last, with the writable gaps inside it.
+    fn read_only_spans(
+        &self,
+    ) -> impl Iterator<Item = (PageRange, impl Iterator<Item = PageRange>)> {
+        self.read_only
+            .chunk_by(|_, (_, joined)| *joined)
+            .map(|run| {
+                let (first, last) = (run[0].0, run[run.len() - 1].0);
+                let span = PageRange {
+                    addr: first.addr,
+                    len: last.end() - first.addr,
+                };
+                let gaps = run
+                    .windows(2)
+                    .map(|pair| PageRange {
+                        addr: pair[0].0.end(),
+                        len: pair[1].0.addr - pair[0].0.end(),
+                    })
+                    .filter(|gap| gap.len > 0);
+                (span, gaps)
+            })
     }
 
     /// Whether the host mapped or protected no page at all.
@@ -268,15 +320,30 @@ impl MappedPages {
             }
             _ => return Ok(()),
         };
-        for range in &self.read_only {
-            // SAFETY: recorded ranges are pages of this store's live guest memory, and
-            // the guest is not running: it is calling, or about to return to, the host.
-            unsafe { range.protect(read_only) }.map_err(|err| {
-                wasmtime::Error::msg(format!("cannot change region page protection: {err}"))
-            })?;
+        let failed =
+            |err| wasmtime::Error::msg(format!("cannot change region page protection: {err}"));
+        for (span, gaps) in self.read_only_spans() {
+            // SAFETY: a span is pages of this store's live guest memory (read-only
+            // ranges, and between them pages the guest may write, which are writable
+            // again before it runs), and the guest is not running: it is calling, or
+            // about to return to, the host.
+            unsafe { span.protect(read_only) }.map_err(failed)?;
+            if read_only {
+                for gap in gaps {
+                    // SAFETY: as above.
+                    unsafe { gap.protect(false) }.map_err(failed)?;
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// Whether only pages the guest may write lie between `before` and `after` (none
+/// counts too): then they can be protected as one span.
+fn writable_between(before: PageRange, after: PageRange) -> bool {
+    let gap = after.addr.saturating_sub(before.end());
+    gap == 0 || super::mappings::read_write(before.end(), gap).unwrap_or(false)
 }
 
 impl Drop for MappedPages {
@@ -300,5 +367,97 @@ impl Drop for MappedPages {
                 std::process::abort();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::mm::{MapFlags, ProtFlags};
+    use std::sync::Arc;
+
+    /// Pages `first..first + count` of the mapping at `base`.
+    fn pages(base: usize, first: usize, count: usize) -> PageRange {
+        let page = host_page_size();
+        PageRange {
+            addr: base + first * page,
+            len: count * page,
+        }
+    }
+
+    fn read_write(range: PageRange) -> bool {
+        super::super::mappings::read_write(range.addr, range.len).unwrap()
+    }
+
+    /// Read-only ranges with only writable pages between them are protected as one
+    /// span (one TLB shootdown, not one per range), and the pages between them are
+    /// writable again before the guest runs; a range with anything else between it
+    /// and the others (here an inaccessible page, as a guard between memories) is
+    /// protected on its own, and that page is left as it was.
+    #[test]
+    fn read_only_ranges_are_protected_together_only_across_writable_pages() {
+        if !super::super::mappings::answered() {
+            eprintln!("PROCMAP_QUERY is not available on this kernel: nothing to check");
+            return;
+        }
+        // SAFETY: a fresh mapping that nothing else uses.
+        let base = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                12 * host_page_size(),
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }
+        .unwrap() as usize;
+        let guard = pages(base, 7, 1);
+        // SAFETY: a page of the mapping made above.
+        unsafe { rustix::mm::mprotect(guard.addr as *mut _, guard.len, MprotectFlags::empty()) }
+            .unwrap();
+        let budget = Arc::new(crate::limits::mapping_budget(64));
+        let mut mapped = MappedPages::new(budget.claim(Arc::from("t")));
+        // Out of order, as a guest may place them: two adjacent, one past a writable
+        // gap, one past the guard.
+        let (a, b, c, d) = (
+            pages(base, 0, 2),
+            pages(base, 2, 1),
+            pages(base, 5, 1),
+            pages(base, 9, 1),
+        );
+        for range in [c, d, a, b] {
+            mapped.record_read_only(range);
+        }
+        let spans: Vec<(PageRange, Vec<PageRange>)> = mapped
+            .read_only_spans()
+            .map(|(span, gaps)| (span, gaps.collect()))
+            .collect();
+        assert_eq!(
+            spans,
+            [(pages(base, 0, 6), vec![pages(base, 3, 2)]), (d, vec![])]
+        );
+
+        mapped.on_call(wasmtime::CallHook::CallingHost).unwrap();
+        for range in [a, b, c, d, pages(base, 3, 2)] {
+            assert!(read_write(range), "writable while the host runs: {range:?}");
+        }
+        mapped
+            .on_call(wasmtime::CallHook::ReturningFromHost)
+            .unwrap();
+        for range in [a, b, c, d] {
+            assert!(
+                !read_write(range),
+                "read-only while the guest runs: {range:?}"
+            );
+        }
+        assert!(
+            read_write(pages(base, 3, 2)),
+            "the gap is the guest's to write"
+        );
+        assert!(read_write(pages(base, 6, 1)) && read_write(pages(base, 8, 1)));
+        assert!(!read_write(guard), "the guard stays inaccessible");
+
+        drop(mapped);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { rustix::mm::munmap(base as *mut _, 12 * host_page_size()) }.unwrap();
     }
 }

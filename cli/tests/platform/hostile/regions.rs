@@ -1,12 +1,14 @@
 //! Regions as a weapon: pages placed twice, host writes into read-only pages, memory
 //! files pinned past the memory limit, and floods of regions.
 
-use super::{Watch, assert_bystander_served, deploy_bystander};
+use super::{BYSTANDER_ROUTE, Watch, assert_bystander_served, deploy_bystander};
 use crate::regions::{
     MEMORIES, deploy_example, deploy_manifest, deploy_probe, expected_sum, pairs, probe_as, start,
     transfer,
 };
 use crate::support::error_of;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Posts a run of `len` bytes to `route` and returns its error message, asserting that
 /// the consumer step failed (and nothing else did).
@@ -222,12 +224,25 @@ fn deploy_scatter(
     name: &str,
     config: &str,
 ) {
-    let [component, _] = probe_as("consume", "scatter");
+    deploy_consumer_probe(platform, dir, tenant, name, "scatter", config);
+}
+
+/// The memories example as `tenant`'s workflow `name` on `route`, its consumer the
+/// probe `probe` with `config` (TOML key-value pairs after the probe's).
+fn deploy_consumer_probe(
+    platform: &crate::support::Platform,
+    dir: &std::path::Path,
+    tenant: &str,
+    name: &str,
+    probe: &str,
+    config: &str,
+) {
+    let [component, _] = probe_as("consume", probe);
     let replacements = [
         component,
         (
             "config = { role = \"consume\" }".to_owned(),
-            format!("config = {{ probe = \"scatter\"{config} }}"),
+            format!("config = {{ probe = \"{probe}\"{config} }}"),
         ),
         (
             "tenant = \"demo\"".to_owned(),
@@ -307,6 +322,79 @@ fn a_guest_placing_its_input_over_and_over_stops_at_its_instance_limit_and_its_t
     assert_eq!(held.status(), 200, "{:?}", held.text());
     // The mappings are given back with the stores: the attacker's tenant places again.
     assert_eq!(transfer(&platform, "/scatter-hold", 1000)["placed"], 30);
+}
+
+/// TLB shootdowns the kernel has counted on every core so far (x86's `TLB` line of
+/// `/proc/interrupts`); `None` where it counts none.
+fn tlb_shootdowns() -> Option<u64> {
+    let interrupts = std::fs::read_to_string("/proc/interrupts").ok()?;
+    let line = interrupts
+        .lines()
+        .find(|line| line.trim_start().starts_with("TLB:"))?;
+    Some(
+        line.split_whitespace()
+            .skip(1)
+            .map_while(|field| field.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
+#[test]
+fn host_calls_amid_scattered_read_only_inputs_interrupt_other_cores_once_each_not_once_per_input() {
+    // Read-only inputs are writable while the host runs and protected again when each
+    // host call returns; protecting them one by one made every host call of a guest
+    // with 100 scattered read-only inputs interrupt the other cores (which serve other
+    // tenants) 100 times, for a TLB shootdown each.
+    let Some(before) = tlb_shootdowns() else {
+        eprintln!("this kernel counts no TLB shootdowns: nothing to check");
+        return;
+    };
+    let dir = faas_testing::temp_dir();
+    let platform = start(&[]);
+    deploy_bystander(&platform, dir.path());
+    deploy_consumer_probe(
+        &platform,
+        dir.path(),
+        "demo",
+        "host-calls",
+        "host-calls",
+        ", pairs = \"100\", ms = \"2000\"",
+    );
+    // Another tenant's requests, one after another, keep the other core running the
+    // platform's threads, which the shootdowns then interrupt.
+    let watch = Watch::start(&platform);
+    let attacking = Arc::new(AtomicBool::new(true));
+    let load = {
+        let (url, attacking) = (platform.at(BYSTANDER_ROUTE), attacking.clone());
+        std::thread::spawn(move || {
+            let client = crate::support::client();
+            let mut served = 0u32;
+            while attacking.load(Ordering::Relaxed) {
+                served += u32::from(client.get(&url).send().is_ok_and(|r| r.status() == 200));
+            }
+            served
+        })
+    };
+    let response = platform.post("/host-calls", "1000");
+    let after = tlb_shootdowns().unwrap();
+    attacking.store(false, Ordering::Relaxed);
+    assert!(
+        load.join().unwrap() > 0,
+        "the other tenant was served under the attack"
+    );
+    watch.finish();
+    assert_eq!(response.status(), 200);
+    let report: serde_json::Value = response.json().unwrap();
+    assert_eq!(report["placed"], 100, "{report}");
+    // Each loop of the guest makes a few host calls (a clock reading, a config read).
+    let loops = report["calls"].as_u64().unwrap();
+    assert!(loops > 0, "{report}");
+    let shootdowns = after - before;
+    assert!(
+        shootdowns < loops * 20,
+        "{shootdowns} TLB shootdowns for {loops} loops of host calls with 100 read-only inputs"
+    );
+    assert_bystander_served(&platform);
 }
 
 #[test]

@@ -25,6 +25,10 @@
 //! - `scatter`: places its input on every other span of pages, config `pairs` times
 //!   (100), then holds them config `hold_ms` milliseconds (0): each placement of a
 //!   read-only value leaves a protected range, which splits the process's memory maps.
+//! - `host-calls`: places its input as `scatter` does (config `pairs`, 100), then calls
+//!   the host (`config.get`) over and over for config `ms` milliseconds (1000) and
+//!   reports how many calls it made: every host call lifts and restores the protection
+//!   of its read-only ranges.
 //! - `copy-out`: returns a value of config `mb` MiB (1) copied with `from-bytes`, of
 //!   the step's output type `blob.km:Blob` (as the example's producer).
 //! - `copy-in`: asks the host for a copy of its input (`bytes`) and reports its length:
@@ -146,16 +150,22 @@ fn step(_ctx: Context, inputs: Vec<Region>) -> StepResult {
             format!("{{\"kept\":{}}}", kept.len())
         }
         "scatter" => {
-            let input = inputs.first().ok_or("needs an input")?;
-            let pairs = config_number("pairs").unwrap_or(100);
-            let span = (input.len() as usize).div_ceil(PAGE_SIZE).max(1);
-            let pages = grow(2 * pairs * span)?;
-            for pair in pages.chunks(2 * span * PAGE_SIZE) {
-                input.read_into(&pair[..span * PAGE_SIZE])?;
-            }
+            let pairs = place_scattered(&inputs)?;
             let hold = config_number("hold_ms").unwrap_or(0) as u64;
             std::thread::sleep(std::time::Duration::from_millis(hold));
             format!("{{\"placed\":{pairs}}}")
+        }
+        "host-calls" => {
+            let pairs = place_scattered(&inputs)?;
+            let until =
+                std::time::Duration::from_millis(config_number("ms").unwrap_or(1000) as u64);
+            let start = std::time::Instant::now();
+            let mut calls = 0u64;
+            while start.elapsed() < until {
+                core::hint::black_box(faas_sdk::config::get("probe"));
+                calls += 1;
+            }
+            format!("{{\"placed\":{pairs},\"calls\":{calls}}}")
         }
         "copy-out" => {
             let bytes = vec![7u8; config_number("mb").unwrap_or(1) << 20];
@@ -203,6 +213,19 @@ unsafe extern "C" {
     /// the `option<string>` result.
     #[link_name = "get"]
     fn raw_config_get(key: *const u8, key_len: usize, result: *mut u8);
+}
+
+/// Places the first input on every other span of fresh pages, config `pairs` times
+/// (100); says how many.
+fn place_scattered(inputs: &[Region]) -> Result<usize, String> {
+    let input = inputs.first().ok_or("needs an input")?;
+    let pairs = config_number("pairs").unwrap_or(100);
+    let span = (input.len() as usize).div_ceil(PAGE_SIZE).max(1);
+    let pages = grow(2 * pairs * span)?;
+    for pair in pages.chunks(2 * span * PAGE_SIZE) {
+        input.read_into(&pair[..span * PAGE_SIZE])?;
+    }
+    Ok(pairs)
 }
 
 fn config_number(key: &str) -> Option<usize> {
