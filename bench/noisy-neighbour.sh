@@ -18,12 +18,18 @@
 #   (messenger's `op=append`), within every quota, so its streams sit at their byte
 #   quota and every append trims; B is measured as with `kv-writes`, and the script
 #   ends with Redis's cost per call of the scripts and stream commands.
+# - `read-only-calls`: tenant `hog` runs the regions memories example
+#   (functions/regions/memories.toml), its consumer the region probe `host-calls`: it
+#   places its read-only input on 100 scattered spans of pages, then calls the host in
+#   a loop for 900 ms, so that every host call's return puts the protection of 100
+#   ranges back; B is measured on /hello.
 #
 #   bench/noisy-neighbour.sh                 # 10 s per measurement, 3 rounds
 #   DURATION=20s ROUNDS=5 bench/noisy-neighbour.sh
 #   ATTACK=kv-writes bench/noisy-neighbour.sh
 #   ATTACK=kv-writes STORE=redis bench/noisy-neighbour.sh
 #   ATTACK=stream-appends STORE=redis bench/noisy-neighbour.sh
+#   ATTACK=read-only-calls ATTACKERS=2 bench/noisy-neighbour.sh
 #
 # Installs wrk (apt) if missing.
 set -euo pipefail
@@ -93,8 +99,31 @@ case "$ATTACK" in
         attack_name="1 MiB appenders"
         victims=(/hello /counter/bench)
         ;;
+    read-only-calls)
+        (cd functions && cargo build --release -q -p hello -p region-transfer -p region-probe)
+        # The example as tenant hog's, its consumer the probe, within this worker's
+        # memory limit, with the components where the release build put them.
+        cp functions/regions/blob.km "$BENCH_DATA/"
+        awk -v release="$PWD/target/wasm32-wasip2/release" '
+            /^\[functions\.consume\]/ { consume = 1 }
+            /^build = / { next }
+            /^component = / {
+                $0 = "component = \"" release "/" (consume ? "region_probe" : "region_transfer") ".wasm\""
+            }
+            /^config = \{ role = "consume" \}/ { $0 = "config = { probe = \"host-calls\", pairs = \"100\", ms = \"900\" }" }
+            /^memory_mb = / { $0 = "memory_mb = 256" }
+            { sub(/^tenant = "demo"/, "tenant = \"hog\""); print }
+        ' functions/regions/memories.toml >"$BENCH_DATA/read-only-calls.toml"
+        deploy=(--deploy "$BENCH_DATA/read-only-calls.toml")
+        attack_path=/regions-memories
+        attack_method=POST
+        # The producer makes a value of this many bytes (one page: 100 spans of 2).
+        attack_text=1000
+        attack_name="read-only host calls"
+        victims=(/hello)
+        ;;
     *)
-        echo "ATTACK must be loops, kv-writes or stream-appends, not '$ATTACK'" >&2
+        echo "ATTACK must be loops, kv-writes, stream-appends or read-only-calls, not '$ATTACK'" >&2
         exit 2
         ;;
 esac
@@ -117,10 +146,19 @@ printf 'wrk.method = "%s"\n' "$attack_method" >"$BENCH_DATA/attack.lua"
 if [ -n "${attack_body:-}" ]; then
     printf 'wrk.body = string.rep("x", %d)\n' "$attack_body" >>"$BENCH_DATA/attack.lua"
 fi
-curl -sf -o /dev/null -X POST "$URL/counter/bench"
+if [ -n "${attack_text:-}" ]; then
+    printf 'wrk.body = "%s"\n' "$attack_text" >>"$BENCH_DATA/attack.lua"
+fi
+# The key B reads, where B reads one.
+if [[ " ${victims[*]} " == *" /counter/bench "* ]]; then
+    curl -sf -o /dev/null -X POST "$URL/counter/bench"
+fi
 
 echo "warming up"
 for victim in "${victims[@]}"; do wrk -t1 -c2 -d2s "$URL$victim" >/dev/null; done
+
+# tlb_shootdowns: the TLB shootdowns of every core so far (0 where none are counted).
+tlb_shootdowns() { awk '/^ *TLB:/ { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i } END { print n + 0 }' /proc/interrupts; }
 
 printf '\n%-6s %-16s %-28s %10s %9s\n' "round" "B's request" "while" "req/s" "p99 ms"
 ratios=()
@@ -134,10 +172,14 @@ for round in $(seq 1 "$ROUNDS"); do
             -s "$BENCH_DATA/attack.lua" "$URL$attack_path" >/dev/null 2>&1 &
         attack=$!
         sleep 1.5
+        shootdowns_before=$(tlb_shootdowns)
         read -r attacked_rps _ attacked_p99 < <(wrk_measure 1 "$CONNECTIONS" "$DURATION" "$URL$victim")
+        shootdowns=$(($(tlb_shootdowns) - shootdowns_before))
         wait "$attack" || true
         printf '%-6s %-16s %-28s %10s %9s\n' "$round" "$victim" "alone" "$alone_rps" "$alone_p99"
         printf '%-6s %-16s %-28s %10s %9s\n' "$round" "$victim" "$ATTACKERS $attack_name of A" "$attacked_rps" "$attacked_p99"
+        # Every core's interrupts for another core's mprotect or munmap (x86 counts them).
+        [ "$shootdowns" = 0 ] || echo "       (TLB shootdowns while B was measured under attack: $shootdowns)"
         ratios+=("$victim:$(ratio "$attacked_rps" "$alone_rps")")
     done
 done
