@@ -215,20 +215,8 @@ fn a_region_type_longer_than_any_declared_fails_the_event_before_the_host_keeps_
     assert_bystander_served(&platform);
 }
 
-/// The memories example as `tenant`'s workflow `name` on `route`, its consumer the
-/// probe `scatter` with `config` (TOML key-value pairs after the probe's).
-fn deploy_scatter(
-    platform: &crate::support::Platform,
-    dir: &std::path::Path,
-    tenant: &str,
-    name: &str,
-    config: &str,
-) {
-    deploy_consumer_probe(platform, dir, tenant, name, "scatter", config);
-}
-
-/// The memories example as `tenant`'s workflow `name` on `route`, its consumer the
-/// probe `probe` with `config` (TOML key-value pairs after the probe's).
+/// The memories example as `tenant`'s workflow `name`, its consumer the probe `probe`
+/// with `config` (TOML key-value pairs after the probe's).
 fn deploy_consumer_probe(
     platform: &crate::support::Platform,
     dir: &std::path::Path,
@@ -268,7 +256,7 @@ fn a_guest_placing_its_input_over_and_over_stops_at_its_instance_limit_and_its_t
     // mprotect of the process fails, for every tenant.
     let dir = faas_testing::temp_dir();
     let platform = start(&["--max-regions-per-instance", "64"]);
-    deploy_scatter(&platform, dir.path(), "demo", "scatter", "");
+    deploy_consumer_probe(&platform, dir.path(), "demo", "scatter", "scatter", "");
     let message = consumer_failure(&platform, "/scatter", 1000);
     assert!(message.contains("region limit"), "{message}");
     assert!(
@@ -280,19 +268,21 @@ fn a_guest_placing_its_input_over_and_over_stops_at_its_instance_limit_and_its_t
     // tenant's 40 while a second one asks for 100.
     let platform = start(&["--max-region-mappings", "160"]);
     deploy_bystander(&platform, dir.path());
-    deploy_scatter(
+    deploy_consumer_probe(
         &platform,
         dir.path(),
         "demo",
         "scatter-hold",
+        "scatter",
         ", pairs = \"30\", hold_ms = \"4000\"",
     );
-    deploy_scatter(&platform, dir.path(), "demo", "scatter", "");
-    deploy_scatter(
+    deploy_consumer_probe(&platform, dir.path(), "demo", "scatter", "scatter", "");
+    deploy_consumer_probe(
         &platform,
         dir.path(),
         "victim",
         "victim-reads",
+        "scatter",
         ", pairs = \"30\"",
     );
     let holder = {
