@@ -196,6 +196,22 @@ impl<B> HeldStreams<B> {
             .filter(|answer| answer.is_finished())
             .count()
     }
+
+    /// Takes out the answers that have come, in the order their streams were opened;
+    /// the streams still held stay.
+    pub(super) fn take_answered(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+    ) -> Vec<Option<(u16, bool)>> {
+        let (answered, held) = std::mem::take(&mut self.answers)
+            .into_iter()
+            .partition(|answer| answer.is_finished());
+        self.answers = held;
+        answered
+            .into_iter()
+            .map(|answer: tokio::task::JoinHandle<_>| runtime.block_on(answer).unwrap())
+            .collect()
+    }
 }
 
 /// Opens `connections` HTTP/2 connections from [`ATTACKER`] to `addr` and `streams`
