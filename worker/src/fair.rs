@@ -23,6 +23,8 @@
 //! A guest of a tenant holding fewer turns than another does not even wait for the
 //! tick: its arrival ends the current epoch tick at once (`preempt`), so the running
 //! guests yield within microseconds. The queue costs one uncontended lock per poll.
+//! Host work a guest sets going whose CPU time it chooses, its outbound connections
+//! with their TLS handshakes (`outbound.rs`), takes its tenant's turns the same way.
 //!
 //! Guests are polled on threads of their own ([`GuestPool`]), not on the threads that
 //! accept connections and move bytes: a guest poll lasts up to a tick, and a runtime
@@ -533,6 +535,12 @@ impl GuestPool {
             }
         }
         GuestTask::Spawned(self.spawn_polled(guest, gone_at))
+    }
+
+    /// The turns this pool's guests take, for host work done on a tenant's behalf
+    /// that must take them too (`outbound.rs`).
+    pub(crate) fn shares(&self) -> &Arc<CpuShares> {
+        &self.shares
     }
 
     /// The runtime of the normal guest threads, for tasks that serve guests there

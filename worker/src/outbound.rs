@@ -18,7 +18,9 @@
 //! [`crate::WorkerConfig::max_outbound_connections_per_instance`] requests in flight
 //! (each a connection, a descriptor, and a name lookup on a blocking thread until it
 //! connects, or until the lookup returns if that is later: see [`crate::lookups`]);
-//! one more fails at once with `error-code.connection-limit-reached`.
+//! one more fails at once with `error-code.connection-limit-reached`. A request's
+//! connection and its I/O are polled only with one of its tenant's fair turns
+//! ([`crate::fair`]), so their CPU time counts in the tenant's share.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +29,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use crate::fair::CpuShares;
 use crate::host_limits::MAX_OUTBOUND_READ_BYTES;
 use crate::lookups::{LookupError, Lookups};
 use bytes::Bytes;
@@ -73,6 +76,9 @@ pub(crate) struct Destinations {
     pub(crate) tenant: Arc<str>,
     /// The worker's open connections, by tenant.
     pub(crate) connections: Arc<Connections>,
+    /// The turns the worker's guests take: a request's connection (TLS included) and
+    /// its I/O are polled only with one of its tenant's.
+    pub(crate) shares: Arc<CpuShares>,
 }
 
 /// A worker's open outbound connections, by tenant (each a descriptor): all instances'
@@ -212,23 +218,29 @@ impl WasiHttpHooks for Outbound {
         // Shared with the request's name lookup, which may outlive the request.
         let connection = Arc::new(connection);
         let lookup_holds = connection.clone();
-        Box::new(
-            async move {
-                let result = send(&destinations, deadline, request, options, lookup_holds).await;
-                if let Err(Error::HttpRequestDenied) = &result {
-                    tracing::debug!(%function, "outbound request denied");
-                }
-                // The connection counts until its I/O ends (the body read, or dropped).
-                result.map(|(response, io)| {
-                    let io: Box<dyn Future<Output = _> + Send> = Box::new(async move {
-                        let _connection = connection;
-                        Pin::from(io).await
-                    });
-                    (response, io)
-                })
+        let (shares, tenant) = (destinations.shares.clone(), destinations.tenant.clone());
+        let sent = async move {
+            let result = send(&destinations, deadline, request, options, lookup_holds).await;
+            if let Err(Error::HttpRequestDenied) = &result {
+                tracing::debug!(%function, "outbound request denied");
             }
-            .instrument(span),
-        )
+            // The connection counts until its I/O ends (the body read, or dropped).
+            result.map(|(response, io)| {
+                let io = async move {
+                    let _connection = connection;
+                    Pin::from(io).await
+                };
+                let io: Box<dyn Future<Output = _> + Send> =
+                    Box::new(destinations.shares.run(destinations.tenant, io));
+                (response, io)
+            })
+        };
+        // The CPU time of opening the connection (a TLS handshake's key exchange and
+        // certificate checks, as often as the guest likes) and of moving its bytes is
+        // the tenant's, taken in turns like its guests' (`fair.rs`): outside them, a
+        // tenant's handshakes to a server of its own could take the cores from every
+        // other tenant's guests.
+        Box::new(shares.run(tenant, sent.instrument(span)))
     }
 }
 
@@ -551,6 +563,7 @@ mod tests {
             lookups: Lookups::new(),
             tenant: Arc::from("t"),
             connections: connections(64),
+            shares: CpuShares::new(2, || ()),
         }
     }
 
@@ -827,6 +840,55 @@ mod tests {
         for task in held.iter().chain([&theirs]) {
             task.abort();
         }
+    }
+
+    /// A tenant's TLS handshakes, at a rate of its choosing to a server of its own, took
+    /// the cores outside its fair share. Now a request's connection is made only while
+    /// it holds a turn of its tenant's: while another tenant's guest holds the only
+    /// turn, it does not connect, and it does as soon as that poll ends.
+    // Two threads: the test blocks one waiting for the server's heads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_connects_only_while_it_holds_a_turn_of_its_tenants() {
+        let (port, heads) = recording_server(Some("served"));
+        let url = format!("http://127.0.0.1:{port}/");
+        let shares = CpuShares::new(1, || ());
+        let mut to = hosts(&[&format!("http://127.0.0.1:{port}")]);
+        to.shares = shares.clone();
+        // Another tenant's guest holds the one turn until told to end its poll.
+        let (polling, polled) = std::sync::mpsc::channel();
+        let (end, ended) = std::sync::mpsc::channel::<()>();
+        let busy = shares.run(
+            Arc::from("busy"),
+            std::future::poll_fn(move |_| {
+                polling.send(()).unwrap();
+                ended.recv().unwrap();
+                Poll::Ready(())
+            }),
+        );
+        let holder = std::thread::spawn(move || {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            assert!(pin!(busy).poll(&mut cx).is_ready());
+        });
+        polled.recv().unwrap();
+
+        let mut outbound = Outbound::new(to, Arc::from("f"), Duration::from_secs(30), 2);
+        let request = Pin::from(outbound.send_request(get(&url), None, Box::new(async { Ok(()) })));
+        let response = tokio::spawn(async move {
+            let (response, io) = request.await?;
+            tokio::spawn(Pin::from(io));
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, Error>(body)
+        });
+        assert!(
+            heads.recv_timeout(Duration::from_millis(300)).is_err(),
+            "connected without a turn"
+        );
+        end.send(()).unwrap();
+        holder.join().unwrap();
+        heads
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the request connects once the turn is free");
+        assert_eq!(response.await.unwrap().unwrap(), "served");
     }
 
     #[tokio::test]

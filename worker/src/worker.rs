@@ -773,6 +773,7 @@ impl Worker {
                     lookups: self.lookups.clone(),
                     connections: self.outbound_connections.clone(),
                     tenant: workflow.tenant.clone(),
+                    shares: self.guests.shares().clone(),
                 },
                 function.name.clone(),
                 function.limits.timeout,
