@@ -24,7 +24,8 @@
 //! tick: its arrival ends the current epoch tick at once (`preempt`), so the running
 //! guests yield within microseconds. The queue costs one uncontended lock per poll.
 //! Host work a guest sets going whose CPU time it chooses, its outbound connections
-//! with their TLS handshakes (`outbound.rs`), takes its tenant's turns the same way.
+//! with their TLS handshakes (`outbound.rs`), takes its tenant's turns the same way
+//! while another tenant is active ([`CpuShares::run_host`]).
 //!
 //! Guests are polled on threads of their own ([`GuestPool`]), not on the threads that
 //! accept connections and move bytes: a guest poll lasts up to a tick, and a runtime
@@ -438,6 +439,20 @@ impl CpuShares {
         if behind {
             self.preempt_all();
         }
+        self.fair(tenant, future, false)
+    }
+
+    /// Runs `future`, host work that a guest of `tenant` set going and whose CPU time
+    /// the guest chooses (an outbound connection and its TLS handshake: `outbound.rs`),
+    /// one turn per poll while another tenant is active. While the tenant is alone it
+    /// runs without one: it then takes the cores from no other tenant, and waiting
+    /// behind its own guests' polls for a turn cost a function that fetches from
+    /// loopback about a tenth of its requests per second.
+    pub(crate) fn run_host<F: Future>(self: &Arc<Self>, tenant: Arc<str>, future: F) -> Fair<F> {
+        self.fair(tenant, future, true)
+    }
+
+    fn fair<F: Future>(self: &Arc<Self>, tenant: Arc<str>, future: F, host: bool) -> Fair<F> {
         Fair {
             shares: self.clone(),
             tenant,
@@ -446,6 +461,8 @@ impl CpuShares {
             polled: false,
             done: false,
             ran: std::time::Duration::ZERO,
+            host,
+            queued: false,
         }
     }
 }
@@ -756,12 +773,19 @@ pin_project_lite::pin_project! {
         done: bool,
         // Guest CPU time so far: the time its polls held a turn.
         ran: std::time::Duration,
+        // Host work ([`CpuShares::run_host`]): not counted among arriving guests, and
+        // polled without a turn while its tenant is alone.
+        host: bool,
+        // Whether its ticket waits for a turn, or was granted one not yet taken: then
+        // its next poll takes that turn, whoever is active.
+        queued: bool,
     }
 
     impl<F> PinnedDrop for Fair<F> {
         fn drop(this: Pin<&mut Self>) {
             if !this.done {
-                this.shares.cancel(&this.tenant, this.ticket, !this.polled);
+                let arriving = !this.polled && !this.host;
+                this.shares.cancel(&this.tenant, this.ticket, arriving);
             }
         }
     }
@@ -778,15 +802,22 @@ impl<F: Future> Future for Fair<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let first = !self.polled;
+        let first = !self.polled && !self.host;
         let mut this = self.project();
         *this.polled = true;
+        if *this.host && !*this.queued && !this.shares.others_active(this.tenant) {
+            let polled = this.future.as_mut().poll(cx);
+            *this.done = polled.is_ready();
+            return polled;
+        }
         let Some(ticks) = this
             .shares
             .enter(this.tenant, *this.ticket, cx.waker(), first)
         else {
+            *this.queued = true;
             return Poll::Pending;
         };
+        *this.queued = false;
         Self::poll_holding_turn(&mut this, cx, ticks)
     }
 }
