@@ -446,8 +446,8 @@ impl CpuShares {
     /// the guest chooses (an outbound connection and its TLS handshake: `outbound.rs`),
     /// one turn per poll while another tenant is active. While the tenant is alone it
     /// runs without one: it then takes the cores from no other tenant, and waiting
-    /// behind its own guests' polls for a turn cost a function that fetches from
-    /// loopback about a tenth of its requests per second.
+    /// behind its own guests' polls for a turn slowed a function that fetches from
+    /// loopback (in a hand-run comparison of builds).
     pub(crate) fn run_host<F: Future>(self: &Arc<Self>, tenant: Arc<str>, future: F) -> Fair<F> {
         self.fair(tenant, future, true)
     }
@@ -771,7 +771,8 @@ pin_project_lite::pin_project! {
         future: F,
         polled: bool,
         done: bool,
-        // Guest CPU time so far: the time its polls held a turn.
+        // CPU time so far (the guest's, or the host work's): the time its polls held
+        // a turn.
         ran: std::time::Duration,
         // Host work ([`CpuShares::run_host`]): not counted among arriving guests, and
         // polled without a turn while its tenant is alone.
