@@ -128,15 +128,21 @@ impl Cluster {
         let dir = self._data.path().to_owned();
         self.runtime.spawn(async move {
             while let Some(event) = watch.next().await {
-                let (workers, url, dir) = (workers.clone(), url.clone(), dir.clone());
+                // One event at a time, in the watch's order, as a kubelet would: a
+                // pod's IP goes to a later pod once it is gone, so the later pod's
+                // worker must not start before the gone one's is dead, and a pod gone
+                // while its worker was still starting must find it to stop it. (Each
+                // event in a task of its own once left a worker running after its pod
+                // went, and its successor failed binding the same address.)
                 // Starting a worker blocks until it announces itself.
-                tokio::task::spawn_blocking(move || match event {
+                tokio::task::block_in_place(|| match event {
                     Ok(PodEvent::Ready(pod)) => {
                         let worker = start_worker(&url, &pod, &dir);
                         workers.lock().unwrap().insert(pod.name, worker);
                     }
                     Ok(PodEvent::Gone { name, .. }) => {
-                        if let Some(mut worker) = workers.lock().unwrap().remove(&name) {
+                        let gone = workers.lock().unwrap().remove(&name);
+                        if let Some(mut worker) = gone {
                             worker.stop(libc::SIGKILL);
                         }
                     }
