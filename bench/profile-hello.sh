@@ -3,7 +3,10 @@
 # wrk (1 thread, 8 connections) while `perf record` samples the platform process; the
 # samples are grouped by stage (by the function each was taken in) and printed as a
 # share of the process's CPU time and as microseconds per request (the process's CPU
-# time in the window, from /proc, over the requests wrk counted in it).
+# time in the window, from /proc, over the requests wrk counted in it). Then, without
+# sampling, it counts per request what `perf stat` sees of the platform (CPU time,
+# thread switches, system calls) and of a native hyper hello world under the same wrk,
+# the floor of what serving a request over loopback costs in switches and calls.
 #
 #   bench/profile-hello.sh                 # 8 s of samples
 #   SECONDS_SAMPLED=15 bench/profile-hello.sh
@@ -22,11 +25,16 @@ if ! command -v perf >/dev/null 2>&1; then apt-get update -qq && apt-get install
 
 echo "building faas and hello (release)"
 cargo build --release -q -p faas-cli --bin faas
+cargo build --release -q -p faas-gateway --example native_hello
 (cd functions && cargo build --release -q -p hello)
 
 source bench/lib.sh
 start_faas "$PORT" --deploy functions/hello/workflow.toml
 URL=http://127.0.0.1:$PORT/hello
+target/release/examples/native_hello 127.0.0.1:$((PORT + 1)) >/dev/null &
+NATIVE_PID=$!
+bench_pids+=("$NATIVE_PID")
+wait_up "http://127.0.0.1:$((PORT + 1))/"
 
 echo "warming up"
 wrk -t1 -c8 -d2s "$URL" >/dev/null
@@ -50,3 +58,27 @@ echo
 printf '%7s %8s  %s\n' "share" "us/req" "stage (by the function a sample was taken in)"
 perf report -i "$BENCH_DATA/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null |
     awk -v per="$cpu_us_per_request" -f bench/perf-stages.awk | sort -rn
+
+# counted NAME PID URL: one line of per-request counts for PID while wrk loads URL.
+counted() {
+    wrk -t1 -c8 -d"$((SECONDS_SAMPLED + 3))s" "$3" >"$BENCH_DATA/wrk-counted.txt" &
+    local wrk_pid=$!
+    sleep 1
+    perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$2" \
+        -o "$BENCH_DATA/stat.txt" -- sleep "$SECONDS_SAMPLED"
+    wait "$wrk_pid"
+    local rps
+    rps=$(awk '/^Requests\/sec/ { print $2 }' "$BENCH_DATA/wrk-counted.txt")
+    awk -F, -v name="$1" -v r="$rps" -v s="$SECONDS_SAMPLED" '
+        $3 == "task-clock" { cpu = $1 } $3 == "context-switches" { cs = $1 }
+        $3 == "raw_syscalls:sys_enter" { calls = $1 }
+        END { n = r * s; printf "%-22s %9.0f %8.1f %9.2f %13.2f\n", name, r, cpu * 1000 / n, cs / n, calls / n }
+    ' "$BENCH_DATA/stat.txt"
+}
+
+echo
+echo "counted without sampling (perf stat), per request, wrk -t1 -c8:"
+printf '%-22s %9s %8s %9s %13s\n' "server" "req/s" "CPU us" "switches" "system calls"
+wrk -t1 -c2 -d2s "http://127.0.0.1:$((PORT + 1))/" >/dev/null
+counted "faas, hello" "$FAAS_PID" "$URL"
+counted "native hyper" "$NATIVE_PID" "http://127.0.0.1:$((PORT + 1))/"
