@@ -59,12 +59,17 @@ printf '%7s %8s  %s\n' "share" "us/req" "stage (by the function a sample was tak
 perf report -i "$BENCH_DATA/perf.data" --no-children --sort dso,sym --stdio -g none 2>/dev/null |
     awk -v per="$cpu_us_per_request" -f bench/perf-stages.awk | sort -rn
 
+# System calls are counted at a tracepoint, which needs tracefs (root, or a lowered
+# perf_event_paranoid); without it that column says n/a.
+SYSCALLS=raw_syscalls:sys_enter
+perf stat -e "$SYSCALLS" -- true >/dev/null 2>&1 || SYSCALLS=""
+
 # counted NAME PID URL: one line of per-request counts for PID while wrk loads URL.
 counted() {
     wrk -t1 -c8 -d"$((SECONDS_SAMPLED + 3))s" "$3" >"$BENCH_DATA/wrk-counted.txt" &
     local wrk_pid=$!
     sleep 1
-    perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$2" \
+    perf stat -x, -e "task-clock,context-switches${SYSCALLS:+,$SYSCALLS}" -p "$2" \
         -o "$BENCH_DATA/stat.txt" -- sleep "$SECONDS_SAMPLED"
     wait "$wrk_pid"
     local rps
@@ -72,7 +77,11 @@ counted() {
     awk -F, -v name="$1" -v r="$rps" -v s="$SECONDS_SAMPLED" '
         $3 == "task-clock" { cpu = $1 } $3 == "context-switches" { cs = $1 }
         $3 == "raw_syscalls:sys_enter" { calls = $1 }
-        END { n = r * s; printf "%-22s %9.0f %8.1f %9.2f %13.2f\n", name, r, cpu * 1000 / n, cs / n, calls / n }
+        END {
+            n = r * s
+            per_call = calls == "" ? "n/a" : sprintf("%.2f", calls / n)
+            printf "%-22s %9.0f %8.1f %9.2f %13s\n", name, r, cpu * 1000 / n, cs / n, per_call
+        }
     ' "$BENCH_DATA/stat.txt"
 }
 

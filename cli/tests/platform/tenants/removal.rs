@@ -175,6 +175,26 @@ impl UnfinishedUpload {
         Self { stream, rest }
     }
 
+    /// The gateway's answer if it gave one already, the rest unsent: the upload was
+    /// refused before its body was read.
+    fn answered_early(&mut self) -> Option<String> {
+        self.stream.set_nonblocking(true).unwrap();
+        let peeked = self.stream.peek(&mut [0; 1]);
+        self.stream.set_nonblocking(false).unwrap();
+        match peeked {
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(err) => Some(format!("the connection failed: {err}")),
+            Ok(_) => {
+                self.stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                let mut answer = String::new();
+                let _ = self.stream.read_to_string(&mut answer);
+                Some(answer)
+            }
+        }
+    }
+
     /// Sends the rest; returns the answer's status and body.
     fn finish(mut self) -> (u16, String) {
         self.stream.write_all(&self.rest).unwrap();
@@ -193,11 +213,20 @@ impl UnfinishedUpload {
 }
 
 /// Waits until tenant `token`'s deploys at once are all taken (the gateway started
-/// with `--max-deploys-per-tenant 1`): its upload under way was authenticated and
-/// admitted. A probe admitted meanwhile is an upload of no parts, refused.
-fn wait_until_admitted(url: &str, token: &str) {
+/// with `--max-deploys-per-tenant 1`): its `upload` under way was authenticated and
+/// admitted. A probe admitted meanwhile is an upload of no parts, refused; but while
+/// one holds the tenant's one deploy, an `upload` still unread is refused too (429
+/// before its body is read): then this returns that answer, to start again.
+fn wait_until_admitted(
+    url: &str,
+    token: &str,
+    upload: &mut UnfinishedUpload,
+) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        if let Some(answer) = upload.answered_early() {
+            return Err(answer);
+        }
         let probe = client()
             .post(format!("{url}/admin/v1/workflows"))
             .bearer_auth(token)
@@ -206,7 +235,7 @@ fn wait_until_admitted(url: &str, token: &str) {
             .send()
             .unwrap();
         if probe.status() == 429 {
-            return;
+            return Ok(());
         }
         assert!(Instant::now() < deadline, "the upload was never admitted");
         std::thread::sleep(Duration::from_millis(20));
@@ -221,8 +250,18 @@ fn wait_until_admitted(url: &str, token: &str) {
 fn upload_across_removal<P>(scene: &Scene<P>) {
     let url = &scene.url;
     let manifest = scene.manifest("stale", Some("mallory"), &["/stale"]);
-    let upload = UnfinishedUpload::start(url, &scene.mallory, &manifest);
-    wait_until_admitted(url, &scene.mallory);
+    let mut refusals = Vec::new();
+    let upload = loop {
+        let mut upload = UnfinishedUpload::start(url, &scene.mallory, &manifest);
+        match wait_until_admitted(url, &scene.mallory, &mut upload) {
+            Ok(()) => break upload,
+            Err(answer) => refusals.push(answer),
+        }
+        assert!(
+            refusals.len() < 5,
+            "every upload was refused: {refusals:#?}"
+        );
+    };
     let new_token = scene.make_mallory_again();
 
     let (status, answer) = upload.finish();
