@@ -5,10 +5,11 @@
 //! throughout, are all still there. A removal whose data step fails keeps the name
 //! from being created again until a second removal, or the next start, finishes it.
 
+use super::deploys::{answered_early, probe};
 use super::quotas::{count, deploy_kv, operator, send};
 use super::scene::Scene;
 use crate::services::Services;
-use crate::support::{Platform, TOKEN, client, deploy_at, faas_as, write_manifest};
+use crate::support::{Platform, TOKEN, deploy_at, faas_as, write_manifest};
 use faas_testing::RedisServer;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -175,26 +176,6 @@ impl UnfinishedUpload {
         Self { stream, rest }
     }
 
-    /// The gateway's answer if it gave one already, the rest unsent: the upload was
-    /// refused before its body was read.
-    fn answered_early(&mut self) -> Option<String> {
-        self.stream.set_nonblocking(true).unwrap();
-        let peeked = self.stream.peek(&mut [0; 1]);
-        self.stream.set_nonblocking(false).unwrap();
-        match peeked {
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => None,
-            Err(err) => Some(format!("the connection failed: {err}")),
-            Ok(_) => {
-                self.stream
-                    .set_read_timeout(Some(Duration::from_secs(10)))
-                    .unwrap();
-                let mut answer = String::new();
-                let _ = self.stream.read_to_string(&mut answer);
-                Some(answer)
-            }
-        }
-    }
-
     /// Sends the rest; returns the answer's status and body.
     fn finish(mut self) -> (u16, String) {
         self.stream.write_all(&self.rest).unwrap();
@@ -214,9 +195,8 @@ impl UnfinishedUpload {
 
 /// Waits until tenant `token`'s deploys at once are all taken (the gateway started
 /// with `--max-deploys-per-tenant 1`): its `upload` under way was authenticated and
-/// admitted. A probe admitted meanwhile is an upload of no parts, refused; but while
-/// one holds the tenant's one deploy, an `upload` still unread is refused too (429
-/// before its body is read): then this returns that answer, to start again.
+/// admitted; or, if `upload` was refused while a probe held that deploy, its answer,
+/// to start again ([`probe`]).
 fn wait_until_admitted(
     url: &str,
     token: &str,
@@ -224,17 +204,10 @@ fn wait_until_admitted(
 ) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(answer) = upload.answered_early() {
+        if let Some(answer) = answered_early(&mut upload.stream) {
             return Err(answer);
         }
-        let probe = client()
-            .post(format!("{url}/admin/v1/workflows"))
-            .bearer_auth(token)
-            .header("content-type", "multipart/form-data; boundary=none")
-            .body("--none--\r\n")
-            .send()
-            .unwrap();
-        if probe.status() == 429 {
+        if probe(url, token).status() == 429 {
             return Ok(());
         }
         assert!(Instant::now() < deadline, "the upload was never admitted");
