@@ -832,6 +832,16 @@ fn components_a_refused_replaced_or_deleted_version_fetched_are_deleted_at_once(
         (sha, crate::serve_file(padded))
     };
     let stored = |sha: &str| cluster.runtime.block_on(shared.has_component(sha)).unwrap();
+    // Each reconcile deletes what it fetched before it ends, but the status write that
+    // ends one wakes the next, which fetches again: what it fetched is there until it
+    // ends too. So each check waits for the state, as long as a condition is waited for.
+    let eventually = |done: &dyn Fn() -> bool, kept: &str| {
+        let deadline = Instant::now() + PATIENCE;
+        while !done() {
+            assert!(Instant::now() < deadline, "{kept}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
     let missing = crate::serve_file(Vec::new());
     // Function `a` fetches, then `b`'s URL answers nothing a component could be.
     let two = |a: &(String, String)| {
@@ -850,9 +860,9 @@ fn components_a_refused_replaced_or_deleted_version_fetched_are_deleted_at_once(
     let first = version(1);
     cluster.apply(&two(&first));
     cluster.wait_degraded("pair", "DigestMismatch");
-    assert!(
-        !stored(&first.0),
-        "the refused Workflow's fetched component is kept"
+    eventually(
+        &|| !stored(&first.0),
+        "the refused Workflow's fetched component is kept",
     );
 
     // A version that deploys, then another that replaces it.
@@ -876,23 +886,15 @@ fn components_a_refused_replaced_or_deleted_version_fetched_are_deleted_at_once(
         Some(&third.1),
         "",
     ));
-    let deadline = Instant::now() + PATIENCE;
-    while stored(&second.0) || !stored(&third.0) {
-        assert!(
-            Instant::now() < deadline,
-            "the replaced version's component is kept"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually(
+        &|| !stored(&second.0) && stored(&third.0),
+        "the replaced version's component is kept",
+    );
     cluster.delete("pair");
-    let deadline = Instant::now() + PATIENCE;
-    while stored(&third.0) {
-        assert!(
-            Instant::now() < deadline,
-            "the deleted Workflow's component is kept"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually(
+        &|| !stored(&third.0),
+        "the deleted Workflow's component is kept",
+    );
 }
 
 /// Components are stored once, by digest, whatever tenants name them: a Workflow
