@@ -615,6 +615,13 @@ fn fanout_steps(services: &Services) -> Vec<serde_json::Value> {
     runs["runs"][0]["steps"].as_array().unwrap().clone()
 }
 
+/// Whether `step` is a `consume` branch that ran on the other replica than the run's.
+/// Either replica may take the run (the gateway sends events round the replicas), so
+/// the other one is named in the record, not assumed.
+fn ran_on_peer(step: &serde_json::Value) -> bool {
+    step["step"] == "consume" && step.get("worker").is_some()
+}
+
 /// The regions fan-out example on two replicas whose branches spread over both: the
 /// producer's blob reaches the other replica's consumers as a memory file descriptor on
 /// the same host, or in one network copy from another host. Every branch must see
@@ -636,10 +643,7 @@ fn check_spread_branches(services: &Services, handoff: &str) {
     deploy_on_both_replicas(services, &manifest);
     run_fanout(services, 4 << 20, 4);
     let steps = fanout_steps(services);
-    let remote: Vec<&serde_json::Value> = steps
-        .iter()
-        .filter(|step| step["step"] == "consume" && step.get("worker").is_some())
-        .collect();
+    let remote: Vec<&serde_json::Value> = steps.iter().filter(|step| ran_on_peer(step)).collect();
     assert_eq!(
         remote.len(),
         2,
@@ -685,9 +689,7 @@ fn branches_spread_to_another_host_copy_their_inputs_only_within_their_tenants_s
     }
     let steps = fanout_steps(&services);
     assert!(
-        steps
-            .iter()
-            .any(|step| step["step"] == "consume" && step["worker"] == "w2"),
+        steps.iter().any(ran_on_peer),
         "some branches still ran on the other replica: {steps:?}"
     );
 }
@@ -731,13 +733,10 @@ fn one_tenants_branches_hold_at_most_a_quarter_of_a_workers_socket_calls() {
     let reports: Vec<serde_json::Value> = response.json().unwrap();
     assert_eq!(reports.len(), 128);
     let steps = fanout_steps(&services);
-    let on_peer = steps
-        .iter()
-        .filter(|step| step["step"] == "consume" && step["worker"] == "w2")
-        .count();
+    let on_peer = steps.iter().filter(|step| ran_on_peer(step)).count();
     assert!(
         (1..=32).contains(&on_peer),
-        "{on_peer} of the 64 branches sent to w2 ran there"
+        "{on_peer} of the 64 branches sent to the other replica ran there: {steps:?}"
     );
 }
 
