@@ -51,12 +51,8 @@ impl Cluster {
         crate::gateway::install_crd(plane);
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let system = runtime.block_on(plane.namespace("op-system"));
-        let tenant = runtime.block_on(plane.namespace("op-tenant"));
         let redis = RedisServer::start();
-        runtime.block_on(async {
-            let tenants = TenantStore::redis(&redis.url()).await.unwrap();
-            tenants.create_tenant(&tenant).await.unwrap();
-        });
+        let tenant = new_tenant(&runtime, plane, &redis, "op-tenant");
         let data = faas_testing::temp_dir();
         let cluster = Self {
             plane,
@@ -158,6 +154,11 @@ impl Cluster {
             .unwrap()
     }
 
+    /// Another tenant's namespace (named from `prefix`), registered as a tenant.
+    fn other_tenant(&self, prefix: &str) -> String {
+        new_tenant(&self.runtime, self.plane, &self.redis, prefix)
+    }
+
     /// Changes the test tenant's quotas, as `faas tenant set` would.
     fn set_quotas(&self, changes: QuotaChanges) {
         self.runtime.block_on(async {
@@ -257,12 +258,17 @@ impl Cluster {
 
     /// The Workflow `name` of the tenant, as JSON, if it exists.
     fn workflow(&self, name: &str) -> Option<Value> {
+        self.workflow_in(&self.tenant, name)
+    }
+
+    /// The Workflow `name` in `namespace`, as JSON, if it exists.
+    fn workflow_in(&self, namespace: &str, name: &str) -> Option<Value> {
         let output = self.plane.kubectl([
             "get",
             "workflows.faas.dev",
             name,
             "--namespace",
-            &self.tenant,
+            namespace,
             "--ignore-not-found",
             "-o",
             "json",
@@ -299,10 +305,22 @@ impl Cluster {
     /// Waits until condition `kind` of Workflow `name` has status `is` and reason
     /// `reason`, and returns the Workflow.
     fn wait_condition(&self, name: &str, kind: &str, is: &str, reason: &str) -> Value {
+        self.wait_condition_in(&self.tenant, name, kind, is, reason)
+    }
+
+    /// [`Cluster::wait_condition`] for Workflow `name` in `namespace`.
+    fn wait_condition_in(
+        &self,
+        namespace: &str,
+        name: &str,
+        kind: &str,
+        is: &str,
+        reason: &str,
+    ) -> Value {
         let mut last = Value::Null;
         let deadline = Instant::now() + PATIENCE;
         loop {
-            if let Some(workflow) = self.workflow(name) {
+            if let Some(workflow) = self.workflow_in(namespace, name) {
                 if condition(&workflow, kind)
                     .is_some_and(|c| c["status"] == is && c["reason"] == reason)
                 {
@@ -463,6 +481,21 @@ spec:
 
 /// A Workflow serving functions/hello on `route`, with its component named by
 /// `sha256` (and fetched from `url` when given); `extra` is appended to the spec.
+/// A namespace named from `prefix`, registered as a tenant in `redis`.
+fn new_tenant(
+    runtime: &tokio::runtime::Runtime,
+    plane: &ControlPlane,
+    redis: &RedisServer,
+    prefix: &str,
+) -> String {
+    let namespace = runtime.block_on(plane.namespace(prefix));
+    runtime.block_on(async {
+        let tenants = TenantStore::redis(&redis.url()).await.unwrap();
+        tenants.create_tenant(&namespace).await.unwrap();
+    });
+    namespace
+}
+
 fn hello_workflow(
     namespace: &str,
     name: &str,
@@ -814,6 +847,60 @@ fn a_url_answering_other_bytes_every_time_is_not_fetched_over_and_over() {
         "",
     ));
     cluster.wait_condition("steady", "Ready", "True", "Ready");
+}
+
+/// A component URL that was refused is fetched again only after a wait, however often
+/// its Workflow is woken. Each reconcile fetched it again, and every Workflow is
+/// reconciled whenever the placements change (any tenant's deploy): a tenant keeping
+/// Workflows that name large URLs which are always refused had the operator download
+/// them again on every other tenant's deploy, holding the fetch budget meanwhile. Here
+/// another tenant deploys three Workflows, fetched from their URL, while a refused
+/// one waits.
+#[test]
+fn a_refused_component_url_is_not_fetched_again_when_other_deploys_wake_its_workflow() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cluster = Cluster::start(1, &LOOPBACK_OPENED);
+    let served = Arc::new(AtomicUsize::new(0));
+    let url = crate::serve_random(served.clone());
+    let started = Instant::now();
+    cluster.apply(&hello_workflow(
+        &cluster.tenant,
+        "refused",
+        "/refused",
+        &"2".repeat(64),
+        Some(&url),
+        "",
+    ));
+    let (_, message) = cluster.wait_degraded("refused", "DigestMismatch");
+    assert!(message.contains("; fetched again in "), "{message}");
+    let fetched = served.load(Ordering::SeqCst);
+    let other = cluster.other_tenant("bystander");
+    let (bytes, sha) = hello();
+    let good = crate::serve_file(bytes);
+    for n in 0..3 {
+        let name = format!("served-{n}");
+        let route = format!("/{name}");
+        cluster.apply(&hello_workflow(
+            &other,
+            &name,
+            &route,
+            &sha,
+            Some(&good),
+            "",
+        ));
+        cluster.wait_condition_in(&other, &name, "Ready", "True", "Ready");
+    }
+    // The waits end 10 s, 30 s, 70 s, 150 s ... after the first refusal, which came
+    // after `started`.
+    let secs = started.elapsed().as_secs();
+    let allowed = (1..)
+        .take_while(|k: &u32| 10 * ((1u64 << k) - 1) <= secs)
+        .count();
+    let refetched = served.load(Ordering::SeqCst) - fetched;
+    assert!(
+        refetched <= allowed,
+        "fetched {refetched} more times in {secs} s, three deploys of another tenant"
+    );
 }
 
 /// What a Workflow's reconcile fetched and stored is deleted at once when the Workflow

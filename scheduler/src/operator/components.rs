@@ -49,10 +49,24 @@ pub(crate) async fn ensure(
             ),
         )));
     };
+    let sha256 = &source.sha256;
+    // A refusal of what the URL answered (or failed to) waits before the next fetch.
+    let refused = |reason, message| {
+        let refusal = Refusal::new(reason, message);
+        Ok(Err(context
+            .refused_fetches
+            .refused(tenant, url, sha256, refusal)))
+    };
     // Held until the bytes are in Redis: the command copies them.
     let (bytes, _fetching) = match fetch(context, tenant, url, *room).await {
         Ok(fetched) => fetched,
         Err(Unfetched::Failed(message)) => {
+            return refused(
+                reason::COMPONENT_FETCH_FAILED,
+                format!("{field}.url: fetching {url}: {message}"),
+            );
+        }
+        Err(Unfetched::Busy(message)) => {
             return Ok(Err(Refusal::new(
                 reason::COMPONENT_FETCH_FAILED,
                 format!("{field}.url: fetching {url}: {message}"),
@@ -74,21 +88,19 @@ pub(crate) async fn ensure(
         room.left -= bytes.len() as u64;
     }
     let actual = hex::encode(Sha256::digest(&bytes));
-    if actual != source.sha256 {
-        return Ok(Err(Refusal::new(
+    if actual != *sha256 {
+        return refused(
             reason::DIGEST_MISMATCH,
-            format!(
-                "{field}.sha256: {url} has SHA-256 {actual}, the spec says {}",
-                source.sha256
-            ),
-        )));
+            format!("{field}.sha256: {url} has SHA-256 {actual}, the spec says {sha256}"),
+        );
     }
-    if let Err(reason) = faas_workflow::check_component_header(&bytes) {
-        return Ok(Err(Refusal::new(
+    if let Err(why) = faas_workflow::check_component_header(&bytes) {
+        return refused(
             reason::INVALID_COMPONENT,
-            format!("{field}.url: {url} is not a WebAssembly component: {reason}"),
-        )));
+            format!("{field}.url: {url} is not a WebAssembly component: {why}"),
+        );
     }
+    context.refused_fetches.fetched(tenant, url, sha256);
     let stored = context
         .shared
         .put_component(&actual, &bytes, tenant)
@@ -100,10 +112,43 @@ pub(crate) async fn ensure(
     Ok(Ok(()))
 }
 
+/// The refusal of one of `sources` fetched lately for `tenant` and refused, while its
+/// wait lasts ([`super::refetch`]); not of one the tenant has stored since (uploaded
+/// by digest), which needs no fetch.
+///
+/// # Errors
+/// When Redis fails (retried).
+pub(crate) async fn refused_lately<'a>(
+    context: &Context,
+    tenant: &str,
+    sources: impl Iterator<Item = &'a ComponentSource>,
+) -> Result<Option<Refusal>, SharedStateError> {
+    for source in sources {
+        let Some(url) = source.url.as_deref() else {
+            continue;
+        };
+        let standing = context
+            .refused_fetches
+            .standing(tenant, url, &source.sha256);
+        if let Some(refusal) = standing
+            && !context
+                .shared
+                .has_component_of(tenant, &source.sha256)
+                .await?
+        {
+            return Ok(Some(refusal));
+        }
+    }
+    Ok(None)
+}
+
 /// Why a component was not fetched.
 enum Unfetched {
     /// The URL, the server or the size past `--max-component-bytes`.
     Failed(String),
+    /// The operator is fetching as many bytes as it holds at once: no fault of the
+    /// URL's, so tried again without waiting for it.
+    Busy(String),
     /// It is larger than what the tenant's code quota leaves.
     PastQuota(CodeRoom),
 }
@@ -152,7 +197,7 @@ async fn fetch(
     let mut fetching = context.fetching.claim(tenant.to_owned());
     let mut hold = |size: u64| {
         fetching.grow_to(size).map_err(|_| {
-            failed(format!(
+            Unfetched::Busy(format!(
                 "the operator is fetching {limit} bytes of components already; retried later"
             ))
         })

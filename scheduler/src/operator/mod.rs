@@ -5,6 +5,7 @@
 //! - [`reconcile`]: per Workflow, the finalizer, validation, tenant and route checks,
 //!   components, the deployment record and the status.
 //! - [`components`]: fetching a component from its URL into Redis, SHA-256 verified.
+//! - [`refetch`]: a refused component URL is fetched again only after a wait.
 //! - [`floor`]: revisions stay above those handed out before Redis lost its counter.
 //! - [`observe`]: a deployment's placement and load status as the Workflow's status.
 //! - [`pods`]: a deleted worker pod's worker is forgotten at once.
@@ -30,6 +31,7 @@ mod observe;
 mod orphans;
 mod pods;
 mod reconcile;
+mod refetch;
 mod retry;
 mod scale;
 
@@ -141,6 +143,8 @@ pub(crate) struct Context {
     /// naming large URLs at once cannot take the operator's memory (each is buffered
     /// whole, then sent to Redis in pieces); a fetch past it fails and is retried.
     pub(crate) fetching: Arc<faas_budget::Budget<String>>,
+    /// Component URLs whose fetch was refused, not fetched again before their wait ends.
+    pub(crate) refused_fetches: refetch::RefusedFetches,
     /// Failed reconciles in a row, by `namespace/name`, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// Reconciles in a row that left a Workflow refused for a cause outside its spec
@@ -236,6 +240,7 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         refusals: Mutex::new(HashMap::new()),
         status_writes: Mutex::new(HashMap::new()),
+        refused_fetches: refetch::RefusedFetches::default(),
         revision_floor: std::sync::atomic::AtomicU64::new(0),
     });
     let stopped = tokio::select! {

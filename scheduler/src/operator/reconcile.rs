@@ -28,8 +28,9 @@ const NOT_READY_REQUEUE: Duration = Duration::from_secs(1);
 /// How soon a settled Workflow (Ready, scaled to zero, or refused until its spec
 /// changes) is looked at again; changes in Redis wake it sooner.
 const READY_REQUEUE: Duration = Duration::from_secs(30);
-/// How soon a Workflow whose component could not be fetched is fetched again: not at
-/// once, since each try may download up to `--max-component-bytes` again.
+/// How soon a Workflow whose component could not be fetched is looked at again: not
+/// at once, since each try may download up to `--max-component-bytes` again (the URL
+/// itself is fetched again only when its wait in `refetch` is over).
 const FETCH_RETRY: Duration = Duration::from_secs(10);
 /// The least time between two status writes of one Workflow that change its
 /// conditions' messages only. Each write wakes the Workflow's reconcile at once, which
@@ -175,7 +176,7 @@ fn count_in_a_row(counts: &mut std::collections::HashMap<String, u32>, key: &str
 
 /// `first` for the first of `count` in a row, doubled for each further one, at most
 /// `max`.
-fn doubling(first: Duration, count: u32, max: Duration) -> Duration {
+pub(super) fn doubling(first: Duration, count: u32, max: Duration) -> Duration {
     first
         .saturating_mul(1 << count.saturating_sub(1).min(10))
         .min(max)
@@ -320,17 +321,23 @@ async fn deploy_storing(
         Checked::Settled(deployed) => return Ok(deployed),
         Checked::Changed { valid, room, .. } => (valid, room),
     };
+    let tenant = &valid.workflow.tenant;
+    // Checked before anything is fetched: what was fetched would only be deleted.
+    let mut refusal =
+        components::refused_lately(context, tenant, valid.components.values()).await?;
     for (function, source) in &valid.components {
-        let tenant = &valid.workflow.tenant;
-        if let Err(refusal) =
-            components::ensure(context, tenant, function, source, &mut room, created).await?
-        {
-            let ours = ours(&context.shared.deployments().await?, workflow);
-            return Ok(Deployed {
-                record: ours,
-                refusal: Some(refusal),
-            });
+        if refusal.is_some() {
+            break;
         }
+        refusal = components::ensure(context, tenant, function, source, &mut room, created)
+            .await?
+            .err();
+    }
+    if let Some(refusal) = refusal {
+        return Ok(Deployed {
+            record: ours(&context.shared.deployments().await?, workflow),
+            refusal: Some(refusal),
+        });
     }
     let _guard = context.deploy_lock.lock().await;
     let (valid, digest, previous) = match check(workflow, context).await? {
