@@ -815,7 +815,7 @@ fn components_are_fetched_from_their_url_and_bad_specs_are_reported_degraded() {
 /// digest it got): each status write woke the Workflow's reconcile at once, which
 /// fetched the URL again and wrote the status again, without pause, through the one
 /// API client every tenant's Workflows share. Writes that change messages only are
-/// spaced out now.
+/// spaced out now, and a refused URL is fetched again only after a wait of 10 s.
 #[test]
 fn a_url_answering_other_bytes_every_time_is_not_fetched_over_and_over() {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -834,7 +834,8 @@ fn a_url_answering_other_bytes_every_time_is_not_fetched_over_and_over() {
     let fetched = served.load(Ordering::SeqCst);
     std::thread::sleep(Duration::from_secs(8));
     let refetched = served.load(Ordering::SeqCst) - fetched;
-    assert!(refetched <= 10, "fetched {refetched} more times in 8 s");
+    // At most once: the first wait may end within these 8 s.
+    assert!(refetched <= 1, "fetched {refetched} more times in 8 s");
     // Another Workflow is served meanwhile.
     let (_, hello_sha) = hello();
     let good = crate::serve_file(hello().0);
