@@ -920,9 +920,10 @@ fn components_a_refused_replaced_or_deleted_version_fetched_are_deleted_at_once(
         (sha, crate::serve_file(padded))
     };
     let stored = |sha: &str| cluster.runtime.block_on(shared.has_component(sha)).unwrap();
-    // Each reconcile deletes what it fetched before it ends, but the status write that
-    // ends one wakes the next, which fetches again: what it fetched is there until it
-    // ends too. So each check waits for the state, as long as a condition is waited for.
+    // A reconcile deletes what it fetched before it ends, and no status says when the
+    // one that deletes a version's components has ended (nor, before refused URLs
+    // waited, whether the next one had fetched them again). So each check waits for
+    // the state, as long as a condition is waited for.
     let eventually = |done: &dyn Fn() -> bool, kept: &str| {
         let deadline = Instant::now() + PATIENCE;
         while !done() {
