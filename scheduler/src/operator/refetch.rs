@@ -18,9 +18,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The wait after a first refusal before the same URL is fetched again.
-pub(crate) const FIRST_WAIT: Duration = Duration::from_secs(10);
+const FIRST_WAIT: Duration = Duration::from_secs(10);
 /// The longest wait before a URL refused many times in a row is fetched again.
-pub(crate) const LAST_WAIT: Duration = Duration::from_secs(600);
+const LAST_WAIT: Duration = Duration::from_secs(600);
 
 /// One tenant's URL for one digest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
